@@ -1,1 +1,20 @@
+//! The Kafka wire protocol as spate speaks it, without any I/O.
+//!
+//! * [`frame`]: size-prefixed frames and their limits.
+//! * [`header`]: request headers, including the raw prefix needed to answer requests we cannot
+//!   parse.
+//! * [`api`]: which API keys and versions spate implements (what ApiVersions advertises).
+//! * [`batch`]: a zero-copy view of a RecordBatch v2 (offsets, counts, CRC-32C, attributes).
+//!
+//! Message bodies are the `kafka-protocol` crate's generated types, re-exported as [`messages`].
 
+pub mod api;
+pub mod batch;
+pub mod codec;
+pub mod frame;
+pub mod header;
+
+pub use kafka_protocol::error::ResponseError;
+pub use kafka_protocol::messages;
+pub use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+pub use kafka_protocol::records;

@@ -1,0 +1,82 @@
+//! The APIs spate implements and the versions it advertises.
+//!
+//! This table is what ApiVersions answers with; a key or version outside it gets
+//! UNSUPPORTED_VERSION. Only list what is implemented fully.
+
+use kafka_protocol::messages::ApiKey;
+
+/// One advertised API: key and inclusive version range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Supported {
+    /// The API.
+    pub key: ApiKey,
+    /// Lowest version accepted.
+    pub min: i16,
+    /// Highest version accepted.
+    pub max: i16,
+}
+
+const fn api(key: ApiKey, min: i16, max: i16) -> Supported {
+    Supported { key, min, max }
+}
+
+/// Every API spate serves, in key order.
+pub const SUPPORTED: &[Supported] = &[
+    // v3 is the first version carrying RecordBatch v2 (magic 2); v13 names topics by id.
+    api(ApiKey::Produce, 3, 13),
+    // v4 is the first with isolation level and last stable offset; v13+ name topics by id.
+    api(ApiKey::Fetch, 4, 17),
+    // v9+ would add the "earliest tiered" / remote storage timestamps spate has no use for.
+    api(ApiKey::ListOffsets, 1, 8),
+    api(ApiKey::Metadata, 0, 12),
+    api(ApiKey::ApiVersions, 0, 4),
+    api(ApiKey::CreateTopics, 2, 7),
+    api(ApiKey::DeleteTopics, 1, 6),
+    api(ApiKey::InitProducerId, 0, 5),
+    api(ApiKey::DescribeConfigs, 1, 4),
+    api(ApiKey::AlterConfigs, 0, 2),
+    api(ApiKey::CreatePartitions, 0, 3),
+    api(ApiKey::IncrementalAlterConfigs, 0, 1),
+    api(ApiKey::DescribeCluster, 0, 1),
+];
+
+/// Looks up the advertised range for a raw API key.
+pub fn supported(api_key: i16) -> Option<Supported> {
+    SUPPORTED.iter().copied().find(|s| s.key as i16 == api_key)
+}
+
+/// True when spate implements this key at this version.
+pub fn is_supported(api_key: i16, api_version: i16) -> bool {
+    supported(api_key).is_some_and(|s| (s.min..=s.max).contains(&api_version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::Message;
+
+    #[test]
+    fn advertised_versions_are_within_what_the_codec_knows() {
+        for s in SUPPORTED {
+            let codec = s.key.valid_versions();
+            assert!(
+                codec.min <= s.min && s.max <= codec.max,
+                "{:?} advertises {}..{} but codec knows {}",
+                s.key,
+                s.min,
+                s.max,
+                codec
+            );
+        }
+        assert!(ProduceRequest::VERSIONS.max >= 13);
+    }
+
+    #[test]
+    fn unknown_keys_and_versions_are_unsupported() {
+        assert!(is_supported(18, 3));
+        assert!(!is_supported(18, 5));
+        assert!(!is_supported(9999, 0));
+        assert!(!is_supported(ApiKey::JoinGroup as i16, 0));
+    }
+}

@@ -1,0 +1,402 @@
+//! A zero-copy view of Kafka's RecordBatch v2 (magic 2).
+//!
+//! spate stores batches exactly as producers sent them; only the base offset, the partition
+//! leader epoch and (for LogAppendTime topics) the max timestamp are rewritten. Those fields
+//! sit at fixed positions, so a batch is handled as bytes with a parsed header beside it.
+
+use thiserror::Error;
+
+/// Bytes before the records: everything up to and including the record count.
+pub const HEADER_LEN: usize = 61;
+/// Bytes of base offset plus batch length: what precedes the part `batch_length` counts.
+pub const LOG_OVERHEAD: usize = 12;
+
+const BASE_OFFSET: usize = 0;
+const BATCH_LENGTH: usize = 8;
+const LEADER_EPOCH: usize = 12;
+const MAGIC: usize = 16;
+const CRC: usize = 17;
+const ATTRIBUTES: usize = 21;
+const LAST_OFFSET_DELTA: usize = 23;
+const BASE_TIMESTAMP: usize = 27;
+const MAX_TIMESTAMP: usize = 35;
+const PRODUCER_ID: usize = 43;
+const PRODUCER_EPOCH: usize = 51;
+const BASE_SEQUENCE: usize = 53;
+const RECORDS_COUNT: usize = 57;
+/// CRC-32C covers everything from the attributes to the end of the batch.
+const CRC_START: usize = ATTRIBUTES;
+
+const COMPRESSION_MASK: i16 = 0x07;
+const TIMESTAMP_TYPE_BIT: i16 = 0x08;
+const TRANSACTIONAL_BIT: i16 = 0x10;
+const CONTROL_BIT: i16 = 0x20;
+
+/// Why bytes are not an acceptable RecordBatch.
+#[derive(Debug, Error, PartialEq, Eq, Clone)]
+pub enum BatchError {
+    /// Fewer bytes than a header, or than the batch length claims.
+    #[error("record batch truncated: need {need} bytes, have {have}")]
+    Truncated {
+        /// Bytes the batch needs.
+        need: usize,
+        /// Bytes present.
+        have: usize,
+    },
+    /// A length field that cannot be right.
+    #[error("invalid record batch length {0}")]
+    InvalidLength(i32),
+    /// Message format v0 or v1.
+    #[error("message format magic {0} is not supported; send RecordBatch v2 (magic 2)")]
+    UnsupportedMagic(i8),
+    /// The stored CRC does not match the bytes.
+    #[error("record batch CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    CrcMismatch {
+        /// CRC in the batch.
+        stored: u32,
+        /// CRC of the bytes.
+        computed: u32,
+    },
+    /// Header fields that contradict each other.
+    #[error("invalid record batch: {0}")]
+    Invalid(&'static str),
+}
+
+/// The parsed header of one RecordBatch v2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    /// Offset of the first record.
+    pub base_offset: i64,
+    /// Bytes after the length field; the whole batch is `LOG_OVERHEAD + batch_length`.
+    pub batch_length: i32,
+    /// Leader epoch when the batch was appended.
+    pub partition_leader_epoch: i32,
+    /// Format version; 2 for everything spate stores.
+    pub magic: i8,
+    /// Stored CRC-32C.
+    pub crc: u32,
+    /// Compression, timestamp type, transactional and control bits.
+    pub attributes: i16,
+    /// Offset of the last record relative to the base offset.
+    pub last_offset_delta: i32,
+    /// Timestamp of the first record.
+    pub base_timestamp: i64,
+    /// Largest record timestamp (or the append time for LogAppendTime).
+    pub max_timestamp: i64,
+    /// Idempotent producer id, or -1.
+    pub producer_id: i64,
+    /// Idempotent producer epoch, or -1.
+    pub producer_epoch: i16,
+    /// Sequence number of the first record, or -1.
+    pub base_sequence: i32,
+    /// Number of records in the batch.
+    pub records_count: i32,
+}
+
+fn i16_at(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn i32_at(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+fn i64_at(b: &[u8], at: usize) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    i64::from_be_bytes(a)
+}
+
+impl BatchHeader {
+    /// Parses the header at the start of `b`. Checks lengths and magic, not the CRC.
+    pub fn parse(b: &[u8]) -> Result<Self, BatchError> {
+        if b.len() < LOG_OVERHEAD + 5 {
+            return Err(BatchError::Truncated {
+                need: LOG_OVERHEAD + 5,
+                have: b.len(),
+            });
+        }
+        let magic = b[MAGIC] as i8;
+        if magic != 2 {
+            return Err(BatchError::UnsupportedMagic(magic));
+        }
+        if b.len() < HEADER_LEN {
+            return Err(BatchError::Truncated {
+                need: HEADER_LEN,
+                have: b.len(),
+            });
+        }
+        let batch_length = i32_at(b, BATCH_LENGTH);
+        if batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
+            return Err(BatchError::InvalidLength(batch_length));
+        }
+        Ok(Self {
+            base_offset: i64_at(b, BASE_OFFSET),
+            batch_length,
+            partition_leader_epoch: i32_at(b, LEADER_EPOCH),
+            magic,
+            crc: u32::from_be_bytes([b[CRC], b[CRC + 1], b[CRC + 2], b[CRC + 3]]),
+            attributes: i16_at(b, ATTRIBUTES),
+            last_offset_delta: i32_at(b, LAST_OFFSET_DELTA),
+            base_timestamp: i64_at(b, BASE_TIMESTAMP),
+            max_timestamp: i64_at(b, MAX_TIMESTAMP),
+            producer_id: i64_at(b, PRODUCER_ID),
+            producer_epoch: i16_at(b, PRODUCER_EPOCH),
+            base_sequence: i32_at(b, BASE_SEQUENCE),
+            records_count: i32_at(b, RECORDS_COUNT),
+        })
+    }
+
+    /// Size of the whole batch in bytes.
+    pub fn total_len(&self) -> usize {
+        LOG_OVERHEAD + self.batch_length as usize
+    }
+    /// Offset of the last record.
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + self.last_offset_delta as i64
+    }
+    /// Offset after the last record.
+    pub fn next_offset(&self) -> i64 {
+        self.last_offset() + 1
+    }
+    /// Compression codec id: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
+    pub fn compression(&self) -> i16 {
+        self.attributes & COMPRESSION_MASK
+    }
+    /// True for LogAppendTime batches.
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & TIMESTAMP_TYPE_BIT != 0
+    }
+    /// True when the batch belongs to a transaction.
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & TRANSACTIONAL_BIT != 0
+    }
+    /// True for control (commit/abort marker) batches.
+    pub fn is_control(&self) -> bool {
+        self.attributes & CONTROL_BIT != 0
+    }
+    /// True when the batch came from an idempotent producer.
+    pub fn has_producer_id(&self) -> bool {
+        self.producer_id >= 0
+    }
+    /// Sequence of the last record, wrapping as Kafka does at i32::MAX.
+    pub fn last_sequence(&self) -> i32 {
+        if self.base_sequence < 0 {
+            return -1;
+        }
+        let last = self.base_sequence as i64 + self.last_offset_delta as i64;
+        (last % (i32::MAX as i64 + 1)) as i32
+    }
+}
+
+/// Computes the CRC-32C a batch should carry.
+pub fn compute_crc(batch: &[u8]) -> u32 {
+    crc32c::crc32c(&batch[CRC_START..])
+}
+
+/// Parses and fully validates one batch that must fill `b` exactly, as a produce request
+/// carries it: length, magic, CRC and record-count consistency.
+pub fn validate(b: &[u8]) -> Result<BatchHeader, BatchError> {
+    let h = BatchHeader::parse(b)?;
+    if h.total_len() != b.len() {
+        return Err(if h.total_len() > b.len() {
+            BatchError::Truncated {
+                need: h.total_len(),
+                have: b.len(),
+            }
+        } else {
+            BatchError::Invalid("bytes follow the batch")
+        });
+    }
+    let computed = compute_crc(b);
+    if computed != h.crc {
+        return Err(BatchError::CrcMismatch {
+            stored: h.crc,
+            computed,
+        });
+    }
+    if h.records_count <= 0 {
+        return Err(BatchError::Invalid("record batch holds no records"));
+    }
+    if h.last_offset_delta != h.records_count - 1 {
+        return Err(BatchError::Invalid(
+            "last offset delta does not match the record count",
+        ));
+    }
+    Ok(h)
+}
+
+/// Stamps the offsets and epoch the log assigned. The CRC does not cover these fields.
+pub fn assign(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
+    batch[BASE_OFFSET..BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
+    batch[LEADER_EPOCH..LEADER_EPOCH + 4].copy_from_slice(&leader_epoch.to_be_bytes());
+}
+
+/// Marks the batch as LogAppendTime with `now_ms` as its timestamp and re-seals the CRC.
+pub fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
+    let attributes = i16_at(batch, ATTRIBUTES) | TIMESTAMP_TYPE_BIT;
+    batch[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    batch[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = compute_crc(batch);
+    batch[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Walks the whole batches at the start of a buffer read from a log, stopping at the first
+/// incomplete or invalid one.
+pub struct Batches<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Batches<'a> {
+    /// Starts at the beginning of `buf`.
+    pub fn new(buf: &'a [u8]) -> Self {
+        Self { buf, pos: 0 }
+    }
+    /// Bytes consumed by the whole batches yielded so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+}
+
+impl Iterator for Batches<'_> {
+    type Item = (usize, BatchHeader);
+    fn next(&mut self) -> Option<Self::Item> {
+        let rest = &self.buf[self.pos..];
+        let h = BatchHeader::parse(rest).ok()?;
+        if h.total_len() > rest.len() {
+            return None;
+        }
+        let at = self.pos;
+        self.pos += h.total_len();
+        Some((at, h))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    pub(crate) fn encoded(n: i32, compression: Compression) -> Vec<u8> {
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: 7,
+                producer_epoch: 0,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: i,
+                timestamp: 1_000 + i as i64,
+                key: Some(Bytes::from(format!("k{i}"))),
+                value: Some(Bytes::from(vec![b'v'; 100])),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .unwrap();
+        buf.to_vec()
+    }
+
+    #[test]
+    fn validate_reads_header_of_encoded_batch() {
+        let b = encoded(5, Compression::None);
+        let h = validate(&b).unwrap();
+        assert_eq!(h.records_count, 5);
+        assert_eq!(h.last_offset_delta, 4);
+        assert_eq!(h.producer_id, 7);
+        assert_eq!(h.base_sequence, 0);
+        assert_eq!(h.last_sequence(), 4);
+        assert_eq!(h.max_timestamp, 1_004);
+        assert_eq!(h.total_len(), b.len());
+    }
+
+    #[test]
+    fn validate_accepts_every_codec() {
+        for c in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let b = encoded(20, c);
+            let h = validate(&b).unwrap();
+            assert_eq!(h.compression(), c as i16, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn validate_detects_flipped_byte() {
+        let mut b = encoded(3, Compression::None);
+        let last = b.len() - 1;
+        b[last] ^= 0x40;
+        assert!(matches!(validate(&b), Err(BatchError::CrcMismatch { .. })));
+    }
+
+    #[test]
+    fn validate_rejects_truncation_and_trailing_bytes() {
+        let b = encoded(3, Compression::None);
+        assert!(matches!(
+            validate(&b[..b.len() - 1]),
+            Err(BatchError::Truncated { .. })
+        ));
+        let mut longer = b.clone();
+        longer.push(0);
+        assert!(matches!(validate(&longer), Err(BatchError::Invalid(_))));
+        assert!(matches!(
+            validate(&b[..10]),
+            Err(BatchError::Truncated { .. })
+        ));
+    }
+
+    #[test]
+    fn validate_rejects_legacy_magic() {
+        let mut b = encoded(1, Compression::None);
+        b[MAGIC] = 1;
+        assert_eq!(validate(&b), Err(BatchError::UnsupportedMagic(1)));
+    }
+
+    #[test]
+    fn assign_keeps_crc_valid() {
+        let mut b = encoded(2, Compression::None);
+        assign(&mut b, 1234, 9);
+        let h = validate(&b).unwrap();
+        assert_eq!((h.base_offset, h.partition_leader_epoch), (1234, 9));
+        assert_eq!(h.last_offset(), 1235);
+    }
+
+    #[test]
+    fn log_append_time_reseals_crc() {
+        let mut b = encoded(2, Compression::Lz4);
+        set_log_append_time(&mut b, 99_999);
+        let h = validate(&b).unwrap();
+        assert!(h.is_log_append_time());
+        assert_eq!(h.max_timestamp, 99_999);
+        assert_eq!(h.compression(), 3);
+    }
+
+    #[test]
+    fn batches_stops_at_partial_tail() {
+        let a = encoded(2, Compression::None);
+        let b = encoded(3, Compression::None);
+        let mut buf = a.clone();
+        buf.extend_from_slice(&b);
+        buf.extend_from_slice(&b[..20]);
+        let mut it = Batches::new(&buf);
+        let found: Vec<_> = it.by_ref().map(|(at, h)| (at, h.records_count)).collect();
+        assert_eq!(found, vec![(0, 2), (a.len(), 3)]);
+        assert_eq!(it.position(), a.len() + b.len());
+    }
+}
