@@ -1,1 +1,15 @@
+//! One partition's log: an ordered list of segment files holding RecordBatch v2 bytes exactly as
+//! produced, with sparse offset and time indexes, group-committed fsyncs, crash recovery and
+//! retention. Nothing here knows about Kafka requests; callers hand in validated batches.
 
+mod config;
+mod durability;
+mod error;
+mod index;
+mod log;
+mod segment;
+
+pub use config::{FsyncPolicy, LogConfig};
+pub use durability::Flusher;
+pub use error::LogError;
+pub use log::{AppendInfo, Log, ReadResult, TimestampLookup};

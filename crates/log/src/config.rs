@@ -1,0 +1,55 @@
+use std::time::Duration;
+
+/// When appended bytes are forced to disk, and whether acknowledgements wait for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    /// Acknowledge only after fsync; concurrent appends share one fsync.
+    Always,
+    /// Acknowledge only after fsync, waiting up to `window` to gather more appends per fsync
+    /// (the WAL profiles low/medium/high/ultra).
+    GroupCommit {
+        /// How long the first waiting append may wait for company.
+        window: Duration,
+    },
+    /// Acknowledge after the write; fsync in the background every `every`.
+    Interval {
+        /// Background fsync period.
+        every: Duration,
+    },
+    /// Acknowledge after the write; the OS decides when pages reach disk.
+    Never,
+}
+
+impl FsyncPolicy {
+    /// True when acknowledgements wait for the data to be on disk.
+    pub fn acks_wait_for_fsync(&self) -> bool {
+        matches!(self, Self::Always | Self::GroupCommit { .. })
+    }
+}
+
+/// Per-log settings, taken from topic configs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Roll to a new segment once the active one holds this many bytes.
+    pub segment_bytes: u64,
+    /// Roll to a new segment once the active one is this old (ms), if non-empty.
+    pub segment_ms: i64,
+    /// Delete segments whose newest record is older than this (ms); -1 keeps forever.
+    pub retention_ms: i64,
+    /// Delete oldest segments while the log exceeds this many bytes; -1 means no limit.
+    pub retention_bytes: i64,
+    /// Bytes between sparse index entries.
+    pub index_interval_bytes: u32,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            index_interval_bytes: 4096,
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! Sparse indexes over one segment: offset -> file position and timestamp -> offset.
+//!
+//! The active segment keeps its entries in memory; a sealed segment's index is written to disk
+//! once and memory-mapped, so the broker's memory does not grow with the data it stores.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+use memmap2::Mmap;
+
+use crate::error::{IoContext, LogError};
+
+enum Entries {
+    Active(Vec<u8>),
+    Sealed(Option<Mmap>),
+}
+
+impl Entries {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Entries::Active(v) => v,
+            Entries::Sealed(Some(m)) => m,
+            Entries::Sealed(None) => &[],
+        }
+    }
+}
+
+/// Fixed-width sorted entries, each a key and a value.
+pub(crate) struct SparseIndex {
+    entries: Entries,
+    kind: Kind,
+    base_offset: i64,
+}
+
+/// Which index: decides the entry layout.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kind {
+    /// 4-byte offset relative to the segment base, 4-byte file position.
+    Offset,
+    /// 8-byte timestamp, 4-byte offset relative to the segment base.
+    Time,
+}
+
+impl Kind {
+    fn width(self) -> usize {
+        match self {
+            Kind::Offset => 8,
+            Kind::Time => 12,
+        }
+    }
+}
+
+fn u32_at(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+impl SparseIndex {
+    /// An empty in-memory index for the active segment.
+    pub(crate) fn new(kind: Kind, base_offset: i64) -> Self {
+        Self {
+            entries: Entries::Active(Vec::new()),
+            kind,
+            base_offset,
+        }
+    }
+
+    fn entry(&self, i: usize) -> (i64, i64) {
+        let w = self.kind.width();
+        let e = &self.entries.bytes()[i * w..(i + 1) * w];
+        match self.kind {
+            Kind::Offset => (
+                self.base_offset + u32_at(&e[0..4]) as i64,
+                u32_at(&e[4..8]) as i64,
+            ),
+            Kind::Time => {
+                let mut ts = [0u8; 8];
+                ts.copy_from_slice(&e[0..8]);
+                (
+                    i64::from_be_bytes(ts),
+                    self.base_offset + u32_at(&e[8..12]) as i64,
+                )
+            }
+        }
+    }
+
+    /// Number of entries.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.bytes().len() / self.kind.width()
+    }
+
+    /// The last entry, if any.
+    pub(crate) fn last(&self) -> Option<(i64, i64)> {
+        self.len().checked_sub(1).map(|i| self.entry(i))
+    }
+
+    /// Appends an entry to an active index. Keys must not decrease.
+    pub(crate) fn append(&mut self, key: i64, value: i64) {
+        let Entries::Active(v) = &mut self.entries else {
+            debug_assert!(false, "append to a sealed index");
+            return;
+        };
+        match self.kind {
+            Kind::Offset => {
+                v.extend_from_slice(&((key - self.base_offset) as u32).to_be_bytes());
+                v.extend_from_slice(&(value as u32).to_be_bytes());
+            }
+            Kind::Time => {
+                v.extend_from_slice(&key.to_be_bytes());
+                v.extend_from_slice(&((value - self.base_offset) as u32).to_be_bytes());
+            }
+        }
+    }
+
+    /// The last entry whose key is at most `key` (`strict`: below `key`).
+    pub(crate) fn floor(&self, key: i64, strict: bool) -> Option<(i64, i64)> {
+        let (mut lo, mut hi) = (0usize, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let k = self.entry(mid).0;
+            if k < key || (!strict && k == key) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo.checked_sub(1).map(|i| self.entry(i))
+    }
+
+    /// Drops entries with values (offset index) or keys... at or past the cut, for truncation.
+    pub(crate) fn truncate_to_offset(&mut self, next_offset: i64) {
+        let keep = (0..self.len())
+            .take_while(|&i| {
+                let (k, v) = self.entry(i);
+                let offset = if self.kind == Kind::Offset { k } else { v };
+                offset < next_offset
+            })
+            .count();
+        if let Entries::Active(v) = &mut self.entries {
+            v.truncate(keep * self.kind.width());
+        }
+    }
+
+    /// Writes the entries to `path` and switches to reading them through a memory map.
+    pub(crate) fn seal(&mut self, path: &Path) -> Result<(), LogError> {
+        let Entries::Active(v) = &self.entries else {
+            return Ok(());
+        };
+        let mut f = File::create(path).ctx("create index", path)?;
+        f.write_all(v).ctx("write index", path)?;
+        f.sync_data().ctx("fsync index", path)?;
+        let f = File::open(path).ctx("open index", path)?;
+        self.entries = Entries::Sealed(map(&f, path)?);
+        Ok(())
+    }
+
+    /// Loads a sealed index, returning `None` when it is missing or fails the sanity checks
+    /// (so the caller rebuilds it from the segment).
+    pub(crate) fn load(
+        kind: Kind,
+        base_offset: i64,
+        path: &Path,
+        segment_len: u64,
+        next_offset: i64,
+    ) -> Result<Option<Self>, LogError> {
+        let f = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).ctx("open index", path),
+        };
+        let index = Self {
+            entries: Entries::Sealed(map(&f, path)?),
+            kind,
+            base_offset,
+        };
+        let bytes = index.entries.bytes().len();
+        if bytes % kind.width() != 0 || (segment_len > 0 && index.len() == 0) {
+            return Ok(None);
+        }
+        let mut prev = (i64::MIN, i64::MIN);
+        for i in 0..index.len() {
+            let (k, v) = index.entry(i);
+            let (offset, position) = match kind {
+                Kind::Offset => (k, v),
+                Kind::Time => (v, 0),
+            };
+            let sorted = k >= prev.0 && v >= prev.1;
+            if !sorted
+                || offset < base_offset
+                || offset >= next_offset
+                || position as u64 >= segment_len
+            {
+                return Ok(None);
+            }
+            prev = (k, v);
+        }
+        Ok(Some(index))
+    }
+}
+
+fn map(f: &File, path: &Path) -> Result<Option<Mmap>, LogError> {
+    if f.metadata().ctx("stat index", path)?.len() == 0 {
+        return Ok(None);
+    }
+    // SAFETY: index files are written once before being mapped and never modified afterwards;
+    // they are only deleted (unlinked) with their segment, which keeps the mapping valid.
+    let m = unsafe { Mmap::map(f) }.ctx("mmap index", path)?;
+    Ok(Some(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floor_finds_greatest_entry_at_or_below() {
+        let mut ix = SparseIndex::new(Kind::Offset, 100);
+        ix.append(100, 0);
+        ix.append(150, 4096);
+        ix.append(200, 8192);
+        assert_eq!(ix.floor(99, false), None);
+        assert_eq!(ix.floor(100, false), Some((100, 0)));
+        assert_eq!(ix.floor(199, false), Some((150, 4096)));
+        assert_eq!(ix.floor(200, false), Some((200, 8192)));
+        assert_eq!(ix.floor(200, true), Some((150, 4096)));
+        assert_eq!(ix.floor(10_000, false), Some((200, 8192)));
+    }
+
+    #[test]
+    fn sealed_index_reads_back_and_rejects_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.timeindex");
+        let mut ix = SparseIndex::new(Kind::Time, 0);
+        ix.append(1_000, 0);
+        ix.append(2_000, 10);
+        ix.seal(&path).unwrap();
+        assert_eq!(ix.floor(1_500, true), Some((1_000, 0)));
+        let loaded = SparseIndex::load(Kind::Time, 0, &path, 4096, 20)
+            .unwrap()
+            .unwrap();
+        assert_eq!(loaded.last(), Some((2_000, 10)));
+        // An entry beyond the segment's offsets means the file is stale.
+        assert!(SparseIndex::load(Kind::Time, 0, &path, 4096, 5)
+            .unwrap()
+            .is_none());
+        std::fs::write(&path, [0u8; 7]).unwrap();
+        assert!(SparseIndex::load(Kind::Time, 0, &path, 4096, 20)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn truncate_drops_entries_past_cut() {
+        let mut ix = SparseIndex::new(Kind::Offset, 0);
+        ix.append(0, 0);
+        ix.append(10, 500);
+        ix.append(20, 900);
+        ix.truncate_to_offset(15);
+        assert_eq!(ix.last(), Some((10, 500)));
+    }
+}

@@ -1,0 +1,349 @@
+use super::*;
+use crate::config::FsyncPolicy;
+use bytes::BytesMut;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use spate_protocol::batch::Batches;
+use std::io::Write;
+use std::time::Duration;
+
+fn batch(n: usize, ts: i64, value_len: usize) -> Vec<u8> {
+    let records: Vec<Record> = (0..n)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder starts a new batch when offset - sequence changes; keep it constant
+            // while the first record still says "no sequence".
+            sequence: i as i32 - 1,
+            timestamp: ts + i as i64,
+            key: None,
+            value: Some(Bytes::from(vec![b'x'; value_len])),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    buf.to_vec()
+}
+
+fn small_segments() -> LogConfig {
+    LogConfig {
+        segment_bytes: 1024,
+        index_interval_bytes: 256,
+        ..LogConfig::default()
+    }
+}
+
+fn open(dir: &Path, config: LogConfig) -> Log {
+    Log::open(dir, config, Flusher::start(FsyncPolicy::Never), 0)
+        .unwrap()
+        .0
+}
+
+/// Offsets of every batch in a read result.
+fn offsets(r: &ReadResult) -> Vec<(i64, i64)> {
+    Batches::new(&r.records)
+        .map(|(_, h)| (h.base_offset, h.last_offset()))
+        .collect()
+}
+
+fn fill(log: &mut Log, batches: usize, per_batch: usize) {
+    for i in 0..batches {
+        let mut b = batch(per_batch, 1_000 + (i * per_batch) as i64, 50);
+        log.append(&mut b, 3, None, 0).unwrap();
+    }
+}
+
+#[test]
+fn append_assigns_contiguous_offsets_and_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), LogConfig::default());
+    let a = log.append(&mut batch(3, 10, 10), 0, None, 0).unwrap();
+    let b = log.append(&mut batch(2, 20, 10), 0, None, 0).unwrap();
+    assert_eq!((a.base_offset, a.last_offset), (0, 2));
+    assert_eq!((b.base_offset, b.last_offset), (3, 4));
+    assert_eq!(log.end_offset(), 5);
+    let r = log.read(0, 1 << 20, 5, true).unwrap();
+    assert_eq!(offsets(&r), vec![(0, 2), (3, 4)]);
+    // A read from the middle of a batch starts at that batch.
+    let r = log.read(4, 1 << 20, 5, true).unwrap();
+    assert_eq!(offsets(&r), vec![(3, 4)]);
+    // Stored batches still pass CRC: assignment does not touch covered bytes.
+    for (at, h) in Batches::new(&r.records) {
+        spate_protocol::batch::validate(&r.records[at..at + h.total_len()]).unwrap();
+    }
+}
+
+#[test]
+fn read_honours_max_bytes_but_returns_at_least_one_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), LogConfig::default());
+    fill(&mut log, 4, 5);
+    let one = log.read(0, 1 << 20, 100, true).unwrap().records.len() / 4;
+    let r = log.read(0, one * 2 + 10, 100, true).unwrap();
+    assert_eq!(offsets(&r).len(), 2);
+    let r = log.read(0, 10, 100, true).unwrap();
+    assert_eq!(offsets(&r), vec![(0, 4)]);
+    let r = log.read(0, 10, 100, false).unwrap();
+    assert!(r.records.is_empty());
+}
+
+#[test]
+fn read_stops_below_high_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), LogConfig::default());
+    fill(&mut log, 3, 2);
+    let r = log.read(0, 1 << 20, 4, true).unwrap();
+    assert_eq!(offsets(&r), vec![(0, 1), (2, 3)]);
+    assert!(log.read(4, 1 << 20, 4, true).unwrap().records.is_empty());
+}
+
+#[test]
+fn read_out_of_range_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), LogConfig::default());
+    fill(&mut log, 1, 2);
+    assert!(matches!(
+        log.read(3, 100, 2, true),
+        Err(LogError::OffsetOutOfRange {
+            offset: 3,
+            start: 0,
+            end: 2
+        })
+    ));
+    assert!(log.read(2, 100, 2, true).unwrap().records.is_empty());
+}
+
+#[test]
+fn rolls_by_size_and_reads_across_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), small_segments());
+    fill(&mut log, 40, 3);
+    assert!(log.segment_count() > 5, "{} segments", log.segment_count());
+    let mut next = 0;
+    while next < log.end_offset() {
+        let r = log.read(next, 300, i64::MAX, true).unwrap();
+        let o = offsets(&r);
+        assert!(!o.is_empty());
+        assert!(o[0].0 <= next && next <= o[0].1);
+        next = o.last().unwrap().1 + 1;
+    }
+    assert_eq!(next, 120);
+}
+
+#[test]
+fn rolls_by_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_ms: 100,
+        ..LogConfig::default()
+    };
+    let mut log = open(dir.path(), config);
+    log.append(&mut batch(1, 0, 1), 0, None, 0).unwrap();
+    log.append(&mut batch(1, 0, 1), 0, None, 50).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    log.append(&mut batch(1, 0, 1), 0, None, 150).unwrap();
+    assert_eq!(log.segment_count(), 2);
+}
+
+#[test]
+fn reopen_recovers_every_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), small_segments());
+    fill(&mut log, 30, 2);
+    let segments = log.segment_count();
+    drop(log);
+    let (log, notes) = Log::open(
+        dir.path(),
+        small_segments(),
+        Flusher::start(FsyncPolicy::Never),
+        0,
+    )
+    .unwrap();
+    assert!(notes.is_empty(), "{notes:?}");
+    assert_eq!(log.end_offset(), 60);
+    assert_eq!(log.segment_count(), segments);
+    let r = log.read(33, 1 << 20, 60, true).unwrap();
+    assert_eq!(offsets(&r)[0], (32, 33));
+}
+
+#[test]
+fn recovery_cuts_a_batch_torn_in_the_middle() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), LogConfig::default());
+    fill(&mut log, 3, 4);
+    drop(log);
+    let path = dir.path().join(segment::file_name(0, "log"));
+    let len = std::fs::metadata(&path).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(len - 7).unwrap();
+    let (log, notes) = Log::open(
+        dir.path(),
+        LogConfig::default(),
+        Flusher::start(FsyncPolicy::Never),
+        0,
+    )
+    .unwrap();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(log.end_offset(), 8);
+    let mut log = log;
+    let next = log.append(&mut batch(1, 0, 1), 0, None, 0).unwrap();
+    assert_eq!(next.base_offset, 8);
+}
+
+#[test]
+fn recovery_cuts_at_a_corrupt_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), LogConfig::default());
+    fill(&mut log, 3, 4);
+    let second = log.read(4, 1 << 20, 12, true).unwrap();
+    let first_len = log.read(0, 1 << 20, 12, true).unwrap().records.len() - second.records.len();
+    drop(log);
+    let path = dir.path().join(segment::file_name(0, "log"));
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[first_len + 70] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let (log, notes) = Log::open(
+        dir.path(),
+        LogConfig::default(),
+        Flusher::start(FsyncPolicy::Never),
+        0,
+    )
+    .unwrap();
+    assert!(notes[0].contains("CRC"), "{notes:?}");
+    assert_eq!(log.end_offset(), 4);
+}
+
+#[test]
+fn damaged_sealed_index_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), small_segments());
+    fill(&mut log, 30, 2);
+    drop(log);
+    let ix = dir.path().join(segment::file_name(0, "index"));
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&ix)
+        .unwrap()
+        .write_all(&[1, 2, 3])
+        .unwrap();
+    let (log, notes) = Log::open(
+        dir.path(),
+        small_segments(),
+        Flusher::start(FsyncPolicy::Never),
+        0,
+    )
+    .unwrap();
+    assert!(notes.iter().any(|n| n.contains("rebuilt")), "{notes:?}");
+    let r = log.read(1, 1 << 20, 60, true).unwrap();
+    assert_eq!(offsets(&r)[0], (0, 1));
+}
+
+#[test]
+fn offset_for_timestamp_finds_first_record_at_or_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), small_segments());
+    // Batch i holds timestamps 1000 + 3i .. 1000 + 3i + 2 at offsets 3i .. 3i + 2.
+    fill(&mut log, 30, 3);
+    let hit = log.offset_for_timestamp(1_040).unwrap().unwrap();
+    assert_eq!((hit.offset, hit.timestamp), (40, 1_040));
+    let hit = log.offset_for_timestamp(0).unwrap().unwrap();
+    assert_eq!(hit.offset, 0);
+    assert!(log.offset_for_timestamp(5_000).unwrap().is_none());
+    let max = log.max_timestamp().unwrap().unwrap();
+    assert_eq!((max.offset, max.timestamp), (89, 1_089));
+}
+
+#[test]
+fn log_append_time_stamps_the_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), LogConfig::default());
+    log.append(&mut batch(2, 5, 1), 0, Some(77_000), 0).unwrap();
+    let r = log.read(0, 1 << 20, 2, true).unwrap();
+    let h = spate_protocol::batch::validate(&r.records).unwrap();
+    assert!(h.is_log_append_time());
+    assert_eq!(h.max_timestamp, 77_000);
+}
+
+#[test]
+fn retention_by_bytes_deletes_oldest_whole_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), small_segments());
+    fill(&mut log, 40, 3);
+    let before = log.segment_count();
+    let mut config = small_segments();
+    config.retention_bytes = 2048;
+    log.set_config(config);
+    let removed = log.enforce_retention(0).unwrap();
+    assert!(removed > 0 && removed < before);
+    assert!(log.size_bytes() >= 2048 - 1024);
+    assert!(log.start_offset() > 0);
+    assert!(matches!(
+        log.read(0, 100, 200, true),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    let r = log.read(log.start_offset(), 1 << 20, 200, true).unwrap();
+    assert_eq!(offsets(&r)[0].0, log.start_offset());
+}
+
+#[test]
+fn retention_by_time_keeps_the_active_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_segments();
+    config.retention_ms = 10;
+    let mut log = open(dir.path(), config);
+    fill(&mut log, 40, 3);
+    let end = log.end_offset();
+    log.enforce_retention(1_000_000).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.end_offset(), end);
+}
+
+#[test]
+fn truncate_to_removes_the_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), small_segments());
+    fill(&mut log, 40, 3);
+    log.truncate_to(30, 0).unwrap();
+    assert_eq!(log.end_offset(), 30);
+    let next = log.append(&mut batch(2, 0, 1), 0, None, 0).unwrap();
+    assert_eq!(next.base_offset, 30);
+}
+
+#[test]
+fn always_policy_publishes_durable_offset_after_fsync() {
+    let dir = tempfile::tempdir().unwrap();
+    let flusher = Flusher::start(FsyncPolicy::Always);
+    let (mut log, _) = Log::open(dir.path(), LogConfig::default(), flusher.clone(), 0).unwrap();
+    let mut durable = log.durable_offset();
+    let info = log.append(&mut batch(4, 0, 10), 0, None, 0).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            durable.wait_for(|d| *d > info.last_offset),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    });
+    flusher.shutdown();
+}
