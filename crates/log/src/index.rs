@@ -174,7 +174,7 @@ impl SparseIndex {
             base_offset,
         };
         let bytes = index.entries.bytes().len();
-        if bytes % kind.width() != 0 || (segment_len > 0 && index.len() == 0) {
+        if !bytes.is_multiple_of(kind.width()) || (segment_len > 0 && index.len() == 0) {
             return Ok(None);
         }
         let mut prev = (i64::MIN, i64::MIN);
