@@ -155,28 +155,33 @@ impl Log {
 
     /// Appends one validated batch: assigns its offsets and leader epoch, optionally stamps it
     /// with the log append time, and writes it to the active segment (rolling first if due).
+    /// The batch is copied only as far as its 61-byte header; the records go to the file as
+    /// they arrived.
     pub fn append(
         &mut self,
-        bytes: &mut [u8],
+        batch: &[u8],
         leader_epoch: i32,
         log_append_time: Option<i64>,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
+        if batch.len() < HEADER_LEN || batch.len() as u64 > u32::MAX as u64 {
+            return Err(LogError::BatchTooLarge { size: batch.len() });
+        }
+        let (head_in, body) = batch.split_at(HEADER_LEN);
+        let mut head = [0u8; HEADER_LEN];
+        head.copy_from_slice(head_in);
         let base_offset = self.end_offset();
-        batch::assign(bytes, base_offset, leader_epoch);
+        batch::assign(&mut head, base_offset, leader_epoch);
         if let Some(ts) = log_append_time {
-            batch::set_log_append_time(bytes, ts);
+            batch::set_log_append_time(&mut head, body, ts);
         }
         let header =
-            BatchHeader::parse(bytes).map_err(|_| LogError::BatchTooLarge { size: bytes.len() })?;
-        if bytes.len() as u64 > u32::MAX as u64 {
-            return Err(LogError::BatchTooLarge { size: bytes.len() });
-        }
-        self.maybe_roll(bytes.len() as u64, now_ms)?;
+            BatchHeader::parse(&head).map_err(|_| LogError::BatchTooLarge { size: batch.len() })?;
+        self.maybe_roll(batch.len() as u64, now_ms)?;
         let interval = self.config.index_interval_bytes as u64;
         let n = self.segments.len();
         let seg = &mut self.segments[n - 1];
-        seg.append(bytes, &header, interval)?;
+        seg.append(&head, body, &header, interval)?;
         self.sync.written(&seg.file, header.next_offset());
         self.flusher.mark_dirty(&self.sync);
         Ok(AppendInfo {

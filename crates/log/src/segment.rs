@@ -283,18 +283,21 @@ impl Segment {
         self.next_offset = h.next_offset();
     }
 
-    /// Appends one batch whose offsets are already assigned.
+    /// Appends one batch whose offsets are already assigned, given as its header and the
+    /// rest so the caller never copies the records.
     pub(crate) fn append(
         &mut self,
-        bytes: &[u8],
+        head: &[u8],
+        body: &[u8],
         h: &BatchHeader,
         index_interval: u64,
     ) -> Result<(), LogError> {
-        self.file
-            .write_all_at(bytes, self.size)
-            .ctx("write segment", &self.path)?;
         let at = self.size;
-        self.size += bytes.len() as u64;
+        self.file
+            .write_all_at(head, at)
+            .and_then(|()| self.file.write_all_at(body, at + head.len() as u64))
+            .ctx("write segment", &self.path)?;
+        self.size += (head.len() + body.len()) as u64;
         self.track(at, h, index_interval);
         Ok(())
     }

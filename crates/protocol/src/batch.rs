@@ -230,13 +230,15 @@ pub fn assign(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
     batch[LEADER_EPOCH..LEADER_EPOCH + 4].copy_from_slice(&leader_epoch.to_be_bytes());
 }
 
-/// Marks the batch as LogAppendTime with `now_ms` as its timestamp and re-seals the CRC.
-pub fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
-    let attributes = i16_at(batch, ATTRIBUTES) | TIMESTAMP_TYPE_BIT;
-    batch[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
-    batch[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
-    let crc = compute_crc(batch);
-    batch[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+/// Marks a batch as LogAppendTime with `now_ms` as its timestamp and re-seals the CRC. The
+/// batch is given as its first [`HEADER_LEN`] bytes (modified in place) and the rest, so the
+/// record bytes never need copying.
+pub fn set_log_append_time(head: &mut [u8], body: &[u8], now_ms: i64) {
+    let attributes = i16_at(head, ATTRIBUTES) | TIMESTAMP_TYPE_BIT;
+    head[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    head[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&head[CRC_START..HEADER_LEN]), body);
+    head[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// Walks the whole batches at the start of a buffer read from a log, stopping at the first
@@ -380,7 +382,8 @@ mod tests {
     #[test]
     fn log_append_time_reseals_crc() {
         let mut b = encoded(2, Compression::Lz4);
-        set_log_append_time(&mut b, 99_999);
+        let (head, body) = b.split_at_mut(HEADER_LEN);
+        set_log_append_time(head, body, 99_999);
         let h = validate(&b).unwrap();
         assert!(h.is_log_append_time());
         assert_eq!(h.max_timestamp, 99_999);
