@@ -1,1 +1,23 @@
+//! The broker: Kafka API handlers over the partition logs.
+//!
+//! Requests come in as frames from the server crate; [`Broker::handle`] decodes them, runs the
+//! handler for their API family (one module each under [`handlers`]) and returns the encoded
+//! response, or a future for it when the answer must wait (fsync, long-poll fetch).
 
+mod config;
+mod dispatch;
+mod error;
+pub mod handlers;
+mod partition;
+mod producer_ids;
+mod producer_state;
+mod registry;
+mod time;
+mod topic_config;
+
+pub use config::BrokerConfig;
+pub use dispatch::{Broker, Reply};
+pub use error::BrokerError;
+pub use partition::Partition;
+pub use registry::{Topic, TopicRegistry};
+pub use topic_config::{TopicConfig, TopicConfigError};

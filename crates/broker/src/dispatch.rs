@@ -1,0 +1,285 @@
+//! From a request frame to a response: header, version check, decode, handler, encode.
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::FutureExt;
+use serde::{Deserialize, Serialize};
+use spate_log::Flusher;
+use spate_protocol::codec::{decode_body, encode_bare_error, encode_response, CodecError};
+use spate_protocol::header::{decode_header, HeaderError, RawPrefix};
+use spate_protocol::messages::ApiKey;
+use spate_protocol::{api, Encodable, ResponseError};
+use thiserror::Error;
+
+use crate::config::BrokerConfig;
+use crate::error::{io, BrokerError};
+use crate::handlers;
+use crate::producer_ids::ProducerIds;
+use crate::registry::{write_atomically, TopicRegistry};
+
+/// What to send back for one request.
+pub enum Reply {
+    /// Nothing: acks=0 produce.
+    None,
+    /// A complete response frame.
+    Now(Bytes),
+    /// A response frame that becomes ready later; responses still go out in request order.
+    Later(Pin<Box<dyn Future<Output = Bytes> + Send + 'static>>),
+}
+
+/// A request the connection cannot continue after: the stream is out of step or hostile.
+#[derive(Debug, Error)]
+pub enum RequestError {
+    /// The header could not be read.
+    #[error(transparent)]
+    Header(#[from] HeaderError),
+    /// The body did not match its API's schema.
+    #[error(transparent)]
+    Body(#[from] CodecError),
+}
+
+#[derive(Serialize, Deserialize)]
+struct NodeFile {
+    cluster_id: String,
+    node_id: i32,
+}
+
+/// The broker: configuration, topics and producer ids, shared by every connection.
+pub struct Broker {
+    /// How the broker was started.
+    pub config: BrokerConfig,
+    /// Topics and partitions.
+    pub topics: TopicRegistry,
+    /// Cluster id, fixed when the data dir was first used.
+    pub cluster_id: String,
+    pub(crate) producer_ids: ProducerIds,
+    flusher: Flusher,
+}
+
+impl Broker {
+    /// Opens the data dir, recovering every log. Returns the broker and one line per repair.
+    pub fn open(config: BrokerConfig) -> Result<(Arc<Self>, Vec<String>), BrokerError> {
+        let dir = config.data_dir.clone();
+        std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+        let cluster_id = load_or_create_cluster_id(&dir, config.node_id)?;
+        let flusher = Flusher::start(config.fsync);
+        let (topics, notes) = TopicRegistry::open(&dir, flusher.clone())?;
+        let producer_ids = ProducerIds::open(&dir)?;
+        let broker = Arc::new(Self {
+            config,
+            topics,
+            cluster_id,
+            producer_ids,
+            flusher,
+        });
+        Ok((broker, notes))
+    }
+
+    /// Flushes outstanding writes; call before exit.
+    pub fn shutdown(&self) {
+        self.flusher.shutdown();
+    }
+
+    /// Runs retention on every partition every `retention_check_interval`, until the runtime
+    /// stops.
+    pub fn spawn_retention(self: &Arc<Self>) {
+        let broker = Arc::downgrade(self);
+        let every = self.config.retention_check_interval;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(b) = broker.upgrade() else { return };
+                let b2 = b.clone();
+                let _ = tokio::task::spawn_blocking(move || b2.enforce_retention()).await;
+            }
+        });
+    }
+
+    /// One retention pass over every partition.
+    pub fn enforce_retention(&self) {
+        for topic in self.topics.list() {
+            for p in topic.partitions() {
+                match p.enforce_retention() {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(topic = %topic.name, partition = p.index, segments = n, "retention deleted segments")
+                    }
+                    Err(e) => {
+                        tracing::error!(topic = %topic.name, partition = p.index, error = %e, "retention failed")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles one request frame (without its length prefix).
+    pub fn handle(self: &Arc<Self>, frame: Bytes) -> Result<Reply, RequestError> {
+        let prefix = RawPrefix::peek(&frame)?;
+        let Ok(key) = ApiKey::try_from(prefix.api_key) else {
+            tracing::debug!(api_key = prefix.api_key, "unknown API key");
+            return Ok(Reply::Now(encode_bare_error(
+                prefix.correlation_id,
+                ResponseError::UnsupportedVersion.code(),
+            )));
+        };
+        if !api::is_supported(prefix.api_key, prefix.api_version) {
+            tracing::debug!(api = ?key, version = prefix.api_version, "unsupported API version");
+            if key == ApiKey::ApiVersions {
+                // KIP-511: answer in v0 with the error and our ranges so the client can retry.
+                let resp = handlers::api_versions::unsupported();
+                return Ok(Reply::Now(encode_response(
+                    key,
+                    0,
+                    prefix.correlation_id,
+                    &resp,
+                )?));
+            }
+            return Ok(Reply::Now(encode_bare_error(
+                prefix.correlation_id,
+                ResponseError::UnsupportedVersion.code(),
+            )));
+        }
+        let version = prefix.api_version;
+        let mut body = frame;
+        let header = decode_header(key, version, &mut body)?;
+        let ctx = Ctx {
+            key,
+            version,
+            correlation_id: header.correlation_id,
+        };
+        macro_rules! decode {
+            () => {
+                decode_body(key, version, &mut body)?
+            };
+        }
+        let reply = match key {
+            ApiKey::ApiVersions => ctx.now(&handlers::api_versions::handle(decode!())),
+            ApiKey::Metadata => ctx.now(&handlers::metadata::handle(self, version, decode!())),
+            ApiKey::Produce => match handlers::produce::handle(self, &header, decode!()) {
+                Some(fut) => ctx.later(fut),
+                None => Ok(Reply::None),
+            },
+            ApiKey::Fetch => ctx.later(handlers::fetch::handle(self.clone(), version, decode!())),
+            ApiKey::ListOffsets => {
+                ctx.now(&handlers::list_offsets::handle(self, version, decode!()))
+            }
+            ApiKey::CreateTopics => ctx.now(&handlers::topics::create(self, version, decode!())),
+            ApiKey::DeleteTopics => ctx.now(&handlers::topics::delete(self, version, decode!())),
+            ApiKey::CreatePartitions => {
+                ctx.now(&handlers::topics::create_partitions(self, decode!()))
+            }
+            ApiKey::DescribeConfigs => {
+                ctx.now(&handlers::configs::describe(self, version, decode!()))
+            }
+            ApiKey::AlterConfigs => ctx.now(&handlers::configs::alter(self, decode!())),
+            ApiKey::IncrementalAlterConfigs => {
+                ctx.now(&handlers::configs::incremental_alter(self, decode!()))
+            }
+            ApiKey::DescribeCluster => {
+                ctx.now(&handlers::cluster::describe(self, version, decode!()))
+            }
+            ApiKey::InitProducerId => ctx.now(&handlers::producer_ids::init(self, decode!())),
+            // The supported-API table and this match must agree; answer rather than panic.
+            _ => Ok(Reply::Now(encode_bare_error(
+                header.correlation_id,
+                ResponseError::UnsupportedVersion.code(),
+            ))),
+        };
+        Ok(reply?)
+    }
+}
+
+/// What the encoder needs to frame a response.
+#[derive(Clone, Copy)]
+struct Ctx {
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+}
+
+impl Ctx {
+    fn now<T: Encodable>(&self, body: &T) -> Result<Reply, CodecError> {
+        encode_response(self.key, self.version, self.correlation_id, body).map(Reply::Now)
+    }
+
+    fn later<T, F>(&self, fut: F) -> Result<Reply, CodecError>
+    where
+        T: Encodable + Send + 'static,
+        F: Future<Output = T> + Send + 'static,
+    {
+        let ctx = *self;
+        Ok(Reply::Later(Box::pin(fut.map(move |body| {
+            encode_response(ctx.key, ctx.version, ctx.correlation_id, &body).unwrap_or_else(|e| {
+                // A handler built a response its version cannot carry: a bug, but the client
+                // still gets an answer rather than a silent hang.
+                tracing::error!(error = %e, "cannot encode response");
+                encode_bare_error(ctx.correlation_id, ResponseError::UnknownServerError.code())
+            })
+        }))))
+    }
+}
+
+/// Kafka prints cluster ids as 22 characters of URL-safe base64 of a UUID.
+fn load_or_create_cluster_id(dir: &Path, node_id: i32) -> Result<String, BrokerError> {
+    let path = dir.join("node.json");
+    match std::fs::read(&path) {
+        Ok(raw) => {
+            let f: NodeFile =
+                serde_json::from_slice(&raw).map_err(|e| BrokerError::CorruptMetadata {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
+            Ok(f.cluster_id)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = base64_url(uuid::Uuid::new_v4().as_bytes());
+            let f = NodeFile {
+                cluster_id: id.clone(),
+                node_id,
+            };
+            let json = serde_json::to_vec_pretty(&f).map_err(|e| BrokerError::CorruptMetadata {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+            write_atomically(&path, &json)?;
+            Ok(id)
+        }
+        Err(e) => Err(io("read", &path)(e)),
+    }
+}
+
+fn base64_url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len() * 4 / 3 + 2);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_id_is_22_url_safe_characters() {
+        let id = base64_url(&[0xffu8; 16]);
+        assert_eq!(id.len(), 22);
+        assert!(id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+    }
+}

@@ -1,0 +1,336 @@
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (and a read-only view
+//! of the broker's own settings).
+
+use spate_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
+use spate_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use spate_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as IncrementalAlterResourceResponse;
+use spate_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+use spate_protocol::{ResponseError, StrBytes};
+
+use super::msg;
+use crate::registry::{Topic, TopicError};
+use crate::topic_config::{def, ConfigType, TopicConfig, DEFS};
+use crate::Broker;
+
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+const SOURCE_TOPIC: i8 = 1;
+const SOURCE_STATIC_BROKER: i8 = 4;
+/// ConfigSource DEFAULT_CONFIG.
+pub(crate) const SOURCE_DEFAULT: i8 = 5;
+
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+const OP_APPEND: i8 = 2;
+const OP_SUBTRACT: i8 = 3;
+
+struct Entry {
+    name: String,
+    value: String,
+    source: i8,
+    read_only: bool,
+    kind: ConfigType,
+    doc: &'static str,
+}
+
+fn topic_entries(config: &TopicConfig) -> Vec<Entry> {
+    DEFS.iter()
+        .filter_map(|d| {
+            let (value, set) = config.get(d.name)?;
+            Some(Entry {
+                name: d.name.to_string(),
+                value: value.to_string(),
+                source: if set { SOURCE_TOPIC } else { SOURCE_DEFAULT },
+                read_only: false,
+                kind: d.kind,
+                doc: d.doc,
+            })
+        })
+        .collect()
+}
+
+fn broker_entries(b: &Broker) -> Vec<Entry> {
+    let c = &b.config;
+    let fixed = |name: &str, value: String, kind: ConfigType, doc: &'static str| Entry {
+        name: name.to_string(),
+        value,
+        source: SOURCE_STATIC_BROKER,
+        read_only: true,
+        kind,
+        doc,
+    };
+    let mut v = vec![
+        fixed(
+            "node.id",
+            c.node_id.to_string(),
+            ConfigType::Int,
+            "This broker's id.",
+        ),
+        fixed(
+            "broker.id",
+            c.node_id.to_string(),
+            ConfigType::Int,
+            "This broker's id.",
+        ),
+        fixed(
+            "advertised.listeners",
+            format!("PLAINTEXT://{}:{}", c.advertised_host, c.advertised_port),
+            ConfigType::List,
+            "Where clients connect.",
+        ),
+        fixed(
+            "log.dirs",
+            c.data_dir.display().to_string(),
+            ConfigType::List,
+            "Where data is stored.",
+        ),
+        fixed(
+            "num.partitions",
+            c.default_partitions.to_string(),
+            ConfigType::Int,
+            "Partitions of auto-created topics.",
+        ),
+        fixed(
+            "auto.create.topics.enable",
+            c.auto_create_topics.to_string(),
+            ConfigType::String,
+            "Whether Metadata requests create unknown topics.",
+        ),
+        fixed(
+            "socket.request.max.bytes",
+            c.max_frame_bytes.to_string(),
+            ConfigType::Int,
+            "Largest request accepted.",
+        ),
+    ];
+    // Topic defaults, under their broker-level names as Kafka reports them.
+    for (broker_name, topic_name) in [
+        ("log.retention.ms", "retention.ms"),
+        ("log.retention.bytes", "retention.bytes"),
+        ("log.segment.bytes", "segment.bytes"),
+        ("log.roll.ms", "segment.ms"),
+        ("message.max.bytes", "max.message.bytes"),
+        ("log.cleanup.policy", "cleanup.policy"),
+        ("log.message.timestamp.type", "message.timestamp.type"),
+        ("min.insync.replicas", "min.insync.replicas"),
+    ] {
+        if let Some(d) = def(topic_name) {
+            v.push(fixed(broker_name, d.default.to_string(), d.kind, d.doc));
+        }
+    }
+    v
+}
+
+/// Answers DescribeConfigs.
+pub fn describe(b: &Broker, version: i16, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
+    let mut resp = DescribeConfigsResponse::default();
+    for r in req.resources {
+        let mut out = DescribeConfigsResult::default();
+        out.resource_type = r.resource_type;
+        out.resource_name = r.resource_name.clone();
+        let entries = match r.resource_type {
+            RESOURCE_TOPIC => match b.topics.get(&r.resource_name) {
+                Some(t) => Ok(topic_entries(&t.config())),
+                None => Err((
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("topic '{}' does not exist", r.resource_name.as_str()),
+                )),
+            },
+            RESOURCE_BROKER => {
+                let name = r.resource_name.as_str();
+                if name.is_empty() || name == b.config.node_id.to_string() {
+                    Ok(broker_entries(b))
+                } else {
+                    Err((
+                        ResponseError::InvalidRequest,
+                        format!("this is broker {}, not '{name}'", b.config.node_id),
+                    ))
+                }
+            }
+            other => Err((
+                ResponseError::InvalidRequest,
+                format!("resource type {other} has no configs here"),
+            )),
+        };
+        match entries {
+            Ok(entries) => {
+                out.configs = entries
+                    .into_iter()
+                    .filter(|e| {
+                        r.configuration_keys
+                            .as_ref()
+                            .is_none_or(|keys| keys.iter().any(|k| k.as_str() == e.name))
+                    })
+                    .map(|e| {
+                        let mut c = DescribeConfigsResourceResult::default();
+                        c.name = StrBytes::from_string(e.name);
+                        c.value = Some(StrBytes::from_string(e.value));
+                        c.read_only = e.read_only;
+                        c.config_source = e.source;
+                        if version >= 3 {
+                            c.config_type = e.kind as i8;
+                            if req.include_documentation {
+                                c.documentation = Some(StrBytes::from_static_str(e.doc));
+                            }
+                        }
+                        c
+                    })
+                    .collect();
+            }
+            Err((code, message)) => {
+                out.error_code = code.code();
+                out.error_message = msg(message);
+            }
+        }
+        resp.results.push(out);
+    }
+    resp
+}
+
+/// Fills the fields both alter responses share (they are distinct generated types).
+macro_rules! resource_response {
+    ($ty:ty, $resource_type:expr, $name:expr, $result:expr) => {{
+        let mut r = <$ty>::default();
+        r.resource_type = $resource_type;
+        r.resource_name = $name;
+        if let Err(e) = $result {
+            r.error_code = e.code.code();
+            r.error_message = msg(e.message);
+        }
+        r
+    }};
+}
+
+fn topic_for(
+    b: &Broker,
+    resource_type: i8,
+    name: &str,
+) -> Result<std::sync::Arc<Topic>, TopicError> {
+    if resource_type != RESOURCE_TOPIC {
+        return Err(TopicError::new(
+            ResponseError::InvalidRequest,
+            "only topic configs can be altered; broker settings are fixed at start-up",
+        ));
+    }
+    b.topics.get(name).ok_or_else(|| {
+        TopicError::new(
+            ResponseError::UnknownTopicOrPartition,
+            format!("topic '{name}' does not exist"),
+        )
+    })
+}
+
+fn invalid(e: crate::TopicConfigError) -> TopicError {
+    TopicError::new(ResponseError::InvalidConfig, e.to_string())
+}
+
+/// Answers AlterConfigs: the given configs replace all of the topic's overrides.
+pub fn alter(b: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse {
+    let mut resp = AlterConfigsResponse::default();
+    for r in req.resources {
+        let result = topic_for(b, r.resource_type, &r.resource_name).and_then(|t| {
+            let config = TopicConfig::from_pairs(
+                r.configs
+                    .iter()
+                    .map(|c| (c.name.as_str(), c.value.as_ref().map(|v| v.as_str()))),
+            )
+            .map_err(invalid)?;
+            if !req.validate_only {
+                b.topics.set_config(&t, config)?;
+            }
+            Ok(())
+        });
+        resp.responses.push(resource_response!(
+            AlterConfigsResourceResponse,
+            r.resource_type,
+            r.resource_name,
+            result
+        ));
+    }
+    resp
+}
+
+/// Answers IncrementalAlterConfigs: SET and DELETE per key; APPEND and SUBTRACT on lists.
+pub fn incremental_alter(
+    b: &Broker,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let mut resp = IncrementalAlterConfigsResponse::default();
+    for r in req.resources {
+        let result = topic_for(b, r.resource_type, &r.resource_name).and_then(|t| {
+            let mut config = t.config();
+            for c in &r.configs {
+                let key = c.name.as_str();
+                let value = c.value.as_ref().map(|v| v.as_str());
+                match c.config_operation {
+                    OP_SET => {
+                        let v = value
+                            .ok_or_else(|| invalid(crate::TopicConfigError::Missing(key.into())))?;
+                        config.set(key, v).map_err(invalid)?;
+                    }
+                    OP_DELETE => config.unset(key).map_err(invalid)?,
+                    OP_APPEND | OP_SUBTRACT => {
+                        let d = def(key)
+                            .ok_or_else(|| invalid(crate::TopicConfigError::Unknown(key.into())))?;
+                        if d.kind != ConfigType::List {
+                            return Err(TopicError::new(
+                                ResponseError::InvalidConfig,
+                                format!(
+                                    "{key} is not a list; APPEND and SUBTRACT apply only to lists"
+                                ),
+                            ));
+                        }
+                        let current = config
+                            .get(key)
+                            .map(|(v, _)| v.to_string())
+                            .unwrap_or_default();
+                        let mut items: Vec<String> = current
+                            .split(',')
+                            .map(str::trim)
+                            .filter(|s| !s.is_empty())
+                            .map(String::from)
+                            .collect();
+                        let given: Vec<&str> = value
+                            .unwrap_or("")
+                            .split(',')
+                            .map(str::trim)
+                            .filter(|s| !s.is_empty())
+                            .collect();
+                        if c.config_operation == OP_APPEND {
+                            for g in given {
+                                if !items.iter().any(|i| i == g) {
+                                    items.push(g.to_string());
+                                }
+                            }
+                        } else {
+                            items.retain(|i| !given.contains(&i.as_str()));
+                        }
+                        config.set(key, &items.join(",")).map_err(invalid)?;
+                    }
+                    op => {
+                        return Err(TopicError::new(
+                            ResponseError::InvalidRequest,
+                            format!("unknown config operation {op}"),
+                        ))
+                    }
+                }
+            }
+            if !req.validate_only {
+                b.topics.set_config(&t, config)?;
+            }
+            Ok(())
+        });
+        resp.responses.push(resource_response!(
+            IncrementalAlterResourceResponse,
+            r.resource_type,
+            r.resource_name,
+            result
+        ));
+    }
+    resp
+}

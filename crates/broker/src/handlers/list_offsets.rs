@@ -1,0 +1,85 @@
+//! ListOffsets: earliest, latest, max timestamp, or the first offset at a timestamp.
+
+use spate_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use spate_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use spate_protocol::ResponseError;
+
+use crate::partition::Partition;
+use crate::Broker;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+
+/// Answers ListOffsets.
+pub fn handle(b: &Broker, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
+    let mut resp = ListOffsetsResponse::default();
+    for t in req.topics {
+        let topic = b.topics.get(&t.name);
+        let mut tr = ListOffsetsTopicResponse::default();
+        tr.name = t.name.clone();
+        for rp in t.partitions {
+            let mut pr = ListOffsetsPartitionResponse::default();
+            pr.partition_index = rp.partition_index;
+            pr.timestamp = -1;
+            pr.offset = -1;
+            let partition = topic.as_ref().and_then(|t| t.partition(rp.partition_index));
+            let result = match partition {
+                None => Err(ResponseError::UnknownTopicOrPartition),
+                Some(p) => lookup(&p, version, rp.current_leader_epoch, rp.timestamp),
+            };
+            match result {
+                Ok((offset, timestamp, epoch)) => {
+                    pr.offset = offset;
+                    pr.timestamp = timestamp;
+                    if version >= 4 {
+                        pr.leader_epoch = epoch;
+                    }
+                }
+                Err(e) => pr.error_code = e.code(),
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    resp
+}
+
+fn lookup(
+    p: &Partition,
+    version: i16,
+    current_epoch: i32,
+    ts: i64,
+) -> Result<(i64, i64, i32), ResponseError> {
+    let epoch = p.leader_epoch();
+    if version >= 4 && current_epoch >= 0 {
+        if current_epoch > epoch {
+            return Err(ResponseError::UnknownLeaderEpoch);
+        }
+        if current_epoch < epoch {
+            return Err(ResponseError::FencedLeaderEpoch);
+        }
+    }
+    let storage = |e: spate_log::LogError| {
+        tracing::error!(partition = p.index, error = %e, "ListOffsets read failed");
+        ResponseError::KafkaStorageError
+    };
+    match ts {
+        LATEST => Ok((p.high_watermark(), -1, epoch)),
+        EARLIEST | EARLIEST_LOCAL if ts == EARLIEST || version >= 8 => {
+            Ok((p.log_start_offset(), -1, epoch))
+        }
+        MAX_TIMESTAMP if version >= 7 => Ok(match p.max_timestamp().map_err(storage)? {
+            Some(hit) => (hit.offset, hit.timestamp, epoch),
+            None => (-1, -1, -1),
+        }),
+        t if t >= 0 => Ok(match p.offset_for_timestamp(t).map_err(storage)? {
+            Some(hit) if hit.offset < p.high_watermark() => (hit.offset, hit.timestamp, epoch),
+            _ => (-1, -1, -1),
+        }),
+        _ => Err(ResponseError::InvalidRequest),
+    }
+}

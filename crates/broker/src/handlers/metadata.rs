@@ -1,0 +1,142 @@
+//! Metadata: brokers, topics and partition leadership; auto-creates topics when allowed.
+
+use std::sync::Arc;
+
+use spate_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use spate_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
+use spate_protocol::{ResponseError, StrBytes};
+
+use super::{CLUSTER_OPERATIONS, OPERATIONS_OMITTED, TOPIC_OPERATIONS};
+use crate::registry::{validate_topic_name, Topic};
+use crate::topic_config::TopicConfig;
+use crate::Broker;
+
+/// Answers a Metadata request.
+pub fn handle(b: &Broker, version: i16, req: MetadataRequest) -> MetadataResponse {
+    let mut resp = MetadataResponse::default();
+    let mut node = MetadataResponseBroker::default();
+    node.node_id = b.config.node_id.into();
+    node.host = StrBytes::from_string(b.config.advertised_host.clone());
+    node.port = b.config.advertised_port;
+    resp.brokers = vec![node];
+    if version >= 2 {
+        resp.cluster_id = Some(StrBytes::from_string(b.cluster_id.clone()));
+    }
+    if version >= 1 {
+        resp.controller_id = b.config.node_id.into();
+    }
+    if (8..=10).contains(&version) {
+        resp.cluster_authorized_operations = if req.include_cluster_authorized_operations {
+            CLUSTER_OPERATIONS
+        } else {
+            OPERATIONS_OMITTED
+        };
+    }
+    let with_ops = version >= 8 && req.include_topic_authorized_operations;
+    // v0 asks for all topics with an empty list; v1+ with null.
+    let all = match &req.topics {
+        None => true,
+        Some(t) => version == 0 && t.is_empty(),
+    };
+    let auto_create = b.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+    if all {
+        resp.topics = b
+            .topics
+            .list()
+            .iter()
+            .map(|t| describe(b, version, t, with_ops))
+            .collect();
+        return resp;
+    }
+    for wanted in req.topics.unwrap_or_default() {
+        let topic = match &wanted.name {
+            Some(name) => lookup_or_create(b, name, auto_create),
+            None => b
+                .topics
+                .get_by_id(&wanted.topic_id)
+                .ok_or(ResponseError::UnknownTopicId),
+        };
+        match topic {
+            Ok(t) => resp.topics.push(describe(b, version, &t, with_ops)),
+            Err(code) => {
+                let mut t = MetadataResponseTopic::default();
+                t.error_code = code.code();
+                t.name = wanted.name.clone();
+                if version >= 10 {
+                    t.topic_id = wanted.topic_id;
+                }
+                if version >= 8 {
+                    t.topic_authorized_operations = OPERATIONS_OMITTED;
+                }
+                resp.topics.push(t);
+            }
+        }
+    }
+    resp
+}
+
+fn lookup_or_create(
+    b: &Broker,
+    name: &TopicName,
+    auto_create: bool,
+) -> Result<Arc<Topic>, ResponseError> {
+    if let Some(t) = b.topics.get(name) {
+        return Ok(t);
+    }
+    if validate_topic_name(name).is_err() {
+        return Err(ResponseError::InvalidTopicException);
+    }
+    if !auto_create {
+        return Err(ResponseError::UnknownTopicOrPartition);
+    }
+    match b.topics.create(
+        name,
+        b.config.default_partitions,
+        TopicConfig::default(),
+        false,
+    ) {
+        Ok(Some(t)) => {
+            tracing::info!(topic = %name.as_str(), partitions = b.config.default_partitions, "auto-created topic");
+            Ok(t)
+        }
+        // Lost a race with another creator: use theirs.
+        Ok(None) | Err(_) => b
+            .topics
+            .get(name)
+            .ok_or(ResponseError::UnknownTopicOrPartition),
+    }
+}
+
+fn describe(b: &Broker, version: i16, t: &Topic, with_ops: bool) -> MetadataResponseTopic {
+    let node = b.config.node_id;
+    let mut out = MetadataResponseTopic::default();
+    out.name = Some(StrBytes::from_string(t.name.clone()).into());
+    if version >= 10 {
+        out.topic_id = t.id;
+    }
+    if version >= 8 {
+        out.topic_authorized_operations = if with_ops {
+            TOPIC_OPERATIONS
+        } else {
+            OPERATIONS_OMITTED
+        };
+    }
+    out.partitions = t
+        .partitions()
+        .iter()
+        .map(|p| {
+            let mut mp = MetadataResponsePartition::default();
+            mp.partition_index = p.index;
+            mp.leader_id = node.into();
+            if version >= 7 {
+                mp.leader_epoch = p.leader_epoch();
+            }
+            mp.replica_nodes = vec![node.into()];
+            mp.isr_nodes = vec![node.into()];
+            mp
+        })
+        .collect();
+    out
+}

@@ -1,0 +1,29 @@
+//! One module per Kafka API family.
+
+pub mod api_versions;
+pub mod cluster;
+pub mod configs;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod producer_ids;
+pub mod topics;
+
+use spate_protocol::StrBytes;
+
+/// An owned message for an optional error_message field.
+pub(crate) fn msg(s: impl Into<String>) -> Option<StrBytes> {
+    Some(StrBytes::from_string(s.into()))
+}
+
+/// Authorized-operations bitfield for a resource when there are no ACLs: everything a topic
+/// or cluster supports (Kafka's AclOperation codes as bit positions).
+pub(crate) const TOPIC_OPERATIONS: i32 =
+    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+/// Cluster-level operations: create, alter, describe, cluster action, describe/alter configs,
+/// idempotent write.
+pub(crate) const CLUSTER_OPERATIONS: i32 =
+    (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
+/// "Not requested" in authorized-operations fields.
+pub(crate) const OPERATIONS_OMITTED: i32 = i32::MIN;

@@ -1,0 +1,192 @@
+//! Produce: validate each partition's batch, append it, and answer once the configured
+//! durability holds.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use spate_protocol::batch::{self, BatchError};
+use spate_protocol::messages::produce_request::PartitionProduceData;
+use spate_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use spate_protocol::messages::{ProduceRequest, ProduceResponse, RequestHeader};
+use spate_protocol::ResponseError;
+use tokio::sync::watch;
+
+use super::msg;
+use crate::partition::{AppendError, Appended};
+use crate::registry::Topic;
+use crate::time::now_ms;
+use crate::Broker;
+
+/// A partition response that must wait for `offset` to become durable.
+struct Wait {
+    topic: usize,
+    partition: usize,
+    durable: watch::Receiver<i64>,
+    offset: i64,
+}
+
+/// Appends everything in the request now, in request order, and returns the response future,
+/// or `None` for acks=0 (no response is sent).
+pub fn handle(
+    b: &Arc<Broker>,
+    header: &RequestHeader,
+    req: ProduceRequest,
+) -> Option<impl Future<Output = ProduceResponse> + Send + 'static> {
+    let version = header.request_api_version;
+    let acks = req.acks;
+    let mut resp = ProduceResponse::default();
+    let mut waits = Vec::new();
+    let bad_acks = !matches!(acks, -1..=1);
+    let fsync_acks = b.config.fsync.acks_wait_for_fsync() && acks != 0;
+    for (ti, td) in req.topic_data.into_iter().enumerate() {
+        let mut tr = TopicProduceResponse::default();
+        let topic = if version >= 13 {
+            tr.topic_id = td.topic_id;
+            b.topics.get_by_id(&td.topic_id)
+        } else {
+            tr.name = td.name.clone();
+            b.topics.get(&td.name)
+        };
+        for (pi, pd) in td.partition_data.into_iter().enumerate() {
+            let mut pr = PartitionProduceResponse::default();
+            pr.index = pd.index;
+            let outcome = if bad_acks {
+                Err((
+                    ResponseError::InvalidRequiredAcks,
+                    format!("acks must be -1, 0 or 1, got {acks}"),
+                ))
+            } else if req.transactional_id.is_some() {
+                Err((
+                    ResponseError::TransactionalIdAuthorizationFailed,
+                    "transactions are not supported yet".into(),
+                ))
+            } else {
+                match &topic {
+                    None if version >= 13 => {
+                        Err((ResponseError::UnknownTopicId, "unknown topic id".into()))
+                    }
+                    None => Err((
+                        ResponseError::UnknownTopicOrPartition,
+                        "unknown topic".into(),
+                    )),
+                    Some(t) => append_one(t, pd),
+                }
+            };
+            match outcome {
+                Ok((appended, log_start, append_time)) => {
+                    let (base, wait_for) = match appended {
+                        Appended::New {
+                            base_offset,
+                            last_offset,
+                        } => (base_offset, Some(last_offset + 1)),
+                        Appended::Duplicate { base_offset } => (base_offset, None),
+                    };
+                    pr.base_offset = base;
+                    pr.log_append_time_ms = append_time.unwrap_or(-1);
+                    if version >= 5 {
+                        pr.log_start_offset = log_start;
+                    }
+                    if let (true, Some(offset), Some(t)) = (fsync_acks, wait_for, &topic) {
+                        if let Some(p) = t.partition(pr.index) {
+                            waits.push(Wait {
+                                topic: ti,
+                                partition: pi,
+                                durable: p.durable_offset(),
+                                offset,
+                            });
+                        }
+                    }
+                }
+                Err((code, message)) => {
+                    pr.error_code = code.code();
+                    pr.base_offset = -1;
+                    pr.log_append_time_ms = -1;
+                    if version >= 5 {
+                        pr.log_start_offset = -1;
+                    }
+                    if version >= 8 {
+                        pr.error_message = msg(message);
+                    }
+                }
+            }
+            tr.partition_responses.push(pr);
+        }
+        resp.responses.push(tr);
+    }
+    if acks == 0 {
+        return None;
+    }
+    let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
+    Some(async move {
+        let deadline = tokio::time::Instant::now() + timeout;
+        for mut w in waits {
+            let done =
+                tokio::time::timeout_at(deadline, w.durable.wait_for(|d| *d >= w.offset)).await;
+            if !matches!(done, Ok(Ok(_))) {
+                let pr = &mut resp.responses[w.topic].partition_responses[w.partition];
+                pr.error_code = ResponseError::RequestTimedOut.code();
+                if version >= 8 {
+                    pr.error_message =
+                        msg("data written but not yet confirmed on disk within timeout_ms");
+                }
+            }
+        }
+        resp
+    })
+}
+
+type Outcome = Result<(Appended, i64, Option<i64>), (ResponseError, String)>;
+
+fn append_one(t: &Topic, pd: PartitionProduceData) -> Outcome {
+    let Some(p) = t.partition(pd.index) else {
+        return Err((
+            ResponseError::UnknownTopicOrPartition,
+            format!("partition {} does not exist", pd.index),
+        ));
+    };
+    let Some(records) = pd.records else {
+        return Err((ResponseError::InvalidRecord, "no records".into()));
+    };
+    let config = t.config();
+    if records.len() > config.max_message_bytes() {
+        return Err((
+            ResponseError::MessageTooLarge,
+            format!(
+                "batch of {} bytes exceeds max.message.bytes {}",
+                records.len(),
+                config.max_message_bytes()
+            ),
+        ));
+    }
+    let h = batch::validate(&records).map_err(|e| {
+        let code = match e {
+            BatchError::CrcMismatch { .. } => ResponseError::CorruptMessage,
+            BatchError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
+            BatchError::Invalid("bytes follow the batch") => ResponseError::InvalidRecord,
+            _ => ResponseError::CorruptMessage,
+        };
+        let message = match e {
+            BatchError::Invalid("bytes follow the batch") => {
+                "a produce request must carry exactly one record batch per partition".to_string()
+            }
+            other => other.to_string(),
+        };
+        (code, message)
+    })?;
+    if h.is_transactional() || h.is_control() {
+        return Err((
+            ResponseError::TransactionalIdAuthorizationFailed,
+            "transactions are not supported yet".into(),
+        ));
+    }
+    let append_time = config.log_append_time().then(now_ms);
+    match p.append(&records, &h, append_time) {
+        Ok(a) => Ok((a, p.log_start_offset(), append_time)),
+        Err(AppendError::Refused(code)) => Err((code, code.to_string())),
+        Err(AppendError::Storage(e)) => {
+            tracing::error!(topic = %t.name, partition = p.index, error = %e, "append failed");
+            Err((ResponseError::KafkaStorageError, e.to_string()))
+        }
+    }
+}

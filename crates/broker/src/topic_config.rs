@@ -1,0 +1,275 @@
+//! Per-topic configuration: the Kafka topic configs spate honours, their defaults, validation
+//! and how they map onto the log.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use spate_log::LogConfig;
+use thiserror::Error;
+
+/// Kafka's config type codes (DescribeConfigs v3+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigType {
+    /// A free string from a fixed set.
+    String = 2,
+    /// 32-bit integer.
+    Int = 3,
+    /// 64-bit integer.
+    Long = 5,
+    /// Comma-separated list.
+    List = 7,
+}
+
+/// One supported topic config key.
+pub struct ConfigDef {
+    /// The key.
+    pub name: &'static str,
+    /// Value when not set on the topic.
+    pub default: &'static str,
+    /// Type reported to clients.
+    pub kind: ConfigType,
+    /// One-line documentation.
+    pub doc: &'static str,
+    validate: fn(&str) -> Result<(), String>,
+}
+
+fn long_at_least(min: i64) -> impl Fn(&str) -> Result<(), String> {
+    move |v| match v.trim().parse::<i64>() {
+        Ok(n) if n >= min => Ok(()),
+        Ok(n) => Err(format!("{n} is below the minimum {min}")),
+        Err(_) => Err(format!("'{v}' is not an integer")),
+    }
+}
+
+fn int_at_least(min: i64) -> impl Fn(&str) -> Result<(), String> {
+    move |v| match v.trim().parse::<i32>() {
+        Ok(n) if n as i64 >= min => Ok(()),
+        Ok(n) => Err(format!("{n} is below the minimum {min}")),
+        Err(_) => Err(format!("'{v}' is not a 32-bit integer")),
+    }
+}
+
+/// Every topic config spate knows, in name order.
+pub const DEFS: &[ConfigDef] = &[
+    ConfigDef {
+        name: "cleanup.policy",
+        default: "delete",
+        kind: ConfigType::List,
+        doc: "How old segments are discarded: delete (by retention.ms / retention.bytes). compact is not supported yet.",
+        validate: |v| match v.trim() {
+            "delete" => Ok(()),
+            other if other.split(',').any(|p| p.trim() == "compact") => {
+                Err("log compaction is not supported yet; use cleanup.policy=delete".into())
+            }
+            other => Err(format!("'{other}' is not a cleanup policy (delete)")),
+        },
+    },
+    ConfigDef {
+        name: "compression.type",
+        default: "producer",
+        kind: ConfigType::String,
+        doc: "spate stores batches as the producer compressed them; only 'producer' is accepted.",
+        validate: |v| match v.trim() {
+            "producer" => Ok(()),
+            _ => Err("spate stores batches as produced; only compression.type=producer is supported".into()),
+        },
+    },
+    ConfigDef {
+        name: "max.message.bytes",
+        default: "1048588",
+        kind: ConfigType::Int,
+        doc: "Largest record batch accepted, in bytes.",
+        validate: |v| int_at_least(0)(v),
+    },
+    ConfigDef {
+        name: "message.timestamp.type",
+        default: "CreateTime",
+        kind: ConfigType::String,
+        doc: "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches with the broker's clock.",
+        validate: |v| match v.trim() {
+            "CreateTime" | "LogAppendTime" => Ok(()),
+            other => Err(format!("'{other}' is not CreateTime or LogAppendTime")),
+        },
+    },
+    ConfigDef {
+        name: "min.insync.replicas",
+        default: "1",
+        kind: ConfigType::Int,
+        doc: "Replicas that must hold a write before acks=all succeeds.",
+        validate: |v| int_at_least(1)(v),
+    },
+    ConfigDef {
+        name: "retention.bytes",
+        default: "-1",
+        kind: ConfigType::Long,
+        doc: "Delete the oldest segments while a partition is larger than this; -1 for no limit.",
+        validate: |v| long_at_least(-1)(v),
+    },
+    ConfigDef {
+        name: "retention.ms",
+        default: "604800000",
+        kind: ConfigType::Long,
+        doc: "Delete segments whose newest record is older than this; -1 keeps data forever.",
+        validate: |v| long_at_least(-1)(v),
+    },
+    ConfigDef {
+        name: "segment.bytes",
+        default: "1073741824",
+        kind: ConfigType::Int,
+        doc: "Size at which a partition starts a new segment file.",
+        validate: |v| int_at_least(14)(v),
+    },
+    ConfigDef {
+        name: "segment.ms",
+        default: "604800000",
+        kind: ConfigType::Long,
+        doc: "Age at which a partition starts a new segment file.",
+        validate: |v| long_at_least(1)(v),
+    },
+];
+
+/// Looks up a config definition by key.
+pub fn def(name: &str) -> Option<&'static ConfigDef> {
+    DEFS.iter().find(|d| d.name == name)
+}
+
+/// A rejected config.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum TopicConfigError {
+    /// The key is not a topic config spate knows.
+    #[error("unknown topic config '{0}'")]
+    Unknown(String),
+    /// The value does not fit the key.
+    #[error("invalid value for {key}: {reason}")]
+    Invalid {
+        /// The key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// A config with no value where one is needed.
+    #[error("no value given for {0}")]
+    Missing(String),
+}
+
+/// A topic's explicitly set configs; everything else takes its default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfig {
+    overrides: BTreeMap<String, String>,
+}
+
+impl TopicConfig {
+    /// Validates and sets one key.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), TopicConfigError> {
+        let d = def(key).ok_or_else(|| TopicConfigError::Unknown(key.to_string()))?;
+        (d.validate)(value).map_err(|reason| TopicConfigError::Invalid {
+            key: key.to_string(),
+            reason,
+        })?;
+        self.overrides
+            .insert(key.to_string(), value.trim().to_string());
+        Ok(())
+    }
+
+    /// Removes an override, returning the key to its default.
+    pub fn unset(&mut self, key: &str) -> Result<(), TopicConfigError> {
+        def(key).ok_or_else(|| TopicConfigError::Unknown(key.to_string()))?;
+        self.overrides.remove(key);
+        Ok(())
+    }
+
+    /// Builds a config from key/value pairs, failing on the first bad one.
+    pub fn from_pairs<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) -> Result<Self, TopicConfigError> {
+        let mut c = Self::default();
+        for (k, v) in pairs {
+            let v = v.ok_or_else(|| TopicConfigError::Missing(k.to_string()))?;
+            c.set(k, v)?;
+        }
+        Ok(c)
+    }
+
+    /// The effective value of a key and whether it was set on the topic.
+    pub fn get(&self, key: &str) -> Option<(&str, bool)> {
+        if let Some(v) = self.overrides.get(key) {
+            return Some((v, true));
+        }
+        def(key).map(|d| (d.default, false))
+    }
+
+    fn num(&self, key: &str) -> i64 {
+        self.get(key)
+            .and_then(|(v, _)| v.parse().ok())
+            .or_else(|| def(key).and_then(|d| d.default.parse().ok()))
+            .unwrap_or(-1)
+    }
+
+    /// Largest batch accepted.
+    pub fn max_message_bytes(&self) -> usize {
+        self.num("max.message.bytes").max(0) as usize
+    }
+
+    /// Whether batches get the broker's timestamp.
+    pub fn log_append_time(&self) -> bool {
+        self.get("message.timestamp.type").map(|(v, _)| v) == Some("LogAppendTime")
+    }
+
+    /// The settings the log needs.
+    pub fn log_config(&self) -> LogConfig {
+        LogConfig {
+            segment_bytes: self.num("segment.bytes").max(14) as u64,
+            segment_ms: self.num("segment.ms"),
+            retention_ms: self.num("retention.ms"),
+            retention_bytes: self.num("retention.bytes"),
+            ..LogConfig::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_apply_until_overridden() {
+        let mut c = TopicConfig::default();
+        assert_eq!(c.get("retention.ms"), Some(("604800000", false)));
+        c.set("retention.ms", "1000").unwrap();
+        assert_eq!(c.get("retention.ms"), Some(("1000", true)));
+        assert_eq!(c.log_config().retention_ms, 1000);
+        c.unset("retention.ms").unwrap();
+        assert_eq!(c.log_config().retention_ms, 604800000);
+    }
+
+    #[test]
+    fn rejects_unknown_keys_and_bad_values() {
+        let mut c = TopicConfig::default();
+        assert_eq!(
+            c.set("retention.mss", "1"),
+            Err(TopicConfigError::Unknown("retention.mss".into()))
+        );
+        assert!(matches!(
+            c.set("retention.ms", "soon"),
+            Err(TopicConfigError::Invalid { .. })
+        ));
+        assert!(matches!(
+            c.set("retention.bytes", "-2"),
+            Err(TopicConfigError::Invalid { .. })
+        ));
+        assert!(matches!(
+            c.set("segment.bytes", "99999999999"),
+            Err(TopicConfigError::Invalid { .. })
+        ));
+        assert!(matches!(
+            c.set("cleanup.policy", "compact"),
+            Err(TopicConfigError::Invalid { .. })
+        ));
+        assert!(matches!(
+            c.set("message.timestamp.type", "Wallclock"),
+            Err(TopicConfigError::Invalid { .. })
+        ));
+        assert!(c.set("message.timestamp.type", "LogAppendTime").is_ok());
+        assert!(c.log_append_time());
+    }
+}
