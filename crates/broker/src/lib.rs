@@ -16,7 +16,7 @@ mod time;
 mod topic_config;
 
 pub use config::BrokerConfig;
-pub use dispatch::{Broker, Reply};
+pub use dispatch::{Broker, Reply, RequestError};
 pub use error::BrokerError;
 pub use partition::Partition;
 pub use registry::{Topic, TopicRegistry};

@@ -1,0 +1,195 @@
+//! Command-line flags, each with an environment twin.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use spate_broker::BrokerConfig;
+use spate_log::FsyncPolicy;
+
+/// spate: a Kafka-compatible event-streaming broker.
+///
+/// With no arguments it listens on 127.0.0.1:9092 and stores data in ./data. Every flag can
+/// also be set through the environment variable shown with it; a flag wins over its variable.
+#[derive(Debug, Parser)]
+#[command(name = "spate", version, about, long_about)]
+pub struct Args {
+    /// Address and port to accept Kafka clients on. Port 0 picks a free port (printed on start).
+    #[arg(long, env = "SPATE_LISTEN", default_value = "127.0.0.1:9092")]
+    pub listen: String,
+
+    /// HOST:PORT clients are told to connect to in Metadata responses. Defaults to the
+    /// listening address.
+    #[arg(long, env = "SPATE_ADVERTISED_ADDRESS")]
+    pub advertised_address: Option<String>,
+
+    /// Directory holding all topics, partitions and broker state.
+    #[arg(long, env = "SPATE_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+
+    /// When written data is forced to disk, and whether acknowledgements wait for it:
+    /// `always` fsyncs before every ack (concurrent writes share an fsync);
+    /// `low` / `medium` / `high` / `ultra` are WAL profiles that also fsync before acking but
+    /// gather writes for 2 / 10 / 50 / 100 ms per fsync (fewer fsyncs, more latency);
+    /// `interval` acks at once and fsyncs every --fsync-interval-ms in the background;
+    /// `never` acks at once and leaves flushing to the OS (Kafka's default behaviour).
+    #[arg(long, env = "SPATE_FSYNC", default_value = "interval")]
+    pub fsync: String,
+
+    /// Background fsync period for `--fsync interval`, in milliseconds.
+    #[arg(long, env = "SPATE_FSYNC_INTERVAL_MS", default_value_t = 1000)]
+    pub fsync_interval_ms: u64,
+
+    /// Partitions for auto-created topics and for CreateTopics requests that leave it to the broker.
+    #[arg(long, env = "SPATE_DEFAULT_PARTITIONS", default_value_t = 1)]
+    pub default_partitions: i32,
+
+    /// Create unknown topics when a client asks for their metadata (as Kafka's
+    /// auto.create.topics.enable).
+    #[arg(long, env = "SPATE_AUTO_CREATE_TOPICS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub auto_create_topics: bool,
+
+    /// Largest request accepted, in bytes; larger requests close the connection.
+    #[arg(long, env = "SPATE_MAX_REQUEST_BYTES", default_value_t = 100 * 1024 * 1024)]
+    pub max_request_bytes: usize,
+
+    /// How often retention deletes expired segments, in milliseconds.
+    #[arg(
+        long,
+        env = "SPATE_RETENTION_CHECK_INTERVAL_MS",
+        default_value_t = 30_000
+    )]
+    pub retention_check_interval_ms: u64,
+
+    /// Log filter (error, warn, info, debug, trace, or a tracing directive). RUST_LOG wins.
+    #[arg(long, env = "SPATE_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+/// Parses an fsync policy name.
+pub fn parse_fsync(name: &str, interval_ms: u64) -> anyhow::Result<FsyncPolicy> {
+    let window = |ms| FsyncPolicy::GroupCommit {
+        window: Duration::from_millis(ms),
+    };
+    Ok(match name {
+        "always" => FsyncPolicy::Always,
+        "low" => window(2),
+        "medium" => window(10),
+        "high" => window(50),
+        "ultra" => window(100),
+        "interval" => {
+            if interval_ms == 0 {
+                bail!("--fsync-interval-ms must be at least 1");
+            }
+            FsyncPolicy::Interval {
+                every: Duration::from_millis(interval_ms),
+            }
+        }
+        "never" => FsyncPolicy::Never,
+        other => bail!(
+            "unknown --fsync '{other}': use always, interval, never, or a WAL profile (low, medium, high, ultra)"
+        ),
+    })
+}
+
+fn split_host_port(s: &str) -> anyhow::Result<(String, i32)> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .with_context(|| format!("'{s}' is not HOST:PORT"))?;
+    let port: u16 = port
+        .parse()
+        .with_context(|| format!("'{port}' is not a port number"))?;
+    if host.is_empty() || port == 0 {
+        bail!("'{s}' needs a host and a non-zero port");
+    }
+    Ok((
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        port as i32,
+    ))
+}
+
+impl Args {
+    /// The broker configuration for a listener bound to `bound`.
+    pub fn broker_config(&self, bound: SocketAddr) -> anyhow::Result<BrokerConfig> {
+        let (host, port) = match &self.advertised_address {
+            Some(a) => split_host_port(a).context("--advertised-address")?,
+            None if bound.ip().is_unspecified() => {
+                bail!("listening on {bound}: set --advertised-address to the address clients should use")
+            }
+            None => (bound.ip().to_string(), bound.port() as i32),
+        };
+        if self.default_partitions < 1 {
+            bail!(
+                "--default-partitions must be at least 1, got {}",
+                self.default_partitions
+            );
+        }
+        if self.max_request_bytes < 1024 {
+            bail!("--max-request-bytes must be at least 1024");
+        }
+        let mut c = BrokerConfig::new(self.data_dir.clone(), host, port);
+        c.fsync = parse_fsync(&self.fsync, self.fsync_interval_ms)?;
+        c.default_partitions = self.default_partitions;
+        c.auto_create_topics = self.auto_create_topics;
+        c.max_frame_bytes = self.max_request_bytes;
+        c.retention_check_interval = Duration::from_millis(self.retention_check_interval_ms.max(1));
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_listen_on_9092_with_data_in_dot_data() {
+        let a = Args::try_parse_from(["spate"]).unwrap();
+        assert_eq!(a.listen, "127.0.0.1:9092");
+        assert_eq!(a.data_dir, PathBuf::from("./data"));
+        let c = a.broker_config("127.0.0.1:9092".parse().unwrap()).unwrap();
+        assert_eq!(
+            (c.advertised_host.as_str(), c.advertised_port),
+            ("127.0.0.1", 9092)
+        );
+        assert!(c.auto_create_topics);
+    }
+
+    #[test]
+    fn wal_profiles_map_to_group_commit_windows() {
+        assert_eq!(
+            parse_fsync("medium", 0).unwrap(),
+            FsyncPolicy::GroupCommit {
+                window: Duration::from_millis(10)
+            }
+        );
+        assert_eq!(parse_fsync("always", 0).unwrap(), FsyncPolicy::Always);
+        assert!(parse_fsync("sometimes", 0).is_err());
+        assert!(parse_fsync("interval", 0).is_err());
+    }
+
+    #[test]
+    fn advertised_address_is_validated() {
+        let a =
+            Args::try_parse_from(["spate", "--advertised-address", "kafka.local:19092"]).unwrap();
+        let c = a.broker_config("0.0.0.0:9092".parse().unwrap()).unwrap();
+        assert_eq!(
+            (c.advertised_host.as_str(), c.advertised_port),
+            ("kafka.local", 19092)
+        );
+        let a = Args::try_parse_from(["spate", "--advertised-address", "nohost"]).unwrap();
+        assert!(a.broker_config("127.0.0.1:1".parse().unwrap()).is_err());
+        let a = Args::try_parse_from(["spate"]).unwrap();
+        assert!(a.broker_config("0.0.0.0:9092".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn auto_create_takes_an_explicit_boolean() {
+        let a = Args::try_parse_from(["spate", "--auto-create-topics", "false"]).unwrap();
+        assert!(!a.auto_create_topics);
+        assert!(Args::try_parse_from(["spate", "--default-partitions", "x"]).is_err());
+    }
+}

@@ -1,0 +1,105 @@
+//! `spate`: a Kafka-compatible broker in one binary.
+
+mod config;
+mod connection;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use tokio::net::TcpListener;
+
+use crate::config::Args;
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_logging(&args.log_level);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("spate-worker")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run(args))
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let bound = listener.local_addr().context("reading the bound address")?;
+    let config = args.broker_config(bound)?;
+    let data_dir = config.data_dir.clone();
+    let fsync = args.fsync.clone();
+    let (broker, notes) = spate_broker::Broker::open(config)
+        .with_context(|| format!("opening data dir {}", data_dir.display()))?;
+    for n in notes {
+        tracing::warn!("recovery: {n}");
+    }
+    broker.spawn_retention();
+    println!(
+        "spate listening on {bound} (advertised as {}:{}), data in {}, fsync {fsync}",
+        broker.config.advertised_host,
+        broker.config.advertised_port,
+        data_dir.display()
+    );
+    let accept = accept_loop(listener, broker.clone());
+    tokio::select! {
+        r = accept => r?,
+        _ = shutdown_signal() => tracing::info!("shutting down"),
+    }
+    broker.shutdown();
+    Ok(())
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    broker: Arc<spate_broker::Broker>,
+) -> anyhow::Result<()> {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let broker = broker.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = connection::serve(broker, stream).await {
+                        tracing::warn!(%peer, "closing connection: {e}");
+                    }
+                });
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::error!("accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
