@@ -79,6 +79,8 @@ pub fn consumer_config(cfg: &RunConfig) -> ClientConfig {
     c.set("enable.auto.offset.store", "false");
     c.set("auto.offset.reset", "earliest");
     c.set("enable.partition.eof", "false");
+    // librdkafka refuses assign() without a group id even though we never join or commit.
+    c.set("group.id", format!("spate-bench-{}", std::process::id()));
     apply_extra(&mut c, cfg);
     c
 }

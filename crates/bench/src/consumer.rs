@@ -14,7 +14,7 @@ use crate::client::{consumer_config, error_code_name};
 use crate::config::RunConfig;
 use crate::error::{BenchError, Result};
 use crate::payload::MessageFactory;
-use crate::stats::{ConsumeStats, Shared};
+use crate::stats::{ConsumeStats, Shared, StartGate};
 use crate::validate::Validator;
 
 /// Poll timeout: short enough that stop flags are noticed quickly.
@@ -29,8 +29,8 @@ pub struct ConsumerPlan {
     pub end_offsets: Option<HashMap<i32, i64>>,
     /// Messages consumed before this (ns since epoch) are warm-up.
     pub measure_from_ns: u64,
-    /// Hard stop.
-    pub deadline: Option<Instant>,
+    /// Hard stop this long after the epoch.
+    pub deadline: Option<Duration>,
     /// Exit when the shared counter of measured messages reaches this.
     pub target_total: Option<u64>,
 }
@@ -53,11 +53,13 @@ pub struct ConsumerShared<'a> {
 pub fn run_consumer(
     cfg: &RunConfig,
     plan: &ConsumerPlan,
-    epoch: Instant,
+    gate: &StartGate,
     shared: &ConsumerShared<'_>,
     stats: Shared<ConsumeStats>,
 ) -> Result<()> {
     if plan.assignment.is_empty() {
+        // Still pass the gate so the phase does not wait for this consumer.
+        gate.arrive_and_wait(shared.stop);
         return Ok(());
     }
     let consumer: BaseConsumer = consumer_config(cfg)
@@ -72,6 +74,12 @@ pub fn run_consumer(
         .assign(&tpl)
         .map_err(|e| BenchError::Client(format!("assign: {e}")))?;
 
+    // Connect before the clock starts (see StartGate).
+    let _ = consumer.fetch_metadata(Some(&cfg.topic), cfg.timeout);
+    let Some(epoch) = gate.arrive_and_wait(shared.stop) else {
+        return Ok(());
+    };
+    let deadline = plan.deadline.map(|d| epoch + d);
     // Partitions still to read up to their end offset (empty start ranges are done already).
     let mut pending: HashMap<i32, i64> = match &plan.end_offsets {
         Some(ends) => plan
@@ -86,8 +94,7 @@ pub fn run_consumer(
     }
 
     loop {
-        if shared.stop.load(Ordering::Relaxed) || plan.deadline.is_some_and(|d| Instant::now() >= d)
-        {
+        if shared.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
         if plan

@@ -17,7 +17,7 @@ use crate::client::{error_code_name, producer_config};
 use crate::config::RunConfig;
 use crate::error::{BenchError, Result};
 use crate::payload::{KeyBuf, MessageFactory};
-use crate::stats::{ProduceStats, Shared};
+use crate::stats::{ProduceStats, Shared, StartGate};
 use crate::validate::SeqSet;
 
 /// Serve delivery reports every this many sends so the report queue never grows large.
@@ -34,8 +34,8 @@ pub struct ProducerPlan {
     pub quota: Option<u64>,
     /// Messages per second for this producer.
     pub rate: Option<f64>,
-    /// Stop sending at this instant.
-    pub end: Option<Instant>,
+    /// Stop sending this long after the epoch.
+    pub end: Option<Duration>,
     /// Messages enqueued before this (ns since epoch) are warm-up and not measured.
     pub measure_from_ns: u64,
 }
@@ -43,7 +43,7 @@ pub struct ProducerPlan {
 /// Delivery-report handler; owns nothing but a handle to the producer's stats.
 struct ReportContext {
     stats: Shared<ProduceStats>,
-    epoch: Instant,
+    gate: Arc<StartGate>,
     measure_from_ns: u64,
     factory: Arc<MessageFactory>,
 }
@@ -63,7 +63,11 @@ impl ProducerContext for ReportContext {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, enqueued_ns: usize) {
-        let now_ns = self.epoch.elapsed().as_nanos() as u64;
+        // Reports only arrive for messages sent after the gate opened.
+        let now_ns = self
+            .gate
+            .epoch()
+            .map_or(0, |e| e.elapsed().as_nanos() as u64);
         let enqueued_ns = enqueued_ns as u64;
         let measured = enqueued_ns >= self.measure_from_ns;
         let mut s = self.stats.lock();
@@ -105,7 +109,7 @@ pub fn run_producer(
     cfg: &RunConfig,
     plan: &ProducerPlan,
     factory: Arc<MessageFactory>,
-    epoch: Instant,
+    gate: &Arc<StartGate>,
     stop: &AtomicBool,
     stats: Shared<ProduceStats>,
     track_acks: bool,
@@ -115,7 +119,7 @@ pub fn run_producer(
     }
     let ctx = ReportContext {
         stats: stats.clone(),
-        epoch,
+        gate: Arc::clone(gate),
         measure_from_ns: plan.measure_from_ns,
         factory: Arc::clone(&factory),
     };
@@ -123,6 +127,15 @@ pub fn run_producer(
         .create_with_context(ctx)
         .map_err(|e| BenchError::Client(e.to_string()))?;
 
+    // Connect (and learn the partition leaders) before the clock starts; a failure here
+    // shows up as failed deliveries, which is where it belongs.
+    let _ = producer
+        .client()
+        .fetch_metadata(Some(&cfg.topic), cfg.timeout);
+    let Some(epoch) = gate.arrive_and_wait(stop) else {
+        return Ok(());
+    };
+    let end = plan.end.map(|d| epoch + d);
     let mut scratch = Vec::with_capacity(factory.message_size());
     let mut key_buf = KeyBuf::default();
     let interval = plan
@@ -138,7 +151,7 @@ pub fn run_producer(
             break;
         }
         let mut now = Instant::now();
-        if plan.end.is_some_and(|end| now >= end) {
+        if end.is_some_and(|end| now >= end) {
             break;
         }
         if plan.quota.is_some_and(|q| measured_sent >= q) {
@@ -176,7 +189,7 @@ pub fn run_producer(
                     // fresh timestamp so queueing inside our own loop is not hidden.
                     producer.poll(Duration::from_millis(5));
                     now = Instant::now();
-                    if stop.load(Ordering::Relaxed) || plan.end.is_some_and(|end| now >= end) {
+                    if stop.load(Ordering::Relaxed) || end.is_some_and(|end| now >= end) {
                         break 'send;
                     }
                     ts_ns = now.duration_since(epoch).as_nanos() as u64;

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::client;
 use crate::config::RunConfig;
@@ -41,11 +41,8 @@ pub fn run(
             Arc::clone(factory),
         )))
     });
-    let epoch = Instant::now();
     let measure_from_ns = cfg.warmup.as_nanos() as u64;
-    let hard_end = cfg
-        .measured_limit()
-        .map(|d| epoch + d + cfg.timeout + DRAIN_SLACK);
+    let hard_end = cfg.measured_limit().map(|d| d + cfg.timeout + DRAIN_SLACK);
     let consumers = spread(&starts, consumers_n)
         .into_iter()
         .map(|assignment| ConsumerPlan {
@@ -62,7 +59,6 @@ pub fn run(
             cfg.concurrency,
             cfg.message_count,
             cfg.rate_limit,
-            epoch,
             cfg.warmup,
             cfg.measured_limit(),
         ),
@@ -73,7 +69,7 @@ pub fn run(
         drain: true,
     };
     let sampler = cfg.broker_pid.and_then(ProcessSampler::start);
-    let res = run_phase(cfg, sup, spec, factory, epoch, stop);
+    let res = run_phase(cfg, sup, spec, factory, stop);
     report.broker_resources = sampler.and_then(ProcessSampler::finish);
     let res = res?;
     report.interrupted |= res.interrupted;

@@ -16,7 +16,7 @@ use crate::producer::{run_producer, ProducerPlan};
 use crate::progress::{Progress, Snapshot};
 use crate::prometheus::{self, PromState};
 use crate::report::{ClientUsage, ConsumeSummary, ProduceSummary, RunReport, MIB};
-use crate::stats::{ConsumeStats, ErrorCounts, ProduceStats, Shared};
+use crate::stats::{ConsumeStats, ErrorCounts, ProduceStats, Shared, StartGate};
 use crate::sysinfo::{cpu_seconds, rss_mib, ProcessSampler};
 use crate::validate::{ValidationPolicy, Validator};
 
@@ -169,9 +169,9 @@ pub(crate) fn run_phase(
     sup: &mut Supervisor,
     spec: PhaseSpec,
     factory: &Arc<MessageFactory>,
-    epoch: Instant,
     user_stop: &AtomicBool,
 ) -> Result<PhaseResult> {
+    let gate = Arc::new(StartGate::default());
     let prod_stats: Vec<Shared<ProduceStats>> =
         spec.producers.iter().map(|_| Shared::new()).collect();
     let cons_stats: Vec<Shared<ConsumeStats>> =
@@ -195,25 +195,41 @@ pub(crate) fn run_phase(
     let outcome: Result<()> = std::thread::scope(|s| {
         let mut handles = Vec::new();
         for (plan, st) in spec.producers.iter().zip(&prod_stats) {
-            let (f, st, stop, done) = (Arc::clone(factory), st.clone(), &prod_stop, &prod_done);
+            let (f, st, stop, done, gate) = (
+                Arc::clone(factory),
+                st.clone(),
+                &prod_stop,
+                &prod_done,
+                &gate,
+            );
             let track = spec.track_acks;
             handles.push(s.spawn(move || {
-                let r = run_producer(cfg, plan, f, epoch, stop, st, track);
+                let r = run_producer(cfg, plan, f, gate, stop, st, track);
                 done.fetch_add(1, Ordering::Relaxed);
                 r
             }));
         }
         let shared = &shared;
         for (plan, st) in spec.consumers.iter().zip(&cons_stats) {
-            let (st, done) = (st.clone(), &cons_done);
+            let (st, done, gate) = (st.clone(), &cons_done, &gate);
             handles.push(s.spawn(move || {
-                let r = run_consumer(cfg, plan, epoch, shared, st);
+                let r = run_consumer(cfg, plan, gate, shared, st);
                 done.fetch_add(1, Ordering::Relaxed);
                 r
             }));
         }
 
         let (n_prod, n_cons) = (spec.producers.len(), spec.consumers.len());
+        // Start the clock once every worker is connected (or failed, or setup timed out).
+        let setup_started = Instant::now();
+        while gate.ready() + prod_done.load(Ordering::Relaxed) + cons_done.load(Ordering::Relaxed)
+            < n_prod + n_cons
+            && setup_started.elapsed() < cfg.timeout
+            && !user_stop.load(Ordering::Relaxed)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let epoch = gate.open();
         let mut last_consumed = (0u64, Instant::now());
         let mut producers_done_at: Option<Instant> = None;
         let drain_limit = cfg.timeout.max(Duration::from_secs(10));
@@ -256,7 +272,7 @@ pub(crate) fn run_phase(
                 if n_prod == 0 && idle {
                     idle_stopped = true;
                     cons_stop.store(true, Ordering::Relaxed);
-                } else if producers_finished {
+                } else if n_prod > 0 && producers_finished {
                     let caught_up = spec.drain && snap.consumed >= snap.delivered;
                     let too_long = producers_done_at.is_some_and(|t| t.elapsed() >= drain_limit);
                     if caught_up || !spec.drain || idle || too_long {
@@ -316,7 +332,6 @@ pub(crate) fn producer_plans(
     n: usize,
     count: Option<u64>,
     rate: Option<u64>,
-    epoch: Instant,
     warmup: Duration,
     end: Option<Duration>,
 ) -> Vec<ProducerPlan> {
@@ -325,7 +340,7 @@ pub(crate) fn producer_plans(
             id: i as u32,
             quota: count.map(|c| split(c, n, i)),
             rate: rate.map(|r| r as f64 / n as f64),
-            end: end.map(|d| epoch + d),
+            end,
             measure_from_ns: warmup.as_nanos() as u64,
         })
         .collect()
@@ -570,14 +585,12 @@ fn produce_mode(
     partitions: &[i32],
     report: &mut RunReport,
 ) -> Result<()> {
-    let epoch = Instant::now();
     let spec = PhaseSpec {
         name: "produce",
         producers: producer_plans(
             cfg.concurrency,
             cfg.message_count,
             cfg.rate_limit,
-            epoch,
             cfg.warmup,
             cfg.measured_limit(),
         ),
@@ -588,7 +601,7 @@ fn produce_mode(
         drain: false,
     };
     let sampler = cfg.broker_pid.and_then(ProcessSampler::start);
-    let res = run_phase(cfg, sup, spec, factory, epoch, stop);
+    let res = run_phase(cfg, sup, spec, factory, stop);
     report.broker_resources = sampler.and_then(ProcessSampler::finish);
     let res = res?;
     report.interrupted |= res.interrupted;
@@ -629,7 +642,6 @@ pub(crate) fn verify_phase(
     let wm = client::watermarks(&md, &cfg.topic, partitions, cfg.timeout)?;
     let ends: std::collections::HashMap<i32, i64> = wm.iter().map(|&(p, _, hi)| (p, hi)).collect();
     let starts: Vec<(i32, i64)> = wm.iter().map(|&(p, lo, _)| (p, lo)).collect();
-    let epoch = Instant::now();
     let n = cfg.concurrency.min(starts.len()).max(1);
     let consumers = spread(&starts, n)
         .into_iter()
@@ -637,7 +649,7 @@ pub(crate) fn verify_phase(
             assignment,
             end_offsets: Some(ends.clone()),
             measure_from_ns: 0,
-            deadline: Some(epoch + VERIFY_LIMIT),
+            deadline: Some(VERIFY_LIMIT),
             target_total: None,
         })
         .collect();
@@ -650,7 +662,7 @@ pub(crate) fn verify_phase(
         record_latency: false,
         drain: false,
     };
-    let res = run_phase(cfg, sup, spec, factory, epoch, stop)?;
+    let res = run_phase(cfg, sup, spec, factory, stop)?;
     report.interrupted |= res.interrupted;
     if res.idle_stopped {
         report.notes.push(format!(
@@ -681,14 +693,12 @@ fn consume_mode(
     // an empty topic.
     if cfg.validate || available == 0 {
         let count = cfg.message_count.unwrap_or(cfg.fill_count);
-        let epoch = Instant::now();
         let spec = PhaseSpec {
             name: "fill",
             producers: producer_plans(
                 cfg.concurrency.min(4),
                 Some(count),
                 None,
-                epoch,
                 Duration::ZERO,
                 Some(FILL_LIMIT),
             ),
@@ -698,7 +708,7 @@ fn consume_mode(
             record_latency: false,
             drain: false,
         };
-        let res = run_phase(cfg, sup, spec, factory, epoch, stop)?;
+        let res = run_phase(cfg, sup, spec, factory, stop)?;
         check_abort(&res)?;
         if let Some(v) = &validator {
             merge_acks(v, &res.produce);
@@ -723,14 +733,13 @@ fn consume_mode(
             cfg.concurrency - starts.len()
         ));
     }
-    let epoch = Instant::now();
     let consumers = spread(&starts, cfg.concurrency)
         .into_iter()
         .map(|assignment| ConsumerPlan {
             assignment,
             end_offsets: Some(ends.clone()),
             measure_from_ns: cfg.warmup.as_nanos() as u64,
-            deadline: cfg.measured_limit().map(|d| epoch + d),
+            deadline: cfg.measured_limit(),
             target_total: cfg.message_count,
         })
         .collect();
@@ -744,7 +753,7 @@ fn consume_mode(
         drain: false,
     };
     let sampler = cfg.broker_pid.and_then(ProcessSampler::start);
-    let res = run_phase(cfg, sup, spec, factory, epoch, stop);
+    let res = run_phase(cfg, sup, spec, factory, stop);
     report.broker_resources = sampler.and_then(ProcessSampler::finish);
     let res = res?;
     report.interrupted |= res.interrupted;

@@ -2,7 +2,9 @@
 //! once-per-interval progress reader ever take, so locking stays uncontended.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -119,6 +121,45 @@ impl<T> Shared<T> {
     /// Locks the cell. A panic in another holder leaves plain counters, so poisoning is ignored.
     pub fn lock(&self) -> MutexGuard<'_, T> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Lets every worker finish its setup (client creation, first connection) before the clock
+/// starts, so connection setup is not measured as latency or counted in throughput windows.
+#[derive(Debug, Default)]
+pub struct StartGate {
+    ready: AtomicUsize,
+    go: OnceLock<Instant>,
+}
+
+impl StartGate {
+    /// Called by a worker once set up; blocks until the gate opens. `None` if stopped first.
+    pub fn arrive_and_wait(&self, stop: &AtomicBool) -> Option<Instant> {
+        self.ready.fetch_add(1, Ordering::SeqCst);
+        loop {
+            if let Some(e) = self.go.get() {
+                return Some(*e);
+            }
+            if stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Workers that finished setup.
+    pub fn ready(&self) -> usize {
+        self.ready.load(Ordering::SeqCst)
+    }
+
+    /// Opens the gate (idempotent); returns the epoch every worker measures from.
+    pub fn open(&self) -> Instant {
+        *self.go.get_or_init(Instant::now)
+    }
+
+    /// The epoch, once open.
+    pub fn epoch(&self) -> Option<Instant> {
+        self.go.get().copied()
     }
 }
 
