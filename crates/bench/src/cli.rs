@@ -243,7 +243,7 @@ pub struct CompareArgs {
     /// Which cases to run.
     #[arg(long, value_enum, default_value = "standard")]
     pub suite: Suite,
-    /// Only run cases whose name contains one of these (repeatable).
+    /// Only run these cases: exact names, or prefixes ending in '*' (repeatable).
     #[arg(long = "case")]
     pub cases: Vec<String>,
     /// Override every case's measured duration (e.g. for a smoke test).

@@ -152,6 +152,14 @@ pub fn broker_info(cfg: &RunConfig) -> Result<BrokerInfo> {
     })
 }
 
+/// A `--case` filter: an exact case name, or a prefix ending in `*`.
+pub fn case_matches(name: &str, filter: &str) -> bool {
+    match filter.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == filter,
+    }
+}
+
 fn target_config(template: &RunConfig, t: &Target, args: &CompareArgs, topic: String) -> RunConfig {
     let mut cfg = template.clone();
     cfg.bootstrap = t.bootstrap.clone();
@@ -188,7 +196,7 @@ pub fn run_compare(args: &CompareArgs, stop: &AtomicBool) -> Result<CompareRepor
     );
     let mut cases = suite_cases(args.suite);
     if !args.cases.is_empty() {
-        cases.retain(|c| args.cases.iter().any(|f| c.name.contains(f.as_str())));
+        cases.retain(|c| args.cases.iter().any(|f| case_matches(&c.name, f)));
     }
     let mut report = CompareReport {
         tool: "spate-bench".into(),
@@ -314,6 +322,14 @@ mod tests {
             assert!(c.cfg.validate().is_ok(), "{} invalid", c.name);
         }
         assert!(suite_cases(Suite::Quick).len() < names.len());
+    }
+
+    #[test]
+    fn case_filters() {
+        assert!(case_matches("produce-1kb", "produce-1kb"));
+        assert!(!case_matches("produce-1kb-x4", "produce-1kb"));
+        assert!(case_matches("produce-1kb-x4", "produce-1kb*"));
+        assert!(case_matches("round-trip-1kb", "*"));
     }
 
     #[test]
