@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use crate::config::Mode;
 use crate::histogram::LatencySummary;
-use crate::report::{fmt_us, thousands, CompareReport, RunReport};
+use crate::report::{fmt_us, pct, thousands, CompareReport, RunReport};
 use crate::validate::ValidationReport;
 
 fn latency_row(out: &mut String, label: &str, l: &LatencySummary) {
@@ -65,9 +65,9 @@ pub fn render_run(r: &RunReport) -> String {
         let _ = writeln!(out, "    attempted   {:>14}", thousands(p.attempted));
         let _ = writeln!(
             out,
-            "    delivered   {:>14}   ({:.2}% of settled; only broker-acknowledged messages count)",
+            "    delivered   {:>14}   ({} of settled; only broker-acknowledged messages count)",
             thousands(p.delivered),
-            p.success_rate * 100.0
+            pct(p.success_rate)
         );
         let _ = writeln!(out, "    failed      {:>14}", thousands(p.failed));
         let _ = writeln!(
@@ -196,9 +196,10 @@ pub fn render_compare(c: &CompareReport) -> String {
                 continue;
             };
             let lat = run.headline_latency();
-            let ok = run.produce.as_ref().map_or("-".to_string(), |p| {
-                format!("{:.2}", p.success_rate * 100.0)
-            });
+            let ok = run
+                .produce
+                .as_ref()
+                .map_or("-".to_string(), |p| pct(p.success_rate));
             let valid = run
                 .validation
                 .as_ref()

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::error::{BenchError, Result};
 use crate::histogram::LatencySummary;
-use crate::report::{fmt_us, thousands, CompareReport};
+use crate::report::{fmt_us, pct, thousands, CompareReport};
 
 /// Series colours, one per target (colour-blind-friendly ordering).
 const PALETTE: [&str; 6] = [
@@ -291,7 +291,7 @@ pub fn render_compare(c: &CompareReport) -> String {
             let success = run
                 .produce
                 .as_ref()
-                .map_or("-".into(), |p| format!("{:.2}%", p.success_rate * 100.0));
+                .map_or("-".into(), |p| pct(p.success_rate));
             let integrity = match &run.validation {
                 Some(v) if v.passed => "<span class=\"ok\">ok</span>".to_string(),
                 Some(v) => format!(

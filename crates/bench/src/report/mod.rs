@@ -247,9 +247,31 @@ pub fn fmt_us(us: u64) -> String {
     }
 }
 
+/// A success rate as a percentage that never rounds a failure up to "100%".
+pub fn pct(rate: f64) -> String {
+    if rate >= 1.0 {
+        return "100%".into();
+    }
+    for decimals in 2..=6 {
+        let s = format!("{:.*}", decimals, rate * 100.0);
+        if !s.starts_with("100") {
+            return s + "%";
+        }
+    }
+    "99.999999%".into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percentages_never_hide_failures() {
+        assert_eq!(pct(1.0), "100%");
+        assert_eq!(pct(0.5), "50.00%");
+        assert_eq!(pct(1_000_000.0 / 1_000_003.0), "99.9997%");
+        assert_eq!(pct(0.0), "0.00%");
+    }
 
     #[test]
     fn formatting() {
