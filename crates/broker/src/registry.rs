@@ -293,7 +293,7 @@ impl TopicRegistry {
             return Ok(None);
         }
         let dir = self.root.join(name);
-        std::fs::create_dir_all(&dir).map_err(|e| BrokerError::from(io("create", &dir)(e)))?;
+        std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
         let file = TopicFile {
             id: Uuid::new_v4(),
             partitions,
@@ -323,7 +323,7 @@ impl TopicRegistry {
             .root
             .join(format!("{name}-{}{DELETED_SUFFIX}", topic.id.simple()));
         std::fs::rename(&topic.dir, &aside)
-            .map_err(|e| BrokerError::from(io("rename", &topic.dir)(e)))?;
+            .map_err(io("rename", &topic.dir))?;
         std::thread::spawn(move || {
             if let Err(e) = std::fs::remove_dir_all(&aside) {
                 tracing::warn!(path = %aside.display(), error = %e, "removing deleted topic files failed; retried on next start");

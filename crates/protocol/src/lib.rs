@@ -8,6 +8,7 @@
 //!
 //! Message bodies are the `kafka-protocol` crate's generated types, re-exported as [`messages`].
 
+pub mod alloc;
 pub mod api;
 pub mod batch;
 pub mod codec;

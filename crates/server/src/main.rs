@@ -1,5 +1,9 @@
 //! `spate`: a Kafka-compatible broker in one binary.
 
+#[global_allocator]
+static ALLOCATOR: spate_protocol::alloc::HostileLengthAllocator =
+    spate_protocol::alloc::HostileLengthAllocator;
+
 mod config;
 mod connection;
 

@@ -17,7 +17,7 @@ pub fn init(b: &Broker, req: InitProducerIdRequest) -> InitProducerIdResponse {
         return resp;
     }
     let (id, epoch) = (req.producer_id.0, req.producer_epoch);
-    if id >= 0 && epoch >= 0 && epoch < i16::MAX - 1 {
+    if id >= 0 && (0..i16::MAX - 1).contains(&epoch) {
         resp.producer_id = id.into();
         resp.producer_epoch = epoch + 1;
         return resp;

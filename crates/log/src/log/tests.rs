@@ -64,8 +64,8 @@ fn offsets(r: &ReadResult) -> Vec<(i64, i64)> {
 
 fn fill(log: &mut Log, batches: usize, per_batch: usize) {
     for i in 0..batches {
-        let mut b = batch(per_batch, 1_000 + (i * per_batch) as i64, 50);
-        log.append(&mut b, 3, None, 0).unwrap();
+        let b = batch(per_batch, 1_000 + (i * per_batch) as i64, 50);
+        log.append(&b, 3, None, 0).unwrap();
     }
 }
 
@@ -73,8 +73,8 @@ fn fill(log: &mut Log, batches: usize, per_batch: usize) {
 fn append_assigns_contiguous_offsets_and_reads_back() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path(), LogConfig::default());
-    let a = log.append(&mut batch(3, 10, 10), 0, None, 0).unwrap();
-    let b = log.append(&mut batch(2, 20, 10), 0, None, 0).unwrap();
+    let a = log.append(&batch(3, 10, 10), 0, None, 0).unwrap();
+    let b = log.append(&batch(2, 20, 10), 0, None, 0).unwrap();
     assert_eq!((a.base_offset, a.last_offset), (0, 2));
     assert_eq!((b.base_offset, b.last_offset), (3, 4));
     assert_eq!(log.end_offset(), 5);
@@ -154,10 +154,10 @@ fn rolls_by_age() {
         ..LogConfig::default()
     };
     let mut log = open(dir.path(), config);
-    log.append(&mut batch(1, 0, 1), 0, None, 0).unwrap();
-    log.append(&mut batch(1, 0, 1), 0, None, 50).unwrap();
+    log.append(&batch(1, 0, 1), 0, None, 0).unwrap();
+    log.append(&batch(1, 0, 1), 0, None, 50).unwrap();
     assert_eq!(log.segment_count(), 1);
-    log.append(&mut batch(1, 0, 1), 0, None, 150).unwrap();
+    log.append(&batch(1, 0, 1), 0, None, 150).unwrap();
     assert_eq!(log.segment_count(), 2);
 }
 
@@ -202,7 +202,7 @@ fn recovery_cuts_a_batch_torn_in_the_middle() {
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert_eq!(log.end_offset(), 8);
     let mut log = log;
-    let next = log.append(&mut batch(1, 0, 1), 0, None, 0).unwrap();
+    let next = log.append(&batch(1, 0, 1), 0, None, 0).unwrap();
     assert_eq!(next.base_offset, 8);
 }
 
@@ -273,7 +273,7 @@ fn offset_for_timestamp_finds_first_record_at_or_after() {
 fn log_append_time_stamps_the_batch() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path(), LogConfig::default());
-    log.append(&mut batch(2, 5, 1), 0, Some(77_000), 0).unwrap();
+    log.append(&batch(2, 5, 1), 0, Some(77_000), 0).unwrap();
     let r = log.read(0, 1 << 20, 2, true).unwrap();
     let h = spate_protocol::batch::validate(&r.records).unwrap();
     assert!(h.is_log_append_time());
@@ -321,7 +321,7 @@ fn truncate_to_removes_the_tail() {
     fill(&mut log, 40, 3);
     log.truncate_to(30, 0).unwrap();
     assert_eq!(log.end_offset(), 30);
-    let next = log.append(&mut batch(2, 0, 1), 0, None, 0).unwrap();
+    let next = log.append(&batch(2, 0, 1), 0, None, 0).unwrap();
     assert_eq!(next.base_offset, 30);
 }
 
@@ -331,7 +331,7 @@ fn always_policy_publishes_durable_offset_after_fsync() {
     let flusher = Flusher::start(FsyncPolicy::Always);
     let (mut log, _) = Log::open(dir.path(), LogConfig::default(), flusher.clone(), 0).unwrap();
     let mut durable = log.durable_offset();
-    let info = log.append(&mut batch(4, 0, 10), 0, None, 0).unwrap();
+    let info = log.append(&batch(4, 0, 10), 0, None, 0).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

@@ -1,0 +1,240 @@
+//! Starting spate processes and talking to them.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::FutureProducer;
+use rdkafka::TopicPartitionList;
+
+/// A running spate broker, killed when dropped.
+pub struct Spate {
+    child: Option<Child>,
+    /// host:port it listens on.
+    pub addr: String,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+impl Spate {
+    /// Starts a broker with a fresh data dir and these extra flags.
+    pub fn start(extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, addr) = spawn(dir.path(), &extra);
+        Self {
+            child: Some(child),
+            addr,
+            dir,
+            extra,
+        }
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// SIGKILL, no chance to flush anything.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the broker again on the same data dir (on a new port).
+    pub fn restart(&mut self) {
+        self.kill9();
+        let (child, addr) = spawn(self.dir.path(), &self.extra);
+        self.child = Some(child);
+        self.addr = addr;
+    }
+
+    /// The broker's log output so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("spate.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Spate {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("---- spate log ----\n{}", self.log());
+        }
+    }
+}
+
+fn spawn(dir: &Path, extra: &[String]) -> (Child, String) {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("spate.log"))
+        .expect("log file");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spate"))
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.join("data"))
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("spawn spate");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("spate did not print its address within 60 s");
+    let addr = line
+        .strip_prefix("spate listening on ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .to_string();
+    (child, addr)
+}
+
+/// A librdkafka config pointed at `addr`, quiet and quick to give up.
+pub fn client_config(addr: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", addr)
+        .set("log_level", "3")
+        .set("socket.timeout.ms", "10000")
+        .set("message.timeout.ms", "20000");
+    c
+}
+
+/// An idempotent, acks=all producer with the given extra settings.
+pub fn producer(addr: &str, extra: &[(&str, &str)]) -> FutureProducer {
+    let mut c = client_config(addr);
+    c.set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5");
+    for (k, v) in extra {
+        c.set(*k, *v);
+    }
+    c.create().expect("producer")
+}
+
+/// A consumer with no group, assigned to `partitions` of `topic` from `offset`.
+pub fn consumer(addr: &str, topic: &str, partitions: &[i32], offset: i64) -> BaseConsumer {
+    let c: BaseConsumer = client_config(addr)
+        .set("group.id", "e2e-unused")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for &p in partitions {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Offset(offset))
+            .expect("assign");
+    }
+    c.assign(&tpl).expect("assign");
+    c
+}
+
+/// An admin client.
+pub fn admin(addr: &str) -> AdminClient<DefaultClientContext> {
+    client_config(addr).create().expect("admin")
+}
+
+/// A raw Kafka protocol connection for requests no real client would send.
+pub struct Raw {
+    stream: TcpStream,
+    next_id: i32,
+}
+
+impl Raw {
+    /// Connects with a 20 s read timeout.
+    pub fn connect(addr: &str) -> Self {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        Self { stream, next_id: 1 }
+    }
+
+    /// Sends bytes as they are.
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// Frames and sends a request; returns its correlation id.
+    pub fn send<T: Encodable>(&mut self, key: ApiKey, version: i16, body: &T) -> i32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(id)
+            .with_client_id(Some(StrBytes::from_static_str("e2e-raw")));
+        let mut buf = BytesMut::new();
+        header
+            .encode(&mut buf, key.request_header_version(version))
+            .expect("encode header");
+        body.encode(&mut buf, version).expect("encode body");
+        let mut framed = BytesMut::new();
+        framed.put_i32(buf.len() as i32);
+        framed.extend_from_slice(&buf);
+        self.send_bytes(&framed);
+        id
+    }
+
+    /// Reads one response frame; `None` when the broker closed the connection.
+    pub fn recv_frame(&mut self) -> Option<Bytes> {
+        let mut len = [0u8; 4];
+        self.stream.read_exact(&mut len).ok()?;
+        let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
+        self.stream.read_exact(&mut body).ok()?;
+        Some(Bytes::from(body))
+    }
+
+    /// Reads and decodes one response.
+    pub fn recv<T: Decodable>(&mut self, key: ApiKey, version: i16) -> (i32, T) {
+        let mut frame = self.recv_frame().expect("response");
+        let header = ResponseHeader::decode(&mut frame, key.response_header_version(version))
+            .expect("response header");
+        let body = T::decode(&mut frame, version).expect("response body");
+        (header.correlation_id, body)
+    }
+
+    /// Sends a request and decodes its response.
+    pub fn call<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> Resp {
+        let id = self.send(key, version, req);
+        let (got, resp) = self.recv(key, version);
+        assert_eq!(got, id, "correlation id");
+        resp
+    }
+
+    /// True when the broker has closed this connection.
+    pub fn is_closed(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        matches!(self.stream.read(&mut b), Ok(0) | Err(_))
+    }
+}
+
+/// Reads an i16 error code right after a correlation id (the bare error answer).
+pub fn bare_error(frame: &mut Bytes) -> (i32, i16) {
+    (frame.get_i32(), frame.get_i16())
+}

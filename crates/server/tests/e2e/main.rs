@@ -1,0 +1,10 @@
+//! End-to-end tests: the real `spate` binary on a free loopback port with a temp data dir,
+//! driven by librdkafka (the `rdkafka` crate) and by raw protocol requests for the inputs no
+//! well-behaved client sends.
+
+mod admin;
+mod bad_input;
+mod durability;
+mod fetch;
+mod harness;
+mod produce_consume;
