@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Drives Apache Kafka's own CLI tools (from ../shared/anchors/kafka) against a fresh spate:
+# kafka-topics create/describe/list/alter/delete, kafka-configs, the console producer
+# (idempotent by default) and console consumer, GetOffsetShell, and the producer perf test
+# with default settings. Exits non-zero on the first mismatch.
+#   scripts/kafka-tools-e2e.sh            (uses target/debug/spate; SPATE_BIN overrides)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ANCHOR="${SPATE_KAFKA_ANCHOR:-$ROOT/../shared/anchors/kafka}"
+BIN="${SPATE_BIN:-$ROOT/target/debug/spate}"
+[[ -x "$ANCHOR/perf.sh" ]] || { echo "Kafka anchor not found at $ANCHOR (set SPATE_KAFKA_ANCHOR)" >&2; exit 2; }
+[[ -x "$BIN" ]] || { echo "spate binary not found at $BIN (cargo build first)" >&2; exit 2; }
+"$ANCHOR/install.sh" >/dev/null
+
+WORK="$(mktemp -d)"
+SPATE_PID=""
+cleanup() { [[ -n "$SPATE_PID" ]] && kill "$SPATE_PID" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+"$BIN" --listen 127.0.0.1:0 --data-dir "$WORK/data" >"$WORK/stdout" 2>"$WORK/spate.log" &
+SPATE_PID=$!
+for _ in $(seq 1 100); do [[ -s "$WORK/stdout" ]] && break; sleep 0.1; done
+B="$(awk 'NR==1{print $4}' "$WORK/stdout")"
+[[ -n "$B" ]] || { echo "spate did not start"; cat "$WORK/spate.log"; exit 1; }
+echo "spate at $B"
+
+fail() { echo "FAIL: $*" >&2; echo "--- spate log" >&2; tail -50 "$WORK/spate.log" >&2; exit 1; }
+pass() { echo "ok: $*"; }
+tool() { timeout 120 "$ANCHOR/perf.sh" "$@" 2>"$WORK/tool.err"; }
+klass() { tool class "$@"; }
+
+# kafka-topics
+tool topics --bootstrap-server "$B" --create --topic cli-orders --partitions 3 | grep -q "Created topic cli-orders" \
+  || fail "kafka-topics --create"
+pass "kafka-topics --create"
+tool topics --bootstrap-server "$B" --create --topic cli-orders --partitions 3 >/dev/null 2>&1 && fail "duplicate create succeeded"
+grep -q "already exists" "$WORK/tool.err" || fail "duplicate create: no 'already exists' error"
+pass "kafka-topics --create of an existing topic is refused"
+tool topics --bootstrap-server "$B" --describe --topic cli-orders | grep -q "PartitionCount: 3" || fail "kafka-topics --describe"
+pass "kafka-topics --describe"
+tool topics --bootstrap-server "$B" --list | grep -qx "cli-orders" || fail "kafka-topics --list"
+pass "kafka-topics --list"
+tool topics --bootstrap-server "$B" --alter --topic cli-orders --partitions 4 >/dev/null || fail "kafka-topics --alter --partitions"
+tool topics --bootstrap-server "$B" --describe --topic cli-orders | grep -q "PartitionCount: 4" || fail "partition count after --alter"
+pass "kafka-topics --alter --partitions 4"
+
+# kafka-configs (IncrementalAlterConfigs + DescribeConfigs)
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --entity-type topics --entity-name cli-orders \
+  --alter --add-config retention.ms=3600000,max.message.bytes=2000000 >/dev/null || fail "kafka-configs --alter"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --entity-type topics --entity-name cli-orders --describe \
+  | grep -q "retention.ms=3600000" || fail "kafka-configs --describe"
+pass "kafka-configs --alter / --describe"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --entity-type topics --entity-name cli-orders \
+  --alter --add-config no.such.config=1 >/dev/null 2>&1 && fail "unknown config accepted"
+pass "kafka-configs refuses an unknown config"
+
+# Console producer (idempotent, acks=all by default in Kafka 4) and console consumer.
+for i in $(seq 1 200); do echo "key$i:value-$i"; done > "$WORK/sent"
+klass org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$B" --topic cli-orders \
+  --reader-property parse.key=true --reader-property key.separator=: < "$WORK/sent" || fail "console producer"
+total=$(klass org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$B" --topic cli-orders | awk -F: '{s+=$3} END{print s}')
+[[ "$total" == 200 ]] || fail "expected 200 records in cli-orders, GetOffsetShell says $total"
+pass "console producer wrote 200 records (GetOffsetShell)"
+: > "$WORK/got"
+while IFS=: read -r _ p n; do
+  [[ "$n" -gt 0 ]] || continue
+  klass org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" --topic cli-orders --partition "$p" \
+    --offset earliest --max-messages "$n" --timeout-ms 30000 \
+    --formatter-property print.key=true --formatter-property key.separator=: >> "$WORK/got" || fail "console consumer on partition $p"
+done < <(klass org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$B" --topic cli-orders)
+diff <(sort "$WORK/sent") <(sort "$WORK/got") | head -5 >&2; diff -q <(sort "$WORK/sent") <(sort "$WORK/got") >/dev/null || fail "console consumer read back different records"
+pass "console consumer read back all 200 records, keys and values intact"
+
+# Producer perf test with default settings.
+out=$(tool producer --bootstrap-server "$B" --topic cli-perf --num-records 100000 --record-size 256 --throughput -1)
+echo "$out" | tail -1
+echo "$out" | grep -q "^100000 records sent" || fail "producer perf test"
+n=$(klass org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$B" --topic cli-perf | awk -F: '{s+=$3} END{print s}')
+[[ "$n" == 100000 ]] || fail "perf topic holds $n records, expected 100000"
+pass "producer perf test: 100000 records acknowledged and stored"
+
+# Delete
+tool topics --bootstrap-server "$B" --delete --topic cli-orders >/dev/null || fail "kafka-topics --delete"
+tool topics --bootstrap-server "$B" --list | grep -qx "cli-orders" && fail "topic still listed after delete"
+pass "kafka-topics --delete"
+echo "all Kafka tool checks passed"
