@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: unit tests, end-to-end tests against the real spate
+# binary with librdkafka, and Apache Kafka's own CLI tools against spate.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+scripts/setup.sh
+cargo build --workspace --all-targets
+cargo test --workspace
+scripts/kafka-tools-e2e.sh
