@@ -368,10 +368,12 @@ pub(crate) fn summarize_produce(stats: &[ProduceStats], measure_from_ns: u64) ->
     s.attempted = (enqueued + rejected).max(s.delivered + s.failed);
     s.errors = errors;
     s.latency_us = latency.summary();
-    s.elapsed_s = round3(last_ns.saturating_sub(measure_from_ns) as f64 / 1e9);
-    if s.elapsed_s > 0.0 {
-        s.msgs_per_sec = round3(s.delivered as f64 / s.elapsed_s);
-        s.mib_per_sec = round3(s.bytes as f64 / MIB / s.elapsed_s);
+    // Rates from the exact window; only the reported numbers are rounded.
+    let elapsed = last_ns.saturating_sub(measure_from_ns) as f64 / 1e9;
+    s.elapsed_s = round3(elapsed);
+    if elapsed > 0.0 {
+        s.msgs_per_sec = round3(s.delivered as f64 / elapsed);
+        s.mib_per_sec = round3(s.bytes as f64 / MIB / elapsed);
     }
     let settled = s.delivered + s.failed;
     s.success_rate = if settled == 0 {
@@ -409,10 +411,11 @@ pub(crate) fn summarize_consume(
         measure_from_ns
     };
     s.latency_us = latency.summary();
-    s.elapsed_s = round3(last_ns.saturating_sub(start) as f64 / 1e9);
-    if s.elapsed_s > 0.0 {
-        s.msgs_per_sec = round3(s.consumed as f64 / s.elapsed_s);
-        s.mib_per_sec = round3(s.bytes as f64 / MIB / s.elapsed_s);
+    let elapsed = last_ns.saturating_sub(start) as f64 / 1e9;
+    s.elapsed_s = round3(elapsed);
+    if elapsed > 0.0 {
+        s.msgs_per_sec = round3(s.consumed as f64 / elapsed);
+        s.mib_per_sec = round3(s.bytes as f64 / MIB / elapsed);
     }
     s
 }
@@ -757,6 +760,12 @@ fn consume_mode(
     report.broker_resources = sampler.and_then(ProcessSampler::finish);
     let res = res?;
     report.interrupted |= res.interrupted;
+    let warm: u64 = res.consume.iter().map(|c| c.warmup_consumed).sum();
+    if warm > 0 && res.consume.iter().all(|c| c.consumed == 0) {
+        report.notes.push(format!(
+            "all {warm} messages were read during the warm-up; use -w 0 or a larger topic"
+        ));
+    }
     report.consume = Some(summarize_consume(
         &res.consume,
         cfg.warmup.as_nanos() as u64,

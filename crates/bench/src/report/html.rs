@@ -204,8 +204,8 @@ fn latency_chart(title: &str, series: &[(usize, &str, &LatencySummary)]) -> Stri
 
 const STYLE: &str = "body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px 32px;color:#111827;background:#fff}\
 h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #e5e7eb;padding-bottom:4px}\
-.sub{color:#6b7280;margin:0 0 16px}table{border-collapse:collapse;font-size:13px}\
-th,td{padding:4px 10px;border-bottom:1px solid #f3f4f6;text-align:right;white-space:nowrap}\
+.sub{color:#6b7280;margin:0 0 16px}table{border-collapse:collapse;font-size:12px}\
+th,td{padding:3px 7px;border-bottom:1px solid #f3f4f6;text-align:right;white-space:nowrap}\
 th{background:#f9fafb;font-weight:600}td.l,th.l{text-align:left}.ok{color:#15803d;font-weight:600}\
 .bad{color:#b91c1c;font-weight:600}.grid{display:flex;flex-wrap:wrap;gap:12px}\
 .lbl{font-size:12px;fill:#374151}.val{font-size:11px;fill:#374151}.tick{font-size:10px;fill:#6b7280}\
