@@ -3,28 +3,20 @@
 # kafka-topics create/describe/list/alter/delete, kafka-configs, the console producer
 # (idempotent by default) and console consumer, GetOffsetShell, and the producer perf test
 # with default settings. Exits non-zero on the first mismatch.
-#   scripts/kafka-tools-e2e.sh            (uses target/debug/spate; SPATE_BIN overrides)
+#   scripts/kafka-tools-e2e.sh     against a throw-away spate (target/debug/spate; SPATE_BIN overrides)
+#   SPATE_BOOTSTRAP=host:port scripts/kafka-tools-e2e.sh     against a running broker
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ANCHOR="${SPATE_KAFKA_ANCHOR:-$ROOT/../shared/anchors/kafka}"
-BIN="${SPATE_BIN:-$ROOT/target/debug/spate}"
 [[ -x "$ANCHOR/perf.sh" ]] || { echo "Kafka anchor not found at $ANCHOR (set SPATE_KAFKA_ANCHOR)" >&2; exit 2; }
-[[ -x "$BIN" ]] || { echo "spate binary not found at $BIN (cargo build first)" >&2; exit 2; }
+# Without a broker given, run against a throw-away one.
+[[ -n "${SPATE_BOOTSTRAP:-}" ]] || exec "$ROOT/scripts/with-spate.sh" -- "$0" "$@"
 "$ANCHOR/install.sh" >/dev/null
-
+B="$SPATE_BOOTSTRAP"
 WORK="$(mktemp -d)"
-SPATE_PID=""
-cleanup() { [[ -n "$SPATE_PID" ]] && kill "$SPATE_PID" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
+trap 'rm -rf "$WORK"' EXIT
 
-"$BIN" --listen 127.0.0.1:0 --data-dir "$WORK/data" >"$WORK/stdout" 2>"$WORK/spate.log" &
-SPATE_PID=$!
-for _ in $(seq 1 100); do [[ -s "$WORK/stdout" ]] && break; sleep 0.1; done
-B="$(awk 'NR==1{print $4}' "$WORK/stdout")"
-[[ -n "$B" ]] || { echo "spate did not start"; cat "$WORK/spate.log"; exit 1; }
-echo "spate at $B"
-
-fail() { echo "FAIL: $*" >&2; echo "--- spate log" >&2; tail -50 "$WORK/spate.log" >&2; exit 1; }
+fail() { echo "FAIL: $*" >&2; [[ -f "${SPATE_LOG:-}" ]] && { echo "--- spate log" >&2; tail -50 "$SPATE_LOG" >&2; }; exit 1; }
 pass() { echo "ok: $*"; }
 tool() { timeout 120 "$ANCHOR/perf.sh" "$@" 2>"$WORK/tool.err"; }
 klass() { tool class "$@"; }

@@ -8,3 +8,5 @@ scripts/setup.sh
 cargo build --workspace --all-targets
 cargo test --workspace
 scripts/kafka-tools-e2e.sh
+# spate-bench's end-to-end tests, every mode, against spate.
+scripts/with-spate.sh -- bash -c 'SPATE_BENCH_BOOTSTRAP=$SPATE_BOOTSTRAP exec scripts/bench-e2e.sh'

@@ -9,10 +9,11 @@ use bytes::Bytes;
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 use spate_log::Flusher;
-use spate_protocol::codec::{decode_body, encode_bare_error, encode_response, CodecError};
-use spate_protocol::header::{decode_header, HeaderError, RawPrefix};
+use spate_protocol::codec::{encode_bare_error, encode_response, CodecError};
+use spate_protocol::header::RawPrefix;
 use spate_protocol::messages::ApiKey;
-use spate_protocol::{api, Encodable, ResponseError};
+use spate_protocol::request::{DecodeError, Decoded, Request};
+use spate_protocol::{Encodable, ResponseError};
 use thiserror::Error;
 
 use crate::config::BrokerConfig;
@@ -34,12 +35,12 @@ pub enum Reply {
 /// A request the connection cannot continue after: the stream is out of step or hostile.
 #[derive(Debug, Error)]
 pub enum RequestError {
-    /// The header could not be read.
+    /// The frame could not be decoded.
     #[error(transparent)]
-    Header(#[from] HeaderError),
-    /// The body did not match its API's schema.
+    Decode(#[from] DecodeError),
+    /// A response could not be encoded.
     #[error(transparent)]
-    Body(#[from] CodecError),
+    Encode(#[from] CodecError),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -120,79 +121,60 @@ impl Broker {
 
     /// Handles one request frame (without its length prefix).
     pub fn handle(self: &Arc<Self>, frame: Bytes) -> Result<Reply, RequestError> {
-        let prefix = RawPrefix::peek(&frame)?;
-        let Ok(key) = ApiKey::try_from(prefix.api_key) else {
-            tracing::debug!(api_key = prefix.api_key, "unknown API key");
-            return Ok(Reply::Now(encode_bare_error(
-                prefix.correlation_id,
-                ResponseError::UnsupportedVersion.code(),
-            )));
+        let (key, header, req) = match Request::decode(frame)? {
+            Decoded::Request {
+                key,
+                header,
+                request,
+            } => (key, header, request),
+            Decoded::Unsupported(prefix) => return Ok(Reply::Now(unsupported(prefix)?)),
         };
-        if !api::is_supported(prefix.api_key, prefix.api_version) {
-            tracing::debug!(api = ?key, version = prefix.api_version, "unsupported API version");
-            if key == ApiKey::ApiVersions {
-                // KIP-511: answer in v0 with the error and our ranges so the client can retry.
-                let resp = handlers::api_versions::unsupported();
-                return Ok(Reply::Now(encode_response(
-                    key,
-                    0,
-                    prefix.correlation_id,
-                    &resp,
-                )?));
-            }
-            return Ok(Reply::Now(encode_bare_error(
-                prefix.correlation_id,
-                ResponseError::UnsupportedVersion.code(),
-            )));
-        }
-        let version = prefix.api_version;
-        let mut body = frame;
-        let header = decode_header(key, version, &mut body)?;
+        let version = header.request_api_version;
         let ctx = Ctx {
             key,
             version,
             correlation_id: header.correlation_id,
         };
-        macro_rules! decode {
-            () => {
-                decode_body(key, version, &mut body)?
-            };
-        }
-        let reply = match key {
-            ApiKey::ApiVersions => ctx.now(&handlers::api_versions::handle(decode!())),
-            ApiKey::Metadata => ctx.now(&handlers::metadata::handle(self, version, decode!())),
-            ApiKey::Produce => match handlers::produce::handle(self, &header, decode!()) {
+        let reply = match req {
+            Request::ApiVersions(r) => ctx.now(&handlers::api_versions::handle(r)),
+            Request::Metadata(r) => ctx.now(&handlers::metadata::handle(self, version, r)),
+            Request::Produce(r) => match handlers::produce::handle(self, &header, r) {
                 Some(fut) => ctx.later(fut),
                 None => Ok(Reply::None),
             },
-            ApiKey::Fetch => ctx.later(handlers::fetch::handle(self.clone(), version, decode!())),
-            ApiKey::ListOffsets => {
-                ctx.now(&handlers::list_offsets::handle(self, version, decode!()))
+            Request::Fetch(r) => ctx.later(handlers::fetch::handle(self.clone(), version, r)),
+            Request::ListOffsets(r) => ctx.now(&handlers::list_offsets::handle(self, version, r)),
+            Request::CreateTopics(r) => ctx.now(&handlers::topics::create(self, version, r)),
+            Request::DeleteTopics(r) => ctx.now(&handlers::topics::delete(self, version, r)),
+            Request::CreatePartitions(r) => ctx.now(&handlers::topics::create_partitions(self, r)),
+            Request::DescribeConfigs(r) => ctx.now(&handlers::configs::describe(self, version, r)),
+            Request::AlterConfigs(r) => ctx.now(&handlers::configs::alter(self, r)),
+            Request::IncrementalAlterConfigs(r) => {
+                ctx.now(&handlers::configs::incremental_alter(self, r))
             }
-            ApiKey::CreateTopics => ctx.now(&handlers::topics::create(self, version, decode!())),
-            ApiKey::DeleteTopics => ctx.now(&handlers::topics::delete(self, version, decode!())),
-            ApiKey::CreatePartitions => {
-                ctx.now(&handlers::topics::create_partitions(self, decode!()))
-            }
-            ApiKey::DescribeConfigs => {
-                ctx.now(&handlers::configs::describe(self, version, decode!()))
-            }
-            ApiKey::AlterConfigs => ctx.now(&handlers::configs::alter(self, decode!())),
-            ApiKey::IncrementalAlterConfigs => {
-                ctx.now(&handlers::configs::incremental_alter(self, decode!()))
-            }
-            ApiKey::DescribeCluster => {
-                ctx.now(&handlers::cluster::describe(self, version, decode!()))
-            }
-            ApiKey::InitProducerId => ctx.now(&handlers::producer_ids::init(self, decode!())),
-            // The supported-API table and this match must agree; answer rather than panic.
-            _ => Ok(Reply::Now(encode_bare_error(
-                header.correlation_id,
-                ResponseError::UnsupportedVersion.code(),
-            ))),
+            Request::DescribeCluster(r) => ctx.now(&handlers::cluster::describe(self, version, r)),
+            Request::InitProducerId(r) => ctx.now(&handlers::producer_ids::init(self, r)),
         };
         Ok(reply?)
     }
+}
+
+/// The answer to a key or version we do not serve.
+fn unsupported(prefix: RawPrefix) -> Result<Bytes, CodecError> {
+    tracing::debug!(
+        api_key = prefix.api_key,
+        version = prefix.api_version,
+        "unsupported API or version"
+    );
+    if prefix.api_key == ApiKey::ApiVersions as i16 {
+        // KIP-511: answer in v0 with the error and our ranges so the client can retry.
+        let resp = handlers::api_versions::unsupported();
+        return encode_response(ApiKey::ApiVersions, 0, prefix.correlation_id, &resp);
+    }
+    Ok(encode_bare_error(
+        prefix.correlation_id,
+        ResponseError::UnsupportedVersion.code(),
+    ))
 }
 
 /// What the encoder needs to frame a response.

@@ -322,8 +322,7 @@ impl TopicRegistry {
         let aside = self
             .root
             .join(format!("{name}-{}{DELETED_SUFFIX}", topic.id.simple()));
-        std::fs::rename(&topic.dir, &aside)
-            .map_err(io("rename", &topic.dir))?;
+        std::fs::rename(&topic.dir, &aside).map_err(io("rename", &topic.dir))?;
         std::thread::spawn(move || {
             if let Err(e) = std::fs::remove_dir_all(&aside) {
                 tracing::warn!(path = %aside.display(), error = %e, "removing deleted topic files failed; retried on next start");
