@@ -7,8 +7,8 @@
 #   SPATE_BOOTSTRAP=host:port scripts/kafka-tools-e2e.sh     against a running broker
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ANCHOR="${SPATE_KAFKA_ANCHOR:-$ROOT/../shared/anchors/kafka}"
-[[ -x "$ANCHOR/perf.sh" ]] || { echo "Kafka anchor not found at $ANCHOR (set SPATE_KAFKA_ANCHOR)" >&2; exit 2; }
+source "$ROOT/scripts/anchor.sh"
+[[ -n "$ANCHOR" ]] || { echo "Kafka anchor not found (set SPATE_KAFKA_ANCHOR to shared/anchors/kafka)" >&2; exit 2; }
 # Without a broker given, run against a throw-away one.
 [[ -n "${SPATE_BOOTSTRAP:-}" ]] || exec "$ROOT/scripts/with-spate.sh" -- "$0" "$@"
 "$ANCHOR/install.sh" >/dev/null

@@ -16,9 +16,9 @@ if (( ${#need_apt[@]} )); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-ANCHOR="${SPATE_KAFKA_ANCHOR:-$ROOT/../shared/anchors/kafka}"
-if [[ -x "$ANCHOR/install.sh" ]]; then
+source "$ROOT/scripts/anchor.sh"
+if [[ -n "$ANCHOR" ]]; then
   "$ANCHOR/install.sh" >/dev/null
 else
-  echo "setup: Kafka anchor not found at $ANCHOR; the Kafka CLI checks will be unavailable" >&2
+  echo "setup: Kafka anchor not found (set SPATE_KAFKA_ANCHOR); the Kafka CLI checks will fail" >&2
 fi
