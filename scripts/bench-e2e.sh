@@ -10,7 +10,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ANCHOR="${KAFKA_ANCHOR_DIR:-$ROOT/../shared/anchors/kafka}"
+source "$ROOT/scripts/anchor.sh"
+ANCHOR="${KAFKA_ANCHOR_DIR:-$ANCHOR}"
 
 # librdkafka is built from source by cargo; its build includes curl headers.
 if ! dpkg -s libcurl4-openssl-dev >/dev/null 2>&1; then
