@@ -3,6 +3,8 @@ use std::time::Duration;
 
 use spate_log::FsyncPolicy;
 
+use crate::groups::GroupSettings;
+
 /// Everything the broker needs to know about how it was started.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -24,6 +26,8 @@ pub struct BrokerConfig {
     pub retention_check_interval: Duration,
     /// Largest request frame accepted.
     pub max_frame_bytes: usize,
+    /// Consumer group timeouts and offset retention.
+    pub groups: GroupSettings,
 }
 
 impl BrokerConfig {
@@ -39,6 +43,7 @@ impl BrokerConfig {
             auto_create_topics: true,
             retention_check_interval: Duration::from_secs(30),
             max_frame_bytes: spate_protocol::frame::DEFAULT_MAX_FRAME_BYTES,
+            groups: GroupSettings::default(),
         }
     }
 }

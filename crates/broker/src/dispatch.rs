@@ -18,6 +18,7 @@ use thiserror::Error;
 
 use crate::config::BrokerConfig;
 use crate::error::{io, BrokerError};
+use crate::groups::GroupService;
 use crate::handlers;
 use crate::producer_ids::ProducerIds;
 use crate::registry::{write_atomically, TopicRegistry};
@@ -57,6 +58,8 @@ pub struct Broker {
     pub topics: TopicRegistry,
     /// Cluster id, fixed when the data dir was first used.
     pub cluster_id: String,
+    /// Consumer groups and committed offsets.
+    pub groups: Arc<GroupService>,
     pub(crate) producer_ids: ProducerIds,
     flusher: Flusher,
 }
@@ -70,10 +73,16 @@ impl Broker {
         let flusher = Flusher::start(config.fsync);
         let (topics, notes) = TopicRegistry::open(&dir, flusher.clone())?;
         let producer_ids = ProducerIds::open(&dir)?;
+        let groups = Arc::new(GroupService::open(
+            &dir,
+            config.groups.clone(),
+            flusher.clone(),
+        )?);
         let broker = Arc::new(Self {
             config,
             topics,
             cluster_id,
+            groups,
             producer_ids,
             flusher,
         });
@@ -85,9 +94,10 @@ impl Broker {
         self.flusher.shutdown();
     }
 
-    /// Runs retention on every partition every `retention_check_interval`, until the runtime
-    /// stops.
-    pub fn spawn_retention(self: &Arc<Self>) {
+    /// Starts the background work: the group coordinator's clock, and retention on every
+    /// partition (and offset expiry) every `retention_check_interval`, until the runtime stops.
+    pub fn spawn_background(self: &Arc<Self>) {
+        self.groups.spawn_ticker();
         let broker = Arc::downgrade(self);
         let every = self.config.retention_check_interval;
         tokio::spawn(async move {
@@ -102,8 +112,9 @@ impl Broker {
         });
     }
 
-    /// One retention pass over every partition.
+    /// One retention pass over every partition, then offset expiry.
     pub fn enforce_retention(&self) {
+        self.groups.maintain();
         for topic in self.topics.list() {
             for p in topic.partitions() {
                 match p.enforce_retention() {
@@ -119,8 +130,8 @@ impl Broker {
         }
     }
 
-    /// Handles one request frame (without its length prefix).
-    pub fn handle(self: &Arc<Self>, frame: Bytes) -> Result<Reply, RequestError> {
+    /// Handles one request frame (without its length prefix) from the client at `peer`.
+    pub fn handle(self: &Arc<Self>, frame: Bytes, peer: &str) -> Result<Reply, RequestError> {
         let (key, header, req) = match Request::decode(frame)? {
             Decoded::Request {
                 key,
@@ -154,6 +165,22 @@ impl Broker {
             }
             Request::DescribeCluster(r) => ctx.now(&handlers::cluster::describe(self, version, r)),
             Request::InitProducerId(r) => ctx.now(&handlers::producer_ids::init(self, r)),
+            Request::FindCoordinator(r) => {
+                ctx.now(&handlers::groups::find_coordinator(self, version, r))
+            }
+            Request::JoinGroup(r) => {
+                let client_id = header.client_id.as_deref().unwrap_or("");
+                ctx.later(handlers::groups::join(self, version, client_id, peer, r))
+            }
+            Request::SyncGroup(r) => ctx.later(handlers::groups::sync(self, version, r)),
+            Request::Heartbeat(r) => ctx.now(&handlers::groups::heartbeat(self, r)),
+            Request::LeaveGroup(r) => ctx.now(&handlers::groups::leave(self, version, r)),
+            Request::OffsetCommit(r) => ctx.later(handlers::offsets::commit(self, version, r)),
+            Request::OffsetFetch(r) => ctx.now(&handlers::offsets::fetch(self, version, r)),
+            Request::DescribeGroups(r) => ctx.now(&handlers::groups::describe(self, version, r)),
+            Request::ListGroups(r) => ctx.now(&handlers::groups::list(self, version, r)),
+            Request::DeleteGroups(r) => ctx.now(&handlers::groups::delete(self, r)),
+            Request::OffsetDelete(r) => ctx.now(&handlers::offsets::delete(self, r)),
         };
         Ok(reply?)
     }

@@ -7,6 +7,7 @@
 mod config;
 mod dispatch;
 mod error;
+mod groups;
 pub mod handlers;
 mod partition;
 mod producer_ids;
@@ -18,6 +19,7 @@ mod topic_config;
 pub use config::BrokerConfig;
 pub use dispatch::{Broker, Reply, RequestError};
 pub use error::BrokerError;
+pub use groups::{GroupService, GroupSettings};
 pub use partition::Partition;
 pub use registry::{Topic, TopicRegistry};
 pub use topic_config::{TopicConfig, TopicConfigError};

@@ -29,14 +29,27 @@ pub const SUPPORTED: &[Supported] = &[
     // v9+ would add the "earliest tiered" / remote storage timestamps spate has no use for.
     api(ApiKey::ListOffsets, 1, 8),
     api(ApiKey::Metadata, 0, 12),
+    // v0-1 were removed in Kafka 4; v10 names topics by id.
+    api(ApiKey::OffsetCommit, 2, 9),
+    api(ApiKey::OffsetFetch, 1, 9),
+    // v6 adds share-group keys, refused like transactions.
+    api(ApiKey::FindCoordinator, 0, 6),
+    api(ApiKey::JoinGroup, 0, 9),
+    api(ApiKey::Heartbeat, 0, 4),
+    api(ApiKey::LeaveGroup, 0, 5),
+    api(ApiKey::SyncGroup, 0, 5),
+    api(ApiKey::DescribeGroups, 0, 6),
+    api(ApiKey::ListGroups, 0, 5),
     api(ApiKey::ApiVersions, 0, 4),
     api(ApiKey::CreateTopics, 2, 7),
     api(ApiKey::DeleteTopics, 1, 6),
     api(ApiKey::InitProducerId, 0, 5),
     api(ApiKey::DescribeConfigs, 1, 4),
+    api(ApiKey::DeleteGroups, 0, 2),
     api(ApiKey::AlterConfigs, 0, 2),
     api(ApiKey::CreatePartitions, 0, 3),
     api(ApiKey::IncrementalAlterConfigs, 0, 1),
+    api(ApiKey::OffsetDelete, 0, 0),
     api(ApiKey::DescribeCluster, 0, 1),
 ];
 
@@ -74,6 +87,6 @@ mod tests {
         assert!(is_supported(18, 3));
         assert!(!is_supported(18, 5));
         assert!(!is_supported(9999, 0));
-        assert!(!is_supported(ApiKey::JoinGroup as i16, 0));
+        assert!(!is_supported(ApiKey::ConsumerGroupHeartbeat as i16, 0));
     }
 }

@@ -24,6 +24,17 @@ pub enum Request {
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
     DescribeCluster(DescribeClusterRequest),
     InitProducerId(InitProducerIdRequest),
+    FindCoordinator(FindCoordinatorRequest),
+    JoinGroup(JoinGroupRequest),
+    SyncGroup(SyncGroupRequest),
+    Heartbeat(HeartbeatRequest),
+    LeaveGroup(LeaveGroupRequest),
+    OffsetCommit(OffsetCommitRequest),
+    OffsetFetch(OffsetFetchRequest),
+    DescribeGroups(DescribeGroupsRequest),
+    ListGroups(ListGroupsRequest),
+    DeleteGroups(DeleteGroupsRequest),
+    OffsetDelete(OffsetDeleteRequest),
 }
 
 /// What a frame turned out to be.
@@ -85,6 +96,17 @@ impl Request {
             ApiKey::IncrementalAlterConfigs => body!(IncrementalAlterConfigs),
             ApiKey::DescribeCluster => body!(DescribeCluster),
             ApiKey::InitProducerId => body!(InitProducerId),
+            ApiKey::FindCoordinator => body!(FindCoordinator),
+            ApiKey::JoinGroup => body!(JoinGroup),
+            ApiKey::SyncGroup => body!(SyncGroup),
+            ApiKey::Heartbeat => body!(Heartbeat),
+            ApiKey::LeaveGroup => body!(LeaveGroup),
+            ApiKey::OffsetCommit => body!(OffsetCommit),
+            ApiKey::OffsetFetch => body!(OffsetFetch),
+            ApiKey::DescribeGroups => body!(DescribeGroups),
+            ApiKey::ListGroups => body!(ListGroups),
+            ApiKey::DeleteGroups => body!(DeleteGroups),
+            ApiKey::OffsetDelete => body!(OffsetDelete),
             // The supported table lists a key this match does not know: answer, don't panic.
             _ => return Ok(Decoded::Unsupported(prefix)),
         };

@@ -63,6 +63,36 @@ pub struct Args {
     )]
     pub retention_check_interval_ms: u64,
 
+    /// How long the first rebalance of an empty consumer group waits for more members
+    /// (Kafka's group.initial.rebalance.delay.ms).
+    #[arg(
+        long,
+        env = "SPATE_GROUP_INITIAL_REBALANCE_DELAY_MS",
+        default_value_t = 3000
+    )]
+    pub group_initial_rebalance_delay_ms: u64,
+
+    /// Shortest session timeout a consumer may ask for (group.min.session.timeout.ms).
+    #[arg(
+        long,
+        env = "SPATE_GROUP_MIN_SESSION_TIMEOUT_MS",
+        default_value_t = 6000
+    )]
+    pub group_min_session_timeout_ms: u32,
+
+    /// Longest session timeout a consumer may ask for (group.max.session.timeout.ms).
+    #[arg(
+        long,
+        env = "SPATE_GROUP_MAX_SESSION_TIMEOUT_MS",
+        default_value_t = 1_800_000
+    )]
+    pub group_max_session_timeout_ms: u32,
+
+    /// Committed offsets of a group without members are deleted after this many minutes
+    /// (offsets.retention.minutes).
+    #[arg(long, env = "SPATE_OFFSETS_RETENTION_MINUTES", default_value_t = 10080)]
+    pub offsets_retention_minutes: u64,
+
     /// Log filter (error, warn, info, debug, trace, or a tracing directive). RUST_LOG wins.
     #[arg(long, env = "SPATE_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -131,7 +161,21 @@ impl Args {
         if self.max_request_bytes < 1024 {
             bail!("--max-request-bytes must be at least 1024");
         }
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
+            bail!("--group-min-session-timeout-ms is larger than --group-max-session-timeout-ms");
+        }
+        if self.offsets_retention_minutes == 0 {
+            bail!("--offsets-retention-minutes must be at least 1");
+        }
         let mut c = BrokerConfig::new(self.data_dir.clone(), host, port);
+        c.groups.coordinator.initial_rebalance_delay_ms =
+            self.group_initial_rebalance_delay_ms.min(i64::MAX as u64) as i64;
+        c.groups.coordinator.min_session_timeout_ms =
+            self.group_min_session_timeout_ms.min(i32::MAX as u32) as i32;
+        c.groups.coordinator.max_session_timeout_ms =
+            self.group_max_session_timeout_ms.min(i32::MAX as u32) as i32;
+        c.groups.offsets_retention_ms =
+            (self.offsets_retention_minutes.min(1 << 40) * 60_000) as i64;
         c.fsync = parse_fsync(&self.fsync, self.fsync_interval_ms)?;
         c.default_partitions = self.default_partitions;
         c.auto_create_topics = self.auto_create_topics;

@@ -44,6 +44,11 @@ enum Outgoing {
 /// Serves one connection until the peer closes it or it misbehaves.
 pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), ConnectionError> {
     stream.set_nodelay(true)?;
+    // Kafka reports client hosts as "/address".
+    let peer = stream
+        .peer_addr()
+        .map(|a| format!("/{}", a.ip()))
+        .unwrap_or_default();
     let max_frame = broker.config.max_frame_bytes;
     let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT);
@@ -52,7 +57,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
     let result = async {
         loop {
             while let Some(frame) = take_frame(&mut buf, max_frame)? {
-                let out = match broker.handle(frame)? {
+                let out = match broker.handle(frame, &peer)? {
                     Reply::None => continue,
                     Reply::Now(b) => Outgoing::Now(b),
                     Reply::Later(f) => Outgoing::Later(tokio::spawn(f)),

@@ -48,7 +48,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     for n in notes {
         tracing::warn!("recovery: {n}");
     }
-    broker.spawn_retention();
+    broker.spawn_background();
     println!(
         "spate listening on {bound} (advertised as {}:{}), data in {}, fsync {fsync}",
         broker.config.advertised_host,

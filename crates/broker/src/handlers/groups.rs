@@ -1,0 +1,363 @@
+//! FindCoordinator and the group membership APIs: JoinGroup, SyncGroup, Heartbeat,
+//! LeaveGroup, DescribeGroups, ListGroups, DeleteGroups.
+
+use std::sync::Arc;
+
+use spate_groups::{GroupState, JoinRequest, Reply, SyncRequest};
+use spate_protocol::messages::delete_groups_response::DeletableGroupResult;
+use spate_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use spate_protocol::messages::find_coordinator_response::Coordinator as CoordinatorEntry;
+use spate_protocol::messages::join_group_response::JoinGroupResponseMember;
+use spate_protocol::messages::leave_group_response::MemberResponse;
+use spate_protocol::messages::list_groups_response::ListedGroup;
+use spate_protocol::messages::*;
+use spate_protocol::{ResponseError, StrBytes};
+
+use super::{msg, OPERATIONS_OMITTED};
+use crate::Broker;
+
+const KEY_GROUP: i8 = 0;
+const KEY_TRANSACTION: i8 = 1;
+/// READ, DELETE and DESCRIBE on a group (Kafka's AclOperation codes as bits).
+const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn code(e: Option<ResponseError>) -> i16 {
+    e.map_or(0, |e| e.code())
+}
+
+/// Answers FindCoordinator: this broker coordinates every group; transactions are refused
+/// with a clear, non-retriable error until they are implemented.
+pub fn find_coordinator(
+    b: &Broker,
+    version: i16,
+    req: FindCoordinatorRequest,
+) -> FindCoordinatorResponse {
+    let keys: Vec<StrBytes> = if version >= 4 {
+        req.coordinator_keys.clone()
+    } else {
+        vec![req.key.clone()]
+    };
+    let entries: Vec<CoordinatorEntry> = keys
+        .into_iter()
+        .map(|key| {
+            let mut c = CoordinatorEntry::default();
+            c.key = key;
+            if req.key_type == KEY_GROUP {
+                c.node_id = b.config.node_id.into();
+                c.host = s(&b.config.advertised_host);
+                c.port = b.config.advertised_port;
+            } else {
+                c.node_id = (-1).into();
+                c.port = -1;
+                c.error_code = ResponseError::InvalidRequest.code();
+                c.error_message = msg(if req.key_type == KEY_TRANSACTION {
+                    "transactions are not supported by spate yet"
+                } else {
+                    "only consumer group coordinators are available"
+                });
+            }
+            c
+        })
+        .collect();
+    let mut resp = FindCoordinatorResponse::default();
+    if version >= 4 {
+        resp.coordinators = entries;
+    } else if let Some(c) = entries.into_iter().next() {
+        resp.error_code = c.error_code;
+        resp.node_id = c.node_id;
+        resp.host = c.host;
+        resp.port = c.port;
+        if version >= 1 {
+            resp.error_message = c.error_message;
+        }
+    }
+    resp
+}
+
+/// Answers JoinGroup once the group lets this member in.
+pub fn join(
+    b: &Arc<Broker>,
+    version: i16,
+    client_id: &str,
+    client_host: &str,
+    req: JoinGroupRequest,
+) -> impl std::future::Future<Output = JoinGroupResponse> + Send + 'static {
+    let join = JoinRequest {
+        group_id: req.group_id.to_string(),
+        member_id: req.member_id.to_string(),
+        group_instance_id: req.group_instance_id.map(|i| i.to_string()),
+        session_timeout_ms: req.session_timeout_ms,
+        // v0 has no rebalance timeout: Kafka uses the session timeout.
+        rebalance_timeout_ms: if version >= 1 {
+            req.rebalance_timeout_ms
+        } else {
+            req.session_timeout_ms
+        },
+        protocol_type: req.protocol_type.to_string(),
+        protocols: req
+            .protocols
+            .into_iter()
+            .map(|p| (p.name.to_string(), p.metadata))
+            .collect(),
+        client_id: client_id.to_string(),
+        client_host: client_host.to_string(),
+        require_known_member_id: version >= 4,
+    };
+    let answer = b.groups.call(move |c, now, token| c.join(now, token, join));
+    async move {
+        let mut resp = JoinGroupResponse::default();
+        let j = match answer.await {
+            Some(Reply::Join(_, j)) => j,
+            _ => {
+                resp.error_code = ResponseError::CoordinatorNotAvailable.code();
+                resp.generation_id = -1;
+                resp.protocol_name = if version >= 7 {
+                    None
+                } else {
+                    Some(StrBytes::default())
+                };
+                return resp;
+            }
+        };
+        resp.error_code = code(j.error);
+        resp.generation_id = j.generation_id;
+        if version >= 7 {
+            resp.protocol_type = j.protocol_type.map(|p| s(&p));
+            resp.protocol_name = j.protocol_name.map(|p| s(&p));
+        } else {
+            resp.protocol_name = Some(s(j.protocol_name.as_deref().unwrap_or("")));
+        }
+        resp.leader = s(&j.leader);
+        resp.member_id = s(&j.member_id);
+        resp.members = j
+            .members
+            .into_iter()
+            .map(|m| {
+                let mut out = JoinGroupResponseMember::default();
+                out.member_id = s(&m.member_id);
+                if version >= 5 {
+                    out.group_instance_id = m.group_instance_id.map(|i| s(&i));
+                }
+                out.metadata = m.metadata;
+                out
+            })
+            .collect();
+        resp
+    }
+}
+
+/// Answers SyncGroup once the leader has handed out assignments.
+pub fn sync(
+    b: &Arc<Broker>,
+    version: i16,
+    req: SyncGroupRequest,
+) -> impl std::future::Future<Output = SyncGroupResponse> + Send + 'static {
+    let sync = SyncRequest {
+        group_id: req.group_id.to_string(),
+        generation_id: req.generation_id,
+        member_id: req.member_id.to_string(),
+        group_instance_id: req.group_instance_id.map(|i| i.to_string()),
+        protocol_type: req.protocol_type.map(|p| p.to_string()),
+        protocol_name: req.protocol_name.map(|p| p.to_string()),
+        assignments: req
+            .assignments
+            .into_iter()
+            .map(|a| (a.member_id.to_string(), a.assignment))
+            .collect(),
+    };
+    let answer = b.groups.call(move |c, now, token| c.sync(now, token, sync));
+    async move {
+        let mut resp = SyncGroupResponse::default();
+        match answer.await {
+            Some(Reply::Sync(_, r)) => {
+                resp.error_code = code(r.error);
+                if version >= 5 {
+                    resp.protocol_type = r.protocol_type.map(|p| s(&p));
+                    resp.protocol_name = r.protocol_name.map(|p| s(&p));
+                }
+                resp.assignment = r.assignment;
+            }
+            _ => resp.error_code = ResponseError::CoordinatorNotAvailable.code(),
+        }
+        resp
+    }
+}
+
+/// Answers Heartbeat.
+pub fn heartbeat(b: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
+    let instance = req.group_instance_id.as_deref();
+    let e = b.groups.with(|c, now| {
+        (
+            c.heartbeat(
+                now,
+                &req.group_id,
+                req.generation_id,
+                &req.member_id,
+                instance,
+            ),
+            Vec::new(),
+        )
+    });
+    let mut resp = HeartbeatResponse::default();
+    resp.error_code = code(e);
+    resp
+}
+
+/// Answers LeaveGroup (one member before v3, a batch from v3).
+pub fn leave(b: &Broker, version: i16, req: LeaveGroupRequest) -> LeaveGroupResponse {
+    let members: Vec<(String, Option<String>)> = if version >= 3 {
+        req.members
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id.to_string(),
+                    m.group_instance_id.as_ref().map(|i| i.to_string()),
+                )
+            })
+            .collect()
+    } else {
+        vec![(req.member_id.to_string(), None)]
+    };
+    let result = b
+        .groups
+        .with(|c, now| c.leave(now, &req.group_id, &members));
+    let mut resp = LeaveGroupResponse::default();
+    match result {
+        Err(e) => resp.error_code = e.code(),
+        Ok(per_member) if version >= 3 => {
+            resp.members = members
+                .into_iter()
+                .zip(per_member)
+                .map(|((id, instance), e)| {
+                    let mut m = MemberResponse::default();
+                    m.member_id = s(&id);
+                    m.group_instance_id = instance.map(|i| s(&i));
+                    m.error_code = code(e);
+                    m
+                })
+                .collect();
+        }
+        Ok(per_member) => resp.error_code = code(per_member.into_iter().next().flatten()),
+    }
+    resp
+}
+
+/// Answers DescribeGroups.
+pub fn describe(b: &Broker, version: i16, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
+    let mut resp = DescribeGroupsResponse::default();
+    for id in req.groups {
+        let mut g = DescribedGroup::default();
+        g.group_id = id.clone();
+        if version >= 3 {
+            g.authorized_operations = if req.include_authorized_operations {
+                GROUP_OPERATIONS
+            } else {
+                OPERATIONS_OMITTED
+            };
+        }
+        let described = b.groups.with(|c, _| (c.describe(&id), Vec::new()));
+        match described {
+            Some(d) => {
+                g.group_state = s(d.state.name());
+                g.protocol_type = s(&d.protocol_type);
+                g.protocol_data = s(&d.protocol);
+                g.members = d
+                    .members
+                    .into_iter()
+                    .map(|m| {
+                        let mut out = DescribedGroupMember::default();
+                        out.member_id = s(&m.member_id);
+                        if version >= 4 {
+                            out.group_instance_id = m.group_instance_id.map(|i| s(&i));
+                        }
+                        out.client_id = s(&m.client_id);
+                        out.client_host = s(&m.client_host);
+                        out.member_metadata = m.metadata;
+                        out.member_assignment = m.assignment;
+                        out
+                    })
+                    .collect();
+            }
+            None if b.groups.offsets(|o| o.has_group(&id)) => {
+                g.group_state = s(GroupState::Empty.name());
+            }
+            None => {
+                g.group_state = s("Dead");
+                if version >= 6 {
+                    g.error_code = ResponseError::GroupIdNotFound.code();
+                    g.error_message = msg(format!("group '{}' does not exist", id.as_str()));
+                }
+            }
+        }
+        resp.groups.push(g);
+    }
+    resp
+}
+
+/// Answers ListGroups, with the state and type filters of v4 and v5.
+pub fn list(b: &Broker, version: i16, req: ListGroupsRequest) -> ListGroupsResponse {
+    let mut groups = b.groups.with(|c, _| (c.list(), Vec::new()));
+    let with_offsets: Vec<String> = b
+        .groups
+        .offsets(|o| o.group_ids().map(str::to_string).collect());
+    for g in with_offsets {
+        if !groups.iter().any(|(id, _, _)| *id == g) {
+            groups.push((g, GroupState::Empty, String::new()));
+        }
+    }
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
+    let states: Vec<String> = req.states_filter.iter().map(|f| f.to_lowercase()).collect();
+    let types: Vec<String> = req.types_filter.iter().map(|f| f.to_lowercase()).collect();
+    let mut resp = ListGroupsResponse::default();
+    resp.groups = groups
+        .into_iter()
+        .filter(|(_, state, _)| states.is_empty() || states.contains(&state.name().to_lowercase()))
+        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
+        .map(|(id, state, protocol_type)| {
+            let mut g = ListedGroup::default();
+            g.group_id = s(&id).into();
+            g.protocol_type = s(&protocol_type);
+            if version >= 4 {
+                g.group_state = s(state.name());
+            }
+            if version >= 5 {
+                g.group_type = s("classic");
+            }
+            g
+        })
+        .collect();
+    resp
+}
+
+/// Answers DeleteGroups: groups without members lose their offsets too.
+pub fn delete(b: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let mut resp = DeleteGroupsResponse::default();
+    for id in req.groups_names {
+        let mut r = DeletableGroupResult::default();
+        r.group_id = id.clone();
+        let has_offsets = b.groups.offsets(|o| o.has_group(&id));
+        let result = b.groups.with(|c, _| (c.delete(&id), Vec::new()));
+        let result = match result {
+            Err(ResponseError::GroupIdNotFound) if has_offsets => Ok(()),
+            other => other,
+        };
+        let result = result.and_then(|()| {
+            let tombstones: Vec<_> = b.groups.offsets(|o| {
+                o.group(&id)
+                    .into_iter()
+                    .map(|(t, p, _)| (t.to_string(), p, None))
+                    .collect()
+            });
+            b.groups.write(&id, &tombstones).map(|_| ())
+        });
+        if let Err(e) = result {
+            r.error_code = e.code();
+        }
+        resp.results.push(r);
+    }
+    resp
+}

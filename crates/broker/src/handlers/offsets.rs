@@ -1,0 +1,264 @@
+//! OffsetCommit, OffsetFetch and OffsetDelete.
+
+use std::sync::Arc;
+
+use spate_groups::{CommitCheck, Committed};
+use spate_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use spate_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use spate_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use spate_protocol::messages::*;
+use spate_protocol::{ResponseError, StrBytes};
+
+use crate::time::now_ms;
+use crate::Broker;
+
+/// Commits offsets for a group member (or a consumer without group management) and answers
+/// once they are as durable as the fsync policy promises.
+pub fn commit(
+    b: &Arc<Broker>,
+    version: i16,
+    req: OffsetCommitRequest,
+) -> impl std::future::Future<Output = OffsetCommitResponse> + Send + 'static {
+    let group = req.group_id.to_string();
+    let instance = req.group_instance_id.as_deref();
+    let check = if group.is_empty() {
+        CommitCheck::Reject(ResponseError::InvalidGroupId)
+    } else {
+        b.groups.with(|c, now| {
+            (
+                c.check_commit(
+                    now,
+                    &group,
+                    req.generation_id_or_member_epoch,
+                    &req.member_id,
+                    instance,
+                ),
+                Vec::new(),
+            )
+        })
+    };
+    let now = now_ms();
+    let max_meta = b.groups.settings().max_metadata_bytes;
+    let mut resp = OffsetCommitResponse::default();
+    let mut entries = Vec::new();
+    for t in &req.topics {
+        let mut tr = OffsetCommitResponseTopic::default();
+        tr.name = t.name.clone();
+        let topic = b.topics.get(&t.name);
+        for p in &t.partitions {
+            let mut pr = OffsetCommitResponsePartition::default();
+            pr.partition_index = p.partition_index;
+            let error = match check {
+                CommitCheck::Reject(e) => Some(e),
+                CommitCheck::Accept
+                    if topic
+                        .as_ref()
+                        .and_then(|t| t.partition(p.partition_index))
+                        .is_none() =>
+                {
+                    Some(ResponseError::UnknownTopicOrPartition)
+                }
+                CommitCheck::Accept
+                    if p.committed_metadata
+                        .as_ref()
+                        .is_some_and(|m| m.len() > max_meta) =>
+                {
+                    Some(ResponseError::OffsetMetadataTooLarge)
+                }
+                CommitCheck::Accept => {
+                    entries.push((
+                        t.name.to_string(),
+                        p.partition_index,
+                        Some(Committed {
+                            offset: p.committed_offset,
+                            leader_epoch: if version >= 6 {
+                                p.committed_leader_epoch
+                            } else {
+                                -1
+                            },
+                            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                            commit_timestamp_ms: now,
+                        }),
+                    ));
+                    None
+                }
+            };
+            pr.error_code = error.map_or(0, |e| e.code());
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    let written = b.groups.write(&group, &entries);
+    let durable = written.as_ref().ok().map(|end| b.groups.durable(*end));
+    async move {
+        let failure = match (written, durable) {
+            (Err(e), _) => Some(e),
+            (Ok(_), Some(d)) => (!d.await).then_some(ResponseError::RequestTimedOut),
+            (Ok(_), None) => None,
+        };
+        if let Some(e) = failure {
+            for p in resp.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+                if p.error_code == 0 {
+                    p.error_code = e.code();
+                }
+            }
+        }
+        resp
+    }
+}
+
+fn committed(b: &Broker, group: &str, topic: &str, partition: i32) -> (i64, i32, Option<StrBytes>) {
+    b.groups.offsets(|o| match o.get(group, topic, partition) {
+        Some(c) => (
+            c.offset,
+            c.leader_epoch,
+            Some(StrBytes::from_string(
+                c.metadata.clone().unwrap_or_default(),
+            )),
+        ),
+        None => (-1, -1, Some(StrBytes::default())),
+    })
+}
+
+/// (topic, partitions) a fetch asks about; `None` means every committed partition.
+fn wanted(
+    b: &Broker,
+    group: &str,
+    topics: Option<Vec<(TopicName, Vec<i32>)>>,
+) -> Vec<(TopicName, Vec<i32>)> {
+    match topics {
+        Some(t) => t,
+        None => {
+            let mut all: Vec<(TopicName, Vec<i32>)> = Vec::new();
+            for (t, p, _) in b.groups.offsets(|o| {
+                o.group(group)
+                    .into_iter()
+                    .map(|(t, p, c)| (t.to_string(), p, c.clone()))
+                    .collect::<Vec<_>>()
+            }) {
+                match all.last_mut() {
+                    Some((name, parts)) if name.as_str() == t => parts.push(p),
+                    _ => all.push((StrBytes::from_string(t).into(), vec![p])),
+                }
+            }
+            all
+        }
+    }
+}
+
+/// Answers OffsetFetch: one group before v8, several from v8.
+pub fn fetch(b: &Broker, version: i16, req: OffsetFetchRequest) -> OffsetFetchResponse {
+    let mut resp = OffsetFetchResponse::default();
+    if version >= 8 {
+        for g in req.groups {
+            let mut out = OffsetFetchResponseGroup::default();
+            out.group_id = g.group_id.clone();
+            let topics = g.topics.map(|ts| {
+                ts.into_iter()
+                    .map(|t| (t.name, t.partition_indexes))
+                    .collect()
+            });
+            for (name, parts) in wanted(b, &g.group_id, topics) {
+                let mut t = OffsetFetchResponseTopics::default();
+                t.name = name.clone();
+                for p in parts {
+                    let (offset, epoch, metadata) = committed(b, &g.group_id, &name, p);
+                    let mut pr = OffsetFetchResponsePartitions::default();
+                    pr.partition_index = p;
+                    pr.committed_offset = offset;
+                    pr.committed_leader_epoch = epoch;
+                    pr.metadata = metadata;
+                    t.partitions.push(pr);
+                }
+                out.topics.push(t);
+            }
+            resp.groups.push(out);
+        }
+        return resp;
+    }
+    let group = req.group_id.to_string();
+    let topics = req.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name, t.partition_indexes))
+            .collect()
+    });
+    for (name, parts) in wanted(b, &group, topics) {
+        let mut t = OffsetFetchResponseTopic::default();
+        t.name = name.clone();
+        for p in parts {
+            let (offset, epoch, metadata) = committed(b, &group, &name, p);
+            let mut pr = OffsetFetchResponsePartition::default();
+            pr.partition_index = p;
+            pr.committed_offset = offset;
+            if version >= 5 {
+                pr.committed_leader_epoch = epoch;
+            }
+            pr.metadata = metadata;
+            t.partitions.push(pr);
+        }
+        resp.topics.push(t);
+    }
+    resp
+}
+
+/// Answers OffsetDelete: refused for topics the group's live members subscribe to.
+pub fn delete(b: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
+    let mut resp = OffsetDeleteResponse::default();
+    let group = req.group_id.to_string();
+    let known = b
+        .groups
+        .with(|c, _| (c.describe(&group).is_some(), Vec::new()))
+        || b.groups.offsets(|o| o.has_group(&group));
+    if !known {
+        resp.error_code = ResponseError::GroupIdNotFound.code();
+        return resp;
+    }
+    let (has_members, subscribed) = b.groups.with(|c, _| {
+        (
+            (c.has_members(&group), c.subscribed_topics(&group)),
+            Vec::new(),
+        )
+    });
+    let consumer = b
+        .groups
+        .with(|c, _| (c.describe(&group).map(|d| d.protocol_type), Vec::new()));
+    if has_members && consumer.as_deref() != Some("consumer") {
+        resp.error_code = ResponseError::NonEmptyGroup.code();
+        return resp;
+    }
+    let mut tombstones = Vec::new();
+    for t in req.topics {
+        let mut tr = OffsetDeleteResponseTopic::default();
+        tr.name = t.name.clone();
+        let busy = has_members && subscribed.iter().any(|s| s.as_str() == t.name.as_str());
+        for p in t.partitions {
+            let mut pr = OffsetDeleteResponsePartition::default();
+            pr.partition_index = p.partition_index;
+            if busy {
+                pr.error_code = ResponseError::GroupSubscribedToTopic.code();
+            } else if b
+                .topics
+                .get(&t.name)
+                .and_then(|x| x.partition(p.partition_index))
+                .is_none()
+            {
+                pr.error_code = ResponseError::UnknownTopicOrPartition.code();
+            } else {
+                tombstones.push((t.name.to_string(), p.partition_index, None));
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    if let Err(e) = b.groups.write(&group, &tombstones) {
+        resp.error_code = e.code();
+    }
+    resp
+}
