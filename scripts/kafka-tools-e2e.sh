@@ -63,6 +63,26 @@ done < <(klass org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$B" --t
 diff <(sort "$WORK/sent") <(sort "$WORK/got") | head -5 >&2; diff -q <(sort "$WORK/sent") <(sort "$WORK/got") >/dev/null || fail "console consumer read back different records"
 pass "console consumer read back all 200 records, keys and values intact"
 
+# Console consumer in a group, then kafka-consumer-groups.
+groups() { klass org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --bootstrap-server "$B" "$@"; }
+klass org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" --topic cli-orders --group cli-group \
+  --from-beginning --max-messages 200 --timeout-ms 30000 > "$WORK/group-got" || fail "console consumer --group"
+[[ $(wc -l < "$WORK/group-got") == 200 ]] || fail "console consumer --group read $(wc -l < "$WORK/group-got") records"
+pass "console consumer --group read all 200 records"
+groups --list | grep -qx cli-group || fail "kafka-consumer-groups --list"
+desc=$(groups --describe --group cli-group)
+lag=$(echo "$desc" | awk '$1=="cli-group" && $2=="cli-orders" {s+=$6} END{print s+0}')
+committed=$(echo "$desc" | awk '$1=="cli-group" && $2=="cli-orders" {s+=$4} END{print s+0}')
+[[ "$committed" == 200 && "$lag" == 0 ]] || { echo "$desc"; fail "describe: committed $committed, lag $lag"; }
+pass "kafka-consumer-groups --describe: 200 committed, lag 0"
+groups --reset-offsets --to-earliest --execute --group cli-group --topic cli-orders >/dev/null || fail "--reset-offsets"
+lag=$(groups --describe --group cli-group | awk '$1=="cli-group" && $2=="cli-orders" {s+=$6} END{print s+0}')
+[[ "$lag" == 200 ]] || fail "lag after --reset-offsets --to-earliest is $lag, expected 200"
+pass "kafka-consumer-groups --reset-offsets --to-earliest --execute: lag back to 200"
+groups --delete --group cli-group | grep -q "successful" || fail "kafka-consumer-groups --delete"
+groups --list | grep -qx cli-group && fail "group still listed after --delete"
+pass "kafka-consumer-groups --delete"
+
 # Producer perf test with default settings.
 out=$(tool producer --bootstrap-server "$B" --topic cli-perf --num-records 100000 --record-size 256 --throughput -1)
 echo "$out" | tail -1

@@ -24,6 +24,8 @@ pub struct CoordinatorConfig {
     pub initial_rebalance_delay_ms: i64,
     /// Most members a group may have.
     pub max_group_size: usize,
+    /// Largest total protocol metadata one member may send (the default max.message.bytes).
+    pub max_member_metadata_bytes: usize,
 }
 
 impl Default for CoordinatorConfig {
@@ -33,6 +35,7 @@ impl Default for CoordinatorConfig {
             max_session_timeout_ms: 1_800_000,
             initial_rebalance_delay_ms: 3_000,
             max_group_size: usize::MAX,
+            max_member_metadata_bytes: 1 << 20,
         }
     }
 }
@@ -379,6 +382,15 @@ impl Coordinator {
         }
         if req.protocol_type.is_empty() || req.protocols.is_empty() {
             return fail(ResponseError::InconsistentGroupProtocol, &req.member_id);
+        }
+        if req
+            .protocols
+            .iter()
+            .map(|(n, m)| n.len() + m.len())
+            .sum::<usize>()
+            > self.config.max_member_metadata_bytes
+        {
+            return fail(ResponseError::InvalidRequest, &req.member_id);
         }
         if !req.member_id.is_empty() && !self.groups.contains_key(&req.group_id) {
             return fail(ResponseError::UnknownMemberId, &req.member_id);

@@ -6,5 +6,6 @@ mod admin;
 mod bad_input;
 mod durability;
 mod fetch;
+mod groups;
 mod harness;
 mod produce_consume;
