@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The standard load suite (Kafka's own perf tools, ../shared/anchors/kafka/bench.sh) against a
+# real Apache Kafka and against spate, one after the other on this machine, plus the time a
+# 3-member librdkafka group takes to settle when a 4th member joins. Results go to
+# $OUT (default target/bench-vs-kafka/<date>), one log per broker.
+#   scripts/bench-vs-kafka.sh [SPATE_FSYNC...]     default: interval always
+# Env: BENCH_RECORDS (3000000), OUT.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/anchor.sh"
+[[ -n "$ANCHOR" ]] || { echo "Kafka anchor not found" >&2; exit 2; }
+OUT="${OUT:-$ROOT/target/bench-vs-kafka/$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$OUT"
+policies=("$@"); [[ ${#policies[@]} -gt 0 ]] || policies=(interval always)
+cargo build --release --bin spate --manifest-path "$ROOT/Cargo.toml"
+python3 -c "import confluent_kafka" 2>/dev/null || pip install -q confluent-kafka
+
+settle() {  # settle BOOTSTRAP LABEL
+  python3 "$ROOT/scripts/group_settle.py" "$1" > "$OUT/settle-$2.txt" 2>&1 || true
+  cat "$OUT/settle-$2.txt"
+}
+
+# Apache Kafka, fresh, same group.initial.rebalance.delay.ms as spate's default (3000).
+KPORT=19092
+KDIR="$(mktemp -d /tmp/kafka-bench.XXXX)"
+KAFKA_PORT=$KPORT KAFKA_DATA_DIR="$KDIR" KAFKA_FRESH=1 \
+  KAFKA_EXTRA_PROPS="group.initial.rebalance.delay.ms=3000" "$ANCHOR/start.sh" > "$OUT/kafka-start.log"
+KPID=$(cat "$KDIR/kafka.pid")
+echo "== kafka pid $KPID"
+BENCH_PID=$KPID BENCH_PREFIX=kafka "$ANCHOR/bench.sh" 127.0.0.1:$KPORT 2>&1 | tee "$OUT/kafka.txt"
+settle 127.0.0.1:$KPORT kafka
+KAFKA_PORT=$KPORT KAFKA_DATA_DIR="$KDIR" "$ANCHOR/stop.sh" >/dev/null || true
+rm -rf "$KDIR"
+
+for policy in "${policies[@]}"; do
+  SDIR="$(mktemp -d /tmp/spate-bench.XXXX)"
+  "$ROOT/target/release/spate" --listen 127.0.0.1:0 --data-dir "$SDIR/data" --fsync "$policy" \
+    > "$SDIR/stdout" 2> "$SDIR/spate.log" &
+  SPID=$!
+  for _ in $(seq 1 100); do [[ -s "$SDIR/stdout" ]] && break; sleep 0.1; done
+  SB=$(awk 'NR==1{print $4}' "$SDIR/stdout")
+  echo "== spate ($policy) pid $SPID at $SB"
+  BENCH_PID=$SPID BENCH_PREFIX=spate "$ANCHOR/bench.sh" "$SB" 2>&1 | tee "$OUT/spate-$policy.txt"
+  settle "$SB" "spate-$policy"
+  kill $SPID; wait $SPID 2>/dev/null || true
+  rm -rf "$SDIR"
+done
+echo "results in $OUT"
