@@ -12,7 +12,11 @@ source "$ROOT/scripts/anchor.sh"
 OUT="${OUT:-$ROOT/target/bench-vs-kafka/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT"
 policies=("$@"); [[ ${#policies[@]} -gt 0 ]] || policies=(interval always)
-cargo build --release --bin spate --manifest-path "$ROOT/Cargo.toml"
+# SPATE_BIN: a spate binary to measure (default: build target/release/spate).
+if [[ -z "${SPATE_BIN:-}" ]]; then
+  cargo build --release --bin spate --manifest-path "$ROOT/Cargo.toml"
+  SPATE_BIN="$ROOT/target/release/spate"
+fi
 python3 -c "import confluent_kafka" 2>/dev/null || pip install -q confluent-kafka
 
 settle() {  # settle BOOTSTRAP LABEL
@@ -34,7 +38,7 @@ rm -rf "$KDIR"
 
 for policy in "${policies[@]}"; do
   SDIR="$(mktemp -d /tmp/spate-bench.XXXX)"
-  "$ROOT/target/release/spate" --listen 127.0.0.1:0 --data-dir "$SDIR/data" --fsync "$policy" \
+  "$SPATE_BIN" --listen 127.0.0.1:0 --data-dir "$SDIR/data" --fsync "$policy" \
     > "$SDIR/stdout" 2> "$SDIR/spate.log" &
   SPID=$!
   for _ in $(seq 1 100); do [[ -s "$SDIR/stdout" ]] && break; sleep 0.1; done

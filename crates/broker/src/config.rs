@@ -28,6 +28,79 @@ pub struct BrokerConfig {
     pub max_frame_bytes: usize,
     /// Consumer group timeouts and offset retention.
     pub groups: GroupSettings,
+    /// Bytes of requests and responses in flight before connections stop reading.
+    pub memory_limit_bytes: usize,
+    /// Per-connection buffer for outgoing responses.
+    pub write_buffer_bytes: usize,
+    /// Connections accepted at once; more are closed with a log line.
+    pub max_connections: usize,
+    /// Connections accepted at once from one IP address.
+    pub max_connections_per_ip: usize,
+}
+
+/// A named trade-off between latency and throughput for producers (`--produce-profile`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProduceProfile {
+    /// Small buffers, fsync rounds start at once: lowest latency, least memory.
+    LowLatency,
+    /// The default.
+    Balanced,
+    /// Larger buffers and short fsync windows: more throughput per core.
+    HighThroughput,
+    /// Largest buffers and windows: throughput first.
+    Extreme,
+}
+
+impl ProduceProfile {
+    /// Every profile with its name.
+    pub const ALL: [(&'static str, ProduceProfile); 4] = [
+        ("low-latency", Self::LowLatency),
+        ("balanced", Self::Balanced),
+        ("high-throughput", Self::HighThroughput),
+        ("extreme", Self::Extreme),
+    ];
+
+    /// Looks a profile up by name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, p)| *p)
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, p)| *p == self)
+            .map_or("balanced", |(n, _)| n)
+    }
+
+    /// Memory for requests and responses in flight.
+    pub fn memory_limit_bytes(self) -> usize {
+        match self {
+            Self::LowLatency => 16 << 20,
+            Self::Balanced => 64 << 20,
+            Self::HighThroughput => 256 << 20,
+            Self::Extreme => 512 << 20,
+        }
+    }
+
+    /// How long an fsync round under `--fsync always` waits to gather more writes.
+    pub fn group_commit_window(self) -> Duration {
+        Duration::from_millis(match self {
+            Self::LowLatency | Self::Balanced => 0,
+            Self::HighThroughput => 2,
+            Self::Extreme => 10,
+        })
+    }
+
+    /// Per-connection response buffer (fetch buffering).
+    pub fn write_buffer_bytes(self) -> usize {
+        match self {
+            Self::LowLatency => 16 << 10,
+            Self::Balanced => 64 << 10,
+            Self::HighThroughput => 256 << 10,
+            Self::Extreme => 1 << 20,
+        }
+    }
 }
 
 impl BrokerConfig {
@@ -44,6 +117,10 @@ impl BrokerConfig {
             retention_check_interval: Duration::from_secs(30),
             max_frame_bytes: spate_protocol::frame::DEFAULT_MAX_FRAME_BYTES,
             groups: GroupSettings::default(),
+            memory_limit_bytes: ProduceProfile::Balanced.memory_limit_bytes(),
+            write_buffer_bytes: ProduceProfile::Balanced.write_buffer_bytes(),
+            max_connections: 10_000,
+            max_connections_per_ip: 10_000,
         }
     }
 }

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 use spate_log::Flusher;
+use spate_metrics::Registry;
 use spate_protocol::codec::{encode_bare_error, encode_response, CodecError};
 use spate_protocol::header::RawPrefix;
 use spate_protocol::messages::ApiKey;
@@ -16,6 +17,7 @@ use spate_protocol::request::{DecodeError, Decoded, Request};
 use spate_protocol::{Encodable, ResponseError};
 use thiserror::Error;
 
+use crate::budget::MemoryBudget;
 use crate::config::BrokerConfig;
 use crate::error::{io, BrokerError};
 use crate::groups::GroupService;
@@ -44,6 +46,16 @@ pub enum RequestError {
     Encode(#[from] CodecError),
 }
 
+/// What the connection knows about a request besides its bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestContext<'a> {
+    /// Client address as Kafka reports it ("/127.0.0.1").
+    pub peer: &'a str,
+    /// How long the request waited for memory before it was read; reported back as
+    /// throttle_time_ms on produce and fetch responses.
+    pub throttle_ms: i32,
+}
+
 #[derive(Serialize, Deserialize)]
 struct NodeFile {
     cluster_id: String,
@@ -60,6 +72,10 @@ pub struct Broker {
     pub cluster_id: String,
     /// Consumer groups and committed offsets.
     pub groups: Arc<GroupService>,
+    /// Broker-wide metrics.
+    pub metrics: Arc<Registry>,
+    /// Memory for requests and responses in flight.
+    pub budget: Arc<MemoryBudget>,
     pub(crate) producer_ids: ProducerIds,
     flusher: Flusher,
 }
@@ -70,7 +86,9 @@ impl Broker {
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
         let cluster_id = load_or_create_cluster_id(&dir, config.node_id)?;
-        let flusher = Flusher::start(config.fsync);
+        let metrics = Arc::new(Registry::default());
+        let budget = MemoryBudget::new(config.memory_limit_bytes, metrics.clone());
+        let flusher = Flusher::with_metrics(config.fsync, metrics.clone());
         let (topics, notes) = TopicRegistry::open(&dir, flusher.clone())?;
         let producer_ids = ProducerIds::open(&dir)?;
         let groups = Arc::new(GroupService::open(
@@ -83,6 +101,8 @@ impl Broker {
             topics,
             cluster_id,
             groups,
+            metrics,
+            budget,
             producer_ids,
             flusher,
         });
@@ -130,8 +150,12 @@ impl Broker {
         }
     }
 
-    /// Handles one request frame (without its length prefix) from the client at `peer`.
-    pub fn handle(self: &Arc<Self>, frame: Bytes, peer: &str) -> Result<Reply, RequestError> {
+    /// Handles one request frame (without its length prefix).
+    pub fn handle(
+        self: &Arc<Self>,
+        frame: Bytes,
+        rc: RequestContext<'_>,
+    ) -> Result<Reply, RequestError> {
         let (key, header, req) = match Request::decode(frame)? {
             Decoded::Request {
                 key,
@@ -149,11 +173,18 @@ impl Broker {
         let reply = match req {
             Request::ApiVersions(r) => ctx.now(&handlers::api_versions::handle(r)),
             Request::Metadata(r) => ctx.now(&handlers::metadata::handle(self, version, r)),
-            Request::Produce(r) => match handlers::produce::handle(self, &header, r) {
-                Some(fut) => ctx.later(fut),
-                None => Ok(Reply::None),
-            },
-            Request::Fetch(r) => ctx.later(handlers::fetch::handle(self.clone(), version, r)),
+            Request::Produce(r) => {
+                match handlers::produce::handle(self, &header, rc.throttle_ms, r) {
+                    Some(fut) => ctx.later(fut),
+                    None => Ok(Reply::None),
+                }
+            }
+            Request::Fetch(r) => ctx.later(handlers::fetch::handle(
+                self.clone(),
+                version,
+                rc.throttle_ms,
+                r,
+            )),
             Request::ListOffsets(r) => ctx.now(&handlers::list_offsets::handle(self, version, r)),
             Request::CreateTopics(r) => ctx.now(&handlers::topics::create(self, version, r)),
             Request::DeleteTopics(r) => ctx.now(&handlers::topics::delete(self, version, r)),
@@ -170,7 +201,7 @@ impl Broker {
             }
             Request::JoinGroup(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or("");
-                ctx.later(handlers::groups::join(self, version, client_id, peer, r))
+                ctx.later(handlers::groups::join(self, version, client_id, rc.peer, r))
             }
             Request::SyncGroup(r) => ctx.later(handlers::groups::sync(self, version, r)),
             Request::Heartbeat(r) => ctx.now(&handlers::groups::heartbeat(self, r)),

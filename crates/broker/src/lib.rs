@@ -4,6 +4,7 @@
 //! handler for their API family (one module each under [`handlers`]) and returns the encoded
 //! response, or a future for it when the answer must wait (fsync, long-poll fetch).
 
+mod budget;
 mod config;
 mod dispatch;
 mod error;
@@ -13,13 +14,14 @@ mod partition;
 mod producer_ids;
 mod producer_state;
 mod registry;
-mod time;
+pub mod time;
 mod topic_config;
 
-pub use config::BrokerConfig;
-pub use dispatch::{Broker, Reply, RequestError};
+pub use budget::{MemoryBudget, Permit};
+pub use config::{BrokerConfig, ProduceProfile};
+pub use dispatch::{Broker, Reply, RequestContext, RequestError};
 pub use error::BrokerError;
 pub use groups::{GroupService, GroupSettings};
 pub use partition::Partition;
-pub use registry::{Topic, TopicRegistry};
+pub use registry::{validate_topic_name, Topic, TopicError, TopicMetrics, TopicRegistry};
 pub use topic_config::{TopicConfig, TopicConfigError};

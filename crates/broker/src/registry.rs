@@ -30,8 +30,23 @@ struct TopicFile {
     config: TopicConfig,
 }
 
+/// Traffic counters of one topic.
+#[derive(Debug, Default)]
+pub struct TopicMetrics {
+    /// Bytes of record batches appended.
+    pub bytes_in: spate_metrics::Counter,
+    /// Records appended.
+    pub records_in: spate_metrics::Counter,
+    /// Bytes of record batches sent to consumers.
+    pub bytes_out: spate_metrics::Counter,
+    /// Records sent to consumers (counted per whole batch sent).
+    pub records_out: spate_metrics::Counter,
+}
+
 /// A topic and its partitions.
 pub struct Topic {
+    /// Traffic counters.
+    pub metrics: TopicMetrics,
     /// Topic name.
     pub name: String,
     /// Topic id (KIP-516), stable for the topic's life.
@@ -230,6 +245,7 @@ impl TopicRegistry {
             partitions.push(Arc::new(partition));
         }
         Ok(Arc::new(Topic {
+            metrics: TopicMetrics::default(),
             name: name.to_string(),
             id: file.id,
             dir,

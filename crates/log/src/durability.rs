@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
+use spate_metrics::Registry;
 use tokio::sync::watch;
 
 use crate::config::FsyncPolicy;
@@ -61,12 +62,17 @@ impl SyncState {
         self.durable.subscribe()
     }
 
-    fn sync(&self) {
+    fn sync(&self, metrics: &Registry) {
         self.queued.store(false, Ordering::SeqCst);
         let end = self.written.load(Ordering::Acquire);
         let files = std::mem::take(&mut *self.dirty.lock());
         for f in &files {
-            if let Err(e) = f.sync_data() {
+            let started = Instant::now();
+            let synced = f.sync_data();
+            metrics
+                .fsync_latency
+                .observe(started.elapsed().as_micros() as u64);
+            if let Err(e) = synced {
                 // Leave the offset where it was: waiting producers time out rather than
                 // being told their data is safe.
                 tracing::error!(path = %self.path.display(), error = %e, "fsync failed");
@@ -86,6 +92,7 @@ impl SyncState {
 
 struct Inner {
     policy: FsyncPolicy,
+    metrics: Arc<Registry>,
     queue: Mutex<Vec<Arc<SyncState>>>,
     wake: Condvar,
     stop: AtomicBool,
@@ -100,8 +107,14 @@ pub struct Flusher {
 impl Flusher {
     /// Starts the flusher for `policy`; `Never` starts no thread.
     pub fn start(policy: FsyncPolicy) -> Self {
+        Self::with_metrics(policy, Arc::new(Registry::default()))
+    }
+
+    /// Starts the flusher, recording fsync latency and group-commit batch sizes in `metrics`.
+    pub fn with_metrics(policy: FsyncPolicy, metrics: Arc<Registry>) -> Self {
         let inner = Arc::new(Inner {
             policy,
+            metrics,
             queue: Mutex::new(Vec::new()),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -139,7 +152,7 @@ impl Flusher {
         self.inner.wake.notify_one();
         let pending = std::mem::take(&mut *self.inner.queue.lock());
         for s in pending {
-            s.sync();
+            s.sync(&self.inner.metrics);
         }
     }
 }
@@ -170,8 +183,11 @@ fn run(inner: &Inner) {
             }
             std::mem::take(&mut *q)
         };
+        if !batch.is_empty() {
+            inner.metrics.group_commit_batch.observe(batch.len() as u64);
+        }
         for s in &batch {
-            s.sync();
+            s.sync(&inner.metrics);
         }
         if inner.stop.load(Ordering::SeqCst) {
             return;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use spate_broker::BrokerConfig;
+use spate_broker::{BrokerConfig, ProduceProfile};
 use spate_log::FsyncPolicy;
 
 /// spate: a Kafka-compatible event-streaming broker.
@@ -93,6 +93,30 @@ pub struct Args {
     #[arg(long, env = "SPATE_OFFSETS_RETENTION_MINUTES", default_value_t = 10080)]
     pub offsets_retention_minutes: u64,
 
+    /// Producer trade-off: low-latency, balanced, high-throughput or extreme. Sets the memory
+    /// for requests in flight (16 / 64 / 256 / 512 MiB), the fsync window of `--fsync always`
+    /// (0 / 0 / 2 / 10 ms) and the per-connection response buffer (16 KiB / 64 KiB / 256 KiB /
+    /// 1 MiB).
+    #[arg(long, env = "SPATE_PRODUCE_PROFILE", default_value = "balanced")]
+    pub produce_profile: String,
+
+    /// Memory for requests and responses in flight, overriding the profile's. At the limit
+    /// the broker stops reading from connections (producers are throttled, nothing fails).
+    #[arg(long, env = "SPATE_MEMORY_LIMIT_BYTES")]
+    pub memory_limit_bytes: Option<u64>,
+
+    /// Most connections open at once; more are closed with a log line.
+    #[arg(long, env = "SPATE_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+
+    /// Most connections open at once from one IP address.
+    #[arg(long, env = "SPATE_MAX_CONNECTIONS_PER_IP", default_value_t = 10_000)]
+    pub max_connections_per_ip: usize,
+
+    /// Log line format: text or json (one JSON object per line).
+    #[arg(long, env = "SPATE_LOG_FORMAT", default_value = "text")]
+    pub log_format: String,
+
     /// Log filter (error, warn, info, debug, trace, or a tracing directive). RUST_LOG wins.
     #[arg(long, env = "SPATE_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -167,7 +191,38 @@ impl Args {
         if self.offsets_retention_minutes == 0 {
             bail!("--offsets-retention-minutes must be at least 1");
         }
+        let profile = ProduceProfile::parse(&self.produce_profile).with_context(|| {
+            let names: Vec<&str> = ProduceProfile::ALL.iter().map(|(n, _)| *n).collect();
+            format!(
+                "unknown --produce-profile '{}': use one of {}",
+                self.produce_profile,
+                names.join(", ")
+            )
+        })?;
+        let memory = match self.memory_limit_bytes {
+            None => profile.memory_limit_bytes(),
+            Some(m) if m < (1 << 20) => {
+                bail!("--memory-limit-bytes must be at least 1048576 (1 MiB), got {m}")
+            }
+            Some(m) if m > (1 << 40) => {
+                bail!("--memory-limit-bytes of {m} is beyond any machine this runs on")
+            }
+            Some(m) => m as usize,
+        };
+        if self.max_connections == 0 || self.max_connections_per_ip == 0 {
+            bail!("--max-connections and --max-connections-per-ip must be at least 1");
+        }
+        if !matches!(self.log_format.as_str(), "text" | "json") {
+            bail!(
+                "unknown --log-format '{}': use text or json",
+                self.log_format
+            );
+        }
         let mut c = BrokerConfig::new(self.data_dir.clone(), host, port);
+        c.memory_limit_bytes = memory;
+        c.write_buffer_bytes = profile.write_buffer_bytes();
+        c.max_connections = self.max_connections;
+        c.max_connections_per_ip = self.max_connections_per_ip;
         c.groups.coordinator.initial_rebalance_delay_ms =
             self.group_initial_rebalance_delay_ms.min(i64::MAX as u64) as i64;
         c.groups.coordinator.min_session_timeout_ms =
@@ -176,7 +231,14 @@ impl Args {
             self.group_max_session_timeout_ms.min(i32::MAX as u32) as i32;
         c.groups.offsets_retention_ms =
             (self.offsets_retention_minutes.min(1 << 40) * 60_000) as i64;
-        c.fsync = parse_fsync(&self.fsync, self.fsync_interval_ms)?;
+        c.fsync = match parse_fsync(&self.fsync, self.fsync_interval_ms)? {
+            FsyncPolicy::Always if !profile.group_commit_window().is_zero() => {
+                FsyncPolicy::GroupCommit {
+                    window: profile.group_commit_window(),
+                }
+            }
+            other => other,
+        };
         c.default_partitions = self.default_partitions;
         c.auto_create_topics = self.auto_create_topics;
         c.max_frame_bytes = self.max_request_bytes;
@@ -228,6 +290,34 @@ mod tests {
         assert!(a.broker_config("127.0.0.1:1".parse().unwrap()).is_err());
         let a = Args::try_parse_from(["spate"]).unwrap();
         assert!(a.broker_config("0.0.0.0:9092".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn produce_profiles_set_memory_and_bad_limits_are_refused() {
+        let a = Args::try_parse_from(["spate", "--produce-profile", "extreme"]).unwrap();
+        let c = a.broker_config("127.0.0.1:1".parse().unwrap()).unwrap();
+        assert_eq!(c.memory_limit_bytes, 512 << 20);
+        let a = Args::try_parse_from(["spate", "--produce-profile", "ludicrous"]).unwrap();
+        let e = a.broker_config("127.0.0.1:1".parse().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("low-latency"), "{e}");
+        for bad in ["0", "100", "99999999999999999"] {
+            let a = Args::try_parse_from(["spate", "--memory-limit-bytes", bad]).unwrap();
+            assert!(
+                a.broker_config("127.0.0.1:1".parse().unwrap()).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(Args::try_parse_from(["spate", "--memory-limit-bytes", "-5"]).is_err());
+        let a =
+            Args::try_parse_from(["spate", "--fsync", "always", "--produce-profile", "extreme"])
+                .unwrap();
+        let c = a.broker_config("127.0.0.1:1".parse().unwrap()).unwrap();
+        assert_eq!(
+            c.fsync,
+            FsyncPolicy::GroupCommit {
+                window: Duration::from_millis(10)
+            }
+        );
     }
 
     #[test]

@@ -2,13 +2,17 @@
 //!
 //! The reader hands each frame to the broker at once, so appends happen in the order the
 //! client sent them; responses that must wait (fsync, long-poll) run as tasks, and the writer
-//! sends every response in request order, as the protocol requires.
+//! sends every response in request order, as the protocol requires. Before reading a frame's
+//! body the reader takes that many bytes from the broker's memory budget; when the budget is
+//! spent it stops reading (the client feels TCP back-pressure and sees throttle_time_ms).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use spate_broker::{Broker, Reply};
+use spate_broker::{Broker, Permit, Reply, RequestContext};
 use spate_protocol::frame::{peek_frame_len, take_frame, FrameError};
+use spate_protocol::header::RawPrefix;
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
@@ -36,9 +40,17 @@ pub enum ConnectionError {
     Truncated(usize),
 }
 
-enum Outgoing {
+enum Body {
     Now(Bytes),
     Later(JoinHandle<Bytes>),
+}
+
+/// A response on its way out, with what it holds from the memory budget.
+struct Outgoing {
+    body: Body,
+    api_key: i16,
+    started: Instant,
+    _request_memory: Option<Permit>,
 }
 
 /// Serves one connection until the peer closes it or it misbehaves.
@@ -52,26 +64,55 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
     let max_frame = broker.config.max_frame_bytes;
     let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT);
-    let writer = tokio::spawn(write_responses(wr, rx));
+    let writer = tokio::spawn(write_responses(broker.clone(), wr, rx));
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let mut permit: Option<Permit> = None;
+    let mut throttle_ms = 0i32;
     let result = async {
         loop {
             while let Some(frame) = take_frame(&mut buf, max_frame)? {
-                let out = match broker.handle(frame, &peer)? {
-                    Reply::None => continue,
-                    Reply::Now(b) => Outgoing::Now(b),
-                    Reply::Later(f) => Outgoing::Later(tokio::spawn(f)),
+                let started = Instant::now();
+                let api_key = RawPrefix::peek(&frame).map(|p| p.api_key).unwrap_or(-1);
+                let rc = RequestContext {
+                    peer: &peer,
+                    throttle_ms: std::mem::take(&mut throttle_ms),
+                };
+                let body = match broker.handle(frame, rc)? {
+                    Reply::None => {
+                        broker
+                            .metrics
+                            .request(api_key, started.elapsed().as_micros() as u64);
+                        permit = None;
+                        continue;
+                    }
+                    Reply::Now(b) => Body::Now(b),
+                    Reply::Later(f) => Body::Later(tokio::spawn(f)),
+                };
+                let out = Outgoing {
+                    body,
+                    api_key,
+                    started,
+                    _request_memory: permit.take(),
                 };
                 if tx.send(out).await.is_err() {
                     // The writer failed; its error is reported below.
                     return Ok(());
                 }
             }
-            // Make room for the whole next frame at once when its size is known.
-            let want = peek_frame_len(&buf, max_frame)?
-                .map_or(READ_CHUNK, |n| (n + 4).saturating_sub(buf.len()))
-                .max(READ_CHUNK);
-            buf.reserve(want);
+            // The next frame's size is known: hold its bytes in the budget before reading it,
+            // and make room for the whole frame at once.
+            let want = match peek_frame_len(&buf, max_frame)? {
+                Some(n) => {
+                    if permit.is_none() {
+                        let (p, waited) = broker.budget.acquire(n + 4).await;
+                        permit = Some(p);
+                        throttle_ms = waited.as_millis().min(i32::MAX as u128) as i32;
+                    }
+                    (n + 4).saturating_sub(buf.len())
+                }
+                None => READ_CHUNK,
+            };
+            buf.reserve(want.max(READ_CHUNK));
             if rd.read_buf(&mut buf).await? == 0 {
                 return if buf.is_empty() {
                     Ok(())
@@ -89,14 +130,15 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
 }
 
 async fn write_responses(
+    broker: Arc<Broker>,
     wr: tokio::net::tcp::OwnedWriteHalf,
     mut rx: mpsc::Receiver<Outgoing>,
 ) -> std::io::Result<()> {
-    let mut wr = BufWriter::with_capacity(64 * 1024, wr);
+    let mut wr = BufWriter::with_capacity(broker.config.write_buffer_bytes, wr);
     while let Some(out) = rx.recv().await {
-        let bytes = match out {
-            Outgoing::Now(b) => b,
-            Outgoing::Later(h) => match h.await {
+        let bytes = match out.body {
+            Body::Now(b) => b,
+            Body::Later(h) => match h.await {
                 Ok(b) => b,
                 Err(e) => {
                     // A handler panicked: the stream can no longer be answered in order.
@@ -106,6 +148,12 @@ async fn write_responses(
                 }
             },
         };
+        broker
+            .metrics
+            .request(out.api_key, out.started.elapsed().as_micros() as u64);
+        // Responses count against the budget until written, so big fetch responses slow
+        // down reading new requests instead of growing memory.
+        let _response_memory = broker.budget.charge(bytes.len());
         wr.write_all(&bytes).await?;
         if rx.is_empty() {
             wr.flush().await?;

@@ -6,6 +6,7 @@ static ALLOCATOR: spate_protocol::alloc::HostileLengthAllocator =
 
 mod config;
 mod connection;
+mod limits;
 
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use crate::config::Args;
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    init_logging(&args.log_level);
+    init_logging(&args.log_level, args.log_format == "json");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("spate-worker")
@@ -26,13 +27,17 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(run(args))
 }
 
-fn init_logging(level: &str) {
+fn init_logging(level: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -68,14 +73,28 @@ async fn accept_loop(
     listener: TcpListener,
     broker: Arc<spate_broker::Broker>,
 ) -> anyhow::Result<()> {
+    let limits = Arc::new(limits::ConnectionLimits::new(
+        broker.config.max_connections,
+        broker.config.max_connections_per_ip,
+    ));
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
+                let Some(slot) = limits.admit(peer.ip()) else {
+                    broker.metrics.connections_rejected.inc();
+                    limits.log_refusal(peer.ip());
+                    drop(stream);
+                    continue;
+                };
+                broker.metrics.connections_accepted.inc();
+                broker.metrics.connections_open.add(1);
                 let broker = broker.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = connection::serve(broker, stream).await {
+                    if let Err(e) = connection::serve(broker.clone(), stream).await {
                         tracing::warn!(%peer, "closing connection: {e}");
                     }
+                    broker.metrics.connections_open.add(-1);
+                    drop(slot);
                 });
             }
             Err(e) => {

@@ -8,12 +8,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::select_all;
 use spate_log::LogError;
+use spate_protocol::batch::Batches;
 use spate_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use spate_protocol::messages::{FetchRequest, FetchResponse};
+use spate_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
 use spate_protocol::ResponseError;
 use tokio::sync::watch;
 
 use crate::partition::Partition;
+use crate::registry::Topic;
 use crate::Broker;
 
 /// Upper bound on how long a fetch may wait, whatever the client asks.
@@ -32,7 +34,22 @@ struct Slot {
 }
 
 /// Serves a fetch, waiting as the request allows.
-pub async fn handle(b: Arc<Broker>, version: i16, req: FetchRequest) -> FetchResponse {
+pub async fn handle(
+    b: Arc<Broker>,
+    version: i16,
+    throttle_ms: i32,
+    req: FetchRequest,
+) -> FetchResponse {
+    let mut resp = serve(&b, version, req).await;
+    resp.throttle_time_ms = throttle_ms;
+    for p in resp.responses.iter().flat_map(|t| t.partitions.iter()) {
+        b.metrics.error(ApiKey::Fetch as i16, p.error_code);
+    }
+    b.metrics.error(ApiKey::Fetch as i16, resp.error_code);
+    resp
+}
+
+async fn serve(b: &Arc<Broker>, version: i16, req: FetchRequest) -> FetchResponse {
     if version >= 7 && req.session_id != 0 {
         // We never hand out session ids, so any the client presents is unknown.
         let mut resp = FetchResponse::default();
@@ -40,6 +57,7 @@ pub async fn handle(b: Arc<Broker>, version: i16, req: FetchRequest) -> FetchRes
         return resp;
     }
     let mut topics = Vec::with_capacity(req.topics.len());
+    let mut handles = Vec::with_capacity(req.topics.len());
     let mut slots = Vec::new();
     for (ti, ft) in req.topics.iter().enumerate() {
         let mut tr = FetchableTopicResponse::default();
@@ -51,6 +69,7 @@ pub async fn handle(b: Arc<Broker>, version: i16, req: FetchRequest) -> FetchRes
             b.topics.get(&ft.topic)
         };
         topics.push(tr);
+        handles.push(topic.clone());
         for fp in &ft.partitions {
             let partition = topic.as_ref().and_then(|t| t.partition(fp.partition));
             let error = match (&topic, &partition) {
@@ -86,21 +105,31 @@ pub async fn handle(b: Arc<Broker>, version: i16, req: FetchRequest) -> FetchRes
         let (parts, bytes, errors) = read_all(&slots, version, max_bytes);
         let now = tokio::time::Instant::now();
         if bytes >= min_bytes.max(1) || errors || now >= deadline || watches.is_empty() {
-            return assemble(topics, parts);
+            return assemble(topics, &handles, parts);
         }
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
         if tokio::time::timeout_at(deadline, changed).await.is_err() {
             let (parts, _, _) = read_all(&slots, version, max_bytes);
-            return assemble(topics, parts);
+            return assemble(topics, &handles, parts);
         }
     }
 }
 
 fn assemble(
     mut topics: Vec<FetchableTopicResponse>,
+    handles: &[Option<Arc<Topic>>],
     parts: Vec<(usize, PartitionData)>,
 ) -> FetchResponse {
     for (ti, pd) in parts {
+        if let (Some(Some(t)), Some(records)) = (handles.get(ti), &pd.records) {
+            if !records.is_empty() {
+                t.metrics.bytes_out.add(records.len() as u64);
+                let n: i64 = Batches::new(records)
+                    .map(|(_, h)| h.records_count as i64)
+                    .sum();
+                t.metrics.records_out.add(n.max(0) as u64);
+            }
+        }
         topics[ti].partitions.push(pd);
     }
     let mut resp = FetchResponse::default();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use spate_protocol::batch::{self, BatchError};
 use spate_protocol::messages::produce_request::PartitionProduceData;
 use spate_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use spate_protocol::messages::{ProduceRequest, ProduceResponse, RequestHeader};
+use spate_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestHeader};
 use spate_protocol::ResponseError;
 use tokio::sync::watch;
 
@@ -31,11 +31,13 @@ struct Wait {
 pub fn handle(
     b: &Arc<Broker>,
     header: &RequestHeader,
+    throttle_ms: i32,
     req: ProduceRequest,
 ) -> Option<impl Future<Output = ProduceResponse> + Send + 'static> {
     let version = header.request_api_version;
     let acks = req.acks;
     let mut resp = ProduceResponse::default();
+    resp.throttle_time_ms = throttle_ms;
     let mut waits = Vec::new();
     let bad_acks = !matches!(acks, -1..=1);
     let fsync_acks = b.config.fsync.acks_wait_for_fsync() && acks != 0;
@@ -99,6 +101,7 @@ pub fn handle(
                     }
                 }
                 Err((code, message)) => {
+                    b.metrics.error(ApiKey::Produce as i16, code.code());
                     pr.error_code = code.code();
                     pr.base_offset = -1;
                     pr.log_append_time_ms = -1;
@@ -118,12 +121,17 @@ pub fn handle(
         return None;
     }
     let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
+    let metrics = b.metrics.clone();
     Some(async move {
         let deadline = tokio::time::Instant::now() + timeout;
         for mut w in waits {
             let done =
                 tokio::time::timeout_at(deadline, w.durable.wait_for(|d| *d >= w.offset)).await;
             if !matches!(done, Ok(Ok(_))) {
+                metrics.error(
+                    ApiKey::Produce as i16,
+                    ResponseError::RequestTimedOut.code(),
+                );
                 let pr = &mut resp.responses[w.topic].partition_responses[w.partition];
                 pr.error_code = ResponseError::RequestTimedOut.code();
                 if version >= 8 {
@@ -182,7 +190,13 @@ fn append_one(t: &Topic, pd: PartitionProduceData) -> Outcome {
     }
     let append_time = config.log_append_time().then(now_ms);
     match p.append(&records, &h, append_time) {
-        Ok(a) => Ok((a, p.log_start_offset(), append_time)),
+        Ok(a) => {
+            if matches!(a, Appended::New { .. }) {
+                t.metrics.bytes_in.add(records.len() as u64);
+                t.metrics.records_in.add(h.records_count as u64);
+            }
+            Ok((a, p.log_start_offset(), append_time))
+        }
         Err(AppendError::Refused(code)) => Err((code, code.to_string())),
         Err(AppendError::Storage(e)) => {
             tracing::error!(topic = %t.name, partition = p.index, error = %e, "append failed");
