@@ -154,6 +154,49 @@ impl GroupService {
         }
     }
 
+    /// Every group (with members or only committed offsets): id, state, protocol type and
+    /// member count.
+    pub fn summaries(&self) -> Vec<(String, &'static str, String, usize)> {
+        let coordinator = self.coordinator.lock();
+        let mut out: Vec<(String, &'static str, String, usize)> = coordinator
+            .list()
+            .into_iter()
+            .map(|(id, state, ptype)| {
+                let members = coordinator.describe(&id).map_or(0, |d| d.members.len());
+                (id, state.name(), ptype, members)
+            })
+            .collect();
+        for g in self.offsets.lock().group_ids() {
+            if !out.iter().any(|(id, ..)| id == g) {
+                out.push((
+                    g.to_string(),
+                    spate_groups::GroupState::Empty.name(),
+                    String::new(),
+                    0,
+                ));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Deletes a group without members and its committed offsets (DeleteGroups).
+    pub fn delete_group(&self, id: &str) -> Result<(), ResponseError> {
+        let has_offsets = self.offsets.lock().has_group(id);
+        match self.coordinator.lock().delete(id) {
+            Err(ResponseError::GroupIdNotFound) if has_offsets => {}
+            other => other?,
+        }
+        let tombstones: Vec<_> = self
+            .offsets
+            .lock()
+            .group(id)
+            .into_iter()
+            .map(|(t, p, _)| (t.to_string(), p, None))
+            .collect();
+        self.write(id, &tombstones).map(|_| ())
+    }
+
     /// Committed offsets, read under the store lock.
     pub fn offsets<T>(&self, f: impl FnOnce(&OffsetStore) -> T) -> T {
         f(&self.offsets.lock())

@@ -24,4 +24,9 @@ pub use error::BrokerError;
 pub use groups::{GroupService, GroupSettings};
 pub use partition::Partition;
 pub use registry::{validate_topic_name, Topic, TopicError, TopicMetrics, TopicRegistry};
-pub use topic_config::{TopicConfig, TopicConfigError};
+pub use topic_config::{ConfigDef, TopicConfig, TopicConfigError};
+
+/// Every topic config spate knows, with defaults and documentation.
+pub fn topic_config_defs() -> &'static [ConfigDef] {
+    topic_config::DEFS
+}

@@ -5,17 +5,33 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use clap::Parser;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
+use serde::Serialize;
 use spate_broker::{BrokerConfig, ProduceProfile};
 use spate_log::FsyncPolicy;
 
 /// spate: a Kafka-compatible event-streaming broker.
 ///
 /// With no arguments it listens on 127.0.0.1:9092 and stores data in ./data. Every flag can
-/// also be set through the environment variable shown with it; a flag wins over its variable.
-#[derive(Debug, Parser)]
+/// also be set through the environment variable shown with it, or as a key of the same name
+/// in a TOML file given with --config. Precedence: flag, then environment, then config file,
+/// then the default.
+#[derive(Debug, Parser, Serialize)]
 #[command(name = "spate", version, about, long_about)]
 pub struct Args {
+    /// TOML file of settings, keyed by flag name without the dashes (e.g. `data-dir = "/var/lib/spate"`).
+    #[arg(long, env = "SPATE_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Address and port of the HTTP listener (/metrics, /health, /ready, /admin).
+    #[arg(long, env = "SPATE_HTTP_LISTEN", default_value = "127.0.0.1:9644")]
+    pub http_listen: String,
+
+    /// Bearer token that admin API mutations (POST, PATCH, DELETE) must present.
+    #[arg(long, env = "SPATE_ADMIN_TOKEN")]
+    #[serde(skip_serializing)]
+    pub admin_token: Option<String>,
+
     /// Address and port to accept Kafka clients on. Port 0 picks a free port (printed on start).
     #[arg(long, env = "SPATE_LISTEN", default_value = "127.0.0.1:9092")]
     pub listen: String,
@@ -120,6 +136,75 @@ pub struct Args {
     /// Log filter (error, warn, info, debug, trace, or a tracing directive). RUST_LOG wins.
     #[arg(long, env = "SPATE_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+}
+
+impl Args {
+    /// Reads flags and environment, then fills what they leave unset from the --config file.
+    pub fn load() -> anyhow::Result<Self> {
+        let cli: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        let first = Self::try_parse_from(&cli).unwrap_or_else(|e| e.exit());
+        let Some(path) = first.config.clone() else {
+            return Ok(first);
+        };
+        let file_args = file_arguments(&path)?;
+        let mut all = vec![cli.first().cloned().unwrap_or_else(|| "spate".into())];
+        all.extend(file_args.iter().map(Into::into));
+        all.extend(cli.into_iter().skip(1));
+        let m: ArgMatches = Self::command()
+            .args_override_self(true)
+            .try_get_matches_from(all)
+            .unwrap_or_else(|e| e.exit());
+        Ok(Self::from_arg_matches(&m)?)
+    }
+
+    /// The settings as JSON, for logs and the admin API (secrets left out).
+    pub fn effective_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+/// Turns a TOML config file into `--key value` arguments, checking every key and value so an
+/// error names the file and the key. Keys whose environment variable is set are skipped: the
+/// environment wins over the file.
+fn file_arguments(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let where_ = path.display();
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {where_}"))?;
+    let table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("{where_} is not valid TOML"))?;
+    let cmd = Args::command();
+    let mut out = Vec::new();
+    for (key, value) in &table {
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_long() == Some(key.as_str()) && key != "config")
+            .with_context(|| format!("{where_}: unknown key `{key}` (keys are flag names without dashes; see spate --help)"))?;
+        let v = match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            _ => bail!("{where_}: `{key}` must be a string, number or boolean"),
+        };
+        if arg.get_env().is_some_and(|e| std::env::var_os(e).is_some()) {
+            continue;
+        }
+        out.push(format!("--{key}"));
+        out.push(v);
+    }
+    // Check the file's values on their own so the message can name the file.
+    let mut alone = vec!["spate".to_string()];
+    alone.extend(out.iter().cloned());
+    if let Err(e) = Args::command().try_get_matches_from(&alone) {
+        let msg = e.to_string();
+        let first = msg
+            .lines()
+            .next()
+            .unwrap_or("invalid value")
+            .trim_start_matches("error: ");
+        bail!("{where_}: {first}");
+    }
+    Ok(out)
 }
 
 /// Parses an fsync policy name.
@@ -318,6 +403,57 @@ mod tests {
                 window: Duration::from_millis(10)
             }
         );
+    }
+
+    fn write_config(text: &str) -> tempfile::NamedTempFile {
+        use std::io::Write;
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn config_file_values_become_arguments() {
+        let f = write_config(
+            "data-dir = \"/srv/spate\"\ndefault-partitions = 6\nauto-create-topics = false\n",
+        );
+        let args = file_arguments(f.path()).unwrap();
+        assert_eq!(
+            args,
+            [
+                "--auto-create-topics",
+                "false",
+                "--data-dir",
+                "/srv/spate",
+                "--default-partitions",
+                "6"
+            ]
+        );
+    }
+
+    #[test]
+    fn config_file_errors_name_the_file_and_key() {
+        let f = write_config("data-dirr = \"x\"\n");
+        let e = file_arguments(f.path()).unwrap_err().to_string();
+        assert!(e.contains("unknown key `data-dirr`"), "{e}");
+        let f = write_config("default-partitions = \"many\"\n");
+        let e = file_arguments(f.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("many") && e.contains("default-partitions"),
+            "{e}"
+        );
+        let f = write_config("listen = [1, 2]\n");
+        assert!(file_arguments(f.path())
+            .unwrap_err()
+            .to_string()
+            .contains("`listen` must be"));
+        let f = write_config("this is not toml");
+        assert!(file_arguments(f.path())
+            .unwrap_err()
+            .to_string()
+            .contains("not valid TOML"));
+        let f = write_config("max-connections = -3\n");
+        assert!(file_arguments(f.path()).is_err());
     }
 
     #[test]

@@ -11,13 +11,12 @@ mod limits;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::Parser;
 use tokio::net::TcpListener;
 
 use crate::config::Args;
 
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args = Args::load()?;
     init_logging(&args.log_level, args.log_format == "json");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -46,19 +45,36 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let bound = listener.local_addr().context("reading the bound address")?;
     let config = args.broker_config(bound)?;
+    let effective = args.effective_json();
+    tracing::debug!(config = %effective, "effective configuration");
+    // HTTP first, so /health answers and /ready says "not yet" while logs recover.
+    let http = TcpListener::bind(&args.http_listen)
+        .await
+        .with_context(|| format!("cannot listen for HTTP on {}", args.http_listen))?;
+    let http_bound = http.local_addr().context("reading the HTTP address")?;
+    let http_state = spate_http::HttpState::new(args.admin_token.clone(), effective);
+    let serving = http_state.clone();
+    tokio::spawn(async move {
+        if let Err(e) = spate_http::serve(http, serving).await {
+            tracing::error!("HTTP listener failed: {e}");
+        }
+    });
     let data_dir = config.data_dir.clone();
-    let fsync = args.fsync.clone();
-    let (broker, notes) = spate_broker::Broker::open(config)
+    let (broker, notes) = tokio::task::spawn_blocking(move || spate_broker::Broker::open(config))
+        .await
+        .context("recovery task failed")?
         .with_context(|| format!("opening data dir {}", data_dir.display()))?;
     for n in notes {
         tracing::warn!("recovery: {n}");
     }
     broker.spawn_background();
+    http_state.set_ready(broker.clone());
     println!(
-        "spate listening on {bound} (advertised as {}:{}), data in {}, fsync {fsync}",
+        "spate listening on {bound} (advertised as {}:{}), http on {http_bound}, data in {}, fsync {}",
         broker.config.advertised_host,
         broker.config.advertised_port,
-        data_dir.display()
+        data_dir.display(),
+        args.fsync
     );
     let accept = accept_loop(listener, broker.clone());
     tokio::select! {

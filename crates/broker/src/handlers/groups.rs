@@ -339,22 +339,7 @@ pub fn delete(b: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
     for id in req.groups_names {
         let mut r = DeletableGroupResult::default();
         r.group_id = id.clone();
-        let has_offsets = b.groups.offsets(|o| o.has_group(&id));
-        let result = b.groups.with(|c, _| (c.delete(&id), Vec::new()));
-        let result = match result {
-            Err(ResponseError::GroupIdNotFound) if has_offsets => Ok(()),
-            other => other,
-        };
-        let result = result.and_then(|()| {
-            let tombstones: Vec<_> = b.groups.offsets(|o| {
-                o.group(&id)
-                    .into_iter()
-                    .map(|(t, p, _)| (t.to_string(), p, None))
-                    .collect()
-            });
-            b.groups.write(&id, &tombstones).map(|_| ())
-        });
-        if let Err(e) = result {
+        if let Err(e) = b.groups.delete_group(&id) {
             r.error_code = e.code();
         }
         resp.results.push(r);

@@ -22,6 +22,8 @@ pub struct Spate {
     child: Option<Child>,
     /// host:port it listens on.
     pub addr: String,
+    /// host:port of its HTTP listener.
+    pub http: String,
     dir: tempfile::TempDir,
     extra: Vec<String>,
 }
@@ -31,10 +33,11 @@ impl Spate {
     pub fn start(extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let (child, addr) = spawn(dir.path(), &extra);
+        let (child, addr, http) = spawn(dir.path(), &extra);
         Self {
             child: Some(child),
             addr,
+            http,
             dir,
             extra,
         }
@@ -56,9 +59,10 @@ impl Spate {
     /// Starts the broker again on the same data dir (on a new port).
     pub fn restart(&mut self) {
         self.kill9();
-        let (child, addr) = spawn(self.dir.path(), &self.extra);
+        let (child, addr, http) = spawn(self.dir.path(), &self.extra);
         self.child = Some(child);
         self.addr = addr;
+        self.http = http;
     }
 
     /// The broker's log output so far.
@@ -76,14 +80,20 @@ impl Drop for Spate {
     }
 }
 
-fn spawn(dir: &Path, extra: &[String]) -> (Child, String) {
+fn spawn(dir: &Path, extra: &[String]) -> (Child, String, String) {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("spate.log"))
         .expect("log file");
     let mut child = Command::new(env!("CARGO_BIN_EXE_spate"))
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(dir.join("data"))
         .args(extra)
         .env("RUST_LOG", "info")
@@ -106,7 +116,48 @@ fn spawn(dir: &Path, extra: &[String]) -> (Child, String) {
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
         .to_string();
-    (child, addr)
+    let http = line
+        .split("http on ")
+        .nth(1)
+        .and_then(|rest| rest.split([',', ' ']).next())
+        .unwrap_or_else(|| panic!("no http address in {line:?}"))
+        .to_string();
+    (child, addr, http)
+}
+
+/// A plain HTTP/1.1 request to `addr`; returns status and body.
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect http");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).expect("write http");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read http");
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
 }
 
 /// A librdkafka config pointed at `addr`, quiet and quick to give up.

@@ -8,4 +8,5 @@ mod durability;
 mod fetch;
 mod groups;
 mod harness;
+mod operations;
 mod produce_consume;

@@ -1,0 +1,310 @@
+//! The JSON admin API: topics (with configs, partitions and offsets), consumer groups (with
+//! members and lag) and broker information.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use spate_broker::{Broker, Topic, TopicConfig, TopicError};
+use spate_protocol::ResponseError;
+
+use crate::{ApiError, HttpState};
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+pub fn routes() -> Router<Arc<HttpState>> {
+    Router::new()
+        .route("/admin/broker", get(broker_info))
+        .route("/admin/topics", get(list_topics).post(create_topic))
+        .route(
+            "/admin/topics/{name}",
+            get(describe_topic).delete(delete_topic),
+        )
+        .route(
+            "/admin/topics/{name}/configs",
+            axum::routing::patch(alter_configs),
+        )
+        .route("/admin/topics/{name}/partitions", post(add_partitions))
+        .route("/admin/groups", get(list_groups))
+        .route(
+            "/admin/groups/{id}",
+            get(describe_group).delete(delete_group),
+        )
+}
+
+/// Maps a Kafka error to an HTTP status.
+fn kafka_error(e: ResponseError, message: impl Into<String>) -> ApiError {
+    let status = match e {
+        ResponseError::TopicAlreadyExists | ResponseError::NonEmptyGroup => StatusCode::CONFLICT,
+        ResponseError::UnknownTopicOrPartition
+        | ResponseError::GroupIdNotFound
+        | ResponseError::UnknownTopicId => StatusCode::NOT_FOUND,
+        ResponseError::KafkaStorageError | ResponseError::UnknownServerError => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+        _ => StatusCode::BAD_REQUEST,
+    };
+    let code = format!("{e:?}").chars().fold(String::new(), |mut acc, c| {
+        if c.is_uppercase() && !acc.is_empty() {
+            acc.push('_');
+        }
+        acc.push(c.to_ascii_uppercase());
+        acc
+    });
+    ApiError::new(status, code, message)
+}
+
+impl From<TopicError> for ApiError {
+    fn from(e: TopicError) -> Self {
+        kafka_error(e.code, e.message)
+    }
+}
+
+/// Parses a JSON body, answering malformed ones with a JSON error naming the problem.
+fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_BODY",
+            format!("invalid JSON body: {e}"),
+        )
+    })
+}
+
+fn topic(b: &Broker, name: &str) -> Result<Arc<Topic>> {
+    b.topics.get(name).ok_or_else(|| {
+        kafka_error(
+            ResponseError::UnknownTopicOrPartition,
+            format!("topic '{name}' does not exist"),
+        )
+    })
+}
+
+fn configs_json(c: &TopicConfig) -> Value {
+    let map: BTreeMap<&str, Value> = spate_broker::topic_config_defs()
+        .iter()
+        .filter_map(|d| {
+            let (value, set) = c.get(d.name)?;
+            Some((
+                d.name,
+                json!({"value": value, "source": if set { "topic" } else { "default" }}),
+            ))
+        })
+        .collect();
+    json!(map)
+}
+
+fn topic_json(t: &Topic, with_partitions: bool) -> Value {
+    let mut v = json!({
+        "name": t.name,
+        "id": t.id.to_string(),
+        "partitions": t.partition_count(),
+        "configs": configs_json(&t.config()),
+    });
+    if with_partitions {
+        v["partition_details"] = json!(t
+            .partitions()
+            .iter()
+            .map(|p| json!({
+                "partition": p.index,
+                "log_start_offset": p.log_start_offset(),
+                "log_end_offset": p.log_end_offset(),
+                "high_watermark": p.high_watermark(),
+                "size_bytes": p.size_bytes(),
+                "leader_epoch": p.leader_epoch(),
+            }))
+            .collect::<Vec<_>>());
+    }
+    v
+}
+
+async fn broker_info(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> {
+    let b = s.broker()?;
+    Ok(Json(json!({
+        "node_id": b.config.node_id,
+        "cluster_id": b.cluster_id,
+        "version": env!("CARGO_PKG_VERSION"),
+        "advertised": format!("{}:{}", b.config.advertised_host, b.config.advertised_port),
+        "data_dir": b.config.data_dir.display().to_string(),
+        "topics": b.topics.list().len(),
+        "memory": {"limit_bytes": b.budget.limit(), "in_use_bytes": b.budget.used()},
+        "effective_config": s.effective_config,
+    })))
+}
+
+async fn list_topics(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> {
+    let b = s.broker()?;
+    Ok(Json(json!(b
+        .topics
+        .list()
+        .iter()
+        .map(|t| topic_json(t, false))
+        .collect::<Vec<_>>())))
+}
+
+async fn describe_topic(
+    State(s): State<Arc<HttpState>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>> {
+    let b = s.broker()?;
+    let t = topic(b, &name)?;
+    Ok(Json(topic_json(&t, true)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewTopic {
+    name: String,
+    partitions: Option<i32>,
+    #[serde(default)]
+    configs: BTreeMap<String, String>,
+}
+
+async fn create_topic(State(s): State<Arc<HttpState>>, raw: Bytes) -> Result<Response> {
+    let b = s.broker()?;
+    let req: NewTopic = body(&raw)?;
+    let config = TopicConfig::from_pairs(
+        req.configs
+            .iter()
+            .map(|(k, v)| (k.as_str(), Some(v.as_str()))),
+    )
+    .map_err(|e| kafka_error(ResponseError::InvalidConfig, e.to_string()))?;
+    let partitions = req.partitions.unwrap_or(b.config.default_partitions);
+    let created = b.topics.create(&req.name, partitions, config, false)?;
+    let t = created
+        .ok_or_else(|| kafka_error(ResponseError::UnknownServerError, "topic was not created"))?;
+    tracing::info!(topic = %t.name, partitions, "created topic (admin API)");
+    Ok((StatusCode::CREATED, Json(topic_json(&t, true))).into_response())
+}
+
+async fn delete_topic(
+    State(s): State<Arc<HttpState>>,
+    Path(name): Path<String>,
+) -> Result<StatusCode> {
+    let b = s.broker()?;
+    b.topics.delete(&name)?;
+    tracing::info!(topic = %name, "deleted topic (admin API)");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `{"key": "value"}` sets a config, `{"key": null}` returns it to its default.
+async fn alter_configs(
+    State(s): State<Arc<HttpState>>,
+    Path(name): Path<String>,
+    raw: Bytes,
+) -> Result<Json<Value>> {
+    let b = s.broker()?;
+    let t = topic(b, &name)?;
+    let changes: BTreeMap<String, Option<String>> = body(&raw)?;
+    let mut config = t.config();
+    for (k, v) in &changes {
+        let r = match v {
+            Some(v) => config.set(k, v),
+            None => config.unset(k),
+        };
+        r.map_err(|e| kafka_error(ResponseError::InvalidConfig, e.to_string()))?;
+    }
+    b.topics.set_config(&t, config)?;
+    Ok(Json(configs_json(&t.config())))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PartitionCount {
+    count: i32,
+}
+
+async fn add_partitions(
+    State(s): State<Arc<HttpState>>,
+    Path(name): Path<String>,
+    raw: Bytes,
+) -> Result<Json<Value>> {
+    let b = s.broker()?;
+    let t = topic(b, &name)?;
+    let req: PartitionCount = body(&raw)?;
+    b.topics.add_partitions(&t, req.count, false)?;
+    Ok(Json(topic_json(&t, true)))
+}
+
+async fn list_groups(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> {
+    let b = s.broker()?;
+    Ok(Json(json!(b
+        .groups
+        .summaries()
+        .into_iter()
+        .map(|(id, state, protocol_type, members)| json!({
+            "group_id": id, "state": state, "protocol_type": protocol_type, "members": members,
+        }))
+        .collect::<Vec<_>>())))
+}
+
+async fn describe_group(
+    State(s): State<Arc<HttpState>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>> {
+    let b = s.broker()?;
+    let description = b.groups.with(|c, _| (c.describe(&id), Vec::new()));
+    let offsets: Vec<(String, i32, i64, Option<String>)> = b.groups.offsets(|o| {
+        o.group(&id)
+            .into_iter()
+            .map(|(t, p, c)| (t.to_string(), p, c.offset, c.metadata.clone()))
+            .collect()
+    });
+    if description.is_none() && offsets.is_empty() {
+        return Err(kafka_error(
+            ResponseError::GroupIdNotFound,
+            format!("group '{id}' does not exist"),
+        ));
+    }
+    let (state, protocol_type, protocol, members) = match description {
+        Some(d) => (
+            d.state.name(),
+            d.protocol_type,
+            d.protocol,
+            d.members
+                .into_iter()
+                .map(|m| {
+                    json!({
+                        "member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                        "client_id": m.client_id, "client_host": m.client_host,
+                    })
+                })
+                .collect::<Vec<_>>(),
+        ),
+        None => ("Empty", String::new(), String::new(), Vec::new()),
+    };
+    let offsets: Vec<Value> = offsets
+        .into_iter()
+        .map(|(topic, partition, committed, metadata)| {
+            let hw = b.topics.get(&topic).and_then(|t| t.partition(partition)).map(|p| p.high_watermark());
+            json!({
+                "topic": topic, "partition": partition, "committed_offset": committed, "metadata": metadata,
+                "high_watermark": hw, "lag": hw.map(|h| (h - committed).max(0)),
+            })
+        })
+        .collect();
+    let total_lag: i64 = offsets.iter().filter_map(|o| o["lag"].as_i64()).sum();
+    Ok(Json(json!({
+        "group_id": id, "state": state, "protocol_type": protocol_type, "protocol": protocol,
+        "members": members, "offsets": offsets, "total_lag": total_lag,
+    })))
+}
+
+async fn delete_group(
+    State(s): State<Arc<HttpState>>,
+    Path(id): Path<String>,
+) -> Result<StatusCode> {
+    let b = s.broker()?;
+    b.groups
+        .delete_group(&id)
+        .map_err(|e| kafka_error(e, format!("cannot delete group '{id}'")))?;
+    Ok(StatusCode::NO_CONTENT)
+}

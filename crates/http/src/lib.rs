@@ -1,0 +1,158 @@
+//! The HTTP listener: `/metrics` (Prometheus text), `/health`, `/ready`, and a JSON admin API
+//! under `/admin`. Mutations need `Authorization: Bearer <token>` when a token is configured.
+
+mod admin;
+mod metrics;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use axum::extract::{Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::json;
+use spate_broker::Broker;
+
+/// What the HTTP side serves from; the broker arrives once recovery has finished.
+pub struct HttpState {
+    broker: OnceLock<Arc<Broker>>,
+    ready: AtomicBool,
+    token: Option<String>,
+    effective_config: serde_json::Value,
+}
+
+impl HttpState {
+    /// State for a broker still starting up.
+    pub fn new(token: Option<String>, effective_config: serde_json::Value) -> Arc<Self> {
+        Arc::new(Self {
+            broker: OnceLock::new(),
+            ready: AtomicBool::new(false),
+            token,
+            effective_config,
+        })
+    }
+
+    /// Hands over the recovered broker; `/ready` turns true.
+    pub fn set_ready(&self, broker: Arc<Broker>) {
+        let _ = self.broker.set(broker);
+        self.ready.store(true, Ordering::SeqCst);
+    }
+
+    fn broker(&self) -> Result<&Arc<Broker>, ApiError> {
+        self.broker.get().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "NOT_READY",
+                "the broker is still recovering its logs",
+            )
+        })
+    }
+}
+
+/// An error answered as `{"error": {"code": ..., "message": ...}}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: String,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": {"code": self.code, "message": self.message}})),
+        )
+            .into_response()
+    }
+}
+
+/// The routes, for serving or for tests.
+pub fn router(state: Arc<HttpState>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .route("/metrics", get(metrics_text))
+        .merge(admin::routes())
+        .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .fallback(|| async {
+            ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such endpoint")
+        })
+        .with_state(state)
+}
+
+/// Serves HTTP on `listener` until the process ends.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<HttpState>,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state)).await
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn ready(State(s): State<Arc<HttpState>>) -> Response {
+    if s.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, Json(json!({"ready": true}))).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"ready": false, "reason": "recovering logs"})),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics_text(State(s): State<Arc<HttpState>>) -> Response {
+    let body = match s.broker.get() {
+        Some(b) => metrics::render(b),
+        None => metrics::render_process_only(),
+    };
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// Mutating admin calls need the bearer token when one is configured.
+async fn require_token(State(s): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
+    let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if let (true, Some(token)) = (mutating, &s.token) {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given != Some(token.as_str()) {
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "UNAUTHORIZED",
+                "this call needs 'Authorization: Bearer <admin token>'",
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,272 @@
+//! Renders the broker's state as Prometheus text at scrape time. Everything here runs off the
+//! hot path: counters are read, partition offsets and group lag are computed now.
+
+use spate_broker::Broker;
+use spate_metrics::text::Writer;
+use spate_metrics::{process, MAX_API_KEY};
+use spate_protocol::messages::ApiKey;
+use spate_protocol::ResponseError;
+
+fn api_name(key: usize) -> Option<String> {
+    ApiKey::try_from(key as i16).ok().map(|k| format!("{k:?}"))
+}
+
+fn error_name(code: i16) -> String {
+    match ResponseError::try_from_code(code) {
+        Some(e) => format!("{e:?}"),
+        None => code.to_string(),
+    }
+}
+
+/// The full scrape.
+pub fn render(b: &Broker) -> String {
+    let m = &b.metrics;
+    let mut w = Writer::default();
+
+    w.family(
+        "spate_requests_total",
+        "counter",
+        "Kafka requests handled, by API.",
+    );
+    for key in 0..=MAX_API_KEY {
+        let n = m.requests[key].get();
+        if let (true, Some(api)) = (n > 0, api_name(key)) {
+            w.sample("spate_requests_total", &[("api", &api)], n as f64);
+        }
+    }
+    w.family(
+        "spate_request_errors_total",
+        "counter",
+        "Error codes returned, by API and error.",
+    );
+    for ((api, code), n) in m.errors() {
+        let api = api_name(api.max(0) as usize).unwrap_or_else(|| api.to_string());
+        w.sample(
+            "spate_request_errors_total",
+            &[("api", &api), ("error", &error_name(code))],
+            n as f64,
+        );
+    }
+    w.family(
+        "spate_request_duration_seconds",
+        "histogram",
+        "Time from a request's arrival to its response being ready, by API.",
+    );
+    for key in 0..=MAX_API_KEY {
+        if let (true, Some(api)) = (m.requests[key].get() > 0, api_name(key)) {
+            w.histogram(
+                "spate_request_duration_seconds",
+                &[("api", &api)],
+                &m.request_latency[key],
+                1e6,
+            );
+        }
+    }
+
+    let topics = b.topics.list();
+    for (name, help, get) in [
+        (
+            "spate_topic_bytes_in_total",
+            "Record batch bytes appended.",
+            0,
+        ),
+        ("spate_topic_records_in_total", "Records appended.", 1),
+        (
+            "spate_topic_bytes_out_total",
+            "Record batch bytes sent to consumers.",
+            2,
+        ),
+        (
+            "spate_topic_records_out_total",
+            "Records sent to consumers.",
+            3,
+        ),
+    ] {
+        w.family(name, "counter", help);
+        for t in &topics {
+            let c = match get {
+                0 => &t.metrics.bytes_in,
+                1 => &t.metrics.records_in,
+                2 => &t.metrics.bytes_out,
+                _ => &t.metrics.records_out,
+            };
+            w.sample(name, &[("topic", &t.name)], c.get() as f64);
+        }
+    }
+    let partitions: Vec<_> = topics
+        .iter()
+        .flat_map(|t| t.partitions().into_iter().map(move |p| (t.name.clone(), p)))
+        .collect();
+    for (name, help) in [
+        (
+            "spate_partition_log_end_offset",
+            "Offset the next record will get.",
+        ),
+        (
+            "spate_partition_log_start_offset",
+            "First offset still stored.",
+        ),
+        (
+            "spate_partition_high_watermark",
+            "Offset below which records are visible to consumers.",
+        ),
+        (
+            "spate_partition_size_bytes",
+            "Bytes stored by the partition.",
+        ),
+    ] {
+        w.family(name, "gauge", help);
+        for (topic, p) in &partitions {
+            let v = match name {
+                "spate_partition_log_end_offset" => p.log_end_offset() as f64,
+                "spate_partition_log_start_offset" => p.log_start_offset() as f64,
+                "spate_partition_high_watermark" => p.high_watermark() as f64,
+                _ => p.size_bytes() as f64,
+            };
+            let idx = p.index.to_string();
+            w.sample(name, &[("topic", topic), ("partition", &idx)], v);
+        }
+    }
+
+    w.family(
+        "spate_fsync_duration_seconds",
+        "histogram",
+        "Duration of each fsync.",
+    )
+    .histogram("spate_fsync_duration_seconds", &[], &m.fsync_latency, 1e6);
+    w.family(
+        "spate_group_commit_logs",
+        "histogram",
+        "Partition logs made durable per flusher round (how many writers shared a group commit).",
+    )
+    .histogram("spate_group_commit_logs", &[], &m.group_commit_batch, 1.0);
+
+    w.family(
+        "spate_connections_open",
+        "gauge",
+        "Client connections open.",
+    )
+    .sample(
+        "spate_connections_open",
+        &[],
+        m.connections_open.get() as f64,
+    )
+    .family(
+        "spate_connections_accepted_total",
+        "counter",
+        "Client connections accepted.",
+    )
+    .sample(
+        "spate_connections_accepted_total",
+        &[],
+        m.connections_accepted.get() as f64,
+    )
+    .family(
+        "spate_connections_rejected_total",
+        "counter",
+        "Connections refused by a connection limit.",
+    )
+    .sample(
+        "spate_connections_rejected_total",
+        &[],
+        m.connections_rejected.get() as f64,
+    )
+    .family(
+        "spate_memory_in_use_bytes",
+        "gauge",
+        "Bytes of requests and responses in flight.",
+    )
+    .sample(
+        "spate_memory_in_use_bytes",
+        &[],
+        m.memory_in_use.get() as f64,
+    )
+    .family(
+        "spate_memory_limit_bytes",
+        "gauge",
+        "Limit on in-flight request and response bytes.",
+    )
+    .sample("spate_memory_limit_bytes", &[], m.memory_limit.get() as f64)
+    .family(
+        "spate_throttle_seconds_total",
+        "counter",
+        "Time requests waited for memory.",
+    )
+    .sample(
+        "spate_throttle_seconds_total",
+        &[],
+        m.throttle_us.get() as f64 / 1e6,
+    )
+    .family(
+        "spate_throttled_requests_total",
+        "counter",
+        "Requests that waited for memory.",
+    )
+    .sample(
+        "spate_throttled_requests_total",
+        &[],
+        m.throttled_requests.get() as f64,
+    );
+
+    w.family(
+        "spate_consumer_group_lag",
+        "gauge",
+        "High watermark minus committed offset, by group and partition.",
+    );
+    let committed: Vec<(String, String, i32, i64)> = b.groups.offsets(|o| {
+        o.group_ids()
+            .flat_map(|g| {
+                o.group(g)
+                    .into_iter()
+                    .map(move |(t, p, c)| (g.to_string(), t.to_string(), p, c.offset))
+            })
+            .collect()
+    });
+    for (group, topic, partition, offset) in committed {
+        if let Some(p) = b.topics.get(&topic).and_then(|t| t.partition(partition)) {
+            let lag = (p.high_watermark() - offset).max(0);
+            let idx = partition.to_string();
+            w.sample(
+                "spate_consumer_group_lag",
+                &[("group", &group), ("topic", &topic), ("partition", &idx)],
+                lag as f64,
+            );
+        }
+    }
+    process_metrics(&mut w);
+    w.finish()
+}
+
+/// Before recovery finishes only the process is there to describe.
+pub fn render_process_only() -> String {
+    let mut w = Writer::default();
+    process_metrics(&mut w);
+    w.finish()
+}
+
+/// The standard Prometheus process metrics.
+fn process_metrics(w: &mut Writer) {
+    let p = process::read();
+    w.family(
+        "process_cpu_seconds_total",
+        "counter",
+        "User and system CPU time spent.",
+    )
+    .sample("process_cpu_seconds_total", &[], p.cpu_seconds)
+    .family("process_resident_memory_bytes", "gauge", "Resident memory.")
+    .sample(
+        "process_resident_memory_bytes",
+        &[],
+        p.resident_bytes as f64,
+    )
+    .family("process_virtual_memory_bytes", "gauge", "Virtual memory.")
+    .sample("process_virtual_memory_bytes", &[], p.virtual_bytes as f64)
+    .family("process_open_fds", "gauge", "Open file descriptors.")
+    .sample("process_open_fds", &[], p.open_fds as f64)
+    .family(
+        "process_start_time_seconds",
+        "gauge",
+        "Start time since the Unix epoch.",
+    )
+    .sample("process_start_time_seconds", &[], p.start_time_seconds);
+}
