@@ -38,7 +38,7 @@ rm -rf "$KDIR"
 
 for policy in "${policies[@]}"; do
   SDIR="$(mktemp -d /tmp/spate-bench.XXXX)"
-  "$SPATE_BIN" --listen 127.0.0.1:0 --data-dir "$SDIR/data" --fsync "$policy" \
+  "$SPATE_BIN" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --data-dir "$SDIR/data" --fsync "$policy" \
     > "$SDIR/stdout" 2> "$SDIR/spate.log" &
   SPID=$!
   for _ in $(seq 1 100); do [[ -s "$SDIR/stdout" ]] && break; sleep 0.1; done
