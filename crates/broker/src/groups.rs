@@ -9,14 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use parking_lot::Mutex;
 use spate_groups::record::{decode_value, encode_value, OffsetKey};
 use spate_groups::{Committed, Coordinator, CoordinatorConfig, OffsetStore, Reply, Token};
 use spate_log::{Flusher, Log, LogConfig};
-use spate_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use spate_protocol::batch::{self, NewRecord};
+use spate_protocol::records::{Compression, RecordBatchDecoder};
 use spate_protocol::ResponseError;
 use tokio::sync::oneshot;
 
@@ -403,8 +402,7 @@ fn encode_batch(
     let now = now_ms();
     let records = entries
         .iter()
-        .enumerate()
-        .map(|(i, (topic, partition, value))| {
+        .map(|(topic, partition, value)| {
             let key = OffsetKey {
                 group: group.to_string(),
                 topic: topic.clone(),
@@ -412,35 +410,14 @@ fn encode_batch(
             }
             .encode()
             .map_err(|e| e.to_string())?;
-            Ok(Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                // One batch needs offset - sequence constant; -1 marks "no sequence".
-                sequence: i as i32 - 1,
-                timestamp: now,
+            Ok(NewRecord {
                 key: Some(key),
                 value: value.as_ref().map(encode_value),
-                headers: Default::default(),
+                timestamp: now,
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    Ok(buf.freeze())
+    batch::build(&records, None, Compression::None).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -361,17 +361,8 @@ impl Coordinator {
 
     /// Handles a JoinGroup parked under `token`.
     pub fn join(&mut self, now: i64, token: Token, req: JoinRequest) -> Vec<Reply> {
-        let fail = |e: ResponseError, member_id: &str| {
-            vec![Reply::Join(
-                token,
-                JoinResponse {
-                    error: Some(e),
-                    generation_id: -1,
-                    member_id: member_id.to_string(),
-                    ..JoinResponse::default()
-                },
-            )]
-        };
+        let fail =
+            |e: ResponseError, member_id: &str| vec![Reply::Join(token, join_error(e, member_id))];
         if req.group_id.is_empty() {
             return fail(ResponseError::InvalidGroupId, &req.member_id);
         }
@@ -425,12 +416,7 @@ impl Coordinator {
                         if let Some(t) = old.join_waiting.take() {
                             replies.push(Reply::Join(
                                 t,
-                                JoinResponse {
-                                    error: Some(ResponseError::FencedInstanceId),
-                                    generation_id: -1,
-                                    member_id: old.id.clone(),
-                                    ..JoinResponse::default()
-                                },
+                                join_error(ResponseError::FencedInstanceId, &old.id),
                             ));
                         }
                         if let Some(t) = old.sync_waiting.take() {
@@ -520,12 +506,7 @@ impl Coordinator {
         if let Some(old) = m.join_waiting.replace(token) {
             replies.push(Reply::Join(
                 old,
-                JoinResponse {
-                    error: Some(ResponseError::RebalanceInProgress),
-                    generation_id: -1,
-                    member_id: member_id.clone(),
-                    ..JoinResponse::default()
-                },
+                join_error(ResponseError::RebalanceInProgress, &member_id),
             ));
         }
         let answer_now = match state {
@@ -900,6 +881,15 @@ fn subscription_topics(meta: &Bytes) -> Vec<String> {
     topics
 }
 
+fn join_error(e: ResponseError, member_id: &str) -> JoinResponse {
+    JoinResponse {
+        error: Some(e),
+        generation_id: -1,
+        member_id: member_id.to_string(),
+        ..JoinResponse::default()
+    }
+}
+
 fn sync_error(e: ResponseError) -> SyncResponse {
     SyncResponse {
         error: Some(e),
@@ -952,12 +942,7 @@ fn remove_member(group: &mut Group, id: &str, replies: &mut Vec<Reply>) {
     if let Some(t) = m.join_waiting {
         replies.push(Reply::Join(
             t,
-            JoinResponse {
-                error: Some(ResponseError::UnknownMemberId),
-                generation_id: -1,
-                member_id: m.id.clone(),
-                ..JoinResponse::default()
-            },
+            join_error(ResponseError::UnknownMemberId, &m.id),
         ));
     }
     if let Some(t) = m.sync_waiting {

@@ -124,6 +124,18 @@ pub(crate) fn scan(
     Ok(ScanEnd::Clean)
 }
 
+/// Opens an existing segment file for reading and writing; returns its path, handle and size.
+fn open_existing(dir: &Path, base_offset: i64) -> Result<(PathBuf, File, u64), LogError> {
+    let path = dir.join(file_name(base_offset, "log"));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .ctx("open segment", &path)?;
+    let len = file.metadata().ctx("stat segment", &path)?.len();
+    Ok((path, file, len))
+}
+
 /// One segment of a partition log.
 pub(crate) struct Segment {
     pub(crate) base_offset: i64,
@@ -180,13 +192,7 @@ impl Segment {
         index_interval: u64,
         now_ms: i64,
     ) -> Result<(Self, Option<String>), LogError> {
-        let path = dir.join(file_name(base_offset, "log"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .ctx("open segment", &path)?;
-        let len = file.metadata().ctx("stat segment", &path)?.len();
+        let (path, file, len) = open_existing(dir, base_offset)?;
         let mut seg = Self::empty(dir, base_offset, path.clone(), file, now_ms);
         let mut valid_end = 0u64;
         let end = scan(
@@ -234,13 +240,7 @@ impl Segment {
         index_interval: u64,
         now_ms: i64,
     ) -> Result<(Self, Option<String>), LogError> {
-        let path = dir.join(file_name(base_offset, "log"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .ctx("open segment", &path)?;
-        let len = file.metadata().ctx("stat segment", &path)?.len();
+        let (path, file, len) = open_existing(dir, base_offset)?;
         let ix_path = dir.join(file_name(base_offset, "index"));
         let tix_path = dir.join(file_name(base_offset, "timeindex"));
         let oi = SparseIndex::load(Kind::Offset, base_offset, &ix_path, len, next_offset)?;

@@ -4,6 +4,10 @@
 //! leader epoch and (for LogAppendTime topics) the max timestamp are rewritten. Those fields
 //! sit at fixed positions, so a batch is handled as bytes with a parsed header beside it.
 
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 use thiserror::Error;
 
 /// Bytes before the records: everything up to and including the record count.
@@ -60,6 +64,9 @@ pub enum BatchError {
     /// Header fields that contradict each other.
     #[error("invalid record batch: {0}")]
     Invalid(&'static str),
+    /// A batch could not be built.
+    #[error("cannot encode record batch: {0}")]
+    Encode(String),
 }
 
 /// The parsed header of one RecordBatch v2.
@@ -241,6 +248,70 @@ pub fn set_log_append_time(head: &mut [u8], body: &[u8], now_ms: i64) {
     head[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// A record for [`build`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NewRecord {
+    /// Record key.
+    pub key: Option<Bytes>,
+    /// Record value; `None` is a tombstone.
+    pub value: Option<Bytes>,
+    /// Create time (ms).
+    pub timestamp: i64,
+}
+
+/// The idempotent-producer fields of a batch built with [`build`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerFields {
+    /// Producer id.
+    pub id: i64,
+    /// Producer epoch.
+    pub epoch: i16,
+    /// Sequence of the first record.
+    pub base_sequence: i32,
+}
+
+/// Encodes `records` as one RecordBatch v2 with offsets from 0, as a producer would send it.
+pub fn build(
+    records: &[NewRecord],
+    producer: Option<ProducerFields>,
+    compression: Compression,
+) -> Result<Bytes, BatchError> {
+    let (id, epoch, base_sequence) =
+        producer.map_or((-1, -1, -1), |p| (p.id, p.epoch, p.base_sequence));
+    let records: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: id,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder starts a new batch whenever offset - sequence changes, so the
+            // sequence advances with the offset even when there is none (-1 for the first).
+            sequence: base_sequence.wrapping_add(i as i32),
+            timestamp: r.timestamp,
+            key: r.key.clone(),
+            value: r.value.clone(),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .map_err(|e| BatchError::Encode(e.to_string()))?;
+    Ok(buf.freeze())
+}
+
 /// Walks the whole batches at the start of a buffer read from a log, stopping at the first
 /// incomplete or invalid one.
 pub struct Batches<'a> {
@@ -276,40 +347,23 @@ impl Iterator for Batches<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::{Bytes, BytesMut};
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
 
     pub(crate) fn encoded(n: i32, compression: Compression) -> Vec<u8> {
-        let records: Vec<Record> = (0..n)
-            .map(|i| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: 7,
-                producer_epoch: 0,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: i,
-                timestamp: 1_000 + i as i64,
+        let records: Vec<NewRecord> = (0..n)
+            .map(|i| NewRecord {
                 key: Some(Bytes::from(format!("k{i}"))),
                 value: Some(Bytes::from(vec![b'v'; 100])),
-                headers: Default::default(),
+                timestamp: 1_000 + i as i64,
             })
             .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression,
-            },
-        )
-        .unwrap();
-        buf.to_vec()
+        let producer = ProducerFields {
+            id: 7,
+            epoch: 0,
+            base_sequence: 0,
+        };
+        build(&records, Some(producer), compression)
+            .unwrap()
+            .to_vec()
     }
 
     #[test]

@@ -1,44 +1,19 @@
 use super::*;
 use crate::config::FsyncPolicy;
-use bytes::BytesMut;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
-use spate_protocol::batch::Batches;
+use spate_protocol::batch::{build, Batches, NewRecord};
+use spate_protocol::records::Compression;
 use std::io::Write;
 use std::time::Duration;
 
 fn batch(n: usize, ts: i64, value_len: usize) -> Vec<u8> {
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // The encoder starts a new batch when offset - sequence changes; keep it constant
-            // while the first record still says "no sequence".
-            sequence: i as i32 - 1,
-            timestamp: ts + i as i64,
+    let records: Vec<NewRecord> = (0..n)
+        .map(|i| NewRecord {
             key: None,
             value: Some(Bytes::from(vec![b'x'; value_len])),
-            headers: Default::default(),
+            timestamp: ts + i as i64,
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.to_vec()
+    build(&records, None, Compression::None).unwrap().to_vec()
 }
 
 fn small_segments() -> LogConfig {

@@ -1,6 +1,6 @@
 //! Inputs no well-behaved client sends: each gets a clear answer and the broker keeps serving.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
@@ -8,46 +8,26 @@ use kafka_protocol::messages::{
     MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::Compression;
+use spate_protocol::batch::{build, NewRecord, ProducerFields};
 
 use crate::harness::{bare_error, Raw, Spate};
 use crate::produce_consume::create_topic;
 
 fn batch(producer_id: i64, first_seq: i32, n: i32) -> Bytes {
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id,
-            producer_epoch: if producer_id >= 0 { 0 } else { -1 },
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: if producer_id >= 0 {
-                first_seq + i
-            } else {
-                i - 1
-            },
-            timestamp: 1_000,
+    let records: Vec<NewRecord> = (0..n)
+        .map(|i| NewRecord {
             key: Some(Bytes::from_static(b"k")),
             value: Some(Bytes::from(format!("value-{}", first_seq + i))),
-            headers: Default::default(),
+            timestamp: 1_000,
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.freeze()
+    let producer = (producer_id >= 0).then_some(ProducerFields {
+        id: producer_id,
+        epoch: 0,
+        base_sequence: first_seq,
+    });
+    build(&records, producer, Compression::None).unwrap()
 }
 
 fn produce(topic: &str, records: Bytes, acks: i16) -> ProduceRequest {

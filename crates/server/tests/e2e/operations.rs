@@ -4,12 +4,10 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::Compression;
 use rdkafka::consumer::Consumer;
 use rdkafka::producer::FutureRecord;
+use spate_protocol::batch::{build, NewRecord};
 
 use crate::harness::{consumer, http, producer, Raw, Spate};
 use crate::produce_consume::create_topic;
@@ -89,31 +87,12 @@ fn write_big_log(data: &std::path::Path, batches: usize) {
         r#"{"id":"5f6c8e2a-3a1b-4c6e-9d2f-0a1b2c3d4e5f","partitions":1,"config":{"overrides":{}}}"#,
     )
     .unwrap();
-    let record = Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: 0,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: -1,
-        timestamp: 1_000,
+    let record = NewRecord {
         key: None,
         value: Some(vec![7u8; 1 << 20].into()),
-        headers: Default::default(),
+        timestamp: 1_000,
     };
-    let mut one = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut one,
-        [&record],
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
+    let mut one = build(&[record], None, Compression::None).unwrap().to_vec();
     let mut f = std::io::BufWriter::new(
         std::fs::File::create(dir.join("00000000000000000000.log")).unwrap(),
     );
