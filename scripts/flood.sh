@@ -4,10 +4,10 @@
 # memory limit plus a constant, that producers see throttling rather than errors, and that no
 # acknowledged record is lost (spate-bench --validate reads everything back). Writes a CSV of
 # RSS and throughput over time and a plot (docs/flood.png when matplotlib is available).
-#   scripts/flood.sh [SECONDS] [PRODUCERS]        default 60 s, 48 producers
+#   scripts/flood.sh [SECONDS] [PRODUCERS]        default 60 s, 16 producers
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-SECS="${1:-60}"; PRODUCERS="${2:-48}"
+SECS="${1:-60}"; PRODUCERS="${2:-16}"
 OUT="${OUT:-$ROOT/target/flood}"; mkdir -p "$OUT"
 PROFILE=low-latency; LIMIT=$((16 << 20))
 # What a broker holds beyond the request budget: runtime, buffers, indexes, page tables.

@@ -70,7 +70,15 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
     let mut throttle_ms = 0i32;
     let result = async {
         loop {
-            while let Some(frame) = take_frame(&mut buf, max_frame)? {
+            // Every frame takes its size from the budget before it is handled (and, when it is
+            // not all here yet, before the rest of it is read).
+            let next = peek_frame_len(&buf, max_frame)?;
+            if let (Some(n), None) = (next, &permit) {
+                let (p, waited) = broker.budget.acquire(n + 4).await;
+                permit = Some(p);
+                throttle_ms = waited.as_millis().min(i32::MAX as u128) as i32;
+            }
+            if let Some(frame) = take_frame(&mut buf, max_frame)? {
                 let started = Instant::now();
                 let api_key = RawPrefix::peek(&frame).map(|p| p.api_key).unwrap_or(-1);
                 let rc = RequestContext {
@@ -98,20 +106,10 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
                     // The writer failed; its error is reported below.
                     return Ok(());
                 }
+                continue;
             }
-            // The next frame's size is known: hold its bytes in the budget before reading it,
-            // and make room for the whole frame at once.
-            let want = match peek_frame_len(&buf, max_frame)? {
-                Some(n) => {
-                    if permit.is_none() {
-                        let (p, waited) = broker.budget.acquire(n + 4).await;
-                        permit = Some(p);
-                        throttle_ms = waited.as_millis().min(i32::MAX as u128) as i32;
-                    }
-                    (n + 4).saturating_sub(buf.len())
-                }
-                None => READ_CHUNK,
-            };
+            // Make room for the whole next frame at once when its size is known.
+            let want = next.map_or(READ_CHUNK, |n| (n + 4).saturating_sub(buf.len()));
             buf.reserve(want.max(READ_CHUNK));
             if rd.read_buf(&mut buf).await? == 0 {
                 return if buf.is_empty() {
