@@ -205,8 +205,8 @@ async fn a_tiny_memory_budget_throttles_producers_without_losing_anything() {
     // pipelined ones behind them must wait for budget.
     let spate = Spate::start(&["--memory-limit-bytes", "1048576", "--fsync", "always"]);
     create_topic(&spate.addr, "squeezed", 1, &[]).await;
-    // Four producers at once, each sending ~900 KB requests into a 1 MiB budget.
-    let producers: Vec<_> = (0..4)
+    // Eight producers at once, each sending ~900 KB requests into a 1 MiB budget.
+    let producers: Vec<_> = (0..8)
         .map(|_| {
             producer(
                 &spate.addr,
@@ -216,7 +216,7 @@ async fn a_tiny_memory_budget_throttles_producers_without_losing_anything() {
         .collect();
     let value = vec![b'x'; 10_000];
     let sends = (0..2_000).map(|i| {
-        let p = &producers[i % 4];
+        let p = &producers[i % producers.len()];
         let value = &value;
         async move {
             p.send(
