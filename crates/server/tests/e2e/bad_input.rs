@@ -68,7 +68,7 @@ fn oversized_and_negative_frames_close_only_that_connection() {
     raw.send_bytes(&(-5i32).to_be_bytes());
     assert!(raw.is_closed());
     broker_still_serves(&spate.addr);
-    assert!(spate.log().contains("exceeds the limit"), "{}", spate.log());
+    assert!(spate.wait_for_log("exceeds the limit"), "{}", spate.log());
 }
 
 #[test]
@@ -86,7 +86,7 @@ fn truncated_frame_and_garbage_body_leave_the_broker_serving() {
     raw.send_bytes(&framed);
     assert!(raw.is_closed());
     broker_still_serves(&spate.addr);
-    assert!(spate.log().contains("malformed request"), "{}", spate.log());
+    assert!(spate.wait_for_log("malformed request"), "{}", spate.log());
 }
 
 #[test]

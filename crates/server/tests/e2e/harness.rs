@@ -69,6 +69,19 @@ impl Spate {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("spate.log")).unwrap_or_default()
     }
+
+    /// Waits (up to 10 s) for a log line containing `needle`: the broker logs a closed
+    /// connection just after closing it, so the client can see the close first.
+    pub fn wait_for_log(&self, needle: &str) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if self.log().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
 }
 
 impl Drop for Spate {

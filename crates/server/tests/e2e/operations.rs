@@ -191,7 +191,7 @@ fn connections_past_the_per_ip_limit_are_refused_with_a_log_line() {
     let _: kafka_protocol::messages::ApiVersionsResponse =
         b.call(kafka_protocol::messages::ApiKey::ApiVersions, 3, &v);
     assert!(
-        spate.log().contains("connection limit reached"),
+        spate.wait_for_log("connection limit reached"),
         "{}",
         spate.log()
     );
