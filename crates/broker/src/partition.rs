@@ -32,6 +32,8 @@ pub enum Appended {
     Duplicate {
         /// Where the original landed.
         base_offset: i64,
+        /// The original's last offset.
+        last_offset: i64,
     },
 }
 
@@ -141,8 +143,14 @@ impl Partition {
                 h.last_sequence(),
             ) {
                 SequenceCheck::Append => {}
-                SequenceCheck::Duplicate { base_offset } => {
-                    return Ok(Appended::Duplicate { base_offset })
+                SequenceCheck::Duplicate {
+                    base_offset,
+                    last_offset,
+                } => {
+                    return Ok(Appended::Duplicate {
+                        base_offset,
+                        last_offset,
+                    })
                 }
                 SequenceCheck::Reject(e) => return Err(AppendError::Refused(e)),
             }

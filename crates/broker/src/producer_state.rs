@@ -34,6 +34,8 @@ pub enum SequenceCheck {
     Duplicate {
         /// Where the original landed.
         base_offset: i64,
+        /// Its last offset, which must be durable before the retry is acknowledged.
+        last_offset: i64,
     },
     /// Refuse with this error.
     Reject(ResponseError),
@@ -88,6 +90,7 @@ impl ProducerStates {
         {
             return SequenceCheck::Duplicate {
                 base_offset: b.base_offset,
+                last_offset: b.last_offset,
             };
         }
         let Some(last) = p.batches.back() else {
@@ -174,11 +177,17 @@ mod tests {
         let s = with(&[(0, 4, 100), (5, 9, 105)]);
         assert_eq!(
             s.check(1, 0, 0, 4),
-            SequenceCheck::Duplicate { base_offset: 100 }
+            SequenceCheck::Duplicate {
+                base_offset: 100,
+                last_offset: 104
+            }
         );
         assert_eq!(
             s.check(1, 0, 5, 9),
-            SequenceCheck::Duplicate { base_offset: 105 }
+            SequenceCheck::Duplicate {
+                base_offset: 105,
+                last_offset: 109
+            }
         );
     }
 
@@ -198,7 +207,10 @@ mod tests {
         );
         assert_eq!(
             s.check(1, 0, 1, 1),
-            SequenceCheck::Duplicate { base_offset: 1 }
+            SequenceCheck::Duplicate {
+                base_offset: 1,
+                last_offset: 1
+            }
         );
     }
 

@@ -82,7 +82,11 @@ pub fn handle(
                             base_offset,
                             last_offset,
                         } => (base_offset, Some(last_offset + 1)),
-                        Appended::Duplicate { base_offset } => (base_offset, None),
+                        // The original may still be waiting for its fsync: so does the retry.
+                        Appended::Duplicate {
+                            base_offset,
+                            last_offset,
+                        } => (base_offset, Some(last_offset + 1)),
                     };
                     pr.base_offset = base;
                     pr.log_append_time_ms = append_time.unwrap_or(-1);
