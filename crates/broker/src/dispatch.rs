@@ -109,9 +109,21 @@ impl Broker {
         Ok((broker, notes))
     }
 
-    /// Flushes outstanding writes; call before exit.
+    /// Flushes outstanding writes and saves producer states; call before exit.
     pub fn shutdown(&self) {
         self.flusher.shutdown();
+        self.snapshot_producer_states();
+    }
+
+    /// Saves every partition's producer states (see `Partition::write_producer_snapshot`).
+    pub fn snapshot_producer_states(&self) {
+        for topic in self.topics.list() {
+            for p in topic.partitions() {
+                if let Err(e) = p.write_producer_snapshot() {
+                    tracing::warn!(topic = %topic.name, partition = p.index, error = %e, "cannot save producer state");
+                }
+            }
+        }
     }
 
     /// Starts the background work: the group coordinator's clock, and retention on every
@@ -132,9 +144,11 @@ impl Broker {
         });
     }
 
-    /// One retention pass over every partition, then offset expiry.
+    /// One retention pass over every partition, then offset expiry and producer-state
+    /// snapshots.
     pub fn enforce_retention(&self) {
         self.groups.maintain();
+        self.snapshot_producer_states();
         for topic in self.topics.list() {
             for p in topic.partitions() {
                 match p.enforce_retention() {

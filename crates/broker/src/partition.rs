@@ -1,7 +1,7 @@
 //! One partition: its log, its producer states and its high watermark.
 
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
 
 use parking_lot::RwLock;
 use spate_log::{Flusher, Log, LogConfig, LogError, ReadResult, TimestampLookup};
@@ -37,10 +37,15 @@ pub enum Appended {
     },
 }
 
+/// Producer states as of some offset, next to the partition's segments.
+const SNAPSHOT_FILE: &str = "producer_state.snapshot";
+
 /// A partition of a topic, led by this broker.
 pub struct Partition {
     /// Partition index within the topic.
     pub index: i32,
+    snapshot_path: PathBuf,
+    snapshot_offset: AtomicI64,
     state: RwLock<State>,
     high_watermark: watch::Sender<i64>,
     leader_epoch: AtomicI32,
@@ -48,17 +53,37 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// Opens the partition's log in `dir` and rebuilds producer state from it.
+    /// Opens the partition's log in `dir` and rebuilds producer state: from the snapshot
+    /// written at the last retention pass or clean shutdown when there is a sound one, plus
+    /// the batches after it; from every batch otherwise.
     pub fn open(
         dir: &Path,
         index: i32,
         config: LogConfig,
         flusher: Flusher,
     ) -> Result<(Self, Vec<String>), BrokerError> {
-        let (log, notes) = Log::open(dir, config, flusher, now_ms())?;
-        let mut producers = ProducerStates::default();
-        log.for_each_batch(log.start_offset(), |h| {
-            if h.has_producer_id() && !h.is_control() {
+        let (log, mut notes) = Log::open(dir, config, flusher, now_ms())?;
+        let snapshot_path = dir.join(SNAPSHOT_FILE);
+        let (from, mut producers) = match std::fs::read(&snapshot_path) {
+            Ok(bytes) => match ProducerStates::from_snapshot(&bytes) {
+                Ok((offset, states)) if offset <= log.end_offset() => (offset, states),
+                Ok(_) => {
+                    notes.push(
+                        "producer state snapshot is ahead of the log; rebuilt from the log".into(),
+                    );
+                    (log.start_offset(), ProducerStates::default())
+                }
+                Err(e) => {
+                    notes.push(format!(
+                        "producer state snapshot unreadable ({e:?}); rebuilt from the log"
+                    ));
+                    (log.start_offset(), ProducerStates::default())
+                }
+            },
+            Err(_) => (log.start_offset(), ProducerStates::default()),
+        };
+        log.for_each_batch(from.max(log.start_offset()), |h| {
+            if h.has_producer_id() && !h.is_control() && h.last_offset() >= from {
                 producers.record(
                     h.producer_id,
                     h.producer_epoch,
@@ -73,6 +98,8 @@ impl Partition {
         Ok((
             Self {
                 index,
+                snapshot_path,
+                snapshot_offset: AtomicI64::new(from),
                 state: RwLock::new(State { log, producers }),
                 high_watermark: watch::Sender::new(end),
                 leader_epoch: AtomicI32::new(0),
@@ -80,6 +107,24 @@ impl Partition {
             },
             notes,
         ))
+    }
+
+    /// Saves the producer states so the next start need not read the whole log to rebuild
+    /// them. Does nothing when nothing was appended since the last snapshot.
+    pub fn write_producer_snapshot(&self) -> Result<(), BrokerError> {
+        let (offset, bytes) = {
+            let st = self.state.read();
+            let offset = st.log.end_offset();
+            if offset == self.snapshot_offset.load(Ordering::Relaxed)
+                || self.deleted.load(Ordering::SeqCst)
+            {
+                return Ok(());
+            }
+            (offset, st.producers.snapshot(offset))
+        };
+        crate::registry::write_atomically(&self.snapshot_path, &bytes)?;
+        self.snapshot_offset.store(offset, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The leader epoch stamped on appended batches.
@@ -216,4 +261,100 @@ pub enum AppendError {
     Refused(ResponseError),
     /// The disk failed.
     Storage(LogError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spate_log::FsyncPolicy;
+    use spate_protocol::batch::{build, validate, NewRecord, ProducerFields};
+    use spate_protocol::records::Compression;
+
+    fn idempotent(first_seq: i32, n: i32) -> Vec<u8> {
+        let records: Vec<NewRecord> = (0..n)
+            .map(|_| NewRecord {
+                value: Some(bytes::Bytes::from_static(b"v")),
+                ..NewRecord::default()
+            })
+            .collect();
+        let producer = ProducerFields {
+            id: 9,
+            epoch: 0,
+            base_sequence: first_seq,
+        };
+        build(&records, Some(producer), Compression::None)
+            .unwrap()
+            .to_vec()
+    }
+
+    fn append(p: &Partition, b: &[u8]) -> Result<Appended, AppendError> {
+        p.append(b, &validate(b).unwrap(), None)
+    }
+
+    fn open(dir: &Path) -> (Partition, Vec<String>) {
+        Partition::open(
+            dir,
+            0,
+            LogConfig::default(),
+            Flusher::start(FsyncPolicy::Never),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn producer_state_survives_reopen_through_the_snapshot_and_the_tail_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, _) = open(dir.path());
+        assert!(matches!(
+            append(&p, &idempotent(0, 3)),
+            Ok(Appended::New { base_offset: 0, .. })
+        ));
+        p.write_producer_snapshot().unwrap();
+        assert!(matches!(
+            append(&p, &idempotent(3, 2)),
+            Ok(Appended::New { base_offset: 3, .. })
+        ));
+        drop(p);
+        let (p, notes) = open(dir.path());
+        assert!(notes.is_empty(), "{notes:?}");
+        // The batch after the snapshot was found in the log...
+        assert!(matches!(
+            append(&p, &idempotent(3, 2)),
+            Ok(Appended::Duplicate {
+                base_offset: 3,
+                last_offset: 4
+            })
+        ));
+        // ...the one before it came from the snapshot...
+        assert!(matches!(
+            append(&p, &idempotent(0, 3)),
+            Ok(Appended::Duplicate { base_offset: 0, .. })
+        ));
+        // ...and a gap is still refused.
+        assert!(matches!(
+            append(&p, &idempotent(9, 1)),
+            Err(AppendError::Refused(
+                ResponseError::OutOfOrderSequenceNumber
+            ))
+        ));
+    }
+
+    #[test]
+    fn a_damaged_snapshot_is_ignored_and_the_log_rebuilds_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, _) = open(dir.path());
+        append(&p, &idempotent(0, 3)).unwrap();
+        p.write_producer_snapshot().unwrap();
+        drop(p);
+        let snap = dir.path().join(SNAPSHOT_FILE);
+        let mut bytes = std::fs::read(&snap).unwrap();
+        bytes[5] ^= 0xff;
+        std::fs::write(&snap, bytes).unwrap();
+        let (p, notes) = open(dir.path());
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(matches!(
+            append(&p, &idempotent(0, 3)),
+            Ok(Appended::Duplicate { base_offset: 0, .. })
+        ));
+    }
 }

@@ -282,7 +282,7 @@ impl Log {
         Ok(empty)
     }
 
-    /// Calls `visit` with the header of every batch from the segment holding `from` onwards.
+    /// Calls `visit` with the header of every batch holding offsets at or after `from`.
     pub fn for_each_batch(
         &self,
         from: i64,
@@ -292,11 +292,21 @@ impl Log {
             .segments
             .partition_point(|s| s.base_offset <= from)
             .saturating_sub(1);
-        for seg in &self.segments[idx..] {
-            segment::scan(&seg.file, &seg.path, 0, seg.size, None, false, |_, h, _| {
-                visit(h);
-                ControlFlow::Continue(())
-            })?;
+        for (i, seg) in self.segments[idx..].iter().enumerate() {
+            // Only the first segment starts part-way, at the batch holding `from`.
+            let start = if i == 0 { seg.position_of(from)? } else { 0 };
+            segment::scan(
+                &seg.file,
+                &seg.path,
+                start,
+                seg.size,
+                None,
+                false,
+                |_, h, _| {
+                    visit(h);
+                    ControlFlow::Continue(())
+                },
+            )?;
         }
         Ok(())
     }

@@ -194,6 +194,11 @@ impl BatchHeader {
     }
 }
 
+/// CRC-32C of any bytes (the checksum RecordBatch v2 uses), for other files that want one.
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    crc32c::crc32c(bytes)
+}
+
 /// Computes the CRC-32C a batch should carry.
 pub fn compute_crc(batch: &[u8]) -> u32 {
     crc32c::crc32c(&batch[CRC_START..])
