@@ -245,6 +245,13 @@ impl GroupService {
         }
     }
 
+    /// Saves the offsets log for a clean shutdown.
+    pub fn close(&self) {
+        if let Err(e) = self.log.lock().log.close() {
+            tracing::warn!(error = %e, "clean shutdown of {OFFSETS_LOG} failed; it will be scanned on start");
+        }
+    }
+
     /// Expires offsets of groups without members (offsets.retention.minutes) and compacts the
     /// offsets log when it is mostly superseded records. Called from the retention pass.
     pub fn maintain(&self) {

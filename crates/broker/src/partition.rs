@@ -243,6 +243,11 @@ impl Partition {
         self.state.read().log.max_timestamp()
     }
 
+    /// Saves the log for a clean shutdown (see `Log::close`).
+    pub fn close(&self) -> Result<(), LogError> {
+        self.state.write().log.close()
+    }
+
     /// Applies new topic settings.
     pub fn set_log_config(&self, config: LogConfig) {
         self.state.write().log.set_config(config);

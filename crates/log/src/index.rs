@@ -141,6 +141,13 @@ impl SparseIndex {
         }
     }
 
+    /// Writes the entries of an active index to `path`, leaving it active (clean shutdown).
+    pub(crate) fn save(&self, path: &Path) -> Result<(), LogError> {
+        let mut f = File::create(path).ctx("create index", path)?;
+        f.write_all(self.entries.bytes()).ctx("write index", path)?;
+        f.sync_data().ctx("fsync index", path)
+    }
+
     /// Writes the entries to `path` and switches to reading them through a memory map.
     pub(crate) fn seal(&mut self, path: &Path) -> Result<(), LogError> {
         let Entries::Active(v) = &self.entries else {
@@ -154,22 +161,29 @@ impl SparseIndex {
         Ok(())
     }
 
-    /// Loads a sealed index, returning `None` when it is missing or fails the sanity checks
-    /// (so the caller rebuilds it from the segment).
+    /// Loads an index file, returning `None` when it is missing or fails the sanity checks
+    /// (so the caller rebuilds it from the segment). A sealed segment's index is memory-mapped;
+    /// the active segment's (`active`) is read into memory so it can keep growing.
     pub(crate) fn load(
         kind: Kind,
         base_offset: i64,
         path: &Path,
         segment_len: u64,
         next_offset: i64,
+        active: bool,
     ) -> Result<Option<Self>, LogError> {
         let f = match File::open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).ctx("open index", path),
         };
+        let entries = if active {
+            Entries::Active(std::fs::read(path).ctx("read index", path)?)
+        } else {
+            Entries::Sealed(map(&f, path)?)
+        };
         let index = Self {
-            entries: Entries::Sealed(map(&f, path)?),
+            entries,
             kind,
             base_offset,
         };
@@ -235,16 +249,16 @@ mod tests {
         ix.append(2_000, 10);
         ix.seal(&path).unwrap();
         assert_eq!(ix.floor(1_500, true), Some((1_000, 0)));
-        let loaded = SparseIndex::load(Kind::Time, 0, &path, 4096, 20)
+        let loaded = SparseIndex::load(Kind::Time, 0, &path, 4096, 20, false)
             .unwrap()
             .unwrap();
         assert_eq!(loaded.last(), Some((2_000, 10)));
         // An entry beyond the segment's offsets means the file is stale.
-        assert!(SparseIndex::load(Kind::Time, 0, &path, 4096, 5)
+        assert!(SparseIndex::load(Kind::Time, 0, &path, 4096, 5, false)
             .unwrap()
             .is_none());
         std::fs::write(&path, [0u8; 7]).unwrap();
-        assert!(SparseIndex::load(Kind::Time, 0, &path, 4096, 20)
+        assert!(SparseIndex::load(Kind::Time, 0, &path, 4096, 20, false)
             .unwrap()
             .is_none());
     }

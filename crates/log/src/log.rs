@@ -75,14 +75,28 @@ impl Log {
         let interval = config.index_interval_bytes as u64;
         let mut notes = Vec::new();
         let mut segments = Vec::with_capacity(bases.len().max(1));
+        let clean = read_clean_marker(dir);
         for (i, &base) in bases.iter().enumerate() {
             let (seg, note) = match bases.get(i + 1) {
                 Some(&next) => Segment::open_sealed(dir, base, next, interval, now_ms)?,
-                None => Segment::recover(dir, base, interval, now_ms)?,
+                None => {
+                    let trusted = match clean {
+                        Some((next, len)) => {
+                            Segment::open_after_clean_shutdown(dir, base, next, len, now_ms)?
+                        }
+                        None => None,
+                    };
+                    match trusted {
+                        Some(seg) => (seg, None),
+                        None => Segment::recover(dir, base, interval, now_ms)?,
+                    }
+                }
             };
             notes.extend(note);
             segments.push(seg);
         }
+        // The marker describes one shutdown only: from now on the log may change again.
+        remove_clean_marker(dir)?;
         // A sealed segment that recovery shortened leaves a gap before its successor; the data
         // after a gap cannot be trusted to be contiguous, so drop it.
         let mut keep = segments.len();
@@ -399,9 +413,49 @@ impl Log {
         Ok(())
     }
 
+    /// Prepares for a clean shutdown: the active segment and its indexes go to disk with a
+    /// marker of its end, so the next start can skip scanning it. Appends after this make the
+    /// marker stale, which the next start detects (the size no longer matches) and scans.
+    pub fn close(&mut self) -> Result<(), LogError> {
+        let active = self.active();
+        active.save_for_shutdown()?;
+        let marker = format!("{} {}\n", active.next_offset, active.size);
+        let path = self.dir.join(CLEAN_MARKER);
+        let tmp = self.dir.join(format!("{CLEAN_MARKER}.tmp"));
+        std::fs::write(&tmp, marker).ctx("write shutdown marker", &tmp)?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .ctx("fsync shutdown marker", &tmp)?;
+        std::fs::rename(&tmp, &path).ctx("rename shutdown marker", &path)?;
+        std::fs::File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .ctx("fsync log dir", &self.dir)
+    }
+
     /// Removes the whole log directory.
     pub fn delete(self) -> Result<(), LogError> {
         std::fs::remove_dir_all(&self.dir).ctx("delete log dir", &self.dir)
+    }
+}
+
+/// Marks a log whose active segment was saved by a clean shutdown.
+const CLEAN_MARKER: &str = "clean_shutdown";
+
+/// The active segment's end offset and size as the last clean shutdown saved them.
+fn read_clean_marker(dir: &Path) -> Option<(i64, u64)> {
+    let text = std::fs::read_to_string(dir.join(CLEAN_MARKER)).ok()?;
+    let mut parts = text.split_whitespace();
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+fn remove_clean_marker(dir: &Path) -> Result<(), LogError> {
+    let path = dir.join(CLEAN_MARKER);
+    match std::fs::remove_file(&path) {
+        Ok(()) => std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .ctx("fsync log dir", dir),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).ctx("remove shutdown marker", &path),
     }
 }
 

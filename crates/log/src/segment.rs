@@ -231,6 +231,61 @@ impl Segment {
         Ok((seg, problem))
     }
 
+    /// Opens a segment through its index files without reading it; `None` when they are
+    /// missing or fail the sanity checks. `active` keeps the indexes in memory to grow.
+    fn open_indexed(
+        dir: &Path,
+        base_offset: i64,
+        next_offset: i64,
+        active: bool,
+        now_ms: i64,
+    ) -> Result<Option<Self>, LogError> {
+        let (path, file, len) = open_existing(dir, base_offset)?;
+        let ix_path = dir.join(file_name(base_offset, "index"));
+        let tix_path = dir.join(file_name(base_offset, "timeindex"));
+        let oi = SparseIndex::load(
+            Kind::Offset,
+            base_offset,
+            &ix_path,
+            len,
+            next_offset,
+            active,
+        )?;
+        let ti = SparseIndex::load(Kind::Time, base_offset, &tix_path, len, next_offset, active)?;
+        let (Some(oi), Some(ti)) = (oi, ti) else {
+            return Ok(None);
+        };
+        let modified_ms = file
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(now_ms, |d| d.as_millis() as i64);
+        let mut seg = Self::empty(dir, base_offset, path, file, now_ms.min(modified_ms));
+        seg.max_timestamp = ti.last().map(|(ts, _)| ts).unwrap_or(-1);
+        seg.offset_index = oi;
+        seg.time_index = ti;
+        seg.size = len;
+        seg.next_offset = next_offset;
+        Ok(Some(seg))
+    }
+
+    /// Opens the active segment as a clean shutdown left it (`next_offset` and `len` from the
+    /// shutdown marker), trusting its saved indexes instead of scanning it; `None` when the
+    /// file or the indexes do not match what was saved.
+    pub(crate) fn open_after_clean_shutdown(
+        dir: &Path,
+        base_offset: i64,
+        next_offset: i64,
+        len: u64,
+        now_ms: i64,
+    ) -> Result<Option<Self>, LogError> {
+        Ok(
+            Self::open_indexed(dir, base_offset, next_offset, true, now_ms)?
+                .filter(|s| s.size == len),
+        )
+    }
+
     /// Opens a sealed segment whose end offset is known (the next segment's base), using its
     /// index files when they are sound and rebuilding them otherwise.
     pub(crate) fn open_sealed(
@@ -240,21 +295,9 @@ impl Segment {
         index_interval: u64,
         now_ms: i64,
     ) -> Result<(Self, Option<String>), LogError> {
-        let (path, file, len) = open_existing(dir, base_offset)?;
-        let ix_path = dir.join(file_name(base_offset, "index"));
-        let tix_path = dir.join(file_name(base_offset, "timeindex"));
-        let oi = SparseIndex::load(Kind::Offset, base_offset, &ix_path, len, next_offset)?;
-        let ti = SparseIndex::load(Kind::Time, base_offset, &tix_path, len, next_offset)?;
-        if let (Some(oi), Some(ti)) = (oi, ti) {
-            let mut seg = Self::empty(dir, base_offset, path, file, now_ms);
-            seg.max_timestamp = ti.last().map(|(ts, _)| ts).unwrap_or(-1);
-            seg.offset_index = oi;
-            seg.time_index = ti;
-            seg.size = len;
-            seg.next_offset = next_offset;
+        if let Some(seg) = Self::open_indexed(dir, base_offset, next_offset, false, now_ms)? {
             return Ok((seg, None));
         }
-        drop(file);
         let (mut seg, problem) = Self::recover(dir, base_offset, index_interval, now_ms)?;
         seg.seal()?;
         let note = format!(
@@ -263,6 +306,15 @@ impl Segment {
             problem.map(|p| format!("; {p}")).unwrap_or_default()
         );
         Ok((seg, Some(note)))
+    }
+
+    /// Saves the active segment's data and indexes for a clean shutdown.
+    pub(crate) fn save_for_shutdown(&self) -> Result<(), LogError> {
+        self.file.sync_all().ctx("fsync segment", &self.path)?;
+        self.offset_index
+            .save(&self.dir.join(file_name(self.base_offset, "index")))?;
+        self.time_index
+            .save(&self.dir.join(file_name(self.base_offset, "timeindex")))
     }
 
     /// Records a batch written at `position` in the indexes and bookkeeping.

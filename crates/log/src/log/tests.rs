@@ -322,3 +322,72 @@ fn always_policy_publishes_durable_offset_after_fsync() {
     });
     flusher.shutdown();
 }
+
+#[test]
+fn clean_shutdown_lets_the_next_start_skip_the_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), small_segments());
+    fill(&mut log, 30, 2);
+    log.close().unwrap();
+    drop(log);
+    // Damage a byte inside the last batch: a scan would cut the log there, so an intact end
+    // offset shows the scan was skipped and the saved state used.
+    let active = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .max()
+        .unwrap();
+    let mut bytes = std::fs::read(&active).unwrap();
+    let last = bytes.len() - 3;
+    bytes[last] ^= 0xff;
+    std::fs::write(&active, &bytes).unwrap();
+    let (mut log, notes) = Log::open(
+        dir.path(),
+        small_segments(),
+        Flusher::start(FsyncPolicy::Never),
+        0,
+    )
+    .unwrap();
+    assert!(notes.is_empty(), "{notes:?}");
+    assert_eq!(log.end_offset(), 60);
+    assert!(
+        !dir.path().join(CLEAN_MARKER).exists(),
+        "the marker is used once"
+    );
+    let r = log.read(59, 1 << 20, 60, true).unwrap();
+    assert_eq!(offsets(&r), vec![(58, 59)]);
+    let next = log.append(&batch(1, 0, 1), 0, None, 0).unwrap();
+    assert_eq!(next.base_offset, 60);
+    // Without a marker the next start scans again and finds the damage.
+    drop(log);
+    let (log, notes) = Log::open(
+        dir.path(),
+        small_segments(),
+        Flusher::start(FsyncPolicy::Never),
+        0,
+    )
+    .unwrap();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(log.end_offset(), 58);
+}
+
+#[test]
+fn a_stale_shutdown_marker_falls_back_to_the_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), LogConfig::default());
+    fill(&mut log, 3, 2);
+    log.close().unwrap();
+    // Written after the marker, as a late request during shutdown would.
+    log.append(&batch(2, 0, 1), 0, None, 0).unwrap();
+    drop(log);
+    let (log, notes) = Log::open(
+        dir.path(),
+        LogConfig::default(),
+        Flusher::start(FsyncPolicy::Never),
+        0,
+    )
+    .unwrap();
+    assert!(notes.is_empty(), "{notes:?}");
+    assert_eq!(log.end_offset(), 8, "the scan found the late batch too");
+}

@@ -136,3 +136,49 @@ async fn segment_cut_mid_batch_recovers_to_the_last_whole_batch() {
         .expect("delivery");
     assert_eq!(d.offset, 9, "appends continue after the last whole batch");
 }
+
+#[tokio::test]
+async fn graceful_restart_keeps_everything_without_a_recovery_scan() {
+    let mut spate = Spate::start(&[]);
+    create_topic(&spate.addr, "graceful", 1, &[]).await;
+    let p = producer(&spate.addr, &[("linger.ms", "0")]);
+    for i in 0..20 {
+        p.send(
+            FutureRecord::to("graceful")
+                .key("k")
+                .payload(&format!("v{i}")),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("delivery");
+    }
+    drop(p);
+    spate.stop();
+    let data = spate.data_dir();
+    assert!(
+        data.join("topics/graceful/0/clean_shutdown").exists(),
+        "shutdown saved the log"
+    );
+    assert!(
+        data.join("topics/graceful/0/producer_state.snapshot")
+            .exists(),
+        "and the producer states"
+    );
+    spate.restart();
+    assert!(
+        !data.join("topics/graceful/0/clean_shutdown").exists(),
+        "the marker is used once"
+    );
+    let stored = read_all(&spate.addr, "graceful");
+    assert_eq!(stored.len(), 20);
+    assert_eq!(stored.get(&19).map(Vec::as_slice), Some(&b"v19"[..]));
+    let p = producer(&spate.addr, &[("linger.ms", "0")]);
+    let d = p
+        .send(
+            FutureRecord::to("graceful").key("k").payload("after"),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("delivery");
+    assert_eq!(d.offset, 20);
+}

@@ -56,7 +56,18 @@ impl Spate {
         }
     }
 
-    /// Starts the broker again on the same data dir (on a new port).
+    /// SIGTERM, then waits for the broker to shut down cleanly.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the broker again on the same data dir (on a new port), after a kill -9 unless
+    /// it was already stopped.
     pub fn restart(&mut self) {
         self.kill9();
         let (child, addr, http) = spawn(self.dir.path(), &self.extra);
