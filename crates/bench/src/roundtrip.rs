@@ -12,10 +12,9 @@ use crate::error::{BenchError, Result};
 use crate::payload::MessageFactory;
 use crate::report::RunReport;
 use crate::runner::{
-    finish_validation, merge_acks, producer_plans, run_phase, summarize_consume, summarize_produce,
-    validation_policy, PhaseSpec, Supervisor,
+    finish_validation, merge_acks, producer_plans, run_measured_phase, summarize_consume,
+    summarize_produce, validation_policy, PhaseSpec, Supervisor,
 };
-use crate::sysinfo::ProcessSampler;
 use crate::validate::Validator;
 
 /// Consumers outlive the producers by at most this much beyond the configured timeout.
@@ -68,11 +67,7 @@ pub fn run(
         record_latency: true,
         drain: true,
     };
-    let sampler = cfg.broker_pid.and_then(ProcessSampler::start);
-    let res = run_phase(cfg, sup, spec, factory, stop);
-    report.broker_resources = sampler.and_then(ProcessSampler::finish);
-    let res = res?;
-    report.interrupted |= res.interrupted;
+    let res = run_measured_phase(cfg, sup, spec, factory, stop, report)?;
     report.produce = Some(summarize_produce(&res.produce, measure_from_ns));
     report.consume = Some(summarize_consume(&res.consume, measure_from_ns, false));
     if let Some(reason) = res.abort {

@@ -163,6 +163,24 @@ fn p99_so_far(
     (!h.is_empty()).then(|| h.percentile_us(99.0))
 }
 
+/// Runs the measured phase of a mode: samples the broker's CPU and RSS around it (when given
+/// its pid) and records an interruption in the report.
+pub(crate) fn run_measured_phase(
+    cfg: &RunConfig,
+    sup: &mut Supervisor,
+    spec: PhaseSpec,
+    factory: &Arc<MessageFactory>,
+    stop: &AtomicBool,
+    report: &mut RunReport,
+) -> Result<PhaseResult> {
+    let sampler = cfg.broker_pid.and_then(ProcessSampler::start);
+    let res = run_phase(cfg, sup, spec, factory, stop);
+    report.broker_resources = sampler.and_then(ProcessSampler::finish);
+    let res = res?;
+    report.interrupted |= res.interrupted;
+    Ok(res)
+}
+
 /// Runs producers and consumers of one phase to completion while supervising them.
 pub(crate) fn run_phase(
     cfg: &RunConfig,
@@ -603,11 +621,7 @@ fn produce_mode(
         record_latency: false,
         drain: false,
     };
-    let sampler = cfg.broker_pid.and_then(ProcessSampler::start);
-    let res = run_phase(cfg, sup, spec, factory, stop);
-    report.broker_resources = sampler.and_then(ProcessSampler::finish);
-    let res = res?;
-    report.interrupted |= res.interrupted;
+    let res = run_measured_phase(cfg, sup, spec, factory, stop, report)?;
     report.produce = Some(summarize_produce(
         &res.produce,
         cfg.warmup.as_nanos() as u64,
@@ -755,11 +769,7 @@ fn consume_mode(
         record_latency: false,
         drain: false,
     };
-    let sampler = cfg.broker_pid.and_then(ProcessSampler::start);
-    let res = run_phase(cfg, sup, spec, factory, stop);
-    report.broker_resources = sampler.and_then(ProcessSampler::finish);
-    let res = res?;
-    report.interrupted |= res.interrupted;
+    let res = run_measured_phase(cfg, sup, spec, factory, stop, report)?;
     let warm: u64 = res.consume.iter().map(|c| c.warmup_consumed).sum();
     if warm > 0 && res.consume.iter().all(|c| c.consumed == 0) {
         report.notes.push(format!(
