@@ -24,10 +24,13 @@ fn small_segments() -> LogConfig {
     }
 }
 
+/// Opens (or reopens) a log, returning the repairs recovery made.
+fn open_with_notes(dir: &Path, config: LogConfig) -> (Log, Vec<String>) {
+    Log::open(dir, config, Flusher::start(FsyncPolicy::Never), 0).unwrap()
+}
+
 fn open(dir: &Path, config: LogConfig) -> Log {
-    Log::open(dir, config, Flusher::start(FsyncPolicy::Never), 0)
-        .unwrap()
-        .0
+    open_with_notes(dir, config).0
 }
 
 /// Offsets of every batch in a read result.
@@ -143,13 +146,7 @@ fn reopen_recovers_every_batch() {
     fill(&mut log, 30, 2);
     let segments = log.segment_count();
     drop(log);
-    let (log, notes) = Log::open(
-        dir.path(),
-        small_segments(),
-        Flusher::start(FsyncPolicy::Never),
-        0,
-    )
-    .unwrap();
+    let (log, notes) = open_with_notes(dir.path(), small_segments());
     assert!(notes.is_empty(), "{notes:?}");
     assert_eq!(log.end_offset(), 60);
     assert_eq!(log.segment_count(), segments);
@@ -167,13 +164,7 @@ fn recovery_cuts_a_batch_torn_in_the_middle() {
     let len = std::fs::metadata(&path).unwrap().len();
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     f.set_len(len - 7).unwrap();
-    let (log, notes) = Log::open(
-        dir.path(),
-        LogConfig::default(),
-        Flusher::start(FsyncPolicy::Never),
-        0,
-    )
-    .unwrap();
+    let (log, notes) = open_with_notes(dir.path(), LogConfig::default());
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert_eq!(log.end_offset(), 8);
     let mut log = log;
@@ -193,13 +184,7 @@ fn recovery_cuts_at_a_corrupt_batch() {
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[first_len + 70] ^= 0xff;
     std::fs::write(&path, &bytes).unwrap();
-    let (log, notes) = Log::open(
-        dir.path(),
-        LogConfig::default(),
-        Flusher::start(FsyncPolicy::Never),
-        0,
-    )
-    .unwrap();
+    let (log, notes) = open_with_notes(dir.path(), LogConfig::default());
     assert!(notes[0].contains("CRC"), "{notes:?}");
     assert_eq!(log.end_offset(), 4);
 }
@@ -217,13 +202,7 @@ fn damaged_sealed_index_is_rebuilt() {
         .unwrap()
         .write_all(&[1, 2, 3])
         .unwrap();
-    let (log, notes) = Log::open(
-        dir.path(),
-        small_segments(),
-        Flusher::start(FsyncPolicy::Never),
-        0,
-    )
-    .unwrap();
+    let (log, notes) = open_with_notes(dir.path(), small_segments());
     assert!(notes.iter().any(|n| n.contains("rebuilt")), "{notes:?}");
     let r = log.read(1, 1 << 20, 60, true).unwrap();
     assert_eq!(offsets(&r)[0], (0, 1));
@@ -342,13 +321,7 @@ fn clean_shutdown_lets_the_next_start_skip_the_scan() {
     let last = bytes.len() - 3;
     bytes[last] ^= 0xff;
     std::fs::write(&active, &bytes).unwrap();
-    let (mut log, notes) = Log::open(
-        dir.path(),
-        small_segments(),
-        Flusher::start(FsyncPolicy::Never),
-        0,
-    )
-    .unwrap();
+    let (mut log, notes) = open_with_notes(dir.path(), small_segments());
     assert!(notes.is_empty(), "{notes:?}");
     assert_eq!(log.end_offset(), 60);
     assert!(
@@ -361,13 +334,7 @@ fn clean_shutdown_lets_the_next_start_skip_the_scan() {
     assert_eq!(next.base_offset, 60);
     // Without a marker the next start scans again and finds the damage.
     drop(log);
-    let (log, notes) = Log::open(
-        dir.path(),
-        small_segments(),
-        Flusher::start(FsyncPolicy::Never),
-        0,
-    )
-    .unwrap();
+    let (log, notes) = open_with_notes(dir.path(), small_segments());
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert_eq!(log.end_offset(), 58);
 }
@@ -381,13 +348,7 @@ fn a_stale_shutdown_marker_falls_back_to_the_scan() {
     // Written after the marker, as a late request during shutdown would.
     log.append(&batch(2, 0, 1), 0, None, 0).unwrap();
     drop(log);
-    let (log, notes) = Log::open(
-        dir.path(),
-        LogConfig::default(),
-        Flusher::start(FsyncPolicy::Never),
-        0,
-    )
-    .unwrap();
+    let (log, notes) = open_with_notes(dir.path(), LogConfig::default());
     assert!(notes.is_empty(), "{notes:?}");
     assert_eq!(log.end_offset(), 8, "the scan found the late batch too");
 }
