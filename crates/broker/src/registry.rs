@@ -89,6 +89,11 @@ impl Topic {
         self.config.read().clone()
     }
 
+    /// Reads the configuration in place (no copy), for the produce path.
+    pub fn with_config<T>(&self, f: impl FnOnce(&TopicConfig) -> T) -> T {
+        f(&self.config.read())
+    }
+
     fn save(&self) -> Result<(), BrokerError> {
         let file = TopicFile {
             id: self.id,

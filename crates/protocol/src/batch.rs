@@ -64,6 +64,11 @@ pub enum BatchError {
     /// Header fields that contradict each other.
     #[error("invalid record batch: {0}")]
     Invalid(&'static str),
+    /// Bytes after the batch where exactly one was expected (Kafka allows one per partition).
+    #[error(
+        "bytes follow the record batch; a produce request carries exactly one batch per partition"
+    )]
+    TrailingBytes,
     /// A batch could not be built.
     #[error("cannot encode record batch: {0}")]
     Encode(String),
@@ -215,7 +220,7 @@ pub fn validate(b: &[u8]) -> Result<BatchHeader, BatchError> {
                 have: b.len(),
             }
         } else {
-            BatchError::Invalid("bytes follow the batch")
+            BatchError::TrailingBytes
         });
     }
     let computed = compute_crc(b);
@@ -415,7 +420,7 @@ mod tests {
         ));
         let mut longer = b.clone();
         longer.push(0);
-        assert!(matches!(validate(&longer), Err(BatchError::Invalid(_))));
+        assert_eq!(validate(&longer), Err(BatchError::TrailingBytes));
         assert!(matches!(
             validate(&b[..10]),
             Err(BatchError::Truncated { .. })

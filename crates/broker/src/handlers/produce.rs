@@ -160,14 +160,14 @@ fn append_one(t: &Topic, pd: PartitionProduceData) -> Outcome {
     let Some(records) = pd.records else {
         return Err((ResponseError::InvalidRecord, "no records".into()));
     };
-    let config = t.config();
-    if records.len() > config.max_message_bytes() {
+    let (max_bytes, log_append_time) =
+        t.with_config(|c| (c.max_message_bytes(), c.log_append_time()));
+    if records.len() > max_bytes {
         return Err((
             ResponseError::MessageTooLarge,
             format!(
-                "batch of {} bytes exceeds max.message.bytes {}",
-                records.len(),
-                config.max_message_bytes()
+                "batch of {} bytes exceeds max.message.bytes {max_bytes}",
+                records.len()
             ),
         ));
     }
@@ -175,16 +175,10 @@ fn append_one(t: &Topic, pd: PartitionProduceData) -> Outcome {
         let code = match e {
             BatchError::CrcMismatch { .. } => ResponseError::CorruptMessage,
             BatchError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
-            BatchError::Invalid("bytes follow the batch") => ResponseError::InvalidRecord,
+            BatchError::TrailingBytes => ResponseError::InvalidRecord,
             _ => ResponseError::CorruptMessage,
         };
-        let message = match e {
-            BatchError::Invalid("bytes follow the batch") => {
-                "a produce request must carry exactly one record batch per partition".to_string()
-            }
-            other => other.to_string(),
-        };
-        (code, message)
+        (code, e.to_string())
     })?;
     if h.is_transactional() || h.is_control() {
         return Err((
@@ -192,7 +186,7 @@ fn append_one(t: &Topic, pd: PartitionProduceData) -> Outcome {
             "transactions are not supported yet".into(),
         ));
     }
-    let append_time = config.log_append_time().then(now_ms);
+    let append_time = log_append_time.then(now_ms);
     match p.append(&records, &h, append_time) {
         Ok(a) => {
             if matches!(a, Appended::New { .. }) {
