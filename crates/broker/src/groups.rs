@@ -130,7 +130,13 @@ impl GroupService {
         async move { rx.await.ok() }
     }
 
-    /// Runs a coordinator call that answers at once (heartbeat, leave, describe...).
+    /// Reads the coordinator (describe, list...).
+    pub fn coordinator<T>(&self, f: impl FnOnce(&Coordinator) -> T) -> T {
+        f(&self.coordinator.lock())
+    }
+
+    /// Runs a coordinator call that answers at once and may release parked answers
+    /// (heartbeat, leave, commit checks).
     pub fn with<T>(&self, f: impl FnOnce(&mut Coordinator, i64) -> (T, Vec<Reply>)) -> T {
         let (out, replies) = f(&mut self.coordinator.lock(), now_ms());
         self.deliver(replies);

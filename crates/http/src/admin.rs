@@ -251,7 +251,7 @@ async fn describe_group(
     Path(id): Path<String>,
 ) -> Result<Json<Value>> {
     let b = s.broker()?;
-    let description = b.groups.with(|c, _| (c.describe(&id), Vec::new()));
+    let description = b.groups.coordinator(|c| c.describe(&id));
     let offsets: Vec<(String, i32, i64, Option<String>)> = b.groups.offsets(|o| {
         o.group(&id)
             .into_iter()

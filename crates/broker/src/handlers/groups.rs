@@ -259,7 +259,7 @@ pub fn describe(b: &Broker, version: i16, req: DescribeGroupsRequest) -> Describ
                 OPERATIONS_OMITTED
             };
         }
-        let described = b.groups.with(|c, _| (c.describe(&id), Vec::new()));
+        let described = b.groups.coordinator(|c| c.describe(&id));
         match described {
             Some(d) => {
                 g.group_state = s(d.state.name());
@@ -300,7 +300,7 @@ pub fn describe(b: &Broker, version: i16, req: DescribeGroupsRequest) -> Describ
 
 /// Answers ListGroups, with the state and type filters of v4 and v5.
 pub fn list(b: &Broker, version: i16, req: ListGroupsRequest) -> ListGroupsResponse {
-    let mut groups = b.groups.with(|c, _| (c.list(), Vec::new()));
+    let mut groups = b.groups.coordinator(|c| c.list());
     let with_offsets: Vec<String> = b
         .groups
         .offsets(|o| o.group_ids().map(str::to_string).collect());

@@ -212,24 +212,16 @@ pub fn fetch(b: &Broker, version: i16, req: OffsetFetchRequest) -> OffsetFetchRe
 pub fn delete(b: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
     let mut resp = OffsetDeleteResponse::default();
     let group = req.group_id.to_string();
-    let known = b
+    let (described, subscribed) = b
         .groups
-        .with(|c, _| (c.describe(&group).is_some(), Vec::new()))
-        || b.groups.offsets(|o| o.has_group(&group));
-    if !known {
+        .coordinator(|c| (c.describe(&group), c.subscribed_topics(&group)));
+    if described.is_none() && !b.groups.offsets(|o| o.has_group(&group)) {
         resp.error_code = ResponseError::GroupIdNotFound.code();
         return resp;
     }
-    let (has_members, subscribed) = b.groups.with(|c, _| {
-        (
-            (c.has_members(&group), c.subscribed_topics(&group)),
-            Vec::new(),
-        )
-    });
-    let consumer = b
-        .groups
-        .with(|c, _| (c.describe(&group).map(|d| d.protocol_type), Vec::new()));
-    if has_members && consumer.as_deref() != Some("consumer") {
+    let has_members = described.as_ref().is_some_and(|d| !d.members.is_empty());
+    let protocol_type = described.as_ref().map(|d| d.protocol_type.as_str());
+    if has_members && protocol_type != Some("consumer") {
         resp.error_code = ResponseError::NonEmptyGroup.code();
         return resp;
     }
