@@ -88,7 +88,12 @@ impl Broker {
         let cluster_id = load_or_create_cluster_id(&dir, config.node_id)?;
         let metrics = Arc::new(Registry::default());
         let budget = MemoryBudget::new(config.memory_limit_bytes, metrics.clone());
-        let flusher = Flusher::with_metrics(config.fsync, metrics.clone());
+        let flusher = Flusher::with_metrics(config.fsync, metrics.clone()).map_err(|source| {
+            BrokerError::StartThread {
+                name: "spate-flusher",
+                source,
+            }
+        })?;
         let (topics, notes) = TopicRegistry::open(&dir, flusher.clone())?;
         let producer_ids = ProducerIds::open(&dir)?;
         let groups = Arc::new(GroupService::open(

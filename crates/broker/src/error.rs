@@ -17,6 +17,15 @@ pub enum BrokerError {
         #[source]
         source: std::io::Error,
     },
+    /// A thread the broker cannot run without did not start.
+    #[error("cannot start the {name} thread: {source}")]
+    StartThread {
+        /// The thread's name.
+        name: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A metadata file holds something we cannot use.
     #[error("corrupt metadata file {path}: {reason}")]
     CorruptMetadata {

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use spate_groups::record::{decode_value, encode_value, OffsetKey};
 use spate_groups::{Committed, Coordinator, CoordinatorConfig, OffsetStore, Reply, Token};
-use spate_log::{Flusher, Log, LogConfig};
+use spate_log::{wait_durable, Flusher, Log, LogConfig};
 use spate_protocol::batch::{self, NewRecord};
 use spate_protocol::records::{Compression, RecordBatchDecoder};
 use spate_protocol::ResponseError;
@@ -237,17 +237,23 @@ impl GroupService {
         Ok(end)
     }
 
-    /// Waits until the offsets log is durable up to `end`, as the fsync policy promises acks.
-    pub fn durable(&self, end: i64) -> impl std::future::Future<Output = bool> + Send + 'static {
+    /// Waits until the offsets log is durable up to `end`, as the fsync policy promises acks:
+    /// REQUEST_TIMED_OUT when the fsync takes over 30 s, KAFKA_STORAGE_ERROR when it failed.
+    pub fn durable(
+        &self,
+        end: i64,
+    ) -> impl std::future::Future<Output = Result<(), ResponseError>> + Send + 'static {
         let wait = self.flusher.policy().acks_wait_for_fsync();
         let mut rx = self.log.lock().log.durable_offset();
         async move {
             if !wait {
-                return true;
+                return Ok(());
             }
-            tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|d| *d >= end))
-                .await
-                .is_ok_and(|r| r.is_ok())
+            match tokio::time::timeout(Duration::from_secs(30), wait_durable(&mut rx, end)).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(_)) => Err(ResponseError::KafkaStorageError),
+                Err(_) => Err(ResponseError::RequestTimedOut),
+            }
         }
     }
 
@@ -450,7 +456,7 @@ mod tests {
     #[test]
     fn commits_survive_reopen_and_deletes_stick() {
         let dir = tempfile::tempdir().unwrap();
-        let flusher = Flusher::start(FsyncPolicy::Never);
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
         let svc =
             GroupService::open(dir.path(), GroupSettings::default(), flusher.clone()).unwrap();
         svc.write(
@@ -480,7 +486,7 @@ mod tests {
     #[test]
     fn interrupted_compaction_is_undone() {
         let dir = tempfile::tempdir().unwrap();
-        let flusher = Flusher::start(FsyncPolicy::Never);
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
         let svc =
             GroupService::open(dir.path(), GroupSettings::default(), flusher.clone()).unwrap();
         svc.write("g", &[("t".into(), 0, committed(10))]).unwrap();

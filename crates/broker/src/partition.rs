@@ -1,10 +1,14 @@
 //! One partition: its log, its producer states and its high watermark.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU8, Ordering};
+use std::sync::Arc;
 
 use parking_lot::RwLock;
-use spate_log::{Flusher, Log, LogConfig, LogError, ReadResult, TimestampLookup};
+use spate_log::{
+    Durability, EpochEntry, Flusher, FsStorage, Log, LogConfig, LogError, ReadResult, Storage,
+    TimestampLookup,
+};
 use spate_protocol::batch::BatchHeader;
 use spate_protocol::ResponseError;
 use tokio::sync::watch;
@@ -40,6 +44,29 @@ pub enum Appended {
 /// Producer states as of some offset, next to the partition's segments.
 const SNAPSHOT_FILE: &str = "producer_state.snapshot";
 
+/// What this broker is for a partition; decides who moves the high watermark and which
+/// appends are allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The only replica: everything appended is committed at once.
+    Standalone = 0,
+    /// The leader of a replicated partition: takes produces; the replication layer moves
+    /// the high watermark as followers catch up.
+    Leader = 1,
+    /// A follower: takes only the leader's batches (`append_replica`), refuses produces.
+    Follower = 2,
+}
+
+impl Role {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Role::Leader,
+            2 => Role::Follower,
+            _ => Role::Standalone,
+        }
+    }
+}
+
 /// A partition of a topic, led by this broker.
 pub struct Partition {
     /// Partition index within the topic.
@@ -49,6 +76,7 @@ pub struct Partition {
     state: RwLock<State>,
     high_watermark: watch::Sender<i64>,
     leader_epoch: AtomicI32,
+    role: AtomicU8,
     deleted: AtomicBool,
 }
 
@@ -62,38 +90,20 @@ impl Partition {
         config: LogConfig,
         flusher: Flusher,
     ) -> Result<(Self, Vec<String>), BrokerError> {
-        let (log, mut notes) = Log::open(dir, config, flusher, now_ms())?;
+        Self::open_on(FsStorage::shared(), dir, index, config, flusher)
+    }
+
+    /// Opens the partition on `storage` (a simulated disk in tests); see [`Partition::open`].
+    pub fn open_on(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        index: i32,
+        config: LogConfig,
+        flusher: Flusher,
+    ) -> Result<(Self, Vec<String>), BrokerError> {
+        let (log, mut notes) = Log::open_on(storage, dir, config, flusher, now_ms())?;
         let snapshot_path = dir.join(SNAPSHOT_FILE);
-        let (from, mut producers) = match std::fs::read(&snapshot_path) {
-            Ok(bytes) => match ProducerStates::from_snapshot(&bytes) {
-                Ok((offset, states)) if offset <= log.end_offset() => (offset, states),
-                Ok(_) => {
-                    notes.push(
-                        "producer state snapshot is ahead of the log; rebuilt from the log".into(),
-                    );
-                    (log.start_offset(), ProducerStates::default())
-                }
-                Err(e) => {
-                    notes.push(format!(
-                        "producer state snapshot unreadable ({e:?}); rebuilt from the log"
-                    ));
-                    (log.start_offset(), ProducerStates::default())
-                }
-            },
-            Err(_) => (log.start_offset(), ProducerStates::default()),
-        };
-        log.for_each_batch(from.max(log.start_offset()), |h| {
-            if h.has_producer_id() && !h.is_control() && h.last_offset() >= from {
-                producers.record(
-                    h.producer_id,
-                    h.producer_epoch,
-                    h.base_sequence,
-                    h.last_sequence(),
-                    h.base_offset,
-                    h.last_offset(),
-                );
-            }
-        })?;
+        let (from, producers) = rebuild_producers(&log, &snapshot_path, &mut notes)?;
         let end = log.end_offset();
         Ok((
             Self {
@@ -103,6 +113,7 @@ impl Partition {
                 state: RwLock::new(State { log, producers }),
                 high_watermark: watch::Sender::new(end),
                 leader_epoch: AtomicI32::new(0),
+                role: AtomicU8::new(Role::Standalone as u8),
                 deleted: AtomicBool::new(false),
             },
             notes,
@@ -157,9 +168,100 @@ impl Partition {
         self.state.read().log.size_bytes()
     }
 
-    /// Subscribes to the offset below which data is on disk.
-    pub fn durable_offset(&self) -> watch::Receiver<i64> {
+    /// Subscribes to how far the log is on disk.
+    pub fn durable_offset(&self) -> watch::Receiver<Durability> {
         self.state.read().log.durable_offset()
+    }
+
+    /// True once a write or fsync of this partition failed: it is out of service (produce
+    /// and fetch answer KAFKA_STORAGE_ERROR) until the broker restarts and recovers it.
+    pub fn is_offline(&self) -> bool {
+        self.state.read().log.is_failed()
+    }
+
+    /// What this broker is for the partition.
+    pub fn role(&self) -> Role {
+        Role::from_u8(self.role.load(Ordering::SeqCst))
+    }
+
+    /// Changes the role and the leader epoch (the cluster's leader election does this).
+    pub fn set_role(&self, role: Role, leader_epoch: i32) {
+        let _st = self.state.write();
+        self.leader_epoch.store(leader_epoch, Ordering::SeqCst);
+        self.role.store(role as u8, Ordering::SeqCst);
+    }
+
+    /// Moves the high watermark (leaders: the ISR's minimum log end; followers: what the
+    /// leader said), kept within the log.
+    pub fn set_high_watermark(&self, hw: i64) {
+        let st = self.state.read();
+        let hw = hw.clamp(st.log.start_offset(), st.log.end_offset());
+        self.high_watermark.send_if_modified(|cur| {
+            let changed = *cur != hw;
+            *cur = hw;
+            changed
+        });
+    }
+
+    /// Every leader epoch that wrote to this partition and where it started.
+    pub fn epochs(&self) -> Vec<EpochEntry> {
+        self.state.read().log.epochs().to_vec()
+    }
+
+    /// OffsetForLeaderEpoch: the largest epoch at most `epoch` and where it ended here.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        self.state.read().log.end_offset_for_epoch(epoch)
+    }
+
+    /// Appends a batch copied from the leader, keeping its offsets and epoch, and notes its
+    /// producer so a retry after failover is still recognised. Only a follower does this.
+    pub fn append_replica(&self, batch: &[u8]) -> Result<(), AppendError> {
+        let mut st = self.state.write();
+        if self.deleted.load(Ordering::SeqCst) {
+            return Err(AppendError::Refused(ResponseError::UnknownTopicOrPartition));
+        }
+        if self.role() != Role::Follower {
+            return Err(AppendError::Refused(ResponseError::NotLeaderOrFollower));
+        }
+        st.log
+            .append_replica(batch, now_ms())
+            .map_err(AppendError::Storage)?;
+        if let Ok(h) = BatchHeader::parse(batch) {
+            if h.has_producer_id() && !h.is_control() {
+                st.producers.record(
+                    h.producer_id,
+                    h.producer_epoch,
+                    h.base_sequence,
+                    h.last_sequence(),
+                    h.base_offset,
+                    h.last_offset(),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes everything at or after `offset` (a divergent tail found through
+    /// OffsetForLeaderEpoch); returns the new log end. Producer states are rebuilt so a
+    /// removed batch is not taken for a duplicate later.
+    pub fn truncate_to(&self, offset: i64) -> Result<i64, BrokerError> {
+        let mut st = self.state.write();
+        let end = st.log.truncate_to(offset, now_ms())?;
+        if self.snapshot_offset.load(Ordering::Relaxed) > end {
+            // The snapshot describes offsets that no longer exist.
+            let _ = std::fs::remove_file(&self.snapshot_path);
+            self.snapshot_offset
+                .store(st.log.start_offset(), Ordering::Relaxed);
+        }
+        let mut notes = Vec::new();
+        let (_, producers) = rebuild_producers(&st.log, &self.snapshot_path, &mut notes)?;
+        st.producers = producers;
+        self.high_watermark.send_if_modified(|hw| {
+            let changed = *hw > end;
+            *hw = (*hw).min(end);
+            changed
+        });
+        Ok(end)
     }
 
     /// Marks the partition deleted: later appends are refused.
@@ -178,6 +280,10 @@ impl Partition {
         let mut st = self.state.write();
         if self.deleted.load(Ordering::SeqCst) {
             return Err(AppendError::Refused(ResponseError::UnknownTopicOrPartition));
+        }
+        let role = self.role();
+        if role == Role::Follower {
+            return Err(AppendError::Refused(ResponseError::NotLeaderOrFollower));
         }
         let idempotent = h.has_producer_id();
         if idempotent {
@@ -214,8 +320,10 @@ impl Partition {
                 info.last_offset,
             );
         }
-        // Standalone: the leader is the whole ISR, so everything written is committed.
-        self.high_watermark.send_replace(info.last_offset + 1);
+        if role == Role::Standalone {
+            // The leader is the whole ISR, so everything written is committed.
+            self.high_watermark.send_replace(info.last_offset + 1);
+        }
         Ok(Appended::New {
             base_offset: info.base_offset,
             last_offset: info.last_offset,
@@ -230,7 +338,13 @@ impl Partition {
         min_one: bool,
     ) -> Result<ReadResult, LogError> {
         let hw = self.high_watermark();
-        self.state.read().log.read(offset, max_bytes, hw, min_one)
+        let st = self.state.read();
+        if st.log.is_failed() {
+            return Err(LogError::Failed {
+                path: st.log.dir().to_path_buf(),
+            });
+        }
+        st.log.read(offset, max_bytes, hw, min_one)
     }
 
     /// ListOffsets by timestamp.
@@ -257,6 +371,46 @@ impl Partition {
     pub fn enforce_retention(&self) -> Result<usize, LogError> {
         self.state.write().log.enforce_retention(now_ms())
     }
+}
+
+/// Producer states from the snapshot (when sound and not ahead of the log) plus the batches
+/// after it, or from every batch; returns the offset the replay started at and the states.
+fn rebuild_producers(
+    log: &Log,
+    snapshot_path: &Path,
+    notes: &mut Vec<String>,
+) -> Result<(i64, ProducerStates), BrokerError> {
+    let (from, mut producers) = match std::fs::read(snapshot_path) {
+        Ok(bytes) => match ProducerStates::from_snapshot(&bytes) {
+            Ok((offset, states)) if offset <= log.end_offset() => (offset, states),
+            Ok(_) => {
+                notes.push(
+                    "producer state snapshot is ahead of the log; rebuilt from the log".into(),
+                );
+                (log.start_offset(), ProducerStates::default())
+            }
+            Err(e) => {
+                notes.push(format!(
+                    "producer state snapshot unreadable ({e:?}); rebuilt from the log"
+                ));
+                (log.start_offset(), ProducerStates::default())
+            }
+        },
+        Err(_) => (log.start_offset(), ProducerStates::default()),
+    };
+    log.for_each_batch(from.max(log.start_offset()), |h| {
+        if h.has_producer_id() && !h.is_control() && h.last_offset() >= from {
+            producers.record(
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                h.last_sequence(),
+                h.base_offset,
+                h.last_offset(),
+            );
+        }
+    })?;
+    Ok((from, producers))
 }
 
 /// A produce that could not be stored.
@@ -301,7 +455,7 @@ mod tests {
             dir,
             0,
             LogConfig::default(),
-            Flusher::start(FsyncPolicy::Never),
+            Flusher::start(FsyncPolicy::Never).unwrap(),
         )
         .unwrap()
     }
@@ -342,6 +496,101 @@ mod tests {
                 ResponseError::OutOfOrderSequenceNumber
             ))
         ));
+    }
+
+    #[test]
+    fn a_follower_refuses_produce_and_takes_the_leaders_batches_with_their_offsets() {
+        let leader_dir = tempfile::tempdir().unwrap();
+        let follower_dir = tempfile::tempdir().unwrap();
+        let (leader, _) = open(leader_dir.path());
+        let (follower, _) = open(follower_dir.path());
+        leader.set_role(Role::Leader, 5);
+        follower.set_role(Role::Follower, 5);
+        append(&leader, &idempotent(0, 3)).unwrap();
+        append(&leader, &idempotent(3, 2)).unwrap();
+        // A leader of a replicated partition does not expose what followers lack.
+        assert_eq!(leader.high_watermark(), 0);
+        assert!(matches!(
+            append(&follower, &idempotent(0, 3)),
+            Err(AppendError::Refused(ResponseError::NotLeaderOrFollower))
+        ));
+        let bytes = leader
+            .state
+            .read()
+            .log
+            .read(0, 1 << 20, i64::MAX, true)
+            .unwrap();
+        for (pos, h) in spate_protocol::batch::Batches::new(&bytes.records) {
+            follower
+                .append_replica(&bytes.records[pos..pos + h.total_len()])
+                .unwrap();
+        }
+        assert_eq!(follower.log_end_offset(), 5);
+        assert_eq!(follower.end_offset_for_epoch(5), Some((5, 5)));
+        leader.set_high_watermark(5);
+        follower.set_high_watermark(99);
+        assert_eq!((leader.high_watermark(), follower.high_watermark()), (5, 5));
+        // After failover the follower leads and still knows the producer's sequences.
+        follower.set_role(Role::Leader, 6);
+        assert!(matches!(
+            append(&follower, &idempotent(3, 2)),
+            Ok(Appended::Duplicate { base_offset: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn truncation_forgets_removed_batches_so_their_retry_is_appended_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, _) = open(dir.path());
+        append(&p, &idempotent(0, 3)).unwrap();
+        p.write_producer_snapshot().unwrap();
+        append(&p, &idempotent(3, 2)).unwrap();
+        assert_eq!(p.truncate_to(3).unwrap(), 3);
+        assert_eq!(p.high_watermark(), 3);
+        assert!(matches!(
+            append(&p, &idempotent(3, 2)),
+            Ok(Appended::New { base_offset: 3, .. })
+        ));
+        // Truncating below the snapshot drops it too.
+        assert_eq!(p.truncate_to(0).unwrap(), 0);
+        assert!(matches!(
+            append(&p, &idempotent(0, 3)),
+            Ok(Appended::New { base_offset: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn an_fsync_failure_takes_the_partition_offline() {
+        let disk = spate_log::sim::SimDisk::new();
+        let flusher = Flusher::start(FsyncPolicy::Always).unwrap();
+        let (p, _) = Partition::open_on(
+            disk.storage(),
+            Path::new("/data/t/0"),
+            0,
+            LogConfig::default(),
+            flusher.clone(),
+        )
+        .unwrap();
+        append(&p, &idempotent(0, 1)).unwrap();
+        disk.fail_fsync(true);
+        append(&p, &idempotent(1, 1)).unwrap();
+        let mut rx = p.durable_offset();
+        let waited = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(spate_log::wait_durable(&mut rx, 2));
+        assert_eq!(waited, Err(spate_log::DurabilityError::FsyncFailed));
+        assert!(p.is_offline());
+        assert!(matches!(
+            append(&p, &idempotent(2, 1)),
+            Err(AppendError::Storage(LogError::Failed { .. }))
+        ));
+        assert!(matches!(
+            p.read(0, 1024, true),
+            Err(LogError::Failed { .. })
+        ));
+        flusher.shutdown();
     }
 
     #[test]

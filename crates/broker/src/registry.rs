@@ -423,7 +423,7 @@ mod tests {
     #[test]
     fn topics_survive_reopen_and_deletion_frees_the_name() {
         let dir = tempfile::tempdir().unwrap();
-        let flusher = Flusher::start(FsyncPolicy::Never);
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
         let (reg, _) = TopicRegistry::open(dir.path(), flusher.clone()).unwrap();
         let mut config = TopicConfig::default();
         config.set("retention.ms", "5000").unwrap();
@@ -457,7 +457,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("topics/ghost/0")).unwrap();
         let (reg, notes) =
-            TopicRegistry::open(dir.path(), Flusher::start(FsyncPolicy::Never)).unwrap();
+            TopicRegistry::open(dir.path(), Flusher::start(FsyncPolicy::Never).unwrap()).unwrap();
         assert!(reg.get("ghost").is_none());
         assert_eq!(notes.len(), 1);
     }

@@ -25,11 +25,69 @@ pub enum LogError {
         /// Offset the next append will get.
         end: i64,
     },
-    /// A batch that would be appended is unusable.
+    /// A batch larger than a segment can address.
     #[error("batch of {size} bytes exceeds segment capacity")]
     BatchTooLarge {
         /// Its size.
         size: usize,
+    },
+    /// A batch shorter than a RecordBatch header, or whose header does not parse.
+    #[error("batch of {size} bytes is not a whole RecordBatch: {reason}")]
+    InvalidBatch {
+        /// Its size.
+        size: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Stored bytes are not what the log wrote (damage found outside recovery).
+    #[error("{path} at byte {position}: {reason}")]
+    Corrupt {
+        /// The segment file.
+        path: PathBuf,
+        /// Where in it.
+        position: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A stored batch could not be decoded.
+    #[error("batch at offset {offset} does not decode: {reason}")]
+    Decode {
+        /// Its base offset.
+        offset: i64,
+        /// The decoder's complaint.
+        reason: String,
+    },
+    /// A write or fsync failed earlier: the log is out of service until it is reopened.
+    #[error(
+        "the log at {path} is out of service after a failed write or fsync; restart to recover it"
+    )]
+    Failed {
+        /// The log's directory.
+        path: PathBuf,
+    },
+    /// A replica batch does not start at the log end.
+    #[error("replica batch starts at offset {found}, the log ends at {expected}")]
+    OffsetMismatch {
+        /// The log end offset.
+        expected: i64,
+        /// The batch's base offset.
+        found: i64,
+    },
+    /// A batch's leader epoch is older than the latest epoch in the log.
+    #[error("leader epoch {epoch} is older than the log's latest epoch {latest}")]
+    StaleEpoch {
+        /// The epoch offered.
+        epoch: i32,
+        /// The latest epoch stored.
+        latest: i32,
+    },
+    /// A truncation beyond the end of the log.
+    #[error("cannot truncate to offset {offset}: the log ends at {end}")]
+    TruncationPastEnd {
+        /// Requested offset.
+        offset: i64,
+        /// The log end offset.
+        end: i64,
     },
 }
 

@@ -3,17 +3,14 @@
 //! The active segment keeps its entries in memory; a sealed segment's index is written to disk
 //! once and memory-mapped, so the broker's memory does not grow with the data it stores.
 
-use std::fs::File;
-use std::io::Write;
 use std::path::Path;
 
-use memmap2::Mmap;
-
 use crate::error::{IoContext, LogError};
+use crate::storage::{Mapped, OpenMode, Storage};
 
 enum Entries {
     Active(Vec<u8>),
-    Sealed(Option<Mmap>),
+    Sealed(Option<Mapped>),
 }
 
 impl Entries {
@@ -94,20 +91,19 @@ impl SparseIndex {
         self.len().checked_sub(1).map(|i| self.entry(i))
     }
 
-    /// Appends an entry to an active index. Keys must not decrease.
+    /// Appends an entry. Keys must not decrease. A sealed index becomes active again first
+    /// (a truncation can make a sealed segment the active one).
     pub(crate) fn append(&mut self, key: i64, value: i64) {
-        let Entries::Active(v) = &mut self.entries else {
-            debug_assert!(false, "append to a sealed index");
-            return;
-        };
-        match self.kind {
+        let (kind, base) = (self.kind, self.base_offset);
+        let v = self.make_active();
+        match kind {
             Kind::Offset => {
-                v.extend_from_slice(&((key - self.base_offset) as u32).to_be_bytes());
+                v.extend_from_slice(&((key - base) as u32).to_be_bytes());
                 v.extend_from_slice(&(value as u32).to_be_bytes());
             }
             Kind::Time => {
                 v.extend_from_slice(&key.to_be_bytes());
-                v.extend_from_slice(&((value - self.base_offset) as u32).to_be_bytes());
+                v.extend_from_slice(&((value - base) as u32).to_be_bytes());
             }
         }
     }
@@ -127,7 +123,20 @@ impl SparseIndex {
         lo.checked_sub(1).map(|i| self.entry(i))
     }
 
-    /// Drops entries with values (offset index) or keys... at or past the cut, for truncation.
+    /// Switches a sealed index back to in-memory entries that can grow, and returns them.
+    fn make_active(&mut self) -> &mut Vec<u8> {
+        if let Entries::Sealed(m) = &self.entries {
+            let copy = m.as_deref().map(<[u8]>::to_vec).unwrap_or_default();
+            self.entries = Entries::Active(copy);
+        }
+        match &mut self.entries {
+            Entries::Active(v) => v,
+            Entries::Sealed(_) => unreachable!("made active just above"),
+        }
+    }
+
+    /// Drops entries for offsets at or past `next_offset`, for truncation. The index becomes
+    /// active (in memory): its file no longer describes the segment.
     pub(crate) fn truncate_to_offset(&mut self, next_offset: i64) {
         let keep = (0..self.len())
             .take_while(|&i| {
@@ -136,35 +145,38 @@ impl SparseIndex {
                 offset < next_offset
             })
             .count();
-        if let Entries::Active(v) = &mut self.entries {
-            v.truncate(keep * self.kind.width());
-        }
+        let width = self.kind.width();
+        self.make_active().truncate(keep * width);
     }
 
-    /// Writes the entries of an active index to `path`, leaving it active (clean shutdown).
-    pub(crate) fn save(&self, path: &Path) -> Result<(), LogError> {
-        let mut f = File::create(path).ctx("create index", path)?;
-        f.write_all(self.entries.bytes()).ctx("write index", path)?;
-        f.sync_data().ctx("fsync index", path)
+    /// The entries as they would be written to a file.
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        self.entries.bytes().to_vec()
     }
 
-    /// Writes the entries to `path` and switches to reading them through a memory map.
-    pub(crate) fn seal(&mut self, path: &Path) -> Result<(), LogError> {
-        let Entries::Active(v) = &self.entries else {
-            return Ok(());
+    /// Writes the entries to `path` and syncs it, leaving the index as it is (clean shutdown).
+    pub(crate) fn save(&self, storage: &dyn Storage, path: &Path) -> Result<(), LogError> {
+        write_index(storage, path, self.entries.bytes())
+    }
+
+    /// Switches to reading entries from an index file written with [`write_index`], once the
+    /// file holds exactly the entries in memory (anything else means the index changed since).
+    pub(crate) fn adopt(&mut self, mapped: Option<Mapped>) {
+        let same = match (&self.entries, &mapped) {
+            (Entries::Active(v), Some(m)) => v[..] == m[..],
+            (Entries::Active(v), None) => v.is_empty(),
+            (Entries::Sealed(_), _) => false,
         };
-        let mut f = File::create(path).ctx("create index", path)?;
-        f.write_all(v).ctx("write index", path)?;
-        f.sync_data().ctx("fsync index", path)?;
-        let f = File::open(path).ctx("open index", path)?;
-        self.entries = Entries::Sealed(map(&f, path)?);
-        Ok(())
+        if same {
+            self.entries = Entries::Sealed(mapped);
+        }
     }
 
     /// Loads an index file, returning `None` when it is missing or fails the sanity checks
     /// (so the caller rebuilds it from the segment). A sealed segment's index is memory-mapped;
     /// the active segment's (`active`) is read into memory so it can keep growing.
     pub(crate) fn load(
+        storage: &dyn Storage,
         kind: Kind,
         base_offset: i64,
         path: &Path,
@@ -172,15 +184,15 @@ impl SparseIndex {
         next_offset: i64,
         active: bool,
     ) -> Result<Option<Self>, LogError> {
-        let f = match File::open(path) {
+        let f = match storage.open(path, OpenMode::Existing) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).ctx("open index", path),
         };
         let entries = if active {
-            Entries::Active(std::fs::read(path).ctx("read index", path)?)
+            Entries::Active(storage.read(path).ctx("read index", path)?)
         } else {
-            Entries::Sealed(map(&f, path)?)
+            Entries::Sealed(f.map().ctx("map index", path)?)
         };
         let index = Self {
             entries,
@@ -212,14 +224,38 @@ impl SparseIndex {
     }
 }
 
-fn map(f: &File, path: &Path) -> Result<Option<Mmap>, LogError> {
-    if f.metadata().ctx("stat index", path)?.len() == 0 {
-        return Ok(None);
+/// Writes index entries to `path` and syncs them.
+pub(crate) fn write_index(
+    storage: &dyn Storage,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(), LogError> {
+    // A new inode, never the old one truncated: a live memory map of the old file (a sealed
+    // index still being read) would fault on the truncated pages.
+    match storage.remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).ctx("remove old index", path),
     }
-    // SAFETY: index files are written once before being mapped and never modified afterwards;
-    // they are only deleted (unlinked) with their segment, which keeps the mapping valid.
-    let m = unsafe { Mmap::map(f) }.ctx("mmap index", path)?;
-    Ok(Some(m))
+    let f = storage
+        .open(path, OpenMode::CreateTruncate)
+        .ctx("create index", path)?;
+    f.write_all_at(bytes, 0).ctx("write index", path)?;
+    f.sync_data().ctx("fsync index", path)
+}
+
+/// Writes index entries to `path`, syncs them and maps the file for reading; the file is never
+/// written again (index files of sealed segments).
+pub(crate) fn write_and_map(
+    storage: &dyn Storage,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<Option<Mapped>, LogError> {
+    write_index(storage, path, bytes)?;
+    let f = storage
+        .open(path, OpenMode::Existing)
+        .ctx("open index", path)?;
+    f.map().ctx("map index", path)
 }
 
 #[cfg(test)]
@@ -243,24 +279,46 @@ mod tests {
     #[test]
     fn sealed_index_reads_back_and_rejects_damage() {
         let dir = tempfile::tempdir().unwrap();
+        let fs = crate::storage::FsStorage;
         let path = dir.path().join("0.timeindex");
         let mut ix = SparseIndex::new(Kind::Time, 0);
         ix.append(1_000, 0);
         ix.append(2_000, 10);
-        ix.seal(&path).unwrap();
+        let mapped = write_and_map(&fs, &path, &ix.to_bytes()).unwrap();
+        ix.adopt(mapped);
+        assert!(matches!(ix.entries, Entries::Sealed(Some(_))));
         assert_eq!(ix.floor(1_500, true), Some((1_000, 0)));
-        let loaded = SparseIndex::load(Kind::Time, 0, &path, 4096, 20, false)
+        let loaded = SparseIndex::load(&fs, Kind::Time, 0, &path, 4096, 20, false)
             .unwrap()
             .unwrap();
         assert_eq!(loaded.last(), Some((2_000, 10)));
         // An entry beyond the segment's offsets means the file is stale.
-        assert!(SparseIndex::load(Kind::Time, 0, &path, 4096, 5, false)
+        assert!(SparseIndex::load(&fs, Kind::Time, 0, &path, 4096, 5, false)
             .unwrap()
             .is_none());
         std::fs::write(&path, [0u8; 7]).unwrap();
-        assert!(SparseIndex::load(Kind::Time, 0, &path, 4096, 20, false)
-            .unwrap()
-            .is_none());
+        assert!(
+            SparseIndex::load(&fs, Kind::Time, 0, &path, 4096, 20, false)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_sealed_index_accepts_appends_after_truncation() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = crate::storage::FsStorage;
+        let path = dir.path().join("0.index");
+        let mut ix = SparseIndex::new(Kind::Offset, 0);
+        ix.append(0, 0);
+        ix.append(10, 500);
+        ix.append(20, 900);
+        let mapped = write_and_map(&fs, &path, &ix.to_bytes()).unwrap();
+        ix.adopt(mapped);
+        ix.truncate_to_offset(15);
+        ix.append(15, 700);
+        assert_eq!(ix.last(), Some((15, 700)));
+        assert_eq!(ix.floor(12, false), Some((10, 500)));
     }
 
     #[test]

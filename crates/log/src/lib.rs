@@ -4,12 +4,17 @@
 
 mod config;
 mod durability;
+mod epochs;
 mod error;
 mod index;
 mod log;
 mod segment;
+pub mod sim;
+pub mod storage;
 
 pub use config::{FsyncPolicy, LogConfig};
-pub use durability::Flusher;
+pub use durability::{wait_durable, Durability, DurabilityError, Flusher};
+pub use epochs::EpochEntry;
 pub use error::LogError;
 pub use log::{AppendInfo, Log, ReadResult, TimestampLookup};
+pub use storage::{FsStorage, Storage};

@@ -5,14 +5,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
 use spate_protocol::batch::{self, BatchHeader, Batches, HEADER_LEN};
 use spate_protocol::records::RecordBatchDecoder;
 use tokio::sync::watch;
 
 use crate::config::LogConfig;
-use crate::durability::{Flusher, SyncState};
+use crate::durability::{Durability, Flusher, SyncState};
+use crate::epochs::{EpochEntry, LeaderEpochCache};
 use crate::error::{IoContext, LogError};
-use crate::segment::{self, Segment};
+use crate::segment::{self, SealJob, SealedIndexes, Segment};
+use crate::storage::{FsStorage, Storage};
 
 /// Where an append landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,24 +50,96 @@ pub struct Log {
     segments: Vec<Segment>,
     sync: Arc<SyncState>,
     flusher: Flusher,
+    storage: Arc<dyn Storage>,
+    /// Segments rolled but not yet sealed by the flusher thread.
+    seals: Vec<Arc<SealSlot>>,
+    epochs: LeaderEpochCache,
+}
+
+/// A roll's sealing work, run by the flusher thread or, when the log needs it done now
+/// (truncation, close), by whoever gets to it first.
+struct SealSlot {
+    base_offset: i64,
+    state: Mutex<SealState>,
+    done: Condvar,
+    sync: Arc<SyncState>,
+}
+
+enum SealState {
+    Queued(SealJob),
+    Running,
+    Done(Result<SealedIndexes, LogError>),
+    Taken,
+}
+
+impl SealSlot {
+    /// Runs the job unless someone already did.
+    fn run(&self) {
+        let job = {
+            let mut st = self.state.lock();
+            match std::mem::replace(&mut *st, SealState::Running) {
+                SealState::Queued(job) => job,
+                other => {
+                    *st = other;
+                    return;
+                }
+            }
+        };
+        let result = job.run();
+        if let Err(e) = &result {
+            // The job fsyncs the segment: a failure there may have dropped its pages, so a
+            // later fsync of the same file proves nothing.
+            tracing::error!(error = %e, "sealing a segment failed; the log is out of service until restart");
+
+            self.sync.fail();
+        }
+        *self.state.lock() = SealState::Done(result);
+        self.done.notify_all();
+    }
+
+    /// Runs the job here if it is still queued, waits if it is running, and returns its result
+    /// once (later calls get `None`).
+    fn finish(&self) -> Option<Result<SealedIndexes, LogError>> {
+        self.run();
+        let mut st = self.state.lock();
+        while matches!(*st, SealState::Running) {
+            self.done.wait(&mut st);
+        }
+        match std::mem::replace(&mut *st, SealState::Taken) {
+            SealState::Done(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        matches!(*self.state.lock(), SealState::Done(_))
+    }
 }
 
 impl Log {
-    /// Opens (or creates) the log in `dir`, recovering it: sealed segments keep their indexes
-    /// when sound, the active segment is scanned and cut at the first invalid batch. Returns
-    /// the log and a line for each repair made.
+    /// Opens (or creates) the log in `dir` on the real file system; see [`Log::open_on`].
     pub fn open(
         dir: &Path,
         config: LogConfig,
         flusher: Flusher,
         now_ms: i64,
     ) -> Result<(Self, Vec<String>), LogError> {
-        std::fs::create_dir_all(dir).ctx("create log dir", dir)?;
+        Self::open_on(FsStorage::shared(), dir, config, flusher, now_ms)
+    }
+
+    /// Opens (or creates) the log in `dir` on `storage`, recovering it: sealed segments keep
+    /// their indexes when sound, the active segment is scanned and cut at the first invalid
+    /// batch. Returns the log and a line for each repair made.
+    pub fn open_on(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        config: LogConfig,
+        flusher: Flusher,
+        now_ms: i64,
+    ) -> Result<(Self, Vec<String>), LogError> {
+        storage.create_dir_all(dir).ctx("create log dir", dir)?;
         let mut bases = Vec::new();
-        for entry in std::fs::read_dir(dir).ctx("list log dir", dir)? {
-            let entry = entry.ctx("list log dir", dir)?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
+        for name in storage.list_dir(dir).ctx("list log dir", dir)? {
             if let Some(stem) = name.strip_suffix(".log") {
                 if let Ok(base) = stem.parse::<i64>() {
                     bases.push(base);
@@ -75,20 +150,20 @@ impl Log {
         let interval = config.index_interval_bytes as u64;
         let mut notes = Vec::new();
         let mut segments = Vec::with_capacity(bases.len().max(1));
-        let clean = read_clean_marker(dir);
+        let clean = read_clean_marker(&*storage, dir);
         for (i, &base) in bases.iter().enumerate() {
             let (seg, note) = match bases.get(i + 1) {
-                Some(&next) => Segment::open_sealed(dir, base, next, interval, now_ms)?,
+                Some(&next) => Segment::open_sealed(&storage, dir, base, next, interval, now_ms)?,
                 None => {
                     let trusted = match clean {
-                        Some((next, len)) => {
-                            Segment::open_after_clean_shutdown(dir, base, next, len, now_ms)?
-                        }
+                        Some((next, len)) => Segment::open_after_clean_shutdown(
+                            &storage, dir, base, next, len, now_ms,
+                        )?,
                         None => None,
                     };
                     match trusted {
                         Some(seg) => (seg, None),
-                        None => Segment::recover(dir, base, interval, now_ms)?,
+                        None => Segment::recover(&storage, dir, base, interval, now_ms)?,
                     }
                 }
             };
@@ -96,7 +171,7 @@ impl Log {
             segments.push(seg);
         }
         // The marker describes one shutdown only: from now on the log may change again.
-        remove_clean_marker(dir)?;
+        remove_clean_marker(&*storage, dir)?;
         // A sealed segment that recovery shortened leaves a gap before its successor; the data
         // after a gap cannot be trusted to be contiguous, so drop it.
         let mut keep = segments.len();
@@ -114,15 +189,37 @@ impl Log {
             seg.delete()?;
         }
         if segments.is_empty() {
-            segments.push(Segment::create(dir, 0, now_ms)?);
+            segments.push(Segment::create(&storage, dir, 0, now_ms)?);
         }
+        // What a crashed process wrote may still be only in the page cache: make it durable
+        // before it is reported durable (a retried produce is acknowledged on that report).
+        if let Some(active) = segments.last() {
+            active.file.sync_data().ctx("fsync segment", &active.path)?;
+        }
+        storage.sync_dir(dir).ctx("fsync log dir", dir)?;
         let end = segments.last().map_or(0, |s| s.next_offset);
+        let epochs = match LeaderEpochCache::load(&storage, dir, end)? {
+            Some(c) => c,
+            None => {
+                let found = epochs_from_headers(&segments)?;
+                if !found.is_empty() {
+                    notes.push(format!(
+                        "rebuilt the leader epoch checkpoint from {} epoch(s) in the log",
+                        found.len()
+                    ));
+                }
+                LeaderEpochCache::rebuilt(&storage, dir, found)?
+            }
+        };
         let log = Self {
             dir: dir.to_path_buf(),
             config,
             segments,
-            sync: SyncState::new(dir.to_path_buf(), end),
+            sync: SyncState::new(storage.clone(), dir.to_path_buf(), end),
             flusher,
+            storage,
+            seals: Vec::new(),
+            epochs,
         };
         Ok((log, notes))
     }
@@ -167,10 +264,33 @@ impl Log {
         self.segments.len()
     }
 
-    /// Appends one validated batch: assigns its offsets and leader epoch, optionally stamps it
-    /// with the log append time, and writes it to the active segment (rolling first if due).
-    /// The batch is copied only as far as its 61-byte header; the records go to the file as
-    /// they arrived.
+    /// True once a write or fsync failed: the log refuses appends until it is reopened.
+    pub fn is_failed(&self) -> bool {
+        self.sync.failed()
+    }
+
+    fn check_usable(&self, batch: &[u8]) -> Result<(), LogError> {
+        if self.sync.failed() {
+            return Err(LogError::Failed {
+                path: self.dir.clone(),
+            });
+        }
+        if batch.len() < HEADER_LEN {
+            return Err(LogError::InvalidBatch {
+                size: batch.len(),
+                reason: format!("shorter than the {HEADER_LEN}-byte batch header"),
+            });
+        }
+        if batch.len() as u64 > u32::MAX as u64 {
+            return Err(LogError::BatchTooLarge { size: batch.len() });
+        }
+        Ok(())
+    }
+
+    /// Appends one validated batch as the leader: assigns its offsets and leader epoch,
+    /// optionally stamps it with the log append time, and writes it to the active segment
+    /// (rolling first if due). The batch is copied only as far as its 61-byte header; the
+    /// records go to the file as they arrived.
     pub fn append(
         &mut self,
         batch: &[u8],
@@ -178,9 +298,7 @@ impl Log {
         log_append_time: Option<i64>,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
-        if batch.len() < HEADER_LEN || batch.len() as u64 > u32::MAX as u64 {
-            return Err(LogError::BatchTooLarge { size: batch.len() });
-        }
+        self.check_usable(batch)?;
         let (head_in, body) = batch.split_at(HEADER_LEN);
         let mut head = [0u8; HEADER_LEN];
         head.copy_from_slice(head_in);
@@ -189,19 +307,119 @@ impl Log {
         if let Some(ts) = log_append_time {
             batch::set_log_append_time(&mut head, body, ts);
         }
-        let header =
-            BatchHeader::parse(&head).map_err(|_| LogError::BatchTooLarge { size: batch.len() })?;
-        self.maybe_roll(batch.len() as u64, now_ms)?;
+        let header = BatchHeader::parse(&head).map_err(|e| LogError::InvalidBatch {
+            size: batch.len(),
+            reason: e.to_string(),
+        })?;
+        self.write(&head, body, &header, now_ms)
+    }
+
+    /// Appends a batch copied from the leader as a replica: its offsets and leader epoch are
+    /// kept as the leader assigned them, and it must start at this log's end.
+    pub fn append_replica(&mut self, batch: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
+        self.check_usable(batch)?;
+        let header = BatchHeader::parse(batch).map_err(|e| LogError::InvalidBatch {
+            size: batch.len(),
+            reason: e.to_string(),
+        })?;
+        if header.total_len() != batch.len() {
+            return Err(LogError::InvalidBatch {
+                size: batch.len(),
+                reason: format!("its header says {} bytes", header.total_len()),
+            });
+        }
+        if header.base_offset != self.end_offset() {
+            return Err(LogError::OffsetMismatch {
+                expected: self.end_offset(),
+                found: header.base_offset,
+            });
+        }
+        let (head, body) = batch.split_at(HEADER_LEN);
+        self.write(head, body, &header, now_ms)
+    }
+
+    /// Writes a batch whose offsets and epoch are final, recording a new epoch first.
+    fn write(
+        &mut self,
+        head: &[u8],
+        body: &[u8],
+        header: &BatchHeader,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        self.adopt_finished_seals();
+        let epoch = header.partition_leader_epoch;
+        if self.epochs.latest().is_none_or(|e| e.epoch != epoch) {
+            if let Err(e) = self.epochs.assign(epoch, header.base_offset) {
+                if matches!(e, LogError::Io { .. }) {
+                    self.sync.fail();
+                }
+                return Err(e);
+            }
+        }
+        self.maybe_roll((head.len() + body.len()) as u64, now_ms)?;
         let interval = self.config.index_interval_bytes as u64;
         let n = self.segments.len();
         let seg = &mut self.segments[n - 1];
-        seg.append(&head, body, &header, interval)?;
+        if let Err(e) = seg.append(head, body, header, interval) {
+            // What reached the file is unknown; the log must be recovered before it is used.
+            self.sync.fail();
+            return Err(e);
+        }
         self.sync.written(&seg.file, header.next_offset());
         self.flusher.mark_dirty(&self.sync);
         Ok(AppendInfo {
-            base_offset,
+            base_offset: header.base_offset,
             last_offset: header.last_offset(),
         })
+    }
+
+    /// The latest leader epoch that wrote to this log.
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.epochs.latest().map(|e| e.epoch)
+    }
+
+    /// Every leader epoch that wrote to this log and where it started, oldest first.
+    pub fn epochs(&self) -> &[EpochEntry] {
+        self.epochs.entries()
+    }
+
+    /// OffsetForLeaderEpoch: the largest epoch at most `epoch` that wrote here and the offset
+    /// where it ended (the next epoch's start, or the log end for the latest epoch).
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        self.epochs.end_offset_for(epoch, self.end_offset())
+    }
+
+    /// Takes the results of seal jobs the flusher finished.
+    fn adopt_finished_seals(&mut self) {
+        if self.seals.is_empty() || !self.seals.iter().any(|s| s.is_done()) {
+            return;
+        }
+        let (done, pending): (Vec<_>, Vec<_>) = self.seals.drain(..).partition(|s| s.is_done());
+        self.seals = pending;
+        for slot in done {
+            self.adopt_seal(&slot);
+        }
+    }
+
+    /// Finishes every pending seal now (before truncation or shutdown).
+    fn finish_seals(&mut self) {
+        for slot in std::mem::take(&mut self.seals) {
+            self.adopt_seal(&slot);
+        }
+    }
+
+    fn adopt_seal(&mut self, slot: &SealSlot) {
+        // A failure was logged where it ran; the in-memory indexes keep serving.
+        if let Some(Ok(sealed)) = slot.finish() {
+            let i = self
+                .segments
+                .partition_point(|s| s.base_offset < slot.base_offset);
+            if let Some(seg) = self.segments.get_mut(i) {
+                if seg.base_offset == slot.base_offset {
+                    seg.adopt(sealed);
+                }
+            }
+        }
     }
 
     fn maybe_roll(&mut self, incoming: u64, now_ms: i64) -> Result<(), LogError> {
@@ -220,22 +438,37 @@ impl Log {
         Ok(())
     }
 
-    /// Seals the active segment and starts a new one at the log end.
+    /// Starts a new active segment at the log end. The old one is sealed (fsync, index files
+    /// written and mapped) by the flusher thread, not here: a roll under the partition's write
+    /// lock costs one file creation. The new file's directory entry is synced by the flusher
+    /// before any of its data is reported durable.
     pub fn roll(&mut self, now_ms: i64) -> Result<(), LogError> {
+        let old = self.active();
+        if old.size == 0 {
+            // An empty active segment is already what a roll would create; a second segment
+            // with the same base offset would share its file names.
+            return Ok(());
+        }
         let base = self.end_offset();
-        let n = self.segments.len();
-        self.segments[n - 1].seal()?;
-        self.segments
-            .push(Segment::create(&self.dir, base, now_ms)?);
-        // Make the new file's directory entry durable too.
-        std::fs::File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .ctx("fsync log dir", &self.dir)?;
+        let job = old.seal_job();
+        let old_base = old.base_offset;
+        let seg = Segment::create(&self.storage, &self.dir, base, now_ms)?;
+        self.segments.push(seg);
+        self.sync.dir_changed();
+        self.flusher.mark_dirty(&self.sync);
+        let slot = Arc::new(SealSlot {
+            base_offset: old_base,
+            state: Mutex::new(SealState::Queued(job)),
+            done: Condvar::new(),
+            sync: self.sync.clone(),
+        });
+        self.seals.push(slot.clone());
+        self.flusher.submit(Box::new(move || slot.run()));
         Ok(())
     }
 
-    /// Subscribes to the offset below which everything is on disk.
-    pub fn durable_offset(&self) -> watch::Receiver<i64> {
+    /// Subscribes to how far the log is on disk.
+    pub fn durable_offset(&self) -> watch::Receiver<Durability> {
         self.sync.subscribe()
     }
 
@@ -309,18 +542,10 @@ impl Log {
         for (i, seg) in self.segments[idx..].iter().enumerate() {
             // Only the first segment starts part-way, at the batch holding `from`.
             let start = if i == 0 { seg.position_of(from)? } else { 0 };
-            segment::scan(
-                &seg.file,
-                &seg.path,
-                start,
-                seg.size,
-                None,
-                false,
-                |_, h, _| {
-                    visit(h);
-                    ControlFlow::Continue(())
-                },
-            )?;
+            segment::walk_headers(&*seg.file, &seg.path, start, seg.size, |_, h| {
+                visit(h);
+                ControlFlow::Continue(())
+            })?;
         }
         Ok(())
     }
@@ -334,7 +559,7 @@ impl Log {
         let mut found = None;
         let mut failure = None;
         segment::scan(
-            &seg.file,
+            &*seg.file,
             &seg.path,
             start,
             seg.size,
@@ -372,6 +597,7 @@ impl Log {
     /// Deletes whole segments past the retention limits (never the active one). Returns how
     /// many were removed.
     pub fn enforce_retention(&mut self, now_ms: i64) -> Result<usize, LogError> {
+        self.adopt_finished_seals();
         let mut total = self.size_bytes() as i64;
         let mut remove = 0;
         for seg in &self.segments[..self.segments.len() - 1] {
@@ -392,68 +618,134 @@ impl Log {
         Ok(remove)
     }
 
-    /// Removes everything at or after `offset` (used when a replica diverged).
-    pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> Result<(), LogError> {
+    /// Removes everything at or after `offset` (a replica whose tail diverged from the
+    /// leader's). The log ends on a batch boundary: when `offset` falls inside a batch, that
+    /// whole batch goes and the log ends at its base offset. Returns the new end offset. The
+    /// truncation is on disk when this returns, so a power loss cannot bring the removed tail
+    /// back. An offset past the end is refused.
+    pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> Result<i64, LogError> {
+        if self.sync.failed() {
+            return Err(LogError::Failed {
+                path: self.dir.clone(),
+            });
+        }
+        let end = self.end_offset();
+        if offset > end {
+            return Err(LogError::TruncationPastEnd { offset, end });
+        }
+        if offset == end {
+            return Ok(end);
+        }
+        // Seal jobs must not write index files for segments about to change.
+        self.finish_seals();
         let offset = offset.max(self.start_offset());
+        let result = self.truncate_segments(offset, now_ms);
+        if result.is_err() {
+            self.sync.fail();
+        }
+        let new_end = result?;
+        self.epochs.truncate_from_end(new_end)?;
+        self.sync.reset(new_end);
+        Ok(new_end)
+    }
+
+    fn truncate_segments(&mut self, offset: i64, now_ms: i64) -> Result<i64, LogError> {
+        let mut removed = false;
         while self.segments.len() > 1 && self.active().base_offset >= offset {
             if let Some(seg) = self.segments.pop() {
                 seg.delete()?;
+                removed = true;
             }
         }
-        let n = self.segments.len();
-        if self.segments[n - 1].base_offset >= offset {
-            let seg = self.segments.remove(0);
-            seg.delete()?;
+        let new_end = if self.active().base_offset >= offset {
+            // Everything goes: start an empty segment where the log starts.
+            let base = self.active().base_offset;
+            if let Some(seg) = self.segments.pop() {
+                seg.delete()?;
+            }
             self.segments
-                .push(Segment::create(&self.dir, offset, now_ms)?);
+                .push(Segment::create(&self.storage, &self.dir, base, now_ms)?);
+            removed = true;
+            base
         } else {
-            self.segments[n - 1].truncate_to(offset)?;
+            let n = self.segments.len();
+            self.segments[n - 1].truncate_to(offset)?
+        };
+        if removed {
+            self.storage
+                .sync_dir(&self.dir)
+                .ctx("fsync log dir", &self.dir)?;
         }
-        self.sync.reset(self.end_offset());
-        Ok(())
+        Ok(new_end)
     }
 
     /// Prepares for a clean shutdown: the active segment and its indexes go to disk with a
     /// marker of its end, so the next start can skip scanning it. Appends after this make the
     /// marker stale, which the next start detects (the size no longer matches) and scans.
     pub fn close(&mut self) -> Result<(), LogError> {
+        self.finish_seals();
+        if self.sync.failed() {
+            // Leave no marker: the next start must recover the log by scanning it.
+            return Ok(());
+        }
         let active = self.active();
         active.save_for_shutdown()?;
         let marker = format!("{} {}\n", active.next_offset, active.size);
         let path = self.dir.join(CLEAN_MARKER);
-        let tmp = self.dir.join(format!("{CLEAN_MARKER}.tmp"));
-        std::fs::write(&tmp, marker).ctx("write shutdown marker", &tmp)?;
-        std::fs::File::open(&tmp)
-            .and_then(|f| f.sync_all())
-            .ctx("fsync shutdown marker", &tmp)?;
-        std::fs::rename(&tmp, &path).ctx("rename shutdown marker", &path)?;
-        std::fs::File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .ctx("fsync log dir", &self.dir)
+        crate::storage::write_atomically(&*self.storage, &path, marker.as_bytes())
+            .ctx("write shutdown marker", &path)
     }
 
     /// Removes the whole log directory.
-    pub fn delete(self) -> Result<(), LogError> {
-        std::fs::remove_dir_all(&self.dir).ctx("delete log dir", &self.dir)
+    pub fn delete(mut self) -> Result<(), LogError> {
+        self.finish_seals();
+        self.storage
+            .remove_dir_all(&self.dir)
+            .ctx("delete log dir", &self.dir)
     }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        // A seal job left running would write index files after the log is gone, possibly
+        // while a new instance opens the same directory.
+        self.finish_seals();
+    }
+}
+
+/// Every epoch change found in the batch headers, for a log without a usable checkpoint.
+fn epochs_from_headers(segments: &[Segment]) -> Result<Vec<EpochEntry>, LogError> {
+    let mut found: Vec<EpochEntry> = Vec::new();
+    for seg in segments {
+        segment::walk_headers(&*seg.file, &seg.path, 0, seg.size, |_, h| {
+            let epoch = h.partition_leader_epoch;
+            if found.last().is_none_or(|e| epoch > e.epoch) {
+                found.push(EpochEntry {
+                    epoch,
+                    start_offset: h.base_offset,
+                });
+            }
+            ControlFlow::Continue(())
+        })?;
+    }
+    Ok(found)
 }
 
 /// Marks a log whose active segment was saved by a clean shutdown.
 const CLEAN_MARKER: &str = "clean_shutdown";
 
 /// The active segment's end offset and size as the last clean shutdown saved them.
-fn read_clean_marker(dir: &Path) -> Option<(i64, u64)> {
-    let text = std::fs::read_to_string(dir.join(CLEAN_MARKER)).ok()?;
+fn read_clean_marker(storage: &dyn Storage, dir: &Path) -> Option<(i64, u64)> {
+    let bytes = storage.read(&dir.join(CLEAN_MARKER)).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
     let mut parts = text.split_whitespace();
     Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
-fn remove_clean_marker(dir: &Path) -> Result<(), LogError> {
+fn remove_clean_marker(storage: &dyn Storage, dir: &Path) -> Result<(), LogError> {
     let path = dir.join(CLEAN_MARKER);
-    match std::fs::remove_file(&path) {
-        Ok(()) => std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .ctx("fsync log dir", dir),
+    match storage.remove_file(&path) {
+        Ok(()) => storage.sync_dir(dir).ctx("fsync log dir", dir),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e).ctx("remove shutdown marker", &path),
     }
@@ -472,10 +764,9 @@ fn first_record_at_or_after(
         }));
     }
     let mut buf = Bytes::copy_from_slice(bytes);
-    let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| LogError::Io {
-        op: "decode batch",
-        path: PathBuf::from(format!("offset {}", h.base_offset)),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+    let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| LogError::Decode {
+        offset: h.base_offset,
+        reason: e.to_string(),
     })?;
     Ok(set
         .records
@@ -487,5 +778,7 @@ fn first_record_at_or_after(
         }))
 }
 
+#[cfg(test)]
+mod contract;
 #[cfg(test)]
 mod tests;

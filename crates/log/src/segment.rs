@@ -1,19 +1,22 @@
 //! One segment: a file of whole RecordBatches starting at `base_offset`, plus its indexes.
 
-use std::fs::{File, OpenOptions};
 use std::ops::ControlFlow;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use spate_protocol::batch::{self, BatchError, BatchHeader};
+use spate_protocol::batch::{self, BatchError, BatchHeader, HEADER_LEN};
 
 use crate::error::{IoContext, LogError};
-use crate::index::{Kind, SparseIndex};
+use crate::index::{self, Kind, SparseIndex};
+use crate::storage::{Mapped, OpenMode, Storage, StorageFile};
 
 /// Bytes read per step when scanning a segment.
 const SCAN_CHUNK: usize = 1 << 20;
+
+/// Bytes read per step when walking batch headers: enough to hold the headers of several small
+/// batches, small enough that a lookup costs a page or two, not a megabyte.
+const WALK_WINDOW: usize = 4096;
 
 /// File names for a segment starting at `base`.
 pub(crate) fn file_name(base: i64, ext: &str) -> String {
@@ -35,7 +38,7 @@ pub(crate) enum ScanEnd {
 /// from `expect_offset` and (when `verify_crc`) the CRC of each. `visit` sees each batch's
 /// position, header and bytes.
 pub(crate) fn scan(
-    file: &File,
+    file: &dyn StorageFile,
     path: &Path,
     start: u64,
     end: u64,
@@ -124,16 +127,99 @@ pub(crate) fn scan(
     Ok(ScanEnd::Clean)
 }
 
-/// Opens an existing segment file for reading and writing; returns its path, handle and size.
-fn open_existing(dir: &Path, base_offset: i64) -> Result<(PathBuf, File, u64), LogError> {
+/// Walks the batch headers of `file` from `start` (a batch boundary) to `end` with small reads,
+/// never reading the records: for position lookups and header-only passes over a segment whose
+/// batches were validated when written or recovered.
+pub(crate) fn walk_headers(
+    file: &dyn StorageFile,
+    path: &Path,
+    start: u64,
+    end: u64,
+    mut visit: impl FnMut(u64, &BatchHeader) -> ControlFlow<()>,
+) -> Result<(), LogError> {
+    let mut buf = [0u8; WALK_WINDOW];
+    let (mut win_start, mut win_len) = (0u64, 0usize);
+    let mut pos = start;
+    while pos < end {
+        let in_window = pos >= win_start && pos + HEADER_LEN as u64 <= win_start + win_len as u64;
+        if !in_window {
+            let n = ((end - pos) as usize).min(WALK_WINDOW);
+            if n < HEADER_LEN {
+                return Err(LogError::Corrupt {
+                    path: path.to_path_buf(),
+                    position: pos,
+                    reason: format!("{n} bytes at the end of the segment are not a batch"),
+                });
+            }
+            file.read_exact_at(&mut buf[..n], pos)
+                .ctx("read segment", path)?;
+            (win_start, win_len) = (pos, n);
+        }
+        let off = (pos - win_start) as usize;
+        let h = BatchHeader::parse(&buf[off..win_len]).map_err(|e| LogError::Corrupt {
+            path: path.to_path_buf(),
+            position: pos,
+            reason: e.to_string(),
+        })?;
+        if visit(pos, &h).is_break() {
+            return Ok(());
+        }
+        pos += h.total_len() as u64;
+    }
+    Ok(())
+}
+
+/// Opens an existing segment file; returns its path, handle and size.
+fn open_existing(
+    storage: &dyn Storage,
+    dir: &Path,
+    base_offset: i64,
+) -> Result<(PathBuf, Arc<dyn StorageFile>, u64), LogError> {
     let path = dir.join(file_name(base_offset, "log"));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
+    let file = storage
+        .open(&path, OpenMode::Existing)
         .ctx("open segment", &path)?;
-    let len = file.metadata().ctx("stat segment", &path)?.len();
+    let len = file.len().ctx("stat segment", &path)?;
     Ok((path, file, len))
+}
+
+/// The index files of a segment that stopped being active, written off the append path.
+pub(crate) struct SealedIndexes {
+    offset: Option<Mapped>,
+    time: Option<Mapped>,
+}
+
+/// The work of sealing a segment, taken out of the append path: fsync its data, then write,
+/// fsync and map its index files, then make their directory entries durable. The data goes
+/// first so an index file on disk never describes bytes that a power loss could take away.
+pub(crate) struct SealJob {
+    storage: Arc<dyn Storage>,
+    file: Arc<dyn StorageFile>,
+    path: PathBuf,
+    dir: PathBuf,
+    base_offset: i64,
+    offset_entries: Vec<u8>,
+    time_entries: Vec<u8>,
+}
+
+impl SealJob {
+    /// Does the sealing I/O.
+    pub(crate) fn run(self) -> Result<SealedIndexes, LogError> {
+        self.file.sync_data().ctx("fsync segment", &self.path)?;
+        let st = &*self.storage;
+        let offset = index::write_and_map(
+            st,
+            &self.dir.join(file_name(self.base_offset, "index")),
+            &self.offset_entries,
+        )?;
+        let time = index::write_and_map(
+            st,
+            &self.dir.join(file_name(self.base_offset, "timeindex")),
+            &self.time_entries,
+        )?;
+        st.sync_dir(&self.dir).ctx("fsync log dir", &self.dir)?;
+        Ok(SealedIndexes { offset, time })
+    }
 }
 
 /// One segment of a partition log.
@@ -141,9 +227,10 @@ pub(crate) struct Segment {
     pub(crate) base_offset: i64,
     pub(crate) next_offset: i64,
     pub(crate) size: u64,
-    pub(crate) file: Arc<File>,
+    pub(crate) file: Arc<dyn StorageFile>,
     pub(crate) path: PathBuf,
     dir: PathBuf,
+    storage: Arc<dyn Storage>,
     offset_index: SparseIndex,
     time_index: SparseIndex,
     /// Largest batch max timestamp in the segment, -1 when empty.
@@ -154,27 +241,47 @@ pub(crate) struct Segment {
 }
 
 impl Segment {
-    /// Creates a new, empty segment file.
-    pub(crate) fn create(dir: &Path, base_offset: i64, now_ms: i64) -> Result<Self, LogError> {
+    /// Creates a new, empty segment file. Its directory entry is not yet durable: the caller
+    /// syncs the directory before anything in the file is reported durable.
+    pub(crate) fn create(
+        storage: &Arc<dyn Storage>,
+        dir: &Path,
+        base_offset: i64,
+        now_ms: i64,
+    ) -> Result<Self, LogError> {
         let path = dir.join(file_name(base_offset, "log"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
+        let file = storage
+            .open(&path, OpenMode::CreateTruncate)
             .ctx("create segment", &path)?;
-        Ok(Self::empty(dir, base_offset, path, file, now_ms))
+        // Index files of an earlier segment with this base (before a truncation) would
+        // describe other bytes.
+        for ext in ["index", "timeindex"] {
+            let p = dir.join(file_name(base_offset, ext));
+            match storage.remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).ctx("remove stale index", &p),
+            }
+        }
+        Ok(Self::empty(storage, dir, base_offset, path, file, now_ms))
     }
 
-    fn empty(dir: &Path, base_offset: i64, path: PathBuf, file: File, now_ms: i64) -> Self {
+    fn empty(
+        storage: &Arc<dyn Storage>,
+        dir: &Path,
+        base_offset: i64,
+        path: PathBuf,
+        file: Arc<dyn StorageFile>,
+        now_ms: i64,
+    ) -> Self {
         Self {
             base_offset,
             next_offset: base_offset,
             size: 0,
-            file: Arc::new(file),
+            file,
             path,
             dir: dir.to_path_buf(),
+            storage: storage.clone(),
             offset_index: SparseIndex::new(Kind::Offset, base_offset),
             time_index: SparseIndex::new(Kind::Time, base_offset),
             max_timestamp: -1,
@@ -187,16 +294,17 @@ impl Segment {
     /// cut at the first bad one. Indexes are rebuilt in memory. Used for the active segment
     /// and for any sealed segment whose index files are missing or damaged.
     pub(crate) fn recover(
+        storage: &Arc<dyn Storage>,
         dir: &Path,
         base_offset: i64,
         index_interval: u64,
         now_ms: i64,
     ) -> Result<(Self, Option<String>), LogError> {
-        let (path, file, len) = open_existing(dir, base_offset)?;
-        let mut seg = Self::empty(dir, base_offset, path.clone(), file, now_ms);
+        let (path, file, len) = open_existing(&**storage, dir, base_offset)?;
+        let mut seg = Self::empty(storage, dir, base_offset, path.clone(), file, now_ms);
         let mut valid_end = 0u64;
         let end = scan(
-            &seg.file.clone(),
+            &*seg.file.clone(),
             &path,
             0,
             len,
@@ -212,7 +320,7 @@ impl Segment {
         let problem = match end {
             ScanEnd::Invalid { at, why } => {
                 seg.file.set_len(at).ctx("truncate segment", &path)?;
-                seg.file.sync_all().ctx("fsync segment", &path)?;
+                seg.file.sync_data().ctx("fsync segment", &path)?;
                 Some(format!(
                     "truncated {} at byte {at} of {len} (offset {}): {why}",
                     path.display(),
@@ -221,12 +329,8 @@ impl Segment {
             }
             _ => None,
         };
-        if let Ok(m) = seg.file.metadata() {
-            if let Ok(t) = m.modified() {
-                if let Ok(d) = t.duration_since(std::time::UNIX_EPOCH) {
-                    seg.created_ms = seg.created_ms.min(d.as_millis() as i64);
-                }
-            }
+        if let Some(modified) = seg.file.modified_ms() {
+            seg.created_ms = seg.created_ms.min(modified);
         }
         Ok((seg, problem))
     }
@@ -234,16 +338,19 @@ impl Segment {
     /// Opens a segment through its index files without reading it; `None` when they are
     /// missing or fail the sanity checks. `active` keeps the indexes in memory to grow.
     fn open_indexed(
+        storage: &Arc<dyn Storage>,
         dir: &Path,
         base_offset: i64,
         next_offset: i64,
         active: bool,
         now_ms: i64,
     ) -> Result<Option<Self>, LogError> {
-        let (path, file, len) = open_existing(dir, base_offset)?;
+        let (path, file, len) = open_existing(&**storage, dir, base_offset)?;
         let ix_path = dir.join(file_name(base_offset, "index"));
         let tix_path = dir.join(file_name(base_offset, "timeindex"));
+        let st = &**storage;
         let oi = SparseIndex::load(
+            st,
             Kind::Offset,
             base_offset,
             &ix_path,
@@ -251,17 +358,27 @@ impl Segment {
             next_offset,
             active,
         )?;
-        let ti = SparseIndex::load(Kind::Time, base_offset, &tix_path, len, next_offset, active)?;
+        let ti = SparseIndex::load(
+            st,
+            Kind::Time,
+            base_offset,
+            &tix_path,
+            len,
+            next_offset,
+            active,
+        )?;
         let (Some(oi), Some(ti)) = (oi, ti) else {
             return Ok(None);
         };
-        let modified_ms = file
-            .metadata()
-            .ok()
-            .and_then(|m| m.modified().ok())
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(now_ms, |d| d.as_millis() as i64);
-        let mut seg = Self::empty(dir, base_offset, path, file, now_ms.min(modified_ms));
+        let modified_ms = file.modified_ms().unwrap_or(now_ms);
+        let mut seg = Self::empty(
+            storage,
+            dir,
+            base_offset,
+            path,
+            file,
+            now_ms.min(modified_ms),
+        );
         seg.max_timestamp = ti.last().map(|(ts, _)| ts).unwrap_or(-1);
         seg.offset_index = oi;
         seg.time_index = ti;
@@ -274,6 +391,7 @@ impl Segment {
     /// shutdown marker), trusting its saved indexes instead of scanning it; `None` when the
     /// file or the indexes do not match what was saved.
     pub(crate) fn open_after_clean_shutdown(
+        storage: &Arc<dyn Storage>,
         dir: &Path,
         base_offset: i64,
         next_offset: i64,
@@ -281,7 +399,7 @@ impl Segment {
         now_ms: i64,
     ) -> Result<Option<Self>, LogError> {
         Ok(
-            Self::open_indexed(dir, base_offset, next_offset, true, now_ms)?
+            Self::open_indexed(storage, dir, base_offset, next_offset, true, now_ms)?
                 .filter(|s| s.size == len),
         )
     }
@@ -289,17 +407,21 @@ impl Segment {
     /// Opens a sealed segment whose end offset is known (the next segment's base), using its
     /// index files when they are sound and rebuilding them otherwise.
     pub(crate) fn open_sealed(
+        storage: &Arc<dyn Storage>,
         dir: &Path,
         base_offset: i64,
         next_offset: i64,
         index_interval: u64,
         now_ms: i64,
     ) -> Result<(Self, Option<String>), LogError> {
-        if let Some(seg) = Self::open_indexed(dir, base_offset, next_offset, false, now_ms)? {
+        if let Some(seg) =
+            Self::open_indexed(storage, dir, base_offset, next_offset, false, now_ms)?
+        {
             return Ok((seg, None));
         }
-        let (mut seg, problem) = Self::recover(dir, base_offset, index_interval, now_ms)?;
-        seg.seal()?;
+        let (mut seg, problem) = Self::recover(storage, dir, base_offset, index_interval, now_ms)?;
+        let sealed = seg.seal_job().run()?;
+        seg.adopt(sealed);
         let note = format!(
             "rebuilt indexes of {}{}",
             seg.path.display(),
@@ -310,11 +432,12 @@ impl Segment {
 
     /// Saves the active segment's data and indexes for a clean shutdown.
     pub(crate) fn save_for_shutdown(&self) -> Result<(), LogError> {
-        self.file.sync_all().ctx("fsync segment", &self.path)?;
+        self.file.sync_data().ctx("fsync segment", &self.path)?;
+        let st = &*self.storage;
         self.offset_index
-            .save(&self.dir.join(file_name(self.base_offset, "index")))?;
+            .save(st, &self.dir.join(file_name(self.base_offset, "index")))?;
         self.time_index
-            .save(&self.dir.join(file_name(self.base_offset, "timeindex")))
+            .save(st, &self.dir.join(file_name(self.base_offset, "timeindex")))
     }
 
     /// Records a batch written at `position` in the indexes and bookkeeping.
@@ -354,41 +477,51 @@ impl Segment {
         Ok(())
     }
 
-    /// Writes the indexes to disk and maps them; called when the segment stops being active.
-    pub(crate) fn seal(&mut self) -> Result<(), LogError> {
-        self.file.sync_all().ctx("fsync segment", &self.path)?;
-        self.offset_index
-            .seal(&self.dir.join(file_name(self.base_offset, "index")))?;
-        self.time_index
-            .seal(&self.dir.join(file_name(self.base_offset, "timeindex")))
+    /// The I/O that seals this segment once it stops being active, to run off the append
+    /// path; until [`Segment::adopt`] takes its result the in-memory indexes keep serving.
+    pub(crate) fn seal_job(&self) -> SealJob {
+        SealJob {
+            storage: self.storage.clone(),
+            file: self.file.clone(),
+            path: self.path.clone(),
+            dir: self.dir.clone(),
+            base_offset: self.base_offset,
+            offset_entries: self.offset_index.to_bytes(),
+            time_entries: self.time_index.to_bytes(),
+        }
     }
 
-    /// File position of the batch holding `offset` (or the first batch after it), or the end
-    /// of the segment when no batch does.
-    pub(crate) fn position_of(&self, offset: i64) -> Result<u64, LogError> {
+    /// Switches to the memory-mapped index files a seal job wrote (unless the segment changed
+    /// since, e.g. a truncation made it active again).
+    pub(crate) fn adopt(&mut self, sealed: SealedIndexes) {
+        self.offset_index.adopt(sealed.offset);
+        self.time_index.adopt(sealed.time);
+    }
+
+    /// File position and header of the batch holding `offset` (or the first batch after it);
+    /// `None` when no batch of this segment does.
+    pub(crate) fn batch_at(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>, LogError> {
         let start = self
             .offset_index
             .floor(offset, false)
             .map(|(_, pos)| pos as u64)
             .unwrap_or(0);
-        let mut found = self.size;
-        scan(
-            &self.file,
-            &self.path,
-            start,
-            self.size,
-            None,
-            false,
-            |at, h, _| {
-                if h.last_offset() >= offset {
-                    found = at;
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                }
-            },
-        )?;
+        let mut found = None;
+        walk_headers(&*self.file, &self.path, start, self.size, |at, h| {
+            if h.last_offset() >= offset {
+                found = Some((at, *h));
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })?;
         Ok(found)
+    }
+
+    /// File position of the batch holding `offset` (or the first batch after it), or the end
+    /// of the segment when no batch does.
+    pub(crate) fn position_of(&self, offset: i64) -> Result<u64, LogError> {
+        Ok(self.batch_at(offset)?.map_or(self.size, |(at, _)| at))
     }
 
     /// Position from which to search for the first batch with a timestamp at or after `ts`.
@@ -408,23 +541,64 @@ impl Segment {
         Ok(Bytes::from(buf))
     }
 
-    /// Cuts the segment so that it ends before `offset`.
-    pub(crate) fn truncate_to(&mut self, offset: i64) -> Result<(), LogError> {
-        let pos = self.position_of(offset)?;
+    /// Cuts the segment before the batch holding `offset`, so it ends on a batch boundary;
+    /// returns the new next offset (the removed batch's base offset, or the segment's end when
+    /// `offset` is past it). The cut is synced before this returns: a power loss must not bring
+    /// a removed (divergent) tail back. The segment becomes active again: its index files, if
+    /// any, are removed because they describe the old length.
+    pub(crate) fn truncate_to(&mut self, offset: i64) -> Result<i64, LogError> {
+        self.reactivate()?;
+        let Some((pos, h)) = self.batch_at(offset)? else {
+            return Ok(self.next_offset);
+        };
         self.file.set_len(pos).ctx("truncate segment", &self.path)?;
+        self.file.sync_data().ctx("fsync segment", &self.path)?;
+        let new_end = h.base_offset;
         self.size = pos;
-        self.offset_index.truncate_to_offset(offset);
-        self.time_index.truncate_to_offset(offset);
-        self.next_offset = offset.max(self.base_offset);
-        self.bytes_since_entry = 0;
+        self.offset_index.truncate_to_offset(new_end);
+        self.time_index.truncate_to_offset(new_end);
+        self.next_offset = new_end;
+        self.max_timestamp = self.time_index.last().map_or(-1, |(ts, _)| ts);
+        if self.size > 0 && self.max_timestamp < 0 {
+            self.max_timestamp = self.recompute_max_timestamp()?;
+        }
+        // Start a new index interval so the next entry is at most one interval away.
+        self.bytes_since_entry = self.size;
+        Ok(new_end)
+    }
+
+    /// Makes a sealed segment the active one again (after a truncation removed the segments
+    /// after it): its indexes move back into memory and its index files go, since they would
+    /// no longer describe it once it grows.
+    fn reactivate(&mut self) -> Result<(), LogError> {
+        self.offset_index.truncate_to_offset(i64::MAX);
+        self.time_index.truncate_to_offset(i64::MAX);
+        for ext in ["index", "timeindex"] {
+            let p = self.dir.join(file_name(self.base_offset, ext));
+            match self.storage.remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).ctx("remove stale index", &p),
+            }
+        }
         Ok(())
+    }
+
+    /// The largest batch timestamp, read from the batch headers.
+    fn recompute_max_timestamp(&self) -> Result<i64, LogError> {
+        let mut max = -1;
+        walk_headers(&*self.file, &self.path, 0, self.size, |_, h| {
+            max = max.max(h.max_timestamp);
+            ControlFlow::Continue(())
+        })?;
+        Ok(max)
     }
 
     /// Removes the segment's files. Readers holding the file handle keep reading safely.
     pub(crate) fn delete(&self) -> Result<(), LogError> {
         for ext in ["log", "index", "timeindex"] {
             let p = self.dir.join(file_name(self.base_offset, ext));
-            match std::fs::remove_file(&p) {
+            match self.storage.remove_file(&p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e).ctx("delete segment", &p),

@@ -135,6 +135,13 @@ fn describe(b: &Broker, version: i16, t: &Topic, with_ops: bool) -> MetadataResp
             }
             mp.replica_nodes = vec![node.into()];
             mp.isr_nodes = vec![node.into()];
+            if p.is_offline() {
+                // As Kafka reports a replica on a failed log dir: clients back off and retry.
+                mp.error_code = ResponseError::KafkaStorageError.code();
+                if version >= 5 {
+                    mp.offline_replicas = vec![node.into()];
+                }
+            }
             mp
         })
         .collect();

@@ -100,7 +100,7 @@ pub fn commit(
     async move {
         let failure = match (written, durable) {
             (Err(e), _) => Some(e),
-            (Ok(_), Some(d)) => (!d.await).then_some(ResponseError::RequestTimedOut),
+            (Ok(_), Some(d)) => d.await.err(),
             (Ok(_), None) => None,
         };
         if let Some(e) = failure {

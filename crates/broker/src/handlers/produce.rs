@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use spate_log::{wait_durable, Durability, DurabilityError};
 use spate_protocol::batch::{self, BatchError};
 use spate_protocol::messages::produce_request::PartitionProduceData;
 use spate_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -22,7 +23,7 @@ use crate::Broker;
 struct Wait {
     topic: usize,
     partition: usize,
-    durable: watch::Receiver<i64>,
+    durable: watch::Receiver<Durability>,
     offset: i64,
 }
 
@@ -130,18 +131,27 @@ pub fn handle(
         let deadline = tokio::time::Instant::now() + timeout;
         for mut w in waits {
             let done =
-                tokio::time::timeout_at(deadline, w.durable.wait_for(|d| *d >= w.offset)).await;
-            if !matches!(done, Ok(Ok(_))) {
-                metrics.error(
-                    ApiKey::Produce as i16,
-                    ResponseError::RequestTimedOut.code(),
-                );
-                let pr = &mut resp.responses[w.topic].partition_responses[w.partition];
-                pr.error_code = ResponseError::RequestTimedOut.code();
-                if version >= 8 {
-                    pr.error_message =
-                        msg("data written but not yet confirmed on disk within timeout_ms");
-                }
+                tokio::time::timeout_at(deadline, wait_durable(&mut w.durable, w.offset)).await;
+            let (code, text) = match done {
+                Ok(Ok(())) => continue,
+                Err(_) => (
+                    ResponseError::RequestTimedOut,
+                    "data written but not yet confirmed on disk within timeout_ms",
+                ),
+                Ok(Err(DurabilityError::FsyncFailed)) => (
+                    ResponseError::KafkaStorageError,
+                    "fsync failed: the data may not be on disk; the partition is offline until restart",
+                ),
+                Ok(Err(DurabilityError::Closed)) => (
+                    ResponseError::KafkaStorageError,
+                    "the partition closed before the data was on disk",
+                ),
+            };
+            metrics.error(ApiKey::Produce as i16, code.code());
+            let pr = &mut resp.responses[w.topic].partition_responses[w.partition];
+            pr.error_code = code.code();
+            if version >= 8 {
+                pr.error_message = msg(text);
             }
         }
         resp

@@ -26,7 +26,7 @@ fn small_segments() -> LogConfig {
 
 /// Opens (or reopens) a log, returning the repairs recovery made.
 fn open_with_notes(dir: &Path, config: LogConfig) -> (Log, Vec<String>) {
-    Log::open(dir, config, Flusher::start(FsyncPolicy::Never), 0).unwrap()
+    Log::open(dir, config, Flusher::start(FsyncPolicy::Never).unwrap(), 0).unwrap()
 }
 
 fn open(dir: &Path, config: LogConfig) -> Log {
@@ -168,7 +168,7 @@ fn recovery_cuts_a_batch_torn_in_the_middle() {
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert_eq!(log.end_offset(), 8);
     let mut log = log;
-    let next = log.append(&batch(1, 0, 1), 0, None, 0).unwrap();
+    let next = log.append(&batch(1, 0, 1), 3, None, 0).unwrap();
     assert_eq!(next.base_offset, 8);
 }
 
@@ -273,16 +273,16 @@ fn truncate_to_removes_the_tail() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path(), small_segments());
     fill(&mut log, 40, 3);
-    log.truncate_to(30, 0).unwrap();
+    assert_eq!(log.truncate_to(30, 0).unwrap(), 30);
     assert_eq!(log.end_offset(), 30);
-    let next = log.append(&batch(2, 0, 1), 0, None, 0).unwrap();
+    let next = log.append(&batch(2, 0, 1), 3, None, 0).unwrap();
     assert_eq!(next.base_offset, 30);
 }
 
 #[test]
 fn always_policy_publishes_durable_offset_after_fsync() {
     let dir = tempfile::tempdir().unwrap();
-    let flusher = Flusher::start(FsyncPolicy::Always);
+    let flusher = Flusher::start(FsyncPolicy::Always).unwrap();
     let (mut log, _) = Log::open(dir.path(), LogConfig::default(), flusher.clone(), 0).unwrap();
     let mut durable = log.durable_offset();
     let info = log.append(&batch(4, 0, 10), 0, None, 0).unwrap();
@@ -293,7 +293,7 @@ fn always_policy_publishes_durable_offset_after_fsync() {
     rt.block_on(async {
         tokio::time::timeout(
             Duration::from_secs(10),
-            durable.wait_for(|d| *d > info.last_offset),
+            crate::wait_durable(&mut durable, info.last_offset + 1),
         )
         .await
         .unwrap()
@@ -330,7 +330,7 @@ fn clean_shutdown_lets_the_next_start_skip_the_scan() {
     );
     let r = log.read(59, 1 << 20, 60, true).unwrap();
     assert_eq!(offsets(&r), vec![(58, 59)]);
-    let next = log.append(&batch(1, 0, 1), 0, None, 0).unwrap();
+    let next = log.append(&batch(1, 0, 1), 3, None, 0).unwrap();
     assert_eq!(next.base_offset, 60);
     // Without a marker the next start scans again and finds the damage.
     drop(log);
@@ -346,7 +346,7 @@ fn a_stale_shutdown_marker_falls_back_to_the_scan() {
     fill(&mut log, 3, 2);
     log.close().unwrap();
     // Written after the marker, as a late request during shutdown would.
-    log.append(&batch(2, 0, 1), 0, None, 0).unwrap();
+    log.append(&batch(2, 0, 1), 3, None, 0).unwrap();
     drop(log);
     let (log, notes) = open_with_notes(dir.path(), LogConfig::default());
     assert!(notes.is_empty(), "{notes:?}");
