@@ -4,7 +4,8 @@
 # 3-member librdkafka group takes to settle when a 4th member joins. Results go to
 # $OUT (default target/bench-vs-kafka/<date>), one log per broker.
 #   scripts/bench-vs-kafka.sh [SPATE_FSYNC...]     default: interval always
-# Env: BENCH_RECORDS (3000000), OUT.
+# Env: BENCH_RECORDS (3000000), OUT, SPATE_BIN (the spate to measure), SPATE_BASELINE_BIN (an
+# earlier build measured the same way right after it, for before/after comparisons).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/anchor.sh"
@@ -36,17 +37,22 @@ settle 127.0.0.1:$KPORT kafka
 KAFKA_PORT=$KPORT KAFKA_DATA_DIR="$KDIR" "$ANCHOR/stop.sh" >/dev/null || true
 rm -rf "$KDIR"
 
+bins=("current=$SPATE_BIN")
+[[ -n "${SPATE_BASELINE_BIN:-}" ]] && bins+=("baseline=$SPATE_BASELINE_BIN")
 for policy in "${policies[@]}"; do
+for entry in "${bins[@]}"; do
+  label="${entry%%=*}"; bin="${entry#*=}"
   SDIR="$(mktemp -d /tmp/spate-bench.XXXX)"
-  "$SPATE_BIN" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --data-dir "$SDIR/data" --fsync "$policy" \
+  "$bin" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --data-dir "$SDIR/data" --fsync "$policy" \
     > "$SDIR/stdout" 2> "$SDIR/spate.log" &
   SPID=$!
   for _ in $(seq 1 100); do [[ -s "$SDIR/stdout" ]] && break; sleep 0.1; done
   SB=$(awk 'NR==1{print $4}' "$SDIR/stdout")
-  echo "== spate ($policy) pid $SPID at $SB"
-  BENCH_PID=$SPID BENCH_PREFIX=spate "$ANCHOR/bench.sh" "$SB" 2>&1 | tee "$OUT/spate-$policy.txt"
-  settle "$SB" "spate-$policy"
+  echo "== spate $label ($policy) pid $SPID at $SB"
+  BENCH_PID=$SPID BENCH_PREFIX=spate "$ANCHOR/bench.sh" "$SB" 2>&1 | tee "$OUT/spate-$label-$policy.txt"
+  settle "$SB" "spate-$label-$policy"
   kill $SPID; wait $SPID 2>/dev/null || true
   rm -rf "$SDIR"
+done
 done
 echo "results in $OUT"
