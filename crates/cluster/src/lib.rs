@@ -8,4 +8,5 @@
 //! - [`network`]: the inter-node transport (length-prefixed frames over TCP);
 //! - [`node`]: [`node::MetadataNode`], which wires it all and is what a broker uses.
 
+pub mod controller;
 pub mod metadata;
