@@ -10,3 +10,4 @@
 
 pub mod controller;
 pub mod metadata;
+pub mod raft;
