@@ -10,4 +10,5 @@
 
 pub mod controller;
 pub mod metadata;
+pub mod network;
 pub mod raft;
