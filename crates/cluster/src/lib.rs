@@ -11,4 +11,5 @@
 pub mod controller;
 pub mod metadata;
 pub mod network;
+pub mod node;
 pub mod raft;
