@@ -486,10 +486,14 @@ impl MetadataNode {
         self.inner.image.clone()
     }
 
-    /// Whether this node currently believes it leads the quorum (and so is the controller).
-    /// A fresh view, not a guarantee: a deposed leader learns it at its next contact.
+    /// Whether this node leads the quorum (and so is the controller): it is Raft leader and
+    /// a quorum has acknowledged it. A view, not a guarantee: a deposed leader learns it at
+    /// its next contact with the others. (A node restarted with a vote for itself briefly
+    /// calls itself leader of its old term; the quorum-ack condition keeps that out.)
     pub fn is_leader(&self) -> bool {
-        self.inner.raft.metrics().borrow().state == ServerState::Leader
+        let m = self.inner.raft.metrics();
+        let m = m.borrow();
+        m.state == ServerState::Leader && m.millis_since_quorum_ack.is_some()
     }
 
     /// The leader (controller) this node knows of.
@@ -896,17 +900,23 @@ async fn run_controller(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let (state, term, applied_term) = {
+        let (state, acked, term, applied_term) = {
             let m = raft.metrics();
             let m = m.borrow();
             (
                 m.state,
+                m.millis_since_quorum_ack.is_some(),
                 m.current_term,
                 m.last_applied.map(|l| l.leader_id.term),
             )
         };
         if state != ServerState::Leader {
             tracker = None;
+            continue;
+        }
+        // A leader no quorum has acknowledged yet (e.g. restored from its own vote after a
+        // restart) may be stale: its decisions could not commit anyway.
+        if !acked {
             continue;
         }
         // Decide only once this term's first entry is applied: the image then holds
@@ -1015,5 +1025,119 @@ mod tests {
         bad.timings.election_min_ms = 10;
         bad.timings.heartbeat_ms = 100;
         assert!(matches!(bad.raft_config(), Err(ConfigError::Raft(_))));
+    }
+
+    fn fast(config: &mut NodeConfig) {
+        config.timings = RaftTimings {
+            heartbeat_ms: 100,
+            election_min_ms: 500,
+            election_max_ms: 1000,
+        };
+        config.controller_interval = Duration::from_millis(100);
+    }
+
+    fn register(id: BrokerId, incarnation: u128) -> MetadataCommand {
+        MetadataCommand::RegisterBroker {
+            broker_id: id,
+            incarnation: Uuid::from_u128(incarnation),
+            inter_node_addr: "127.0.0.1:1".to_owned(),
+            kafka_host: "127.0.0.1".to_owned(),
+            kafka_port: 9092,
+            rack: None,
+            now_ms: 0,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn single_node_forms_a_quorum_and_keeps_its_image_across_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peers = BTreeMap::from([(1, addr.to_string())]);
+        let mut config = NodeConfig::new(1, peers.clone(), addr, dir.path().into()).unwrap();
+        fast(&mut config);
+        let node = MetadataNode::start_with_listener(config.clone(), listener)
+            .await
+            .unwrap();
+        assert_eq!(node.wait_for_leader(Duration::from_secs(10)).await, Some(1));
+        assert_eq!(
+            node.propose(register(1, 1)).await.unwrap(),
+            CommandOutcome::BrokerRegistered { broker_epoch: 1 }
+        );
+        // Initializing an initialized node is refused by openraft and changes nothing.
+        let members: BTreeMap<NodeId, PeerNode> = BTreeMap::from([(
+            1,
+            PeerNode {
+                addr: addr.to_string(),
+            },
+        )]);
+        assert!(matches!(
+            node.inner.raft.initialize(members).await,
+            Err(RaftError::APIError(_))
+        ));
+        node.propose(register(2, 2)).await.unwrap();
+        let image = node.image();
+        assert_eq!(image.brokers().len(), 2);
+        node.shutdown().await;
+
+        let node = MetadataNode::start(config).await.unwrap();
+        assert_eq!(node.wait_for_leader(Duration::from_secs(10)).await, Some(1));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while node.image() != image {
+            assert!(Instant::now() < deadline, "the image was not restored");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let err = node.propose(register(1, 9)).await.unwrap_err();
+        assert_eq!(err.kafka_error_code(), 101, "{err}");
+        node.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn propose_without_a_quorum_times_out_with_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Peers 2 and 3 are ports nothing listens on.
+        let mut peers = BTreeMap::from([(1, addr.to_string())]);
+        for id in [2, 3] {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            peers.insert(id, l.local_addr().unwrap().to_string());
+        }
+        let mut config = NodeConfig::new(1, peers, addr, dir.path().into()).unwrap();
+        fast(&mut config);
+        config.propose_timeout = Duration::from_millis(800);
+        let node = MetadataNode::start_with_listener(config, listener)
+            .await
+            .unwrap();
+        // An empty log answers every query.
+        let m = node.metrics().await;
+        assert_eq!(
+            (m.leader, m.commit_index, m.applied_index),
+            (None, None, None)
+        );
+        assert!(!m.caught_up());
+        assert!(!node.is_leader());
+        assert_eq!(node.image().brokers().len(), 0);
+        let err = node.propose(register(1, 1)).await.unwrap_err();
+        assert!(matches!(err, ProposeError::Timeout { .. }), "{err}");
+        assert!(err.to_string().contains("no leader"), "{err}");
+        assert_eq!(err.kafka_error_code(), 7);
+        node.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn start_on_a_busy_port_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let busy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = busy.local_addr().unwrap();
+        let config = NodeConfig::new(
+            1,
+            BTreeMap::from([(1, addr.to_string())]),
+            addr,
+            dir.path().into(),
+        )
+        .unwrap();
+        let err = MetadataNode::start(config).await.err().unwrap();
+        assert!(err.to_string().contains("cannot listen on"), "{err}");
     }
 }

@@ -2,145 +2,17 @@
 //! any node, leader loss and failover (with the controller fencing the dead broker and moving
 //! its partitions), and the old leader's return from its data dir.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{follower_of, Cluster, STEP_DEADLINE};
 use spate_cluster::controller::create_topic_command;
-use spate_cluster::metadata::{CommandOutcome, MetadataCommand, MetadataImage};
-use spate_cluster::node::{BrokerInfo, BrokerSession, MetadataNode, NodeConfig, RaftTimings};
-use tempfile::TempDir;
+use spate_cluster::metadata::{CommandOutcome, MetadataCommand};
 use tokio::net::TcpListener;
 use uuid::Uuid;
-
-const STEP_DEADLINE: Duration = Duration::from_secs(20);
-const HEARTBEAT: Duration = Duration::from_millis(200);
-
-/// Polls `check` every 50 ms until it returns `Some`, or panics after `STEP_DEADLINE`.
-async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + STEP_DEADLINE;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-struct Member {
-    node: MetadataNode,
-    session: BrokerSession,
-}
-
-struct Cluster {
-    peers: BTreeMap<u64, String>,
-    dirs: BTreeMap<u64, TempDir>,
-    members: BTreeMap<u64, Member>,
-}
-
-impl Cluster {
-    fn config(&self, id: u64, listen: SocketAddr) -> NodeConfig {
-        let mut config = NodeConfig::new(
-            id,
-            self.peers.clone(),
-            listen,
-            self.dirs[&id].path().to_path_buf(),
-        )
-        .unwrap();
-        // Fast, but not so fast that a busy 2-core machine triggers spurious elections.
-        config.timings = RaftTimings {
-            heartbeat_ms: 100,
-            election_min_ms: 500,
-            election_max_ms: 1000,
-        };
-        config.session_timeout = Duration::from_secs(2);
-        config.controller_interval = Duration::from_millis(100);
-        config.propose_timeout = Duration::from_secs(10);
-        config
-    }
-
-    async fn start_member(&mut self, id: u64, listener: TcpListener) {
-        let addr = listener.local_addr().unwrap();
-        let node = MetadataNode::start_with_listener(self.config(id, addr), listener)
-            .await
-            .unwrap();
-        let session = node.start_broker_session(
-            BrokerInfo {
-                kafka_host: "127.0.0.1".to_owned(),
-                kafka_port: 19092 + id as u16,
-                rack: None,
-            },
-            HEARTBEAT,
-        );
-        self.members.insert(id, Member { node, session });
-    }
-
-    async fn start() -> Cluster {
-        let mut listeners = BTreeMap::new();
-        for id in 1..=3u64 {
-            listeners.insert(id, TcpListener::bind("127.0.0.1:0").await.unwrap());
-        }
-        let peers = listeners
-            .iter()
-            .map(|(&id, l)| (id, l.local_addr().unwrap().to_string()))
-            .collect();
-        let mut cluster = Cluster {
-            peers,
-            dirs: (1..=3)
-                .map(|id| (id, tempfile::tempdir().unwrap()))
-                .collect(),
-            members: BTreeMap::new(),
-        };
-        for (id, listener) in listeners {
-            cluster.start_member(id, listener).await;
-        }
-        cluster
-    }
-
-    fn node(&self, id: u64) -> &MetadataNode {
-        &self.members[&id].node
-    }
-
-    /// The leader every running node agrees on.
-    async fn agreed_leader(&self) -> u64 {
-        eventually("all running nodes to agree on a leader", || {
-            let leaders: BTreeSet<Option<u64>> =
-                self.members.values().map(|m| m.node.leader_id()).collect();
-            match leaders.into_iter().collect::<Vec<_>>().as_slice() {
-                [Some(l)] if self.members.contains_key(l) && self.node(*l).is_leader() => Some(*l),
-                _ => None,
-            }
-        })
-        .await
-    }
-
-    /// The image once every running node has applied the same one and `ok` holds for it.
-    async fn converged(
-        &self,
-        what: &str,
-        ok: impl Fn(&MetadataImage) -> bool,
-    ) -> Arc<MetadataImage> {
-        eventually(what, || {
-            let images: Vec<Arc<MetadataImage>> =
-                self.members.values().map(|m| m.node.image()).collect();
-            let first = images[0].clone();
-            (images.iter().all(|i| **i == *first) && ok(&first)).then_some(first)
-        })
-        .await
-    }
-
-    async fn stop(&mut self, id: u64) {
-        let member = self.members.remove(&id).unwrap();
-        member.session.stop(false).await;
-        member.node.shutdown().await;
-    }
-}
-
-fn follower_of(cluster: &Cluster, leader: u64) -> u64 {
-    *cluster.members.keys().find(|&&id| id != leader).unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_elect_replicate_fail_over_and_catch_up() {
@@ -154,12 +26,13 @@ async fn three_nodes_elect_replicate_fail_over_and_catch_up() {
 }
 
 async fn scenario() {
-    let mut cluster = Cluster::start().await;
+    let mut cluster = Cluster::start(true, |_| {}).await;
 
     // 1. A leader is elected and every broker registers through it.
     let leader = cluster.agreed_leader().await;
     for m in cluster.members.values() {
-        assert!(m.session.registered(STEP_DEADLINE).await.is_some());
+        let session = m.session.as_ref().unwrap();
+        assert!(session.registered(STEP_DEADLINE).await.is_some());
     }
     cluster
         .converged("three live brokers on every node", |i| {
