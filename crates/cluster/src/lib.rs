@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! spate's metadata quorum: KRaft's combined mode on openraft.
 //!
 //! Every node is a broker and a voter. Layers, bottom up:

@@ -261,12 +261,65 @@ pub enum StartError {
     Storage {
         /// The directory.
         dir: PathBuf,
-        /// The storage error.
-        source: StorageError,
+        /// The storage error (boxed: openraft's error type is large).
+        source: Box<StorageError>,
     },
     /// openraft refused to start.
     #[error("raft failed to start: {0}")]
     Raft(String),
+    /// The data dir was written by a node with another id.
+    #[error("the metadata in {dir} belongs to node {found}, but this node is configured as node {configured}; fix --node-id or the data dir")]
+    WrongNodeId {
+        /// The directory.
+        dir: PathBuf,
+        /// The id recorded in it.
+        found: NodeId,
+        /// The configured id.
+        configured: NodeId,
+    },
+    /// The node identity file could not be read or written.
+    #[error("cannot use {path}: {source}")]
+    Identity {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// Records which node owns `dir` on first start and refuses to open it as another node:
+/// a Raft log replayed under the wrong id would vote and acknowledge as somebody else.
+fn claim_data_dir(dir: &std::path::Path, node_id: NodeId) -> Result<(), StartError> {
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Identity {
+        node_id: NodeId,
+    }
+    let path = dir.join("node.json");
+    let io_err = |source| StartError::Identity {
+        path: path.clone(),
+        source,
+    };
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            let found: Identity = serde_json::from_slice(&bytes)
+                .map_err(|e| io_err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+            if found.node_id != node_id {
+                return Err(StartError::WrongNodeId {
+                    dir: dir.to_path_buf(),
+                    found: found.node_id,
+                    configured: node_id,
+                });
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).map_err(io_err)?;
+            let bytes = serde_json::to_vec(&Identity { node_id })
+                .map_err(|e| io_err(std::io::Error::other(e)))?;
+            crate::raft::write_durably(dir, "node.json", &bytes).map_err(io_err)
+        }
+        Err(e) => Err(io_err(e)),
+    }
 }
 
 /// Why a proposal did not produce an outcome.
@@ -395,11 +448,12 @@ impl MetadataNode {
             source,
         })?;
         let dir = config.data_dir.join("metadata");
+        claim_data_dir(&dir, config.node_id)?;
         let (log, sm) = open_storage(&dir)
             .await
             .map_err(|source| StartError::Storage {
                 dir: dir.clone(),
-                source,
+                source: Box::new(source),
             })?;
         if log.torn_bytes_dropped() > 0 {
             tracing::warn!(
@@ -1123,6 +1177,39 @@ mod tests {
         assert!(err.to_string().contains("no leader"), "{err}");
         assert_eq!(err.kafka_error_code(), 7);
         node.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn data_dir_of_another_node_id_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut config = NodeConfig::new(
+            1,
+            BTreeMap::from([(1, addr.to_string())]),
+            addr,
+            dir.path().into(),
+        )
+        .unwrap();
+        let node = MetadataNode::start_with_listener(config.clone(), listener)
+            .await
+            .unwrap();
+        node.shutdown().await;
+        config.node_id = 2;
+        config.peers = BTreeMap::from([(2, addr.to_string())]);
+        let err = MetadataNode::start(config).await.err().unwrap();
+        assert!(
+            matches!(
+                err,
+                StartError::WrongNodeId {
+                    found: 1,
+                    configured: 2,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("belongs to node 1"), "{err}");
     }
 
     #[tokio::test]

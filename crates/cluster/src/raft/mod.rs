@@ -45,6 +45,12 @@ pub type MetadataRaft = openraft::Raft<TypeConfig>;
 /// Storage errors as openraft wants them.
 pub type StorageError = openraft::StorageError<NodeId>;
 
+/// Writes `dir/name` atomically and durably (content fsync'd, then renamed, then the
+/// directory fsync'd).
+pub fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    files::write_atomic(dir, name, bytes, true)
+}
+
 /// Opens (creating if needed) the log and state machine kept under `dir`.
 ///
 /// The log recovers from a crash by dropping a torn tail (the first record whose length or
