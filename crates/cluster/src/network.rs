@@ -343,12 +343,18 @@ impl PeerClient {
 /// Creates a [`PeerClient`] per target for openraft.
 pub struct NetworkFactory {
     from: NodeId,
+    peers: Arc<BTreeMap<NodeId, String>>,
 }
 
 impl NetworkFactory {
-    /// A factory for node `from`.
-    pub fn new(from: NodeId) -> Self {
-        Self { from }
+    /// A factory for node `from`. Addresses come from `peers` (this node's configuration)
+    /// first and from the Raft membership only for ids it does not list, so an address
+    /// change in the configuration takes effect without a membership change.
+    pub fn new(from: NodeId, peers: BTreeMap<NodeId, String>) -> Self {
+        Self {
+            from,
+            peers: Arc::new(peers),
+        }
     }
 }
 
@@ -356,7 +362,12 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &PeerNode) -> PeerClient {
-        PeerClient::new(self.from, target, node.addr.clone())
+        let addr = self
+            .peers
+            .get(&target)
+            .cloned()
+            .unwrap_or_else(|| node.addr.clone());
+        PeerClient::new(self.from, target, addr)
     }
 }
 

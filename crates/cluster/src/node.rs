@@ -466,7 +466,7 @@ impl MetadataNode {
         let raft = Raft::new(
             config.node_id,
             raft_config,
-            NetworkFactory::new(config.node_id),
+            NetworkFactory::new(config.node_id, config.peers.clone()),
             log,
             sm,
         )
@@ -623,6 +623,8 @@ impl MetadataNode {
                     last_error = "the local write did not finish".to_owned();
                     continue;
                 }
+                // This node's own Raft is down (shut down or a storage failure): no retry helps.
+                Ok(Err(RaftError::Fatal(f))) => return Err(ProposeError::Stopped(f.to_string())),
                 Ok(result) => match settle(result) {
                     Settled::Done(r) => return r,
                     Settled::Forward(id, addr) => Some((id, addr)),
@@ -664,6 +666,9 @@ impl MetadataNode {
             .lock()
             .get_mut(&leader)
             .and_then(Vec::pop);
+        // The configured address wins over the one recorded in the membership (see
+        // NetworkFactory::new).
+        let addr = self.inner.peers.get(&leader).cloned().unwrap_or(addr);
         let mut client =
             pooled.unwrap_or_else(|| PeerClient::new(self.inner.node_id, leader, addr));
         let result = client.client_write(cmd, timeout).await;
@@ -724,6 +729,7 @@ fn settle(result: ClientWriteResult) -> Settled {
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
             match (f.leader_id, f.leader_node) {
                 (Some(id), Some(node)) => Settled::Forward(id, node.addr),
+                (Some(id), None) => Settled::Retry(format!("leader {id} has no known address")),
                 _ => Settled::Retry("no leader is known yet".to_owned()),
             }
         }
@@ -992,7 +998,8 @@ async fn run_controller(
         if cmds.is_empty() {
             continue;
         }
-        tracing::info!(commands = ?cmds, "controller proposes");
+        tracing::info!(commands = cmds.len(), "controller proposes changes");
+        tracing::debug!(commands = ?cmds, "controller proposal");
         match tokio::time::timeout(
             propose_timeout,
             raft.client_write(MetadataCommand::Batch(cmds)),

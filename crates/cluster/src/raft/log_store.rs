@@ -296,10 +296,8 @@ impl Disk {
             .map_err(|_| io::Error::other("raft log too large to compact in memory"))?;
         let mut live = vec![0u8; live_len];
         self.file.read_exact_at(&mut live, live_start)?;
-        let name = format!("{ENTRIES_FILE}.compacting");
-        write_atomic(&self.dir, &name, &live, true)?;
-        std::fs::rename(self.dir.join(&name), self.dir.join(ENTRIES_FILE))?;
-        sync_dir(&self.dir)?;
+        // Written aside and renamed over the log: a crash leaves the old file or the new one.
+        write_atomic(&self.dir, ENTRIES_FILE, &live, true)?;
         self.file = OpenOptions::new()
             .read(true)
             .write(true)
