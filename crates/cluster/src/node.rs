@@ -1219,6 +1219,60 @@ mod tests {
         assert!(err.to_string().contains("belongs to node 1"), "{err}");
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn request_addressed_to_another_node_id_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = NodeConfig::new(
+            1,
+            BTreeMap::from([(1, addr.to_string())]),
+            addr,
+            dir.path().into(),
+        )
+        .unwrap();
+        let node = MetadataNode::start_with_listener(config, listener)
+            .await
+            .unwrap();
+        // A peer whose map says node 2 lives at node 1's address.
+        let mut client = PeerClient::new(3, 2, addr.to_string());
+        let err = client.hello(Duration::from_secs(5)).await.unwrap_err();
+        assert!(err.to_string().contains("peer maps disagree"), "{err}");
+        let mut client = PeerClient::new(3, 1, addr.to_string());
+        let hello = client.hello(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(hello.node_id, 1);
+        node.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cluster_is_not_formed_while_peer_lists_disagree() {
+        let mut listeners = Vec::new();
+        for _ in 0..3 {
+            listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+        }
+        let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+        let two = BTreeMap::from([(1, addrs[0].to_string()), (2, addrs[1].to_string())]);
+        let mut three = two.clone();
+        three.insert(3, addrs[2].to_string());
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let mut listeners = listeners.into_iter();
+        let mut c1 = NodeConfig::new(1, two, addrs[0], dirs[0].path().into()).unwrap();
+        fast(&mut c1);
+        let mut c2 = NodeConfig::new(2, three, addrs[1], dirs[1].path().into()).unwrap();
+        fast(&mut c2);
+        let n1 = MetadataNode::start_with_listener(c1, listeners.next().unwrap())
+            .await
+            .unwrap();
+        let n2 = MetadataNode::start_with_listener(c2, listeners.next().unwrap())
+            .await
+            .unwrap();
+        // Both are up and talking; node 1 keeps refusing to form a cluster with node 2.
+        assert_eq!(n1.wait_for_leader(Duration::from_millis(1500)).await, None);
+        assert!(!n1.inner.raft.is_initialized().await.unwrap());
+        n1.shutdown().await;
+        n2.shutdown().await;
+    }
+
     #[tokio::test]
     async fn start_on_a_busy_port_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
