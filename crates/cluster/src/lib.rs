@@ -1,0 +1,16 @@
+#![warn(missing_docs)]
+//! spate's metadata quorum: KRaft's combined mode on openraft.
+//!
+//! Every node is a broker and a voter. Layers, bottom up:
+//! - [`metadata`]: the pure, deterministic state machine (brokers, topics, partitions, ISR,
+//!   producer-id blocks) and the commands that change it;
+//! - [`controller`]: pure decisions the Raft leader takes (placement, liveness, elections);
+//! - [`raft`]: the openraft type config and the on-disk log and state-machine storage;
+//! - [`network`]: the inter-node transport (length-prefixed frames over TCP);
+//! - [`node`]: [`node::MetadataNode`], which wires it all and is what a broker uses.
+
+pub mod controller;
+pub mod metadata;
+pub mod network;
+pub mod node;
+pub mod raft;
