@@ -24,6 +24,7 @@ use crate::groups::GroupService;
 use crate::handlers;
 use crate::producer_ids::ProducerIds;
 use crate::registry::{write_atomically, TopicRegistry};
+use crate::time::{SharedClock, SystemClock};
 
 /// What to send back for one request.
 pub enum Reply {
@@ -76,13 +77,25 @@ pub struct Broker {
     pub metrics: Arc<Registry>,
     /// Memory for requests and responses in flight.
     pub budget: Arc<MemoryBudget>,
+    /// Where every part of the broker reads time: wall time for timestamps and retention,
+    /// monotonic time for timeouts and sessions.
+    pub clock: SharedClock,
     pub(crate) producer_ids: ProducerIds,
     flusher: Flusher,
 }
 
 impl Broker {
-    /// Opens the data dir, recovering every log. Returns the broker and one line per repair.
+    /// Opens the data dir, recovering every log, on the system clock. Returns the broker and
+    /// one line per repair.
     pub fn open(config: BrokerConfig) -> Result<(Arc<Self>, Vec<String>), BrokerError> {
+        Self::open_with_clock(config, SystemClock::shared())
+    }
+
+    /// Opens the data dir like [`Broker::open`], reading time from `clock`.
+    pub fn open_with_clock(
+        config: BrokerConfig,
+        clock: SharedClock,
+    ) -> Result<(Arc<Self>, Vec<String>), BrokerError> {
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
         let cluster_id = load_or_create_cluster_id(&dir, config.node_id)?;
@@ -95,6 +108,7 @@ impl Broker {
             &dir,
             config.groups.clone(),
             flusher.clone(),
+            clock.clone(),
         )?);
         let broker = Arc::new(Self {
             config,
@@ -103,6 +117,7 @@ impl Broker {
             groups,
             metrics,
             budget,
+            clock,
             producer_ids,
             flusher,
         });

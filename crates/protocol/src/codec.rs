@@ -17,7 +17,9 @@ pub struct CodecError {
     pub reason: String,
 }
 
-/// Decodes a request body, requiring that it consumes the whole frame.
+/// Decodes a request body, requiring that it consumes the whole frame: bytes left over mean
+/// the client encoded another schema than the version it named, so the fields we did read
+/// cannot be trusted either.
 pub fn decode_body<T: Decodable>(
     api: ApiKey,
     version: i16,
@@ -28,6 +30,13 @@ pub fn decode_body<T: Decodable>(
         version,
         reason: e.to_string(),
     })?;
+    if !body.is_empty() {
+        return Err(CodecError {
+            api,
+            version,
+            reason: format!("{} bytes left over after the request body", body.len()),
+        });
+    }
     Ok(msg)
 }
 
@@ -70,6 +79,19 @@ pub fn encode_bare_error(correlation_id: i32, error_code: i16) -> Bytes {
 mod tests {
     use super::*;
     use kafka_protocol::messages::ApiVersionsResponse;
+
+    #[test]
+    fn a_body_must_fill_its_frame_exactly() {
+        use kafka_protocol::messages::ApiVersionsRequest;
+        let mut whole = BytesMut::new();
+        ApiVersionsRequest::default().encode(&mut whole, 3).unwrap();
+        let mut exact = whole.clone().freeze();
+        assert!(decode_body::<ApiVersionsRequest>(ApiKey::ApiVersions, 3, &mut exact).is_ok());
+        whole.extend_from_slice(&[0, 0, 0]);
+        let mut padded = whole.freeze();
+        let e = decode_body::<ApiVersionsRequest>(ApiKey::ApiVersions, 3, &mut padded).unwrap_err();
+        assert!(e.reason.contains("3 bytes left over"), "{e}");
+    }
 
     #[test]
     fn encode_response_prefixes_length_and_correlation_id() {

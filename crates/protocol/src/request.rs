@@ -161,6 +161,17 @@ mod tests {
     }
 
     #[test]
+    fn trailing_bytes_after_the_body_are_a_decode_error() {
+        let f = frame(ApiKey::Metadata, 12, &MetadataRequest::default());
+        let mut padded = BytesMut::from(&f[..]);
+        padded.extend_from_slice(b"junk");
+        match Request::decode(padded.freeze()) {
+            Err(DecodeError::Body(e)) => assert!(e.reason.contains("left over"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn truncated_body_is_a_decode_error() {
         let f = frame(ApiKey::Produce, 9, &ProduceRequest::default());
         assert!(Request::decode(f.slice(..f.len() - 1)).is_err());

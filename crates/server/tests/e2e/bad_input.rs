@@ -90,6 +90,26 @@ fn truncated_frame_and_garbage_body_leave_the_broker_serving() {
 }
 
 #[test]
+fn a_body_shorter_than_its_frame_closes_that_connection_with_a_log_line() {
+    let spate = Spate::start(&[]);
+    let mut raw = Raw::connect(&spate.addr);
+    // Metadata v1 with a null topic list (-1), then four bytes no schema field accounts for.
+    let mut frame = vec![0, 3, 0, 1, 0, 0, 0, 1, 0, 0];
+    frame.extend_from_slice(&(-1i32).to_be_bytes());
+    frame.extend_from_slice(b"junk");
+    let mut framed = (frame.len() as i32).to_be_bytes().to_vec();
+    framed.extend_from_slice(&frame);
+    raw.send_bytes(&framed);
+    assert!(raw.is_closed());
+    broker_still_serves(&spate.addr);
+    assert!(
+        spate.wait_for_log("left over after the request body"),
+        "{}",
+        spate.log()
+    );
+}
+
+#[test]
 fn unknown_api_keys_and_versions_get_unsupported_version() {
     let spate = Spate::start(&[]);
     let mut raw = Raw::connect(&spate.addr);
