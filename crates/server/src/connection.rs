@@ -95,6 +95,8 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
                     }
                     Reply::Now(b) => Body::Now(b),
                     Reply::Later(f) => Body::Later(tokio::spawn(f)),
+                    // Read nothing more until it is done: later requests may depend on it.
+                    Reply::Serial(f) => Body::Now(f.await),
                 };
                 let out = Outgoing {
                     body,
