@@ -5,6 +5,9 @@ use spate_log::FsyncPolicy;
 
 use crate::groups::GroupSettings;
 
+/// Kafka's default `fetch.max.bytes`: 55 MiB.
+pub const DEFAULT_FETCH_MAX_BYTES: usize = 55 << 20;
+
 /// Everything the broker needs to know about how it was started.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -26,6 +29,9 @@ pub struct BrokerConfig {
     pub retention_check_interval: Duration,
     /// Largest request frame accepted.
     pub max_frame_bytes: usize,
+    /// Most record bytes in one fetch response, whatever the client asks (Kafka's broker-side
+    /// `fetch.max.bytes`); KIP-74 lets the first partition exceed it by one batch.
+    pub fetch_max_bytes: usize,
     /// Consumer group timeouts and offset retention.
     pub groups: GroupSettings,
     /// Bytes of requests and responses in flight before connections stop reading.
@@ -116,6 +122,7 @@ impl BrokerConfig {
             auto_create_topics: true,
             retention_check_interval: Duration::from_secs(30),
             max_frame_bytes: spate_protocol::frame::DEFAULT_MAX_FRAME_BYTES,
+            fetch_max_bytes: DEFAULT_FETCH_MAX_BYTES,
             groups: GroupSettings::default(),
             memory_limit_bytes: ProduceProfile::Balanced.memory_limit_bytes(),
             write_buffer_bytes: ProduceProfile::Balanced.write_buffer_bytes(),

@@ -17,7 +17,7 @@ use spate_protocol::request::{DecodeError, Decoded, Request};
 use spate_protocol::{Encodable, ResponseError};
 use thiserror::Error;
 
-use crate::budget::MemoryBudget;
+use crate::budget::{MemoryBudget, Permit};
 use crate::config::BrokerConfig;
 use crate::error::{io, BrokerError};
 use crate::groups::GroupService;
@@ -38,7 +38,20 @@ pub enum Reply {
     /// finish before the connection handles its next request: pipelined requests then see
     /// its effect (a created topic) as they did when such work ran inline.
     Serial(Pin<Box<dyn Future<Output = Bytes> + Send + 'static>>),
+    /// A fetch: the connection first takes `memory` bytes from the budget when asked to
+    /// (waiting, and reading no further request, while the budget is spent), then calls
+    /// `start` with that permit and the milliseconds it waited. The frame comes back with the
+    /// memory it holds, to be released once the frame has been written.
+    Held {
+        /// Memory to take before starting, if any.
+        memory: Option<usize>,
+        /// Starts the work.
+        start: Box<dyn FnOnce(Option<Permit>, i32) -> HeldFrame + Send + 'static>,
+    },
 }
+
+/// A response frame on its way, with the memory its contents hold.
+pub type HeldFrame = Pin<Box<dyn Future<Output = (Bytes, Option<Permit>)> + Send + 'static>>;
 
 /// A request the connection cannot continue after: the stream is out of step or hostile.
 #[derive(Debug, Error)]
@@ -226,12 +239,23 @@ impl Broker {
                     None => Ok(Reply::None),
                 }
             }
-            Request::Fetch(r) => ctx.later(handlers::fetch::handle(
-                self.clone(),
-                version,
-                rc.throttle_ms,
-                r,
-            )),
+            Request::Fetch(r) => {
+                let fetch = handlers::fetch::prepare(self, version, r);
+                let b = self.clone();
+                let throttle_ms = rc.throttle_ms;
+                Ok(Reply::Held {
+                    memory: fetch.memory_wanted(),
+                    start: Box::new(move |memory, waited_ms| -> HeldFrame {
+                        let served = handlers::fetch::serve(
+                            b,
+                            fetch,
+                            memory,
+                            throttle_ms.saturating_add(waited_ms),
+                        );
+                        Box::pin(served.map(move |(resp, memory)| (ctx.encode(&resp), memory)))
+                    }),
+                })
+            }
             Request::ListOffsets(r) => ctx.now(&handlers::list_offsets::handle(self, version, r)),
             Request::CreateTopics(r) => {
                 Ok(ctx.serial(self, move |b| handlers::topics::create(b, version, r)))
@@ -458,6 +482,10 @@ pub(crate) mod tests {
         match reply {
             Reply::Now(b) => b,
             Reply::Later(f) | Reply::Serial(f) => f.await,
+            Reply::Held { memory, start } => {
+                assert!(memory.is_none(), "test fetches read nothing");
+                start(None, 0).await.0
+            }
             Reply::None => panic!("no response"),
         }
     }

@@ -18,8 +18,8 @@ pub mod time;
 mod topic_config;
 
 pub use budget::{MemoryBudget, Permit};
-pub use config::{BrokerConfig, ProduceProfile};
-pub use dispatch::{Broker, Reply, RequestContext, RequestError};
+pub use config::{BrokerConfig, ProduceProfile, DEFAULT_FETCH_MAX_BYTES};
+pub use dispatch::{Broker, HeldFrame, Reply, RequestContext, RequestError};
 pub use error::BrokerError;
 pub use groups::{GroupService, GroupSettings};
 pub use partition::Partition;
