@@ -23,6 +23,7 @@ pub use dispatch::{Broker, HeldFrame, Reply, RequestContext, RequestError};
 pub use error::BrokerError;
 pub use groups::{GroupService, GroupSettings};
 pub use partition::Partition;
+pub use producer_state::ProducerLimits;
 pub use registry::{validate_topic_name, Topic, TopicError, TopicMetrics, TopicRegistry};
 pub use topic_config::{ConfigDef, TopicConfig, TopicConfigError};
 
