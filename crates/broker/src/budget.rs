@@ -1,9 +1,11 @@
 //! The memory budget for requests and responses in flight.
 //!
 //! Connections take a [`Permit`] for each request frame before reading its body, and fetches
-//! take one for the bytes they return; permits are released when the response has been
-//! written. When the budget is spent, connections stop reading: clients see TCP back-pressure
-//! and throttle_time_ms, never an error, and the broker's memory stays bounded.
+//! take one for the bytes they may read before reading them (shrunk to what they did read);
+//! permits are released when the response has been written. When the budget is spent,
+//! connections stop reading and fetches wait for memory (at most until their max_wait):
+//! clients see TCP back-pressure and throttle_time_ms, never an error, and the broker's memory
+//! stays bounded.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -30,11 +32,7 @@ pub struct Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if self.bytes > 0 {
-            self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
-            self.budget.metrics.memory_in_use.add(-(self.bytes as i64));
-            self.budget.freed.notify_waiters();
-        }
+        self.budget.release(self.bytes);
     }
 }
 
@@ -42,6 +40,17 @@ impl Permit {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// Holds `bytes` from now on: what is no longer needed goes back at once; more is taken
+    /// whether or not it fits (the memory is already allocated, like [`MemoryBudget::charge`]).
+    pub fn resize(&mut self, bytes: usize) {
+        if bytes > self.bytes {
+            self.budget.add(bytes - self.bytes);
+        } else {
+            self.budget.release(self.bytes - bytes);
+        }
+        self.bytes = bytes;
     }
 }
 
@@ -67,6 +76,20 @@ impl MemoryBudget {
         self.used.load(Ordering::Acquire)
     }
 
+    fn add(&self, bytes: usize) {
+        let now = self.used.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        self.metrics.memory_in_use.add(bytes as i64);
+        self.metrics.memory_in_use_peak.raise_to(now as i64);
+    }
+
+    fn release(&self, bytes: usize) {
+        if bytes > 0 {
+            self.used.fetch_sub(bytes, Ordering::AcqRel);
+            self.metrics.memory_in_use.add(-(bytes as i64));
+            self.freed.notify_waiters();
+        }
+    }
+
     /// Takes `bytes` if they fit. A single request larger than the whole budget is admitted
     /// when nothing else is held, so it cannot wait forever.
     pub fn try_acquire(self: &Arc<Self>, bytes: usize) -> Option<Permit> {
@@ -84,6 +107,9 @@ impl MemoryBudget {
             ) {
                 Ok(_) => {
                     self.metrics.memory_in_use.add(bytes as i64);
+                    self.metrics
+                        .memory_in_use_peak
+                        .raise_to((used + bytes) as i64);
                     return Some(Permit {
                         budget: self.clone(),
                         bytes,
@@ -96,8 +122,23 @@ impl MemoryBudget {
 
     /// Takes `bytes`, waiting until they fit; returns the permit and how long it waited.
     pub async fn acquire(self: &Arc<Self>, bytes: usize) -> (Permit, Duration) {
+        loop {
+            // With no deadline this only returns with a permit.
+            if let Some(got) = self.acquire_before(bytes, None).await {
+                return got;
+            }
+        }
+    }
+
+    /// Takes `bytes`, waiting until they fit or `deadline` passes (then `None`); returns the
+    /// permit and how long it waited.
+    pub async fn acquire_before(
+        self: &Arc<Self>,
+        bytes: usize,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Option<(Permit, Duration)> {
         if let Some(p) = self.try_acquire(bytes) {
-            return (p, Duration::ZERO);
+            return Some((p, Duration::ZERO));
         }
         let started = Instant::now();
         loop {
@@ -109,17 +150,23 @@ impl MemoryBudget {
                 let waited = started.elapsed();
                 self.metrics.throttled_requests.inc();
                 self.metrics.throttle_us.add(waited.as_micros() as u64);
-                return (p, waited);
+                return Some((p, waited));
             }
-            freed.await;
+            match deadline {
+                Some(at) => {
+                    if tokio::time::timeout_at(at, freed).await.is_err() {
+                        return None;
+                    }
+                }
+                None => freed.await,
+            }
         }
     }
 
     /// Takes `bytes` whether or not they fit, for memory already allocated (a fetch response):
     /// it is counted, so new requests wait until it is released.
     pub fn charge(self: &Arc<Self>, bytes: usize) -> Permit {
-        self.used.fetch_add(bytes, Ordering::AcqRel);
-        self.metrics.memory_in_use.add(bytes as i64);
+        self.add(bytes);
         Permit {
             budget: self.clone(),
             bytes,
@@ -154,6 +201,28 @@ mod tests {
         assert!(b.try_acquire(1).is_none());
         drop(big);
         assert!(b.try_acquire(1).is_some());
+    }
+
+    #[test]
+    fn a_resized_permit_gives_back_what_it_no_longer_needs_and_counts_what_it_grew_by() {
+        let b = budget(100);
+        let mut p = b.try_acquire(80).unwrap();
+        p.resize(30);
+        assert_eq!(b.used(), 30);
+        assert!(b.try_acquire(70).is_some(), "the 50 bytes went back");
+        p.resize(120);
+        assert_eq!(b.used(), 120);
+        drop(p);
+        assert_eq!(b.used(), 0);
+    }
+
+    #[tokio::test]
+    async fn acquire_before_gives_up_at_its_deadline() {
+        let b = budget(10);
+        let _held = b.try_acquire(10).unwrap();
+        let at = tokio::time::Instant::now() + Duration::from_millis(20);
+        assert!(b.acquire_before(5, Some(at)).await.is_none());
+        assert_eq!(b.used(), 10);
     }
 
     #[tokio::test]

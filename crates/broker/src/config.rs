@@ -4,6 +4,10 @@ use std::time::Duration;
 use spate_log::FsyncPolicy;
 
 use crate::groups::GroupSettings;
+use crate::producer_state::ProducerLimits;
+
+/// Kafka's default `fetch.max.bytes`: 55 MiB.
+pub const DEFAULT_FETCH_MAX_BYTES: usize = 55 << 20;
 
 /// Everything the broker needs to know about how it was started.
 #[derive(Debug, Clone)]
@@ -26,8 +30,17 @@ pub struct BrokerConfig {
     pub retention_check_interval: Duration,
     /// Largest request frame accepted.
     pub max_frame_bytes: usize,
+    /// Most record bytes in one fetch response, whatever the client asks (Kafka's broker-side
+    /// `fetch.max.bytes`); KIP-74 lets the first partition exceed it by one batch.
+    pub fetch_max_bytes: usize,
     /// Consumer group timeouts and offset retention.
     pub groups: GroupSettings,
+    /// Idempotent producers idle this long are forgotten (Kafka's
+    /// `producer.id.expiration.ms`), at the next retention pass.
+    pub producer_id_expiration_ms: i64,
+    /// Most producer ids remembered per partition; beyond it the least recently used one is
+    /// forgotten.
+    pub max_producer_ids_per_partition: usize,
     /// Bytes of requests and responses in flight before connections stop reading.
     pub memory_limit_bytes: usize,
     /// Per-connection buffer for outgoing responses.
@@ -104,6 +117,14 @@ impl ProduceProfile {
 }
 
 impl BrokerConfig {
+    /// The limits every partition applies to its producer states.
+    pub fn producer_limits(&self) -> ProducerLimits {
+        ProducerLimits {
+            expiration_ms: self.producer_id_expiration_ms,
+            max_producers: self.max_producer_ids_per_partition,
+        }
+    }
+
     /// Defaults for a broker storing in `data_dir` and reachable at `host:port`.
     pub fn new(data_dir: PathBuf, host: impl Into<String>, port: i32) -> Self {
         Self {
@@ -116,7 +137,10 @@ impl BrokerConfig {
             auto_create_topics: true,
             retention_check_interval: Duration::from_secs(30),
             max_frame_bytes: spate_protocol::frame::DEFAULT_MAX_FRAME_BYTES,
+            fetch_max_bytes: DEFAULT_FETCH_MAX_BYTES,
             groups: GroupSettings::default(),
+            producer_id_expiration_ms: ProducerLimits::default().expiration_ms,
+            max_producer_ids_per_partition: ProducerLimits::default().max_producers,
             memory_limit_bytes: ProduceProfile::Balanced.memory_limit_bytes(),
             write_buffer_bytes: ProduceProfile::Balanced.write_buffer_bytes(),
             max_connections: 10_000,

@@ -12,18 +12,19 @@ use spate_log::Flusher;
 use spate_metrics::Registry;
 use spate_protocol::codec::{encode_bare_error, encode_response, CodecError};
 use spate_protocol::header::RawPrefix;
-use spate_protocol::messages::ApiKey;
+use spate_protocol::messages::{ApiKey, MetadataRequest};
 use spate_protocol::request::{DecodeError, Decoded, Request};
 use spate_protocol::{Encodable, ResponseError};
 use thiserror::Error;
 
-use crate::budget::MemoryBudget;
+use crate::budget::{MemoryBudget, Permit};
 use crate::config::BrokerConfig;
 use crate::error::{io, BrokerError};
 use crate::groups::GroupService;
 use crate::handlers;
 use crate::producer_ids::ProducerIds;
 use crate::registry::{write_atomically, TopicRegistry};
+use crate::time::{SharedClock, SystemClock};
 
 /// What to send back for one request.
 pub enum Reply {
@@ -33,7 +34,24 @@ pub enum Reply {
     Now(Bytes),
     /// A response frame that becomes ready later; responses still go out in request order.
     Later(Pin<Box<dyn Future<Output = Bytes> + Send + 'static>>),
+    /// A response whose work runs on the blocking pool (directories, files, fsyncs) and must
+    /// finish before the connection handles its next request: pipelined requests then see
+    /// its effect (a created topic) as they did when such work ran inline.
+    Serial(Pin<Box<dyn Future<Output = Bytes> + Send + 'static>>),
+    /// A fetch: the connection first takes `memory` bytes from the budget when asked to
+    /// (waiting, and reading no further request, while the budget is spent), then calls
+    /// `start` with that permit and the milliseconds it waited. The frame comes back with the
+    /// memory it holds, to be released once the frame has been written.
+    Held {
+        /// Memory to take before starting, if any.
+        memory: Option<usize>,
+        /// Starts the work.
+        start: Box<dyn FnOnce(Option<Permit>, i32) -> HeldFrame + Send + 'static>,
+    },
 }
+
+/// A response frame on its way, with the memory its contents hold.
+pub type HeldFrame = Pin<Box<dyn Future<Output = (Bytes, Option<Permit>)> + Send + 'static>>;
 
 /// A request the connection cannot continue after: the stream is out of step or hostile.
 #[derive(Debug, Error)]
@@ -76,13 +94,25 @@ pub struct Broker {
     pub metrics: Arc<Registry>,
     /// Memory for requests and responses in flight.
     pub budget: Arc<MemoryBudget>,
+    /// Where every part of the broker reads time: wall time for timestamps and retention,
+    /// monotonic time for timeouts and sessions.
+    pub clock: SharedClock,
     pub(crate) producer_ids: ProducerIds,
     flusher: Flusher,
 }
 
 impl Broker {
-    /// Opens the data dir, recovering every log. Returns the broker and one line per repair.
+    /// Opens the data dir, recovering every log, on the system clock. Returns the broker and
+    /// one line per repair.
     pub fn open(config: BrokerConfig) -> Result<(Arc<Self>, Vec<String>), BrokerError> {
+        Self::open_with_clock(config, SystemClock::shared())
+    }
+
+    /// Opens the data dir like [`Broker::open`], reading time from `clock`.
+    pub fn open_with_clock(
+        config: BrokerConfig,
+        clock: SharedClock,
+    ) -> Result<(Arc<Self>, Vec<String>), BrokerError> {
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
         let cluster_id = load_or_create_cluster_id(&dir, config.node_id)?;
@@ -100,6 +130,7 @@ impl Broker {
             &dir,
             config.groups.clone(),
             flusher.clone(),
+            clock.clone(),
         )?);
         let broker = Arc::new(Self {
             config,
@@ -108,6 +139,7 @@ impl Broker {
             groups,
             metrics,
             budget,
+            clock,
             producer_ids,
             flusher,
         });
@@ -198,8 +230,13 @@ impl Broker {
             version,
             correlation_id: header.correlation_id,
         };
+        // Handlers that change topics or reserve producer ids touch the disk: they run on the
+        // blocking pool so async workers never wait for it.
         let reply = match req {
             Request::ApiVersions(r) => ctx.now(&handlers::api_versions::handle(r)),
+            Request::Metadata(r) if self.metadata_may_create(version, &r) => {
+                Ok(ctx.serial(self, move |b| handlers::metadata::handle(b, version, r)))
+            }
             Request::Metadata(r) => ctx.now(&handlers::metadata::handle(self, version, r)),
             Request::Produce(r) => {
                 match handlers::produce::handle(self, &header, rc.throttle_ms, r) {
@@ -207,23 +244,46 @@ impl Broker {
                     None => Ok(Reply::None),
                 }
             }
-            Request::Fetch(r) => ctx.later(handlers::fetch::handle(
-                self.clone(),
-                version,
-                rc.throttle_ms,
-                r,
-            )),
+            Request::Fetch(r) => {
+                let fetch = handlers::fetch::prepare(self, version, r);
+                let b = self.clone();
+                let throttle_ms = rc.throttle_ms;
+                Ok(Reply::Held {
+                    memory: fetch.memory_wanted(),
+                    start: Box::new(move |memory, waited_ms| -> HeldFrame {
+                        let served = handlers::fetch::serve(
+                            b,
+                            fetch,
+                            memory,
+                            throttle_ms.saturating_add(waited_ms),
+                        );
+                        Box::pin(served.map(move |(resp, memory)| (ctx.encode(&resp), memory)))
+                    }),
+                })
+            }
             Request::ListOffsets(r) => ctx.now(&handlers::list_offsets::handle(self, version, r)),
-            Request::CreateTopics(r) => ctx.now(&handlers::topics::create(self, version, r)),
-            Request::DeleteTopics(r) => ctx.now(&handlers::topics::delete(self, version, r)),
-            Request::CreatePartitions(r) => ctx.now(&handlers::topics::create_partitions(self, r)),
+            Request::CreateTopics(r) => {
+                Ok(ctx.serial(self, move |b| handlers::topics::create(b, version, r)))
+            }
+            Request::DeleteTopics(r) => {
+                Ok(ctx.serial(self, move |b| handlers::topics::delete(b, version, r)))
+            }
+            Request::CreatePartitions(r) => {
+                Ok(ctx.serial(self, move |b| handlers::topics::create_partitions(b, r)))
+            }
             Request::DescribeConfigs(r) => ctx.now(&handlers::configs::describe(self, version, r)),
-            Request::AlterConfigs(r) => ctx.now(&handlers::configs::alter(self, r)),
+            Request::AlterConfigs(r) => {
+                Ok(ctx.serial(self, move |b| handlers::configs::alter(b, r)))
+            }
             Request::IncrementalAlterConfigs(r) => {
-                ctx.now(&handlers::configs::incremental_alter(self, r))
+                Ok(ctx.serial(self, move |b| handlers::configs::incremental_alter(b, r)))
             }
             Request::DescribeCluster(r) => ctx.now(&handlers::cluster::describe(self, version, r)),
-            Request::InitProducerId(r) => ctx.now(&handlers::producer_ids::init(self, r)),
+            Request::InitProducerId(r) => {
+                Ok(Reply::Later(ctx.on_blocking_pool(self, move |b| {
+                    handlers::producer_ids::init(b, r)
+                })))
+            }
             Request::FindCoordinator(r) => {
                 ctx.now(&handlers::groups::find_coordinator(self, version, r))
             }
@@ -242,6 +302,19 @@ impl Broker {
             Request::OffsetDelete(r) => ctx.now(&handlers::offsets::delete(self, r)),
         };
         Ok(reply?)
+    }
+
+    /// Whether answering this Metadata request may auto-create a topic (the rule
+    /// `handlers::metadata` applies), which makes directories and fsyncs.
+    fn metadata_may_create(&self, version: i16, r: &MetadataRequest) -> bool {
+        let allowed =
+            self.config.auto_create_topics && (version < 4 || r.allow_auto_topic_creation);
+        allowed
+            && r.topics.as_ref().is_some_and(|ts| {
+                ts.iter()
+                    .filter_map(|t| t.name.as_ref())
+                    .any(|n| self.topics.get(n).is_none())
+            })
     }
 }
 
@@ -282,16 +355,54 @@ impl Ctx {
         F: Future<Output = T> + Send + 'static,
     {
         let ctx = *self;
-        Ok(Reply::Later(Box::pin(fut.map(move |body| {
-            encode_response(ctx.key, ctx.version, ctx.correlation_id, &body).unwrap_or_else(|e| {
-                // A handler built a response its version cannot carry: a bug, but the client
-                // still gets an answer rather than a silent hang.
-                tracing::error!(error = %e, "cannot encode response");
-                encode_bare_error(ctx.correlation_id, ResponseError::UnknownServerError.code())
-            })
-        }))))
+        Ok(Reply::Later(Box::pin(
+            fut.map(move |body| ctx.encode(&body)),
+        )))
+    }
+
+    /// Runs `f` on the blocking pool; see [`Reply::Serial`].
+    fn serial<T, F>(&self, b: &Arc<Broker>, f: F) -> Reply
+    where
+        T: Encodable + Send + 'static,
+        F: FnOnce(&Broker) -> T + Send + 'static,
+    {
+        Reply::Serial(self.on_blocking_pool(b, f))
+    }
+
+    /// The encoded answer of `f`, run on the blocking pool.
+    fn on_blocking_pool<T, F>(&self, b: &Arc<Broker>, f: F) -> LaterFrame
+    where
+        T: Encodable + Send + 'static,
+        F: FnOnce(&Broker) -> T + Send + 'static,
+    {
+        let ctx = *self;
+        let b = b.clone();
+        Box::pin(async move {
+            match tokio::task::spawn_blocking(move || f(&b)).await {
+                Ok(body) => ctx.encode(&body),
+                Err(e) => {
+                    tracing::error!(api = ?ctx.key, error = %e, "request handler failed");
+                    encode_bare_error(ctx.correlation_id, ResponseError::UnknownServerError.code())
+                }
+            }
+        })
+    }
+
+    fn encode<T: Encodable>(&self, body: &T) -> Bytes {
+        encode_response(self.key, self.version, self.correlation_id, body).unwrap_or_else(|e| {
+            // A handler built a response its version cannot carry: a bug, but the client
+            // still gets an answer rather than a silent hang.
+            tracing::error!(error = %e, "cannot encode response");
+            encode_bare_error(
+                self.correlation_id,
+                ResponseError::UnknownServerError.code(),
+            )
+        })
     }
 }
+
+/// A response frame on its way.
+type LaterFrame = Pin<Box<dyn Future<Output = Bytes> + Send + 'static>>;
 
 /// Kafka prints cluster ids as 22 characters of URL-safe base64 of a UUID.
 fn load_or_create_cluster_id(dir: &Path, node_id: i32) -> Result<String, BrokerError> {
@@ -339,8 +450,119 @@ fn base64_url(bytes: &[u8]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use bytes::{Buf, BytesMut};
+    use spate_protocol::messages::create_topics_request::CreatableTopic;
+    use spate_protocol::messages::metadata_request::MetadataRequestTopic;
+    use spate_protocol::messages::{
+        CreateTopicsRequest, CreateTopicsResponse, RequestHeader, ResponseHeader, TopicName,
+    };
+    use spate_protocol::{Decodable, StrBytes};
+
+    /// A broker on a fresh data dir (kept alive by the returned guard).
+    pub(crate) fn broker() -> (Arc<Broker>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = BrokerConfig::new(dir.path().join("data"), "127.0.0.1", 9092);
+        let (b, _) = Broker::open(config).unwrap();
+        (b, dir)
+    }
+
+    /// A request frame (without its length prefix).
+    pub(crate) fn frame<T: Encodable>(key: ApiKey, version: i16, body: &T) -> Bytes {
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(11);
+        let mut buf = BytesMut::new();
+        header
+            .encode(&mut buf, key.request_header_version(version))
+            .unwrap();
+        body.encode(&mut buf, version).unwrap();
+        buf.freeze()
+    }
+
+    /// Runs a reply to its response frame.
+    pub(crate) async fn response(reply: Reply) -> Bytes {
+        match reply {
+            Reply::Now(b) => b,
+            Reply::Later(f) | Reply::Serial(f) => f.await,
+            Reply::Held { memory, start } => {
+                assert!(memory.is_none(), "test fetches read nothing");
+                start(None, 0).await.0
+            }
+            Reply::None => panic!("no response"),
+        }
+    }
+
+    /// Decodes a response frame (with its length prefix).
+    pub(crate) fn decode<T: Decodable>(key: ApiKey, version: i16, mut frame: Bytes) -> T {
+        frame.advance(4);
+        ResponseHeader::decode(&mut frame, key.response_header_version(version)).unwrap();
+        T::decode(&mut frame, version).unwrap()
+    }
+
+    fn create_topics(name: &str) -> CreateTopicsRequest {
+        let mut t = CreatableTopic::default();
+        t.name = TopicName(StrBytes::from_string(name.to_string()));
+        t.num_partitions = 3;
+        t.replication_factor = 1;
+        let mut r = CreateTopicsRequest::default();
+        r.topics = vec![t];
+        r.timeout_ms = 10_000;
+        r
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_create_topics_of_one_name_answer_once_created_and_else_already_exists() {
+        let (b, _dir) = broker();
+        let replies: Vec<Reply> = (0..8)
+            .map(|_| {
+                let f = frame(ApiKey::CreateTopics, 7, &create_topics("dup"));
+                b.handle(f, RequestContext::default()).unwrap()
+            })
+            .collect();
+        assert!(
+            replies.iter().all(|r| matches!(r, Reply::Serial(_))),
+            "topic creation runs on the blocking pool, in order with the connection's requests"
+        );
+        let answers = futures::future::join_all(replies.into_iter().map(response)).await;
+        let codes: Vec<i16> = answers
+            .into_iter()
+            .map(|f| {
+                decode::<CreateTopicsResponse>(ApiKey::CreateTopics, 7, f).topics[0].error_code
+            })
+            .collect();
+        let ok = codes.iter().filter(|c| **c == 0).count();
+        let exists = codes
+            .iter()
+            .filter(|c| **c == ResponseError::TopicAlreadyExists.code())
+            .count();
+        assert_eq!((ok, exists), (1, 7), "{codes:?}");
+        assert_eq!(b.topics.get("dup").unwrap().partition_count(), 3);
+    }
+
+    #[tokio::test]
+    async fn metadata_goes_to_the_blocking_pool_only_when_it_may_create_a_topic() {
+        let (b, _dir) = broker();
+        let ask = |name: &str| {
+            let mut t = MetadataRequestTopic::default();
+            t.name = Some(TopicName(StrBytes::from_string(name.to_string())));
+            let mut r = MetadataRequest::default();
+            r.topics = Some(vec![t]);
+            r.allow_auto_topic_creation = true;
+            frame(ApiKey::Metadata, 12, &r)
+        };
+        let reply = b.handle(ask("fresh"), RequestContext::default()).unwrap();
+        assert!(matches!(reply, Reply::Serial(_)));
+        response(reply).await;
+        assert!(b.topics.get("fresh").is_some(), "auto-created");
+        let reply = b.handle(ask("fresh"), RequestContext::default()).unwrap();
+        assert!(
+            matches!(reply, Reply::Now(_)),
+            "a known topic is answered inline"
+        );
+    }
 
     #[test]
     fn cluster_id_is_22_url_safe_characters() {

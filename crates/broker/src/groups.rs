@@ -2,6 +2,10 @@
 //! their answers are released, ticks the coordinator's clock, and keeps committed offsets
 //! durable in an internal log (`<data>/internal/__consumer_offsets`), hidden from topic
 //! listings and compacted by rewriting it when it holds mostly superseded commits.
+//!
+//! Time comes from the broker's [`Clock`](crate::time::Clock): the coordinator (sessions,
+//! rebalance deadlines) runs on monotonic time, so a wall-clock step cannot evict members;
+//! commit timestamps and offset retention use wall time, as Kafka reports and keeps them.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,16 +15,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use spate_groups::record::{decode_value, encode_value, OffsetKey};
+use spate_groups::record::{decode_value, encode_value, OffsetKey, RecordError};
 use spate_groups::{Committed, Coordinator, CoordinatorConfig, OffsetStore, Reply, Token};
 use spate_log::{wait_durable, Flusher, Log, LogConfig};
-use spate_protocol::batch::{self, NewRecord};
+use spate_protocol::batch::{self, BatchError, Batches, NewRecord};
 use spate_protocol::records::{Compression, RecordBatchDecoder};
 use spate_protocol::ResponseError;
+use thiserror::Error;
 use tokio::sync::oneshot;
 
 use crate::error::{io, BrokerError};
-use crate::time::now_ms;
+use crate::time::SharedClock;
 
 /// Name of the internal offsets log, as in Kafka.
 pub const OFFSETS_LOG: &str = "__consumer_offsets";
@@ -55,6 +60,26 @@ struct OffsetsLog {
     dir: PathBuf,
 }
 
+/// Offsets that could not be turned into a batch for the offsets log.
+#[derive(Debug, Error)]
+pub enum OffsetsEncodeError {
+    /// A key field does not fit the record format (a name longer than 32767 bytes).
+    #[error(transparent)]
+    Key(#[from] RecordError),
+    /// The batch could not be built.
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+}
+
+/// What a compaction starts from: the live offsets as of `upto`, the log end when they were
+/// taken. Commits at and after `upto` are copied over at the swap.
+struct CompactionPlan {
+    store: OffsetStore,
+    upto: i64,
+    size_before: u64,
+    dir: PathBuf,
+}
+
 /// Groups and committed offsets.
 pub struct GroupService {
     settings: GroupSettings,
@@ -64,6 +89,11 @@ pub struct GroupService {
     offsets: Mutex<OffsetStore>,
     log: Mutex<OffsetsLog>,
     flusher: Flusher,
+    clock: SharedClock,
+    /// Size from which the offsets log is worth rewriting (a field so tests can lower it).
+    compact_from_bytes: u64,
+    /// Held while a compaction runs, so two never overlap.
+    compacting: Mutex<()>,
 }
 
 impl GroupService {
@@ -72,10 +102,11 @@ impl GroupService {
         data_dir: &Path,
         settings: GroupSettings,
         flusher: Flusher,
+        clock: SharedClock,
     ) -> Result<Self, BrokerError> {
         let dir = data_dir.join("internal").join(OFFSETS_LOG);
         recover_compaction(&dir)?;
-        let (log, notes) = Log::open(&dir, offsets_log_config(), flusher.clone(), now_ms())?;
+        let (log, notes) = Log::open(&dir, offsets_log_config(), flusher.clone(), clock.now_ms())?;
         for n in notes {
             tracing::warn!("recovery: {OFFSETS_LOG}: {n}");
         }
@@ -93,6 +124,9 @@ impl GroupService {
             offsets: Mutex::new(store),
             log: Mutex::new(OffsetsLog { log, dir }),
             flusher,
+            clock,
+            compact_from_bytes: COMPACT_FROM_BYTES,
+            compacting: Mutex::new(()),
         })
     }
 
@@ -110,10 +144,15 @@ impl GroupService {
             loop {
                 tick.tick().await;
                 let Some(s) = weak.upgrade() else { return };
-                let replies = s.coordinator.lock().tick(now_ms());
-                s.deliver(replies);
+                s.tick();
             }
         });
+    }
+
+    /// Lets the coordinator act on the time now: expired sessions, finished rebalance waits.
+    pub fn tick(&self) {
+        let replies = self.coordinator.lock().tick(self.clock.monotonic_ms());
+        self.deliver(replies);
     }
 
     /// Runs a coordinator call that may park a request; resolves with the parked request's
@@ -125,7 +164,11 @@ impl GroupService {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.waiters.lock().insert(token, tx);
-        let replies = f(&mut self.coordinator.lock(), now_ms(), token);
+        let replies = f(
+            &mut self.coordinator.lock(),
+            self.clock.monotonic_ms(),
+            token,
+        );
         self.deliver(replies);
         async move { rx.await.ok() }
     }
@@ -136,9 +179,10 @@ impl GroupService {
     }
 
     /// Runs a coordinator call that answers at once and may release parked answers
-    /// (heartbeat, leave, commit checks).
+    /// (heartbeat, leave, commit checks). The time given is monotonic, like every time the
+    /// coordinator sees.
     pub fn with<T>(&self, f: impl FnOnce(&mut Coordinator, i64) -> (T, Vec<Reply>)) -> T {
-        let (out, replies) = f(&mut self.coordinator.lock(), now_ms());
+        let (out, replies) = f(&mut self.coordinator.lock(), self.clock.monotonic_ms());
         self.deliver(replies);
         out
     }
@@ -217,16 +261,19 @@ impl GroupService {
         if entries.is_empty() {
             return Ok(self.log.lock().log.end_offset());
         }
-        let batch = encode_batch(group, entries).map_err(|e| {
+        let batch = encode_batch(group, entries, self.clock.now_ms()).map_err(|e| {
             tracing::warn!(group, error = %e, "cannot encode offsets");
             ResponseError::InvalidCommitOffsetSize
         })?;
         let end = {
             let mut log = self.log.lock();
-            let info = log.log.append(&batch, 0, None, now_ms()).map_err(|e| {
-                tracing::error!(error = %e, "offsets log append failed");
-                ResponseError::KafkaStorageError
-            })?;
+            let info = log
+                .log
+                .append(&batch, 0, None, self.clock.now_ms())
+                .map_err(|e| {
+                    tracing::error!(error = %e, "offsets log append failed");
+                    ResponseError::KafkaStorageError
+                })?;
             // Applied under the log lock so the store and the log agree on order.
             let mut store = self.offsets.lock();
             for (topic, partition, value) in entries {
@@ -267,7 +314,10 @@ impl GroupService {
     /// Expires offsets of groups without members (offsets.retention.minutes) and compacts the
     /// offsets log when it is mostly superseded records. Called from the retention pass.
     pub fn maintain(&self) {
-        let cutoff = now_ms() - self.settings.offsets_retention_ms;
+        let cutoff = self
+            .clock
+            .now_ms()
+            .saturating_sub(self.settings.offsets_retention_ms);
         let expired = {
             let coordinator = self.coordinator.lock();
             self.offsets
@@ -291,51 +341,134 @@ impl GroupService {
         }
     }
 
+    /// Rewrites the offsets log with only its live commits when it is mostly superseded ones.
+    /// The copy is written without the log lock, so OffsetCommit goes on meanwhile; the lock
+    /// is held only to take the live set, and at the end to copy the commits made meanwhile
+    /// and swap the logs.
     fn compact_if_worthwhile(&self) -> Result<(), BrokerError> {
-        let mut guard = self.log.lock();
-        let size = guard.log.size_bytes();
-        let live = self.offsets.lock().len() as u64 * 128;
-        if size < COMPACT_FROM_BYTES || size < live * 4 {
+        let Some(_running) = self.compacting.try_lock() else {
             return Ok(());
+        };
+        let Some(plan) = self.plan_compaction() else {
+            return Ok(());
+        };
+        let fresh = self.write_compacted(&plan)?;
+        self.swap_in(plan, fresh)
+    }
+
+    /// The live offsets and where the log ended when they were taken, if a rewrite is due.
+    fn plan_compaction(&self) -> Option<CompactionPlan> {
+        let guard = self.log.lock();
+        let size = guard.log.size_bytes();
+        // Taken under the log lock: `write` applies to the store under it too, so the store
+        // is exactly the log up to `upto`.
+        let store = self.offsets.lock();
+        let live = store.len() as u64 * 128;
+        if size < self.compact_from_bytes || size < live.saturating_mul(4) {
+            return None;
         }
-        let store = self.offsets.lock().clone();
-        let dir = guard.dir.clone();
-        let fresh = sibling(&dir, "compacting");
-        let old = sibling(&dir, "old");
-        let _ = std::fs::remove_dir_all(&fresh);
-        {
-            let (mut log, _) =
-                Log::open(&fresh, offsets_log_config(), self.flusher.clone(), now_ms())?;
-            let groups: Vec<String> = store.group_ids().map(str::to_string).collect();
-            for g in groups {
-                let entries: Vec<(String, i32, Option<Committed>)> = store
-                    .group(&g)
-                    .into_iter()
-                    .map(|(t, p, c)| (t.to_string(), p, Some(c.clone())))
-                    .collect();
-                for chunk in entries.chunks(1000) {
-                    let batch =
-                        encode_batch(&g, chunk).map_err(|e| BrokerError::CorruptMetadata {
-                            path: fresh.clone(),
-                            reason: e,
-                        })?;
-                    log.append(&batch, 0, None, now_ms())?;
-                }
+        Some(CompactionPlan {
+            store: store.clone(),
+            upto: guard.log.end_offset(),
+            size_before: size,
+            dir: guard.dir.clone(),
+        })
+    }
+
+    /// Writes the plan's live offsets into a new log beside the current one.
+    fn write_compacted(&self, plan: &CompactionPlan) -> Result<Log, BrokerError> {
+        let fresh = sibling(&plan.dir, "compacting");
+        if fresh.exists() {
+            std::fs::remove_dir_all(&fresh).map_err(io("remove", &fresh))?;
+        }
+        let now = self.clock.now_ms();
+        let (mut log, _) = Log::open(&fresh, offsets_log_config(), self.flusher.clone(), now)?;
+        let mut groups: Vec<&str> = plan.store.group_ids().collect();
+        groups.sort_unstable();
+        for g in groups {
+            let entries: Vec<(String, i32, Option<Committed>)> = plan
+                .store
+                .group(g)
+                .into_iter()
+                .map(|(t, p, c)| (t.to_string(), p, Some(c.clone())))
+                .collect();
+            for chunk in entries.chunks(1000) {
+                let batch =
+                    encode_batch(g, chunk, now).map_err(|e| BrokerError::CorruptMetadata {
+                        path: fresh.clone(),
+                        reason: e.to_string(),
+                    })?;
+                log.append(&batch, 0, None, now)?;
             }
-            log.roll(now_ms())?;
         }
+        Ok(log)
+    }
+
+    /// Under the log lock: copies the commits made since the plan, puts the new log in place
+    /// of the old one and reopens it.
+    fn swap_in(&self, plan: CompactionPlan, mut fresh: Log) -> Result<(), BrokerError> {
+        let dir = plan.dir;
+        let fresh_dir = sibling(&dir, "compacting");
+        let old = sibling(&dir, "old");
+        let mut guard = self.log.lock();
+        let now = self.clock.now_ms();
+        copy_batches(&guard.log, plan.upto, &mut fresh, now)?;
+        // Durable (and indexed, for a quick reopen) before it replaces anything.
+        fresh.close()?;
+        drop(fresh);
         std::fs::rename(&dir, &old).map_err(io("rename", &dir))?;
-        std::fs::rename(&fresh, &dir).map_err(io("rename", &fresh))?;
-        let (log, _) = Log::open(&dir, offsets_log_config(), self.flusher.clone(), now_ms())?;
+        if let Err(e) = std::fs::rename(&fresh_dir, &dir) {
+            // Put the old log back: it is still the one in use.
+            let _ = std::fs::rename(&old, &dir);
+            return Err(io("rename", &fresh_dir)(e));
+        }
+        sync_dir(dir.parent())?;
+        let log = match Log::open(&dir, offsets_log_config(), self.flusher.clone(), now) {
+            Ok((log, _)) => log,
+            Err(e) => {
+                // Undo the swap so the open log and the directory agree again; a restart would
+                // otherwise pick the new copy and lose what is appended to the old one.
+                let _ = std::fs::rename(&dir, &fresh_dir);
+                let _ = std::fs::rename(&old, &dir);
+                return Err(e.into());
+            }
+        };
         guard.log = log;
+        let after = guard.log.size_bytes();
+        drop(guard);
         std::fs::remove_dir_all(&old).map_err(io("remove", &old))?;
-        tracing::info!(
-            before = size,
-            after = guard.log.size_bytes(),
-            "compacted {OFFSETS_LOG}"
-        );
+        tracing::info!(before = plan.size_before, after, "compacted {OFFSETS_LOG}");
         Ok(())
     }
+}
+
+/// Appends every batch of `from` at and after `start` to `to`, in order.
+fn copy_batches(from: &Log, start: i64, to: &mut Log, now: i64) -> Result<(), BrokerError> {
+    let end = from.end_offset();
+    let mut offset = start.max(from.start_offset());
+    // Each round copies at least one batch and moves `offset` past it, or stops.
+    while offset < end {
+        let chunk = from.read(offset, 1 << 20, end, true)?;
+        let mut copied = false;
+        for (at, h) in Batches::new(&chunk.records) {
+            to.append(&chunk.records[at..at + h.total_len()], 0, None, now)?;
+            offset = h.next_offset();
+            copied = true;
+        }
+        if !copied {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: Option<&Path>) -> Result<(), BrokerError> {
+    if let Some(d) = dir {
+        std::fs::File::open(d)
+            .and_then(|f| f.sync_all())
+            .map_err(io("fsync", d))?;
+    }
+    Ok(())
 }
 
 fn offsets_log_config() -> LogConfig {
@@ -417,8 +550,8 @@ fn replay(log: &Log, store: &mut OffsetStore) -> Result<(), BrokerError> {
 fn encode_batch(
     group: &str,
     entries: &[(String, i32, Option<Committed>)],
-) -> Result<Bytes, String> {
-    let now = now_ms();
+    now: i64,
+) -> Result<Bytes, OffsetsEncodeError> {
     let records = entries
         .iter()
         .map(|(topic, partition, value)| {
@@ -427,22 +560,33 @@ fn encode_batch(
                 topic: topic.clone(),
                 partition: *partition,
             }
-            .encode()
-            .map_err(|e| e.to_string())?;
+            .encode()?;
             Ok(NewRecord {
                 key: Some(key),
                 value: value.as_ref().map(encode_value),
                 timestamp: now,
             })
         })
-        .collect::<Result<Vec<_>, String>>()?;
-    batch::build(&records, None, Compression::None).map_err(|e| e.to_string())
+        .collect::<Result<Vec<_>, OffsetsEncodeError>>()?;
+    Ok(batch::build(&records, None, Compression::None)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::{now_ms, Clock, ManualClock, SystemClock};
+    use spate_groups::{JoinRequest, SyncRequest};
     use spate_log::FsyncPolicy;
+
+    fn open(dir: &Path, flusher: &Flusher) -> GroupService {
+        GroupService::open(
+            dir,
+            GroupSettings::default(),
+            flusher.clone(),
+            SystemClock::shared(),
+        )
+        .unwrap()
+    }
 
     fn committed(offset: i64) -> Option<Committed> {
         Some(Committed {
@@ -457,8 +601,7 @@ mod tests {
     fn commits_survive_reopen_and_deletes_stick() {
         let dir = tempfile::tempdir().unwrap();
         let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
-        let svc =
-            GroupService::open(dir.path(), GroupSettings::default(), flusher.clone()).unwrap();
+        let svc = open(dir.path(), &flusher);
         svc.write(
             "g",
             &[
@@ -470,7 +613,7 @@ mod tests {
         svc.write("g", &[("t".into(), 0, committed(11))]).unwrap();
         svc.write("g", &[("t".into(), 1, None)]).unwrap();
         drop(svc);
-        let svc = GroupService::open(dir.path(), GroupSettings::default(), flusher).unwrap();
+        let svc = open(dir.path(), &flusher);
         svc.offsets(|s| {
             assert_eq!(s.get("g", "t", 0).map(|c| c.offset), Some(11));
             assert!(s.get("g", "t", 1).is_none());
@@ -487,15 +630,171 @@ mod tests {
     fn interrupted_compaction_is_undone() {
         let dir = tempfile::tempdir().unwrap();
         let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
-        let svc =
-            GroupService::open(dir.path(), GroupSettings::default(), flusher.clone()).unwrap();
+        let svc = open(dir.path(), &flusher);
         svc.write("g", &[("t".into(), 0, committed(10))]).unwrap();
         drop(svc);
         let main = dir.path().join("internal").join(OFFSETS_LOG);
         std::fs::rename(&main, sibling(&main, "old")).unwrap();
         std::fs::create_dir_all(sibling(&main, "compacting")).unwrap();
-        let svc = GroupService::open(dir.path(), GroupSettings::default(), flusher).unwrap();
+        let svc = open(dir.path(), &flusher);
         svc.offsets(|s| assert_eq!(s.get("g", "t", 0).map(|c| c.offset), Some(10)));
         assert!(!sibling(&main, "compacting").exists());
+    }
+
+    fn manual(dir: &Path, clock: &Arc<ManualClock>) -> GroupService {
+        let mut settings = GroupSettings::default();
+        settings.coordinator.initial_rebalance_delay_ms = 0;
+        GroupService::open(
+            dir,
+            settings,
+            Flusher::start(FsyncPolicy::Never).unwrap(),
+            clock.clone(),
+        )
+        .unwrap()
+    }
+
+    /// Joins one consumer to `group` and completes the rebalance as its leader.
+    fn stable_member(svc: &GroupService, group: &str, session_timeout_ms: i32) {
+        let join = JoinRequest {
+            group_id: group.into(),
+            session_timeout_ms,
+            rebalance_timeout_ms: session_timeout_ms,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"meta"))],
+            ..JoinRequest::default()
+        };
+        let answer = svc.call(move |c, now, token| c.join(now, token, join));
+        svc.tick();
+        let Some(Reply::Join(_, joined)) = futures::executor::block_on(answer) else {
+            panic!("no join answer");
+        };
+        assert_eq!(joined.error, None);
+        let sync = SyncRequest {
+            group_id: group.into(),
+            generation_id: joined.generation_id,
+            member_id: joined.member_id.clone(),
+            assignments: vec![(joined.member_id, Bytes::from_static(b"all"))],
+            ..SyncRequest::default()
+        };
+        let answer = svc.call(move |c, now, token| c.sync(now, token, sync));
+        let Some(Reply::Sync(_, synced)) = futures::executor::block_on(answer) else {
+            panic!("no sync answer");
+        };
+        assert_eq!(synced.error, None);
+    }
+
+    #[test]
+    fn a_wall_clock_step_of_hours_evicts_no_member_but_elapsed_time_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_700_000_000_000);
+        let svc = manual(dir.path(), &clock);
+        stable_member(&svc, "g", 10_000);
+        clock.step_wall(6 * 3600 * 1000);
+        svc.tick();
+        clock.step_wall(-12 * 3600 * 1000);
+        svc.tick();
+        assert!(
+            svc.coordinator(|c| c.has_members("g")),
+            "a wall-clock step is not elapsed time"
+        );
+        clock.advance(9_999);
+        svc.tick();
+        assert!(svc.coordinator(|c| c.has_members("g")));
+        clock.advance(2);
+        svc.tick();
+        assert!(
+            !svc.coordinator(|c| c.has_members("g")),
+            "the session ran out on the monotonic clock"
+        );
+    }
+
+    #[test]
+    fn offsets_of_empty_groups_expire_by_wall_clock_commit_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_700_000_000_000);
+        let svc = manual(dir.path(), &clock);
+        let retention = svc.settings().offsets_retention_ms;
+        let at = |offset| {
+            Some(Committed {
+                offset,
+                leader_epoch: -1,
+                metadata: None,
+                commit_timestamp_ms: clock.now_ms(),
+            })
+        };
+        svc.write("old", &[("t".into(), 0, at(1))]).unwrap();
+        clock.step_wall(retention / 2);
+        svc.write("new", &[("t".into(), 0, at(2))]).unwrap();
+        clock.step_wall(retention / 2 + 1);
+        svc.maintain();
+        svc.offsets(|s| {
+            assert!(s.get("old", "t", 0).is_none(), "older than retention");
+            assert_eq!(s.get("new", "t", 0).map(|c| c.offset), Some(2));
+        });
+    }
+
+    fn commit_many(svc: &GroupService, group: &str, rounds: i64) {
+        for round in 0..rounds {
+            let entries: Vec<_> = (0..50)
+                .map(|p| ("topic".to_string(), p, committed(round * 100 + p as i64)))
+                .collect();
+            svc.write(group, &entries).unwrap();
+        }
+    }
+
+    fn offset_of(svc: &GroupService, group: &str, partition: i32) -> Option<i64> {
+        svc.offsets(|s| s.get(group, "topic", partition).map(|c| c.offset))
+    }
+
+    #[test]
+    fn commits_made_while_the_offsets_log_is_rewritten_survive_the_swap_and_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+        let mut svc = open(dir.path(), &flusher);
+        svc.compact_from_bytes = 1;
+        commit_many(&svc, "a", 40);
+        let before = svc.log.lock().log.size_bytes();
+        let plan = svc
+            .plan_compaction()
+            .expect("mostly superseded: worth a rewrite");
+        // OffsetCommit goes on while the copy is built, and after it is built.
+        commit_many(&svc, "b", 2);
+        let fresh = svc.write_compacted(&plan).unwrap();
+        svc.write("a", &[("topic".into(), 7, committed(999_999))])
+            .unwrap();
+        svc.write("a", &[("topic".into(), 8, None)]).unwrap();
+        svc.swap_in(plan, fresh).unwrap();
+        let after = svc.log.lock().log.size_bytes();
+        assert!(after < before / 4, "{after} of {before} bytes left");
+        let check = |svc: &GroupService| {
+            assert_eq!(offset_of(svc, "a", 7), Some(999_999));
+            assert_eq!(offset_of(svc, "a", 8), None);
+            assert_eq!(offset_of(svc, "a", 9), Some(3909));
+            assert_eq!(offset_of(svc, "b", 3), Some(103));
+        };
+        check(&svc);
+        svc.write("c", &[("topic".into(), 0, committed(5))])
+            .unwrap();
+        drop(svc);
+        let svc = open(dir.path(), &flusher);
+        check(&svc);
+        assert_eq!(offset_of(&svc, "c", 0), Some(5));
+        let main = dir.path().join("internal").join(OFFSETS_LOG);
+        assert!(!sibling(&main, "old").exists() && !sibling(&main, "compacting").exists());
+    }
+
+    #[test]
+    fn maintain_compacts_a_mostly_superseded_offsets_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+        let mut svc = open(dir.path(), &flusher);
+        svc.compact_from_bytes = 1;
+        commit_many(&svc, "a", 40);
+        let before = svc.log.lock().log.size_bytes();
+        svc.maintain();
+        assert!(svc.log.lock().log.size_bytes() < before / 4);
+        drop(svc);
+        let svc = open(dir.path(), &flusher);
+        assert_eq!(offset_of(&svc, "a", 49), Some(3949));
     }
 }

@@ -18,11 +18,12 @@ pub mod time;
 mod topic_config;
 
 pub use budget::{MemoryBudget, Permit};
-pub use config::{BrokerConfig, ProduceProfile};
-pub use dispatch::{Broker, Reply, RequestContext, RequestError};
+pub use config::{BrokerConfig, ProduceProfile, DEFAULT_FETCH_MAX_BYTES};
+pub use dispatch::{Broker, HeldFrame, Reply, RequestContext, RequestError};
 pub use error::BrokerError;
 pub use groups::{GroupService, GroupSettings};
 pub use partition::Partition;
+pub use producer_state::ProducerLimits;
 pub use registry::{validate_topic_name, Topic, TopicError, TopicMetrics, TopicRegistry};
 pub use topic_config::{ConfigDef, TopicConfig, TopicConfigError};
 

@@ -3,8 +3,20 @@
 //! For each producer id it remembers the epoch and the last few batches' sequence ranges and
 //! offsets, which is what Kafka's semantics need: a retried batch is recognised and answered
 //! with its original offset, a gap in sequences is refused.
+//!
+//! Memory stays bounded two ways, in memory and in snapshots alike:
+//! * expiry (Kafka's `producer.id.expiration.ms`): [`ProducerStates::expire`], called
+//!   periodically with the wall-clock time, forgets producers that wrote nothing for that
+//!   long. Appends only mark a producer as seen, so the append path reads no clock; the next
+//!   pass stamps it with the time. A producer is therefore forgotten between the expiration
+//!   and the expiration plus one pass interval after its last batch.
+//! * a cap on producers per partition: recording a new producer beyond it forgets the least
+//!   recently used one.
+//!
+//! A forgotten producer that writes again with a sequence other than 0 gets
+//! UNKNOWN_PRODUCER_ID, which clients answer by resetting their sequence (KIP-360).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use spate_protocol::ResponseError;
 
@@ -19,10 +31,40 @@ struct BatchMeta {
     last_offset: i64,
 }
 
+/// Kafka's default `producer.id.expiration.ms`: one day.
+pub const DEFAULT_PRODUCER_ID_EXPIRATION_MS: i64 = 86_400_000;
+/// Default cap on producer ids remembered per partition.
+pub const DEFAULT_MAX_PRODUCERS_PER_PARTITION: usize = 10_000;
+
+/// "Seen since the last expiry pass, which has not stamped it with a time yet."
+const UNSTAMPED: i64 = i64::MIN;
+
+/// How many producers a partition remembers, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerLimits {
+    /// Forget producers idle this long (milliseconds of wall-clock time).
+    pub expiration_ms: i64,
+    /// Forget the least recently used producer beyond this many.
+    pub max_producers: usize,
+}
+
+impl Default for ProducerLimits {
+    fn default() -> Self {
+        Self {
+            expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+            max_producers: DEFAULT_MAX_PRODUCERS_PER_PARTITION,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Producer {
     epoch: i16,
     batches: VecDeque<BatchMeta>,
+    /// Wall time an expiry pass last saw it active, or UNSTAMPED when seen since.
+    last_seen_ms: i64,
+    /// Position in the recency order (`ProducerStates::by_use`).
+    last_use: u64,
 }
 
 /// The verdict on an incoming idempotent batch.
@@ -54,6 +96,10 @@ fn next_seq(seq: i32) -> i32 {
 #[derive(Debug, Default, Clone)]
 pub struct ProducerStates {
     producers: HashMap<i64, Producer>,
+    /// Producer ids by last use, oldest first.
+    by_use: BTreeMap<u64, i64>,
+    next_use: u64,
+    limits: ProducerLimits,
 }
 
 impl ProducerStates {
@@ -107,6 +153,23 @@ impl ProducerStates {
         SequenceCheck::Reject(ResponseError::OutOfOrderSequenceNumber)
     }
 
+    /// Applies new limits (the broker's, from `BrokerConfig::producer_limits`); a lower cap
+    /// takes effect at once.
+    // The partition applies the broker's limits and runs `expire` from the retention pass
+    // once it takes the broker's clock (issue 14, partition side); until then the defaults
+    // and the cap apply, and only tests call these.
+    #[allow(dead_code)]
+    pub fn set_limits(&mut self, limits: ProducerLimits) {
+        self.limits = limits;
+        self.enforce_cap();
+    }
+
+    /// Number of producers remembered.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
     /// Records an appended batch (or one found during recovery).
     pub fn record(
         &mut self,
@@ -117,13 +180,32 @@ impl ProducerStates {
         base_offset: i64,
         last_offset: i64,
     ) {
+        // The usual case, one producer writing batch after batch, leaves the order as it is.
+        let newest = self.by_use.last_key_value().map(|(_, id)| *id) == Some(producer_id);
+        let used = if newest {
+            None
+        } else {
+            let used = self.next_use;
+            self.next_use += 1;
+            if let Some(p) = self.producers.get(&producer_id) {
+                self.by_use.remove(&p.last_use);
+            }
+            self.by_use.insert(used, producer_id);
+            Some(used)
+        };
         let p = self
             .producers
             .entry(producer_id)
             .or_insert_with(|| Producer {
                 epoch,
                 batches: VecDeque::with_capacity(BATCHES_PER_PRODUCER),
+                last_seen_ms: UNSTAMPED,
+                last_use: 0,
             });
+        if let Some(used) = used {
+            p.last_use = used;
+        }
+        p.last_seen_ms = UNSTAMPED;
         if epoch != p.epoch {
             p.epoch = epoch;
             p.batches.clear();
@@ -137,6 +219,43 @@ impl ProducerStates {
             base_offset,
             last_offset,
         });
+        self.enforce_cap();
+    }
+
+    /// Forgets producers idle for the expiration as of wall time `now_ms`, and stamps those
+    /// seen since the last pass with `now_ms`. Returns how many were forgotten.
+    #[allow(dead_code)] // see `set_limits`
+    pub fn expire(&mut self, now_ms: i64) -> usize {
+        let expiration = self.limits.expiration_ms;
+        let mut gone = Vec::new();
+        for (id, p) in self.producers.iter_mut() {
+            if p.last_seen_ms == UNSTAMPED {
+                p.last_seen_ms = now_ms;
+            } else if now_ms.saturating_sub(p.last_seen_ms) >= expiration {
+                gone.push(*id);
+            }
+        }
+        for id in &gone {
+            self.forget(*id);
+        }
+        gone.len()
+    }
+
+    fn forget(&mut self, producer_id: i64) {
+        if let Some(p) = self.producers.remove(&producer_id) {
+            self.by_use.remove(&p.last_use);
+        }
+    }
+
+    /// Forgets the least recently used producers beyond the cap.
+    fn enforce_cap(&mut self) {
+        // Each round removes one producer, and there are finitely many.
+        while self.producers.len() > self.limits.max_producers {
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
+            self.producers.remove(&oldest);
+        }
     }
 }
 
@@ -144,19 +263,27 @@ impl ProducerStates {
 #[derive(Debug, PartialEq, Eq)]
 pub struct SnapshotError(&'static str);
 
-const SNAPSHOT_VERSION: u8 = 1;
+/// Version 2 adds each producer's last-seen time and lists producers oldest use first.
+const SNAPSHOT_VERSION: u8 = 2;
+/// Snapshots from before expiry: no times, any order.
+const SNAPSHOT_VERSION_1: u8 = 1;
 
 impl ProducerStates {
     /// Serialises the states as they are once the log holds everything below `offset`:
-    /// version, offset, producers, each with its epoch and remembered batches, then a CRC-32C.
+    /// version, offset, producers (least recently used first), each with its epoch, last-seen
+    /// time and remembered batches, then a CRC-32C.
     pub fn snapshot(&self, offset: i64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(16 + self.producers.len() * 64);
+        let mut out = Vec::with_capacity(16 + self.producers.len() * 72);
         out.push(SNAPSHOT_VERSION);
         out.extend_from_slice(&offset.to_be_bytes());
         out.extend_from_slice(&(self.producers.len() as u32).to_be_bytes());
-        for (pid, p) in &self.producers {
+        for pid in self.by_use.values() {
+            let Some(p) = self.producers.get(pid) else {
+                continue;
+            };
             out.extend_from_slice(&pid.to_be_bytes());
             out.extend_from_slice(&p.epoch.to_be_bytes());
+            out.extend_from_slice(&p.last_seen_ms.to_be_bytes());
             out.push(p.batches.len() as u8);
             for b in &p.batches {
                 out.extend_from_slice(&b.first_seq.to_be_bytes());
@@ -170,7 +297,8 @@ impl ProducerStates {
         out
     }
 
-    /// Reads a snapshot back: the offset it covers up to, and the states.
+    /// Reads a snapshot back: the offset it covers up to, and the states (with default limits;
+    /// see [`ProducerStates::set_limits`]).
     pub fn from_snapshot(bytes: &[u8]) -> Result<(i64, Self), SnapshotError> {
         let (body, crc) = bytes.split_at(
             bytes
@@ -182,15 +310,23 @@ impl ProducerStates {
             return Err(SnapshotError("checksum mismatch"));
         }
         let mut r = Reader(body);
-        if r.take::<1>()?[0] != SNAPSHOT_VERSION {
+        let version = r.take::<1>()?[0];
+        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_1 {
             return Err(SnapshotError("unknown version"));
         }
         let offset = i64::from_be_bytes(r.take()?);
         let count = u32::from_be_bytes(r.take()?);
         let mut states = Self::default();
+        // Bounded by `count`, and each round consumes bytes or fails.
         for _ in 0..count {
             let pid = i64::from_be_bytes(r.take()?);
             let epoch = i16::from_be_bytes(r.take()?);
+            // Version 1 had no times: those producers start a fresh lease.
+            let last_seen_ms = if version == SNAPSHOT_VERSION_1 {
+                UNSTAMPED
+            } else {
+                i64::from_be_bytes(r.take()?)
+            };
             let n = r.take::<1>()?[0] as usize;
             if n > BATCHES_PER_PRODUCER {
                 return Err(SnapshotError("too many batches for a producer"));
@@ -204,8 +340,21 @@ impl ProducerStates {
                     last_offset: i64::from_be_bytes(r.take()?),
                 });
             }
-            states.producers.insert(pid, Producer { epoch, batches });
+            let used = states.next_use;
+            states.next_use += 1;
+            let p = Producer {
+                epoch,
+                batches,
+                last_seen_ms,
+                last_use: used,
+            };
+            if let Some(dup) = states.producers.insert(pid, p) {
+                states.by_use.remove(&dup.last_use);
+            }
+            states.by_use.insert(used, pid);
         }
+        // A snapshot written under a larger cap keeps its most recently used producers.
+        states.enforce_cap();
         if !r.0.is_empty() {
             return Err(SnapshotError("trailing bytes"));
         }
@@ -341,5 +490,169 @@ mod tests {
     fn sequence_wraps_at_i32_max() {
         let s = with(&[(i32::MAX - 1, i32::MAX, 10)]);
         assert_eq!(s.check(1, 0, 0, 3), SequenceCheck::Append);
+    }
+
+    use crate::time::{Clock, ManualClock};
+
+    fn limited(expiration_ms: i64, max_producers: usize) -> ProducerStates {
+        let mut s = ProducerStates::default();
+        s.set_limits(ProducerLimits {
+            expiration_ms,
+            max_producers,
+        });
+        s
+    }
+
+    /// Records producer `pid`'s next batch of one record at sequence `seq`.
+    fn write(s: &mut ProducerStates, pid: i64, seq: i32) {
+        s.record(pid, 0, seq, seq, seq as i64, seq as i64);
+    }
+
+    fn known(s: &ProducerStates, pid: i64) -> bool {
+        // A producer that is remembered has its next sequence accepted; a forgotten one is
+        // asked to reset.
+        s.check(pid, 0, 1, 1) == SequenceCheck::Append
+    }
+
+    #[test]
+    fn an_idle_producer_is_forgotten_after_the_expiration_and_an_active_one_is_kept() {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let mut s = limited(1_000, 100);
+        write(&mut s, 1, 0);
+        write(&mut s, 2, 0);
+        assert_eq!(s.expire(clock.now_ms()), 0, "the first pass only stamps");
+        clock.advance(600);
+        s.record(2, 0, 1, 1, 1, 1);
+        assert_eq!(s.expire(clock.now_ms()), 0);
+        clock.advance(500);
+        assert_eq!(s.expire(clock.now_ms()), 1, "producer 1 idle for 1100 ms");
+        assert_eq!(
+            s.check(1, 0, 1, 1),
+            SequenceCheck::Reject(ResponseError::UnknownProducerId)
+        );
+        assert_eq!(
+            s.check(1, 0, 0, 0),
+            SequenceCheck::Append,
+            "it may start over"
+        );
+        assert_eq!(
+            s.check(2, 0, 2, 2),
+            SequenceCheck::Append,
+            "producer 2 is kept"
+        );
+        clock.advance(1_000);
+        assert_eq!(s.expire(clock.now_ms()), 1);
+        assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn a_wall_clock_step_back_forgets_nobody() {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let mut s = limited(1_000, 100);
+        write(&mut s, 1, 0);
+        s.expire(clock.now_ms());
+        clock.step_wall(-3_600_000);
+        assert_eq!(s.expire(clock.now_ms()), 0);
+        assert!(known(&s, 1));
+    }
+
+    #[test]
+    fn past_the_cap_the_least_recently_used_producer_is_forgotten() {
+        let mut s = limited(DEFAULT_PRODUCER_ID_EXPIRATION_MS, 3);
+        write(&mut s, 1, 0);
+        write(&mut s, 2, 0);
+        write(&mut s, 3, 0);
+        s.record(1, 0, 1, 1, 1, 1);
+        write(&mut s, 4, 0);
+        assert_eq!(s.len(), 3);
+        assert!(!known(&s, 2), "least recently used");
+        assert_eq!(s.check(1, 0, 2, 2), SequenceCheck::Append);
+        assert!(known(&s, 3) && known(&s, 4));
+        // Many new producers never grow it past the cap.
+        for pid in 100..10_100 {
+            write(&mut s, pid, 0);
+        }
+        assert_eq!(s.len(), 3);
+    }
+
+    #[test]
+    fn snapshots_keep_last_seen_times_and_recency_and_obey_the_cap_on_load() {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let mut s = limited(1_000, 100);
+        for pid in 1..=4 {
+            write(&mut s, pid, 0);
+        }
+        s.expire(clock.now_ms());
+        clock.advance(700);
+        write(&mut s, 5, 0);
+        let (offset, mut back) = ProducerStates::from_snapshot(&s.snapshot(42)).unwrap();
+        assert_eq!((offset, back.len()), (42, 5));
+        back.set_limits(ProducerLimits {
+            expiration_ms: 1_000,
+            max_producers: 100,
+        });
+        clock.advance(400);
+        // 1..=4 were stamped 1100 ms ago; 5 was seen since and gets stamped now.
+        assert_eq!(back.expire(clock.now_ms()), 4);
+        assert!(known(&back, 5));
+        // A lower cap on load keeps the most recently used.
+        let (_, mut capped) = ProducerStates::from_snapshot(&s.snapshot(42)).unwrap();
+        capped.set_limits(ProducerLimits {
+            expiration_ms: 1_000,
+            max_producers: 2,
+        });
+        assert_eq!(capped.len(), 2);
+        assert!(known(&capped, 4) && known(&capped, 5));
+    }
+
+    #[test]
+    fn version_1_snapshots_still_load_with_a_fresh_lease() {
+        let mut v1 = vec![SNAPSHOT_VERSION_1];
+        v1.extend_from_slice(&10i64.to_be_bytes());
+        v1.extend_from_slice(&1u32.to_be_bytes());
+        v1.extend_from_slice(&7i64.to_be_bytes());
+        v1.extend_from_slice(&0i16.to_be_bytes());
+        v1.push(1);
+        for v in [0i32, 0] {
+            v1.extend_from_slice(&v.to_be_bytes());
+        }
+        for v in [9i64, 9] {
+            v1.extend_from_slice(&v.to_be_bytes());
+        }
+        let crc = crc32c_of(&v1);
+        v1.extend_from_slice(&crc.to_be_bytes());
+        let (offset, mut s) = ProducerStates::from_snapshot(&v1).unwrap();
+        assert_eq!(offset, 10);
+        assert_eq!(
+            s.check(7, 0, 0, 0),
+            SequenceCheck::Duplicate {
+                base_offset: 9,
+                last_offset: 9
+            }
+        );
+        s.set_limits(ProducerLimits {
+            expiration_ms: 1_000,
+            max_producers: 10,
+        });
+        assert_eq!(
+            s.expire(5_000_000),
+            0,
+            "stamped on the first pass, not expired"
+        );
+        assert_eq!(s.expire(5_000_999), 0);
+        assert_eq!(s.expire(5_001_000), 1);
+    }
+
+    #[test]
+    fn a_snapshot_claiming_more_producers_than_it_holds_is_refused() {
+        let mut bytes = vec![SNAPSHOT_VERSION];
+        bytes.extend_from_slice(&0i64.to_be_bytes());
+        bytes.extend_from_slice(&u32::MAX.to_be_bytes());
+        let crc = crc32c_of(&bytes);
+        bytes.extend_from_slice(&crc.to_be_bytes());
+        assert_eq!(
+            ProducerStates::from_snapshot(&bytes).unwrap_err(),
+            SnapshotError("truncated")
+        );
     }
 }

@@ -3,8 +3,13 @@
 //! Layout under the data dir: `topics/<name>/topic.json` (id, partition count, config
 //! overrides) and `topics/<name>/<partition>/` (that partition's segments). A topic exists
 //! once its topic.json is in place; a directory without one is a creation that crashed half
-//! way and is removed on start. Deletion renames the directory aside first, so a new topic of
-//! the same name can be created at once.
+//! way and is removed on start. Deletion moves the directory to `trash/<id>-<name>` first, so
+//! a new topic of the same name can be created at once; start-up empties `trash/`. Nothing
+//! under `topics/` is ever removed because of its name: every valid topic name (`x.deleted`
+//! included) is just a topic.
+//!
+//! These operations make directories, write files and fsync: callers on async workers run
+//! them on the blocking pool (see `Broker::handle`), never on the worker itself.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -21,7 +26,11 @@ use crate::error::{io, BrokerError};
 use crate::partition::Partition;
 use crate::topic_config::TopicConfig;
 
-const DELETED_SUFFIX: &str = ".deleted";
+/// Where deleted topics wait for removal, beside (never inside) `topics/`.
+const TRASH_DIR: &str = "trash";
+/// How deleted topics were marked before the trash directory: `<name>-<id>.deleted` in
+/// `topics/`. Only a directory whose topic.json holds that very id is taken for one.
+const LEGACY_DELETED_SUFFIX: &str = ".deleted";
 
 #[derive(Serialize, Deserialize)]
 struct TopicFile {
@@ -124,6 +133,45 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BrokerEr
     Ok(())
 }
 
+fn sync_dir(dir: &Path) -> Result<(), BrokerError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsync", dir))
+}
+
+/// Removes a directory tree from the trash; a failure is noted and retried on the next start.
+fn remove_quietly(path: &Path, notes: &mut Vec<String>) {
+    let removed = if path.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
+    // Not found: the removal a deletion started in the background got there first.
+    if let Err(e) = removed.or_else(not_found_is_done) {
+        notes.push(format!(
+            "cannot remove deleted topic files {}: {e}",
+            path.display()
+        ));
+    }
+}
+
+fn not_found_is_done(e: std::io::Error) -> std::io::Result<()> {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => Ok(()),
+        _ => Err(e),
+    }
+}
+
+/// True for a directory an older spate renamed aside on deletion: `<name>-<id>.deleted` where
+/// `<id>` is the id in its own topic.json. A topic a client named like that has a different,
+/// random id, so its data is never taken for a marker.
+fn is_legacy_deletion_marker(dir_name: &str, id: &Uuid) -> bool {
+    dir_name
+        .strip_suffix(LEGACY_DELETED_SUFFIX)
+        .and_then(|rest| rest.rsplit_once('-'))
+        .is_some_and(|(_, tail)| tail == id.simple().to_string())
+}
+
 /// Checks a topic name against Kafka's rules.
 pub fn validate_topic_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
@@ -177,6 +225,7 @@ impl From<BrokerError> for TopicError {
 /// All topics.
 pub struct TopicRegistry {
     root: PathBuf,
+    trash: PathBuf,
     flusher: Flusher,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     by_id: RwLock<HashMap<Uuid, Arc<Topic>>>,
@@ -189,15 +238,18 @@ impl TopicRegistry {
     /// and one line per repair made.
     pub fn open(data_dir: &Path, flusher: Flusher) -> Result<(Self, Vec<String>), BrokerError> {
         let root = data_dir.join("topics");
+        let trash = data_dir.join(TRASH_DIR);
         std::fs::create_dir_all(&root).map_err(io("create", &root))?;
+        std::fs::create_dir_all(&trash).map_err(io("create", &trash))?;
         let reg = Self {
             root: root.clone(),
+            trash,
             flusher,
             topics: RwLock::new(HashMap::new()),
             by_id: RwLock::new(HashMap::new()),
             changes: Mutex::new(()),
         };
-        let mut notes = Vec::new();
+        let mut notes = reg.empty_trash();
         for entry in std::fs::read_dir(&root).map_err(io("list", &root))? {
             let entry = entry.map_err(io("list", &root))?;
             let path = entry.path();
@@ -208,14 +260,12 @@ impl TopicRegistry {
                 continue;
             }
             let meta = path.join("topic.json");
-            if name.ends_with(DELETED_SUFFIX) || !meta.exists() {
+            if !meta.exists() {
                 std::fs::remove_dir_all(&path).map_err(io("remove", &path))?;
-                if !name.ends_with(DELETED_SUFFIX) {
-                    notes.push(format!(
-                        "removed half-created topic directory {}",
-                        path.display()
-                    ));
-                }
+                notes.push(format!(
+                    "removed half-created topic directory {}",
+                    path.display()
+                ));
                 continue;
             }
             let raw = std::fs::read(&meta).map_err(io("read", &meta))?;
@@ -224,10 +274,36 @@ impl TopicRegistry {
                     path: meta.clone(),
                     reason: e.to_string(),
                 })?;
+            if is_legacy_deletion_marker(&name, &file.id) {
+                let aside = reg.trash.join(format!("{}-legacy", file.id.simple()));
+                std::fs::rename(&path, &aside).map_err(io("rename", &path))?;
+                notes.push(format!(
+                    "moved deleted topic directory {} to the trash",
+                    path.display()
+                ));
+                remove_quietly(&aside, &mut notes);
+                continue;
+            }
             let topic = reg.load_topic(&name, path, file, &mut notes)?;
             reg.insert(topic);
         }
         Ok((reg, notes))
+    }
+
+    /// Removes whatever deletions left in the trash (a crash or a failed removal).
+    fn empty_trash(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let entries = match std::fs::read_dir(&self.trash) {
+            Ok(e) => e,
+            Err(e) => {
+                notes.push(format!("cannot list {}: {e}", self.trash.display()));
+                return notes;
+            }
+        };
+        for entry in entries.flatten() {
+            remove_quietly(&entry.path(), &mut notes);
+        }
+        notes
     }
 
     fn load_topic(
@@ -340,12 +416,17 @@ impl TopicRegistry {
         for p in topic.partitions() {
             p.mark_deleted();
         }
+        // Named by id, so two deletions of topics with the same name never meet.
         let aside = self
-            .root
-            .join(format!("{name}-{}{DELETED_SUFFIX}", topic.id.simple()));
+            .trash
+            .join(format!("{}-{}", topic.id.simple(), topic.name));
         std::fs::rename(&topic.dir, &aside).map_err(io("rename", &topic.dir))?;
+        // Both directory entries changed: make the move durable so a crash cannot bring the
+        // topic back, or keep it in both places.
+        sync_dir(&self.root)?;
+        sync_dir(&self.trash)?;
         std::thread::spawn(move || {
-            if let Err(e) = std::fs::remove_dir_all(&aside) {
+            if let Err(e) = std::fs::remove_dir_all(&aside).or_else(not_found_is_done) {
                 tracing::warn!(path = %aside.display(), error = %e, "removing deleted topic files failed; retried on next start");
             }
         });
@@ -450,6 +531,111 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_ne!(again.id, id);
+    }
+
+    fn append_one(t: &Topic, value: &'static [u8]) {
+        use spate_protocol::batch::{build, validate, NewRecord};
+        use spate_protocol::records::Compression;
+        let record = NewRecord {
+            value: Some(bytes::Bytes::from_static(value)),
+            ..NewRecord::default()
+        };
+        let batch = build(&[record], None, Compression::None).unwrap();
+        let header = validate(&batch).unwrap();
+        t.partition(0)
+            .unwrap()
+            .append(&batch, &header, None)
+            .unwrap();
+    }
+
+    #[test]
+    fn topics_named_like_deletion_markers_survive_delete_recreate_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+        let (reg, _) = TopicRegistry::open(dir.path(), flusher.clone()).unwrap();
+        // The last one looks exactly like the marker older versions left for a deleted topic.
+        let lookalike = format!("victim-{}.deleted", Uuid::new_v4().simple());
+        let names = [
+            "x.deleted",
+            ".deleted",
+            "a.deleted.deleted",
+            "x-deleted",
+            lookalike.as_str(),
+        ];
+        for name in names {
+            let t = reg
+                .create(name, 1, TopicConfig::default(), false)
+                .unwrap()
+                .unwrap();
+            append_one(&t, b"first");
+        }
+        // Delete and recreate one of them, and delete a topic whose trash name could clash.
+        let old_id = reg.get("x.deleted").unwrap().id;
+        reg.delete("x.deleted").unwrap();
+        let t = reg
+            .create("x.deleted", 1, TopicConfig::default(), false)
+            .unwrap()
+            .unwrap();
+        append_one(&t, b"second");
+        append_one(&t, b"third");
+        reg.create("x", 1, TopicConfig::default(), false).unwrap();
+        reg.delete("x").unwrap();
+        drop(reg);
+        for _ in 0..2 {
+            let (reg, notes) = TopicRegistry::open(dir.path(), flusher.clone()).unwrap();
+            assert!(notes.is_empty(), "{notes:?}");
+            for name in names {
+                let t = reg.get(name).unwrap_or_else(|| panic!("{name} is gone"));
+                let expected = if name == "x.deleted" { 2 } else { 1 };
+                assert_eq!(t.partition(0).unwrap().log_end_offset(), expected, "{name}");
+            }
+            assert_ne!(reg.get("x.deleted").unwrap().id, old_id);
+            assert!(reg.get("x").is_none());
+            assert_eq!(reg.list().len(), names.len());
+        }
+        let left: Vec<_> = std::fs::read_dir(dir.path().join(TRASH_DIR))
+            .unwrap()
+            .collect();
+        assert!(left.is_empty(), "the trash is emptied on start");
+    }
+
+    #[test]
+    fn a_deletion_marker_left_by_an_older_version_is_removed_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+        let (reg, _) = TopicRegistry::open(dir.path(), flusher.clone()).unwrap();
+        let t = reg
+            .create("old", 1, TopicConfig::default(), false)
+            .unwrap()
+            .unwrap();
+        let id = t.id;
+        drop((t, reg));
+        let topics = dir.path().join("topics");
+        let marker = topics.join(format!("old-{}.deleted", id.simple()));
+        std::fs::rename(topics.join("old"), &marker).unwrap();
+        let (reg, notes) = TopicRegistry::open(dir.path(), flusher).unwrap();
+        assert!(reg.list().is_empty());
+        assert!(!marker.exists());
+        assert_eq!(notes.len(), 1, "{notes:?}");
+    }
+
+    #[test]
+    fn concurrent_creations_of_one_name_make_one_topic_and_topic_already_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let (reg, _) =
+            TopicRegistry::open(dir.path(), Flusher::start(FsyncPolicy::Never).unwrap()).unwrap();
+        let results: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| reg.create("race", 2, TopicConfig::default(), false)))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let created = results.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+        let refused = results
+            .iter()
+            .filter(|r| matches!(r, Err(e) if e.code == ResponseError::TopicAlreadyExists))
+            .count();
+        assert_eq!((created, refused), (1, 7));
     }
 
     #[test]

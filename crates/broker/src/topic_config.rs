@@ -95,7 +95,7 @@ pub const DEFS: &[ConfigDef] = &[
         name: "min.insync.replicas",
         default: "1",
         kind: ConfigType::Int,
-        doc: "Replicas that must hold a write before acks=all succeeds.",
+        doc: "Replicas that must hold a write before acks=all succeeds. Accepted and stored on a standalone broker, where it has no effect (the leader is the only replica); it takes effect in cluster mode.",
         validate: |v| int_at_least(1)(v),
     },
     ConfigDef {

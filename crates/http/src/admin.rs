@@ -79,6 +79,22 @@ fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T> {
     })
 }
 
+/// Runs a topic change on the blocking pool: it makes directories, writes files and fsyncs,
+/// which must not stall the async workers that serve clients.
+async fn on_disk<T: Send + 'static>(
+    b: &Arc<Broker>,
+    f: impl FnOnce(&Broker) -> std::result::Result<T, TopicError> + Send + 'static,
+) -> Result<T> {
+    let b = b.clone();
+    match tokio::task::spawn_blocking(move || f(&b)).await {
+        Ok(r) => r.map_err(Into::into),
+        Err(e) => Err(kafka_error(
+            ResponseError::UnknownServerError,
+            format!("topic operation failed: {e}"),
+        )),
+    }
+}
+
 fn topic(b: &Broker, name: &str) -> Result<Arc<Topic>> {
     b.topics.get(name).ok_or_else(|| {
         kafka_error(
@@ -178,7 +194,11 @@ async fn create_topic(State(s): State<Arc<HttpState>>, raw: Bytes) -> Result<Res
     )
     .map_err(|e| kafka_error(ResponseError::InvalidConfig, e.to_string()))?;
     let partitions = req.partitions.unwrap_or(b.config.default_partitions);
-    let created = b.topics.create(&req.name, partitions, config, false)?;
+    let name = req.name.clone();
+    let created = on_disk(b, move |b| {
+        b.topics.create(&name, partitions, config, false)
+    })
+    .await?;
     let t = created
         .ok_or_else(|| kafka_error(ResponseError::UnknownServerError, "topic was not created"))?;
     tracing::info!(topic = %t.name, partitions, "created topic (admin API)");
@@ -190,7 +210,8 @@ async fn delete_topic(
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
     let b = s.broker()?;
-    b.topics.delete(&name)?;
+    let n = name.clone();
+    on_disk(b, move |b| b.topics.delete(&n)).await?;
     tracing::info!(topic = %name, "deleted topic (admin API)");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -212,7 +233,8 @@ async fn alter_configs(
         };
         r.map_err(|e| kafka_error(ResponseError::InvalidConfig, e.to_string()))?;
     }
-    b.topics.set_config(&t, config)?;
+    let changed = t.clone();
+    on_disk(b, move |b| b.topics.set_config(&changed, config)).await?;
     Ok(Json(configs_json(&t.config())))
 }
 
@@ -230,7 +252,11 @@ async fn add_partitions(
     let b = s.broker()?;
     let t = topic(b, &name)?;
     let req: PartitionCount = body(&raw)?;
-    b.topics.add_partitions(&t, req.count, false)?;
+    let grown = t.clone();
+    on_disk(b, move |b| {
+        b.topics.add_partitions(&grown, req.count, false)
+    })
+    .await?;
     Ok(Json(topic_json(&t, true)))
 }
 

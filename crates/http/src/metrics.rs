@@ -182,6 +182,16 @@ pub fn render(b: &Broker) -> String {
         m.memory_in_use.get() as f64,
     )
     .family(
+        "spate_memory_in_use_peak_bytes",
+        "gauge",
+        "Highest spate_memory_in_use_bytes since start.",
+    )
+    .sample(
+        "spate_memory_in_use_peak_bytes",
+        &[],
+        m.memory_in_use_peak.get() as f64,
+    )
+    .family(
         "spate_memory_limit_bytes",
         "gauge",
         "Limit on in-flight request and response bytes.",

@@ -54,6 +54,13 @@ impl Gauge {
             self.0.store(v, Ordering::Relaxed);
         }
     }
+    /// Raises the value to `v` if it is lower (a high-water mark).
+    #[inline]
+    pub fn raise_to(&self, v: i64) {
+        if cfg!(feature = "enabled") {
+            self.0.fetch_max(v, Ordering::Relaxed);
+        }
+    }
     /// Current value.
     pub fn get(&self) -> i64 {
         self.0.load(Ordering::Relaxed)
@@ -143,6 +150,8 @@ pub struct Registry {
     pub connections_rejected: Counter,
     /// Bytes of produce requests and fetch responses currently held.
     pub memory_in_use: Gauge,
+    /// The highest `memory_in_use` since start.
+    pub memory_in_use_peak: Gauge,
     /// The limit on `memory_in_use`.
     pub memory_limit: Gauge,
     /// Total time requests waited for memory (µs).
@@ -165,6 +174,7 @@ impl Default for Registry {
             connections_accepted: Counter::default(),
             connections_rejected: Counter::default(),
             memory_in_use: Gauge::default(),
+            memory_in_use_peak: Gauge::default(),
             memory_limit: Gauge::default(),
             throttle_us: Counter::default(),
             throttled_requests: Counter::default(),

@@ -17,18 +17,20 @@ pub struct CodecError {
     pub reason: String,
 }
 
-/// Decodes a request body, requiring that it consumes the whole frame.
+/// Decodes a request body. Bytes left in the frame after the body are ignored, as Apache
+/// Kafka's broker ignores them: real clients send some (librdkafka 2.12 ends its Metadata v12
+/// requests with three zero bytes), so refusing them would refuse clients that work with Kafka.
+/// A body that is too short, or whose fields do not parse, is an error.
 pub fn decode_body<T: Decodable>(
     api: ApiKey,
     version: i16,
     body: &mut Bytes,
 ) -> Result<T, CodecError> {
-    let msg = T::decode(body, version).map_err(|e| CodecError {
+    T::decode(body, version).map_err(|e| CodecError {
         api,
         version,
         reason: e.to_string(),
-    })?;
-    Ok(msg)
+    })
 }
 
 /// Encodes a complete response frame: length prefix, header and body.
@@ -70,6 +72,29 @@ pub fn encode_bare_error(correlation_id: i32, error_code: i16) -> Bytes {
 mod tests {
     use super::*;
     use kafka_protocol::messages::ApiVersionsResponse;
+
+    #[test]
+    fn bytes_after_the_body_are_ignored_as_kafka_ignores_them() {
+        use kafka_protocol::messages::MetadataRequest;
+        let mut req = MetadataRequest::default();
+        req.allow_auto_topic_creation = true;
+        let mut buf = BytesMut::new();
+        req.encode(&mut buf, 12).unwrap();
+        // What librdkafka 2.12 appends to Metadata v12.
+        buf.extend_from_slice(&[0, 0, 0]);
+        let mut body = buf.freeze();
+        let back: MetadataRequest = decode_body(ApiKey::Metadata, 12, &mut body).unwrap();
+        assert_eq!(back, req);
+    }
+
+    #[test]
+    fn a_short_body_is_an_error() {
+        use kafka_protocol::messages::FetchRequest;
+        let mut buf = BytesMut::new();
+        FetchRequest::default().encode(&mut buf, 12).unwrap();
+        let mut body = buf.freeze().slice(..10);
+        assert!(decode_body::<FetchRequest>(ApiKey::Fetch, 12, &mut body).is_err());
+    }
 
     #[test]
     fn encode_response_prefixes_length_and_correlation_id() {

@@ -161,6 +161,20 @@ mod tests {
     }
 
     #[test]
+    fn trailing_bytes_after_the_body_are_ignored() {
+        let f = frame(ApiKey::Metadata, 12, &MetadataRequest::default());
+        let mut padded = BytesMut::from(&f[..]);
+        padded.extend_from_slice(&[0, 0, 0]);
+        match Request::decode(padded.freeze()).unwrap() {
+            Decoded::Request {
+                request: Request::Metadata(m),
+                ..
+            } => assert_eq!(m, MetadataRequest::default()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn truncated_body_is_a_decode_error() {
         let f = frame(ApiKey::Produce, 9, &ProduceRequest::default());
         assert!(Request::decode(f.slice(..f.len() - 1)).is_err());

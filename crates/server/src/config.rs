@@ -71,6 +71,31 @@ pub struct Args {
     #[arg(long, env = "SPATE_MAX_REQUEST_BYTES", default_value_t = 100 * 1024 * 1024)]
     pub max_request_bytes: usize,
 
+    /// Most record bytes one fetch response carries, whatever the client asks (Kafka's
+    /// broker-side fetch.max.bytes). The first partition may exceed it by one whole batch
+    /// (KIP-74). A fetch also never takes more than half of the memory limit.
+    #[arg(long, env = "SPATE_FETCH_MAX_BYTES", default_value_t = spate_broker::DEFAULT_FETCH_MAX_BYTES as u64)]
+    pub fetch_max_bytes: u64,
+
+    /// Idempotent producers that wrote nothing for this long are forgotten, at the next
+    /// retention pass (Kafka's producer.id.expiration.ms). A forgotten producer that writes
+    /// again gets UNKNOWN_PRODUCER_ID and resets its sequence.
+    #[arg(
+        long,
+        env = "SPATE_PRODUCER_ID_EXPIRATION_MS",
+        default_value_t = 86_400_000
+    )]
+    pub producer_id_expiration_ms: u64,
+
+    /// Most idempotent producer ids remembered per partition; past it the least recently
+    /// used one is forgotten.
+    #[arg(
+        long,
+        env = "SPATE_MAX_PRODUCER_IDS_PER_PARTITION",
+        default_value_t = 10_000
+    )]
+    pub max_producer_ids_per_partition: usize,
+
     /// How often retention deletes expired segments, in milliseconds.
     #[arg(
         long,
@@ -270,6 +295,23 @@ impl Args {
         if self.max_request_bytes < 1024 {
             bail!("--max-request-bytes must be at least 1024");
         }
+        if !(1024..=i32::MAX as u64).contains(&self.fetch_max_bytes) {
+            bail!(
+                "--fetch-max-bytes must be between 1024 and {} (a Kafka INT32), got {}",
+                i32::MAX,
+                self.fetch_max_bytes
+            );
+        }
+        if !(1..=i32::MAX as u64).contains(&self.producer_id_expiration_ms) {
+            bail!(
+                "--producer-id-expiration-ms must be between 1 and {} (a Kafka INT), got {}",
+                i32::MAX,
+                self.producer_id_expiration_ms
+            );
+        }
+        if self.max_producer_ids_per_partition == 0 {
+            bail!("--max-producer-ids-per-partition must be at least 1");
+        }
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
             bail!("--group-min-session-timeout-ms is larger than --group-max-session-timeout-ms");
         }
@@ -327,6 +369,9 @@ impl Args {
         c.default_partitions = self.default_partitions;
         c.auto_create_topics = self.auto_create_topics;
         c.max_frame_bytes = self.max_request_bytes;
+        c.fetch_max_bytes = self.fetch_max_bytes as usize;
+        c.producer_id_expiration_ms = self.producer_id_expiration_ms as i64;
+        c.max_producer_ids_per_partition = self.max_producer_ids_per_partition;
         c.retention_check_interval = Duration::from_millis(self.retention_check_interval_ms.max(1));
         Ok(c)
     }
@@ -454,6 +499,64 @@ mod tests {
             .contains("not valid TOML"));
         let f = write_config("max-connections = -3\n");
         assert!(file_arguments(f.path()).is_err());
+    }
+
+    #[test]
+    fn fetch_max_bytes_defaults_to_kafkas_and_refuses_what_a_fetch_cannot_carry() {
+        let c = Args::try_parse_from(["spate"])
+            .unwrap()
+            .broker_config("127.0.0.1:1".parse().unwrap())
+            .unwrap();
+        assert_eq!(c.fetch_max_bytes, 57_671_680);
+        let a = Args::try_parse_from(["spate", "--fetch-max-bytes", "1048576"]).unwrap();
+        let c = a.broker_config("127.0.0.1:1".parse().unwrap()).unwrap();
+        assert_eq!(c.fetch_max_bytes, 1 << 20);
+        for bad in ["0", "1023", "2147483648"] {
+            let a = Args::try_parse_from(["spate", "--fetch-max-bytes", bad]).unwrap();
+            let e = a.broker_config("127.0.0.1:1".parse().unwrap()).unwrap_err();
+            assert!(e.to_string().contains("--fetch-max-bytes"), "{bad}: {e}");
+        }
+        assert!(Args::try_parse_from(["spate", "--fetch-max-bytes", "-1"]).is_err());
+        let f = write_config("fetch-max-bytes = 2097152\n");
+        assert_eq!(
+            file_arguments(f.path()).unwrap(),
+            ["--fetch-max-bytes", "2097152"]
+        );
+    }
+
+    #[test]
+    fn producer_id_limits_default_to_a_day_and_refuse_zero() {
+        let c = Args::try_parse_from(["spate"])
+            .unwrap()
+            .broker_config("127.0.0.1:1".parse().unwrap())
+            .unwrap();
+        assert_eq!(c.producer_id_expiration_ms, 86_400_000);
+        assert_eq!(c.max_producer_ids_per_partition, 10_000);
+        let a = Args::try_parse_from([
+            "spate",
+            "--producer-id-expiration-ms",
+            "60000",
+            "--max-producer-ids-per-partition",
+            "5",
+        ])
+        .unwrap();
+        let c = a.broker_config("127.0.0.1:1".parse().unwrap()).unwrap();
+        assert_eq!(
+            (
+                c.producer_id_expiration_ms,
+                c.max_producer_ids_per_partition
+            ),
+            (60_000, 5)
+        );
+        for (flag, bad) in [
+            ("--producer-id-expiration-ms", "0"),
+            ("--producer-id-expiration-ms", "2147483648"),
+            ("--max-producer-ids-per-partition", "0"),
+        ] {
+            let a = Args::try_parse_from(["spate", flag, bad]).unwrap();
+            let e = a.broker_config("127.0.0.1:1".parse().unwrap()).unwrap_err();
+            assert!(e.to_string().contains(flag), "{flag} {bad}: {e}");
+        }
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub enum ConnectionError {
 enum Body {
     Now(Bytes),
     Later(JoinHandle<Bytes>),
+    /// A fetch: its frame and the memory its records already hold.
+    Held(JoinHandle<(Bytes, Option<Permit>)>),
 }
 
 /// A response on its way out, with what it holds from the memory budget.
@@ -95,6 +97,22 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
                     }
                     Reply::Now(b) => Body::Now(b),
                     Reply::Later(f) => Body::Later(tokio::spawn(f)),
+                    // Read nothing more until it is done: later requests may depend on it.
+                    Reply::Serial(f) => Body::Now(f.await),
+                    Reply::Held { memory, start } => {
+                        let (memory, waited) = match memory {
+                            Some(n) => {
+                                // The fetch frame is decoded: its own memory goes back first,
+                                // so the fetch waits only for others' memory.
+                                permit = None;
+                                let (p, waited) = broker.budget.acquire(n).await;
+                                (Some(p), waited)
+                            }
+                            None => (None, std::time::Duration::ZERO),
+                        };
+                        let waited_ms = waited.as_millis().min(i32::MAX as u128) as i32;
+                        Body::Held(tokio::spawn(start(memory, waited_ms)))
+                    }
                 };
                 let out = Outgoing {
                     body,
@@ -134,24 +152,28 @@ async fn write_responses(
 ) -> std::io::Result<()> {
     let mut wr = BufWriter::with_capacity(broker.config.write_buffer_bytes, wr);
     while let Some(out) = rx.recv().await {
-        let bytes = match out.body {
-            Body::Now(b) => b,
-            Body::Later(h) => match h.await {
-                Ok(b) => b,
-                Err(e) => {
-                    // A handler panicked: the stream can no longer be answered in order.
-                    return Err(std::io::Error::other(format!(
-                        "request handler failed: {e}"
-                    )));
-                }
-            },
+        // A handler that panicked leaves the stream unable to answer in order.
+        let failed = |e: tokio::task::JoinError| {
+            std::io::Error::other(format!("request handler failed: {e}"))
+        };
+        let (bytes, held) = match out.body {
+            Body::Now(b) => (b, None),
+            Body::Later(h) => (h.await.map_err(failed)?, None),
+            Body::Held(h) => h.await.map_err(failed)?,
         };
         broker
             .metrics
             .request(out.api_key, out.started.elapsed().as_micros() as u64);
         // Responses count against the budget until written, so big fetch responses slow
-        // down reading new requests instead of growing memory.
-        let _response_memory = broker.budget.charge(bytes.len());
+        // down reading new requests instead of growing memory. A fetch took its memory before
+        // reading; it now holds exactly its frame.
+        let _response_memory = match held {
+            Some(mut p) => {
+                p.resize(bytes.len());
+                p
+            }
+            None => broker.budget.charge(bytes.len()),
+        };
         wr.write_all(&bytes).await?;
         if rx.is_empty() {
             wr.flush().await?;

@@ -60,10 +60,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     });
     let data_dir = config.data_dir.clone();
-    let (broker, notes) = tokio::task::spawn_blocking(move || spate_broker::Broker::open(config))
-        .await
-        .context("recovery task failed")?
-        .with_context(|| format!("opening data dir {}", data_dir.display()))?;
+    let clock = spate_broker::time::SystemClock::shared();
+    let (broker, notes) =
+        tokio::task::spawn_blocking(move || spate_broker::Broker::open_with_clock(config, clock))
+            .await
+            .context("recovery task failed")?
+            .with_context(|| format!("opening data dir {}", data_dir.display()))?;
     for n in notes {
         tracing::warn!("recovery: {n}");
     }

@@ -107,6 +107,18 @@ fn broker_entries(b: &Broker) -> Vec<Entry> {
             ConfigType::Int,
             "Largest request accepted.",
         ),
+        fixed(
+            "fetch.max.bytes",
+            c.fetch_max_bytes.to_string(),
+            ConfigType::Int,
+            "Most record bytes in one fetch response (the first partition may exceed it by one batch).",
+        ),
+        fixed(
+            "producer.id.expiration.ms",
+            c.producer_id_expiration_ms.to_string(),
+            ConfigType::Int,
+            "Idempotent producers idle this long are forgotten.",
+        ),
     ];
     // Topic defaults, under their broker-level names as Kafka reports them.
     for (broker_name, topic_name) in [

@@ -1,6 +1,14 @@
 //! Fetch: read whole batches from the logs, long-polling until `min_bytes` are available or
 //! `max_wait_ms` passes. Incremental fetch sessions are declined (session id 0), which every
 //! client handles by sending full fetch requests.
+//!
+//! Memory: a response is at most the broker's `fetch.max.bytes` (and the client's `max_bytes`
+//! and per-partition `partition_max_bytes`, each clamped to 0..=fetch.max.bytes), plus the one
+//! whole batch KIP-74 lets the first partition exceed by. Before reading, a fetch takes that
+//! much from the memory budget (at most half the budget, so one fetch cannot take it all),
+//! gives back what it did not read, and holds the rest until its response is written. When
+//! the budget is spent the fetch waits for memory, at most until its max_wait, and then
+//! answers without records; it never reads more than it holds.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,12 +22,16 @@ use spate_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
 use spate_protocol::ResponseError;
 use tokio::sync::watch;
 
+use crate::budget::Permit;
 use crate::partition::Partition;
 use crate::registry::Topic;
 use crate::Broker;
 
 /// Upper bound on how long a fetch may wait, whatever the client asks.
 const MAX_WAIT_CAP: Duration = Duration::from_secs(60);
+/// A fetch reserves at least this much (the default max.message.bytes, rounded down to 1 MiB),
+/// so the one batch KIP-74 lets it return past a small `max_bytes` is normally covered.
+const MIN_RESERVE_BYTES: usize = 1 << 20;
 
 /// A requested partition, resolved once.
 struct Slot {
@@ -33,33 +45,43 @@ struct Slot {
     error: Option<ResponseError>,
 }
 
-/// Serves a fetch, waiting as the request allows.
-pub async fn handle(
-    b: Arc<Broker>,
+/// A fetch resolved against the registry, not yet read.
+pub struct Prepared {
     version: i16,
-    throttle_ms: i32,
-    req: FetchRequest,
-) -> FetchResponse {
-    let mut resp = serve(&b, version, req).await;
-    resp.throttle_time_ms = throttle_ms;
-    for p in resp.responses.iter().flat_map(|t| t.partitions.iter()) {
-        b.metrics.error(ApiKey::Fetch as i16, p.error_code);
-    }
-    b.metrics.error(ApiKey::Fetch as i16, resp.error_code);
-    resp
+    /// Answer at once with this top-level error (an unknown fetch session).
+    refused: Option<ResponseError>,
+    topics: Vec<FetchableTopicResponse>,
+    handles: Vec<Option<Arc<Topic>>>,
+    slots: Vec<Slot>,
+    limits: Bounds,
+    min_bytes: usize,
+    wait: Duration,
 }
 
-async fn serve(b: &Arc<Broker>, version: i16, req: FetchRequest) -> FetchResponse {
-    if version >= 7 && req.session_id != 0 {
-        // We never hand out session ids, so any the client presents is unknown.
-        let mut resp = FetchResponse::default();
-        resp.error_code = ResponseError::FetchSessionIdNotFound.code();
-        return resp;
+impl Prepared {
+    /// Memory to take before the fetch starts, when it has records to read right away: the
+    /// connection takes it before reading its next request, which is where waiting for
+    /// memory cannot hold up anything queued behind the fetch. A fetch with nothing to read
+    /// yet takes memory only when records arrive during its long poll.
+    pub fn memory_wanted(&self) -> Option<usize> {
+        (self.refused.is_none() && self.slots.iter().any(has_data)).then_some(self.limits.reserve)
     }
+}
+
+/// Resolves a fetch's topics and partitions and works out its limits.
+pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
+    let fetch_max = b.config.fetch_max_bytes;
     let mut topics = Vec::with_capacity(req.topics.len());
     let mut handles = Vec::with_capacity(req.topics.len());
     let mut slots = Vec::new();
+    let mut partition_max = Vec::new();
+    // We never hand out session ids, so any the client presents is unknown.
+    let refused =
+        (version >= 7 && req.session_id != 0).then_some(ResponseError::FetchSessionIdNotFound);
     for (ti, ft) in req.topics.iter().enumerate() {
+        if refused.is_some() {
+            break;
+        }
         let mut tr = FetchableTopicResponse::default();
         let topic = if version >= 13 {
             tr.topic_id = ft.topic_id;
@@ -77,42 +99,160 @@ async fn serve(b: &Arc<Broker>, version: i16, req: FetchRequest) -> FetchRespons
                 (None, _) | (_, None) => Some(ResponseError::UnknownTopicOrPartition),
                 _ => None,
             };
+            partition_max.push(fp.partition_max_bytes);
             slots.push(Slot {
                 topic: ti,
                 partition,
                 index: fp.partition,
                 fetch_offset: fp.fetch_offset,
-                max_bytes: fp.partition_max_bytes.max(0) as usize,
+                max_bytes: clamp_limit(fp.partition_max_bytes, fetch_max),
                 current_leader_epoch: fp.current_leader_epoch,
                 error,
             });
         }
     }
-    let min_bytes = req.min_bytes.max(0) as usize;
-    let max_bytes = if req.max_bytes <= 0 {
-        usize::MAX
-    } else {
-        req.max_bytes as usize
+    Prepared {
+        version,
+        refused,
+        topics,
+        handles,
+        slots,
+        limits: bounds(req.max_bytes, &partition_max, fetch_max, b.budget.limit()),
+        min_bytes: req.min_bytes.max(0) as usize,
+        wait: Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP),
+    }
+}
+
+/// Serves a prepared fetch, waiting as the request allows. `memory` is what the connection
+/// took for it ([`Prepared::memory_wanted`]) and `throttle_ms` how long the request waited
+/// for memory so far. Returns the response and the memory its records hold, which must stay
+/// held until the response has been written.
+pub async fn serve(
+    b: Arc<Broker>,
+    fetch: Prepared,
+    memory: Option<Permit>,
+    throttle_ms: i32,
+) -> (FetchResponse, Option<Permit>) {
+    let (mut resp, memory, waited) = match fetch.refused {
+        Some(e) => {
+            let mut resp = FetchResponse::default();
+            resp.error_code = e.code();
+            (resp, None, Duration::ZERO)
+        }
+        None => read_and_wait(&b, fetch, memory).await,
     };
-    let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
+    let waited_ms = waited.as_millis().min(i32::MAX as u128) as i32;
+    resp.throttle_time_ms = throttle_ms.saturating_add(waited_ms);
+    for p in resp.responses.iter().flat_map(|t| t.partitions.iter()) {
+        b.metrics.error(ApiKey::Fetch as i16, p.error_code);
+    }
+    b.metrics.error(ApiKey::Fetch as i16, resp.error_code);
+    (resp, memory)
+}
+
+/// A limit from the request, clamped to 0..=`cap`: negative means nothing (but KIP-74's one
+/// batch), huge means the broker's cap.
+fn clamp_limit(requested: i32, cap: usize) -> usize {
+    usize::try_from(requested).unwrap_or(0).min(cap)
+}
+
+/// How much a fetch may read, and how much memory it reserves for that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bounds {
+    /// Most record bytes in the response (before KIP-74's one batch).
+    response: usize,
+    /// Memory to hold before reading.
+    reserve: usize,
+}
+
+fn bounds(max_bytes: i32, partition_max: &[i32], fetch_max: usize, budget: usize) -> Bounds {
+    let partitions = partition_max.iter().fold(0usize, |sum, p| {
+        sum.saturating_add(clamp_limit(*p, fetch_max))
+    });
+    let response = clamp_limit(max_bytes, fetch_max).min(partitions);
+    let ceiling = (budget / 2).max(1);
+    Bounds {
+        response: response.min(ceiling),
+        reserve: response.max(MIN_RESERVE_BYTES).min(ceiling),
+    }
+}
+
+async fn read_and_wait(
+    b: &Arc<Broker>,
+    fetch: Prepared,
+    mut memory: Option<Permit>,
+) -> (FetchResponse, Option<Permit>, Duration) {
+    let Prepared {
+        version,
+        topics,
+        handles,
+        slots,
+        limits,
+        min_bytes,
+        wait,
+        ..
+    } = fetch;
     let deadline = tokio::time::Instant::now() + wait;
+    let mut waited = Duration::ZERO;
+    // Each round ends in an answer or waits for an append, for memory or for the deadline,
+    // and a round that starts at or past the deadline answers.
     loop {
         // Subscribe before reading so an append between the read and the wait still wakes us.
         let mut watches: Vec<watch::Receiver<i64>> = slots
             .iter()
             .filter_map(|s| s.partition.as_ref().map(|p| p.watch_high_watermark()))
             .collect();
-        let (parts, bytes, errors) = read_all(&slots, version, max_bytes);
+        let now = tokio::time::Instant::now();
+        // Memory is taken only when there is something to read, and before reading it. Here,
+        // inside the fetch, it is waited for only until the deadline: requests queued behind
+        // this fetch on its connection may hold the memory it waits for.
+        if memory.is_none() && slots.iter().any(has_data) {
+            memory = b.budget.try_acquire(limits.reserve);
+            if memory.is_none() && now < deadline {
+                match b
+                    .budget
+                    .acquire_before(limits.reserve, Some(deadline))
+                    .await
+                {
+                    Some((p, w)) => {
+                        waited += w;
+                        memory = Some(p);
+                    }
+                    None => {
+                        waited += deadline.saturating_duration_since(now);
+                        continue;
+                    }
+                }
+            }
+        }
+        let (read_max, min_one) = match &memory {
+            Some(p) => (limits.response.min(p.bytes()), true),
+            // Nothing to read, or no memory to read it with: errors and watermarks only.
+            None => (0, false),
+        };
+        let (parts, bytes, errors) = read_all(&slots, version, read_max, min_one);
         let now = tokio::time::Instant::now();
         if bytes >= min_bytes.max(1) || errors || now >= deadline || watches.is_empty() {
-            return assemble(topics, &handles, parts);
+            if let Some(p) = memory.as_mut() {
+                // Keep what was read (more than reserved only for KIP-74's one big batch).
+                p.resize(bytes);
+            }
+            return (assemble(topics, &handles, parts), memory, waited);
         }
+        // Not enough yet: keep the memory (it stays accounted) and wait for appends.
+        drop(parts);
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
-        if tokio::time::timeout_at(deadline, changed).await.is_err() {
-            let (parts, _, _) = read_all(&slots, version, max_bytes);
-            return assemble(topics, &handles, parts);
-        }
+        // On timeout the next round answers with what there is.
+        let _ = tokio::time::timeout_at(deadline, changed).await;
     }
+}
+
+/// True when the slot's partition has records past the fetch position to read.
+fn has_data(s: &Slot) -> bool {
+    s.error.is_none()
+        && s.partition
+            .as_ref()
+            .is_some_and(|p| p.high_watermark() > s.fetch_offset)
 }
 
 fn assemble(
@@ -137,12 +277,15 @@ fn assemble(
     resp
 }
 
-/// Reads every slot once; returns the partition data, bytes gathered and whether any
-/// partition carries an error (which makes the fetch answer at once, as Kafka does).
+/// Reads every slot once, at most `max_bytes` in all (plus, with `min_one`, KIP-74's one whole
+/// batch for the first partition with data); returns the partition data, bytes gathered and
+/// whether any partition carries an error (which makes the fetch answer at once, as Kafka
+/// does).
 fn read_all(
     slots: &[Slot],
     version: i16,
     max_bytes: usize,
+    min_one: bool,
 ) -> (Vec<(usize, PartitionData)>, usize, bool) {
     let mut out = Vec::with_capacity(slots.len());
     let mut total = 0usize;
@@ -177,7 +320,7 @@ fn read_all(
                     // KIP-74: the first partition with data may exceed the remaining budget by
                     // one batch so that progress is always possible.
                     let budget = s.max_bytes.min(max_bytes.saturating_sub(total));
-                    match p.read(s.fetch_offset, budget, total == 0) {
+                    match p.read(s.fetch_offset, budget, min_one && total == 0) {
                         Ok(r) => {
                             total += r.records.len();
                             pd.records = Some(r.records);
@@ -202,4 +345,62 @@ fn read_all(
         out.push((s.topic, pd));
     }
     (out, total, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FETCH_MAX: usize = 55 << 20;
+
+    #[test]
+    fn negative_limits_read_nothing_but_reserve_for_one_batch() {
+        let b = bounds(-1, &[-5, i32::MIN], FETCH_MAX, 64 << 20);
+        assert_eq!(b.response, 0);
+        assert_eq!(b.reserve, MIN_RESERVE_BYTES);
+    }
+
+    #[test]
+    fn huge_limits_are_capped_by_fetch_max_bytes_and_half_the_budget() {
+        let b = bounds(i32::MAX, &[i32::MAX; 4], FETCH_MAX, 1 << 30);
+        assert_eq!(
+            b,
+            Bounds {
+                response: FETCH_MAX,
+                reserve: FETCH_MAX
+            }
+        );
+        let b = bounds(i32::MAX, &[i32::MAX; 4], FETCH_MAX, 16 << 20);
+        assert_eq!(
+            b,
+            Bounds {
+                response: 8 << 20,
+                reserve: 8 << 20
+            }
+        );
+    }
+
+    #[test]
+    fn the_response_is_bounded_by_the_sum_of_partition_limits() {
+        let b = bounds(50 << 20, &[1 << 20, 1 << 20], FETCH_MAX, 1 << 30);
+        assert_eq!(b.response, 2 << 20);
+        let many = vec![i32::MAX; 100_000];
+        let b = bounds(i32::MAX, &many, FETCH_MAX, 1 << 30);
+        assert_eq!(
+            b.response, FETCH_MAX,
+            "the sum saturates instead of overflowing"
+        );
+    }
+
+    #[test]
+    fn a_tiny_budget_still_lets_a_fetch_reserve_something() {
+        let b = bounds(i32::MAX, &[i32::MAX], FETCH_MAX, 1);
+        assert_eq!(
+            b,
+            Bounds {
+                response: 1,
+                reserve: 1
+            }
+        );
+    }
 }

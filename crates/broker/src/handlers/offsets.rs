@@ -16,7 +16,6 @@ use spate_protocol::messages::offset_fetch_response::{
 use spate_protocol::messages::*;
 use spate_protocol::{ResponseError, StrBytes};
 
-use crate::time::now_ms;
 use crate::Broker;
 
 /// Commits offsets for a group member (or a consumer without group management) and answers
@@ -44,7 +43,8 @@ pub fn commit(
             )
         })
     };
-    let now = now_ms();
+    // Commit timestamps are wall time: Kafka reports them, and retention counts from them.
+    let now = b.clock.now_ms();
     let max_meta = b.groups.settings().max_metadata_bytes;
     let mut resp = OffsetCommitResponse::default();
     let mut entries = Vec::new();

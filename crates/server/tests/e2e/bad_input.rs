@@ -90,6 +90,23 @@ fn truncated_frame_and_garbage_body_leave_the_broker_serving() {
 }
 
 #[test]
+fn bytes_after_a_request_body_are_ignored_as_kafka_ignores_them() {
+    let spate = Spate::start(&[]);
+    let mut raw = Raw::connect(&spate.addr);
+    // Metadata v1 with a null topic list (-1, all topics), then four bytes no field accounts
+    // for; librdkafka itself sends Metadata v12 with three trailing zero bytes.
+    let mut frame = vec![0, 3, 0, 1, 0, 0, 0, 1, 0, 0];
+    frame.extend_from_slice(&(-1i32).to_be_bytes());
+    frame.extend_from_slice(b"junk");
+    let mut framed = (frame.len() as i32).to_be_bytes().to_vec();
+    framed.extend_from_slice(&frame);
+    raw.send_bytes(&framed);
+    let (id, resp): (i32, MetadataResponse) = raw.recv(ApiKey::Metadata, 1);
+    assert_eq!((id, resp.brokers.len()), (1, 1));
+    broker_still_serves(&spate.addr);
+}
+
+#[test]
 fn unknown_api_keys_and_versions_get_unsupported_version() {
     let spate = Spate::start(&[]);
     let mut raw = Raw::connect(&spate.addr);

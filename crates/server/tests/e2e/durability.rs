@@ -186,3 +186,69 @@ async fn graceful_restart_keeps_everything_without_a_recovery_scan() {
         .expect("delivery");
     assert_eq!(d.offset, 20);
 }
+
+async fn send_values(addr: &str, topic: &str, values: std::ops::Range<u32>) {
+    let p = producer(addr, &[]);
+    for i in values {
+        p.send(
+            FutureRecord::to(topic)
+                .partition(0)
+                .key("k")
+                .payload(&format!("{topic}-{i}")),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("delivery");
+    }
+}
+
+#[tokio::test]
+async fn topics_named_like_deletion_markers_keep_their_data_through_delete_recreate_and_restarts() {
+    use rdkafka::admin::AdminOptions;
+
+    let mut spate = Spate::start(&[]);
+    // The last name is exactly what older versions renamed a deleted topic to.
+    let lookalike = format!("victim-{}.deleted", uuid_like_hex());
+    let names = ["x.deleted", "a.deleted.deleted", lookalike.as_str()];
+    for name in names {
+        create_topic(&spate.addr, name, 1, &[]).await;
+        send_values(&spate.addr, name, 0..5).await;
+    }
+    create_topic(&spate.addr, "short-lived", 1, &[]).await;
+    let a = crate::harness::admin(&spate.addr);
+    for gone in ["x.deleted", "short-lived"] {
+        let r = a
+            .delete_topics(&[gone], &AdminOptions::new())
+            .await
+            .unwrap();
+        assert!(r[0].is_ok(), "{r:?}");
+    }
+    create_topic(&spate.addr, "x.deleted", 1, &[]).await;
+    send_values(&spate.addr, "x.deleted", 100..103).await;
+    let expect = |name: &str| -> Vec<Vec<u8>> {
+        let range = if name == "x.deleted" { 100..103 } else { 0..5 };
+        range.map(|i| format!("{name}-{i}").into_bytes()).collect()
+    };
+    // A crash, then a clean restart: neither may remove a live topic's data.
+    for clean in [false, true] {
+        if clean {
+            spate.stop();
+        }
+        spate.restart();
+        for name in names {
+            let got: Vec<Vec<u8>> = read_all(&spate.addr, name).into_values().collect();
+            assert_eq!(got, expect(name), "{name} after restart (clean: {clean})");
+        }
+    }
+    let trash = spate.data_dir().join("trash");
+    assert_eq!(std::fs::read_dir(trash).unwrap().count(), 0);
+}
+
+/// 32 lowercase hex digits, as a topic id prints in a directory name.
+fn uuid_like_hex() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{nanos:032x}")
+}

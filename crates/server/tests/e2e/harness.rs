@@ -43,6 +43,11 @@ impl Spate {
         }
     }
 
+    /// The broker's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")

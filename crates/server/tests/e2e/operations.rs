@@ -13,7 +13,7 @@ use crate::harness::{consumer, http, producer, Raw, Spate};
 use crate::produce_consume::create_topic;
 
 /// Parses Prometheus text into "name{labels}" -> value, checking every sample line.
-fn scrape(addr: &str) -> HashMap<String, f64> {
+pub(crate) fn scrape(addr: &str) -> HashMap<String, f64> {
     let (status, text) = http(addr, "GET", "/metrics", &[], "");
     assert_eq!(status, 200);
     let mut out = HashMap::new();
