@@ -195,9 +195,10 @@ impl Broker {
     pub fn enforce_retention(&self) {
         self.groups.maintain();
         self.snapshot_producer_states();
+        let now = self.clock.now_ms();
         for topic in self.topics.list() {
             for p in topic.partitions() {
-                match p.enforce_retention() {
+                match p.enforce_retention(now) {
                     Ok(0) => {}
                     Ok(n) => {
                         tracing::info!(topic = %topic.name, partition = p.index, segments = n, "retention deleted segments")

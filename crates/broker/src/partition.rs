@@ -367,9 +367,9 @@ impl Partition {
         self.state.write().log.set_config(config);
     }
 
-    /// Deletes segments past retention; returns how many.
-    pub fn enforce_retention(&self) -> Result<usize, LogError> {
-        self.state.write().log.enforce_retention(now_ms())
+    /// Deletes segments past retention as of `now_ms` (the broker's clock); returns how many.
+    pub fn enforce_retention(&self, now_ms: i64) -> Result<usize, LogError> {
+        self.state.write().log.enforce_retention(now_ms)
     }
 }
 

@@ -16,7 +16,6 @@ use tokio::sync::watch;
 use super::msg;
 use crate::partition::{AppendError, Appended};
 use crate::registry::Topic;
-use crate::time::now_ms;
 use crate::Broker;
 
 /// A partition response that must wait for `offset` to become durable.
@@ -73,7 +72,7 @@ pub fn handle(
                         ResponseError::UnknownTopicOrPartition,
                         "unknown topic".into(),
                     )),
-                    Some(t) => append_one(t, pd),
+                    Some(t) => append_one(t, pd, b.clock.now_ms()),
                 }
             };
             match outcome {
@@ -160,7 +159,7 @@ pub fn handle(
 
 type Outcome = Result<(Appended, i64, Option<i64>), (ResponseError, String)>;
 
-fn append_one(t: &Topic, pd: PartitionProduceData) -> Outcome {
+fn append_one(t: &Topic, pd: PartitionProduceData, now_ms: i64) -> Outcome {
     let Some(p) = t.partition(pd.index) else {
         return Err((
             ResponseError::UnknownTopicOrPartition,
@@ -196,7 +195,7 @@ fn append_one(t: &Topic, pd: PartitionProduceData) -> Outcome {
             "transactions are not supported yet".into(),
         ));
     }
-    let append_time = log_append_time.then(now_ms);
+    let append_time = log_append_time.then_some(now_ms);
     match p.append(&records, &h, append_time) {
         Ok(a) => {
             if matches!(a, Appended::New { .. }) {
