@@ -198,6 +198,7 @@ impl Broker {
         let now = self.clock.now_ms();
         for topic in self.topics.list() {
             for p in topic.partitions() {
+                p.expire_producers(now);
                 match p.enforce_retention(now) {
                     Ok(0) => {}
                     Ok(n) => {

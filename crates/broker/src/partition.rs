@@ -367,6 +367,12 @@ impl Partition {
         self.state.write().log.set_config(config);
     }
 
+    /// Forgets producer ids idle for longer than `producer.id.expiration.ms` as of `now_ms`;
+    /// returns how many.
+    pub fn expire_producers(&self, now_ms: i64) -> usize {
+        self.state.write().producers.expire(now_ms)
+    }
+
     /// Deletes segments past retention as of `now_ms` (the broker's clock); returns how many.
     pub fn enforce_retention(&self, now_ms: i64) -> Result<usize, LogError> {
         self.state.write().log.enforce_retention(now_ms)

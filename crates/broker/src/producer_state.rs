@@ -224,7 +224,6 @@ impl ProducerStates {
 
     /// Forgets producers idle for the expiration as of wall time `now_ms`, and stamps those
     /// seen since the last pass with `now_ms`. Returns how many were forgotten.
-    #[allow(dead_code)] // see `set_limits`
     pub fn expire(&mut self, now_ms: i64) -> usize {
         let expiration = self.limits.expiration_ms;
         let mut gone = Vec::new();
