@@ -232,11 +232,7 @@ pub(crate) fn write_index(
 ) -> Result<(), LogError> {
     // A new inode, never the old one truncated: a live memory map of the old file (a sealed
     // index still being read) would fault on the truncated pages.
-    match storage.remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).ctx("remove old index", path),
-    }
+    crate::storage::remove_if_exists(storage, path).ctx("remove old index", path)?;
     let f = storage
         .open(path, OpenMode::CreateTruncate)
         .ctx("create index", path)?;

@@ -744,11 +744,10 @@ fn read_clean_marker(storage: &dyn Storage, dir: &Path) -> Option<(i64, u64)> {
 
 fn remove_clean_marker(storage: &dyn Storage, dir: &Path) -> Result<(), LogError> {
     let path = dir.join(CLEAN_MARKER);
-    match storage.remove_file(&path) {
-        Ok(()) => storage.sync_dir(dir).ctx("fsync log dir", dir),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).ctx("remove shutdown marker", &path),
+    if crate::storage::remove_if_exists(storage, &path).ctx("remove shutdown marker", &path)? {
+        storage.sync_dir(dir).ctx("fsync log dir", dir)?;
     }
+    Ok(())
 }
 
 /// Decodes one batch to find its first record with a timestamp at or after `ts`.

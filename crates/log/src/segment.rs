@@ -9,7 +9,7 @@ use spate_protocol::batch::{self, BatchError, BatchHeader, HEADER_LEN};
 
 use crate::error::{IoContext, LogError};
 use crate::index::{self, Kind, SparseIndex};
-use crate::storage::{Mapped, OpenMode, Storage, StorageFile};
+use crate::storage::{self, Mapped, OpenMode, Storage, StorageFile};
 
 /// Bytes read per step when scanning a segment.
 const SCAN_CHUNK: usize = 1 << 20;
@@ -255,14 +255,13 @@ impl Segment {
             .ctx("create segment", &path)?;
         // Index files of an earlier segment with this base (before a truncation) would
         // describe other bytes.
-        for ext in ["index", "timeindex"] {
-            let p = dir.join(file_name(base_offset, ext));
-            match storage.remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).ctx("remove stale index", &p),
-            }
-        }
+        remove_files(
+            &**storage,
+            dir,
+            base_offset,
+            INDEX_EXTS,
+            "remove stale index",
+        )?;
         Ok(Self::empty(storage, dir, base_offset, path, file, now_ms))
     }
 
@@ -573,15 +572,13 @@ impl Segment {
     fn reactivate(&mut self) -> Result<(), LogError> {
         self.offset_index.truncate_to_offset(i64::MAX);
         self.time_index.truncate_to_offset(i64::MAX);
-        for ext in ["index", "timeindex"] {
-            let p = self.dir.join(file_name(self.base_offset, ext));
-            match self.storage.remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).ctx("remove stale index", &p),
-            }
-        }
-        Ok(())
+        remove_files(
+            &*self.storage,
+            &self.dir,
+            self.base_offset,
+            INDEX_EXTS,
+            "remove stale index",
+        )
     }
 
     /// The largest batch timestamp, read from the batch headers.
@@ -596,14 +593,30 @@ impl Segment {
 
     /// Removes the segment's files. Readers holding the file handle keep reading safely.
     pub(crate) fn delete(&self) -> Result<(), LogError> {
-        for ext in ["log", "index", "timeindex"] {
-            let p = self.dir.join(file_name(self.base_offset, ext));
-            match self.storage.remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).ctx("delete segment", &p),
-            }
-        }
-        Ok(())
+        remove_files(
+            &*self.storage,
+            &self.dir,
+            self.base_offset,
+            &["log", "index", "timeindex"],
+            "delete segment",
+        )
     }
+}
+
+/// The extensions of a segment's index files.
+const INDEX_EXTS: &[&str] = &["index", "timeindex"];
+
+/// Removes the files of the segment at `base` with these extensions, where they exist.
+fn remove_files(
+    storage: &dyn Storage,
+    dir: &Path,
+    base: i64,
+    exts: &[&str],
+    op: &'static str,
+) -> Result<(), LogError> {
+    for ext in exts {
+        let p = dir.join(file_name(base, ext));
+        storage::remove_if_exists(storage, &p).ctx(op, &p)?;
+    }
+    Ok(())
 }

@@ -86,6 +86,15 @@ pub trait Storage: Send + Sync + 'static {
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
 }
 
+/// Removes a file if it exists; `Ok(true)` when it did.
+pub fn remove_if_exists(storage: &dyn Storage, path: &Path) -> io::Result<bool> {
+    match storage.remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Writes `bytes` to `path` so that a reader sees the old or the new content and the new
 /// content survives a power loss once this returns: a temporary file, fsync, rename, fsync of
 /// the directory.
