@@ -454,7 +454,7 @@ fn base64_url(bytes: &[u8]) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use bytes::{Buf, BytesMut};
+    use bytes::Buf;
     use spate_protocol::messages::create_topics_request::CreatableTopic;
     use spate_protocol::messages::metadata_request::MetadataRequestTopic;
     use spate_protocol::messages::{
@@ -476,12 +476,7 @@ pub(crate) mod tests {
             .with_request_api_key(key as i16)
             .with_request_api_version(version)
             .with_correlation_id(11);
-        let mut buf = BytesMut::new();
-        header
-            .encode(&mut buf, key.request_header_version(version))
-            .unwrap();
-        body.encode(&mut buf, version).unwrap();
-        buf.freeze()
+        spate_protocol::codec::encode_request(&header, body).unwrap()
     }
 
     /// Runs a reply to its response frame.

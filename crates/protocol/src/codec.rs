@@ -1,7 +1,7 @@
 //! Encoding responses into frames and decoding request bodies.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, ResponseHeader};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
 use thiserror::Error;
 
@@ -54,6 +54,28 @@ pub fn encode_response<T: Encodable>(
     let mut buf = BytesMut::with_capacity(4 + size);
     buf.put_i32(size as i32);
     header.encode(&mut buf, header_version).map_err(err)?;
+    body.encode(&mut buf, version).map_err(err)?;
+    Ok(buf.freeze())
+}
+
+/// Encodes a request as a client sends it: header and body, without the length prefix (the
+/// shape `Request::decode` takes). For tests and tools that speak to a broker directly.
+pub fn encode_request<T: Encodable>(header: &RequestHeader, body: &T) -> Result<Bytes, CodecError> {
+    let version = header.request_api_version;
+    let api = ApiKey::try_from(header.request_api_key).map_err(|()| CodecError {
+        api: ApiKey::ApiVersions,
+        version,
+        reason: format!("unknown API key {}", header.request_api_key),
+    })?;
+    let err = |e: anyhow::Error| CodecError {
+        api,
+        version,
+        reason: e.to_string(),
+    };
+    let mut buf = BytesMut::new();
+    header
+        .encode(&mut buf, api.request_header_version(version))
+        .map_err(err)?;
     body.encode(&mut buf, version).map_err(err)?;
     Ok(buf.freeze())
 }

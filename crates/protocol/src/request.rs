@@ -129,12 +129,7 @@ mod tests {
             .with_request_api_key(key as i16)
             .with_request_api_version(version)
             .with_correlation_id(5);
-        let mut buf = BytesMut::new();
-        header
-            .encode(&mut buf, key.request_header_version(version))
-            .unwrap();
-        body.encode(&mut buf, version).unwrap();
-        buf.freeze()
+        crate::codec::encode_request(&header, body).unwrap()
     }
 
     #[test]

@@ -264,11 +264,7 @@ impl Raw {
             .with_request_api_version(version)
             .with_correlation_id(id)
             .with_client_id(Some(StrBytes::from_static_str("e2e-raw")));
-        let mut buf = BytesMut::new();
-        header
-            .encode(&mut buf, key.request_header_version(version))
-            .expect("encode header");
-        body.encode(&mut buf, version).expect("encode body");
+        let buf = spate_protocol::codec::encode_request(&header, body).expect("encode request");
         let mut framed = BytesMut::new();
         framed.put_i32(buf.len() as i32);
         framed.extend_from_slice(&buf);
