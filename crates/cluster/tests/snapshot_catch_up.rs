@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{follower_of, Cluster, STEP_DEADLINE};
+use common::{follower_of, run_bounded, Cluster, STEP_DEADLINE};
 use spate_cluster::controller::create_topic_command;
 use spate_cluster::metadata::MetadataCommand;
 use spate_cluster::node::NodeConfig;
@@ -20,13 +20,7 @@ fn snapshot_often(config: &mut NodeConfig) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follower_behind_a_purged_log_catches_up_from_a_snapshot() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    tokio::time::timeout(Duration::from_secs(120), scenario())
-        .await
-        .expect("the scenario took too long");
+    run_bounded(scenario()).await;
 }
 
 async fn scenario() {

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{follower_of, Cluster, STEP_DEADLINE};
+use common::{follower_of, run_bounded, Cluster, STEP_DEADLINE};
 use spate_cluster::controller::create_topic_command;
 use spate_cluster::metadata::{CommandOutcome, MetadataCommand};
 use tokio::net::TcpListener;
@@ -16,13 +16,7 @@ use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_elect_replicate_fail_over_and_catch_up() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    tokio::time::timeout(Duration::from_secs(120), scenario())
-        .await
-        .expect("the scenario took too long");
+    run_bounded(scenario()).await;
 }
 
 async fn scenario() {

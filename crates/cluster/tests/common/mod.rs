@@ -151,3 +151,14 @@ impl Cluster {
 pub fn follower_of(cluster: &Cluster, leader: u64) -> u64 {
     *cluster.members.keys().find(|&&id| id != leader).unwrap()
 }
+
+/// Runs a test scenario with logs going to the test output (RUST_LOG), bounded in time.
+pub async fn run_bounded(scenario: impl std::future::Future<Output = ()>) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    tokio::time::timeout(std::time::Duration::from_secs(120), scenario)
+        .await
+        .expect("the scenario took too long");
+}
