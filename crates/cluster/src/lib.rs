@@ -5,6 +5,8 @@
 //! - [`metadata`]: the pure, deterministic state machine (brokers, topics, partitions, ISR,
 //!   producer-id blocks) and the commands that change it;
 //! - [`controller`]: pure decisions the Raft leader takes (placement, liveness, elections);
+//! - [`replication`]: the pure ISR core of one partition (high watermark, ISR changes,
+//!   acks=all, divergence after a leader change);
 //! - [`raft`]: the openraft type config and the on-disk log and state-machine storage;
 //! - [`network`]: the inter-node transport (length-prefixed frames over TCP);
 //! - [`node`]: [`node::MetadataNode`], which wires it all and is what a broker uses.
@@ -14,3 +16,4 @@ pub mod metadata;
 pub mod network;
 pub mod node;
 pub mod raft;
+pub mod replication;
