@@ -99,6 +99,8 @@ pub struct Broker {
     pub clock: SharedClock,
     pub(crate) producer_ids: ProducerIds,
     flusher: Flusher,
+    /// Set once the broker joins a cluster (cluster mode); standalone otherwise.
+    pub(crate) cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
 }
 
 impl Broker {
@@ -142,6 +144,7 @@ impl Broker {
             clock,
             producer_ids,
             flusher,
+            cluster: std::sync::OnceLock::new(),
         });
         Ok((broker, notes))
     }
@@ -302,6 +305,9 @@ impl Broker {
             Request::ListGroups(r) => ctx.now(&handlers::groups::list(self, version, r)),
             Request::DeleteGroups(r) => ctx.now(&handlers::groups::delete(self, r)),
             Request::OffsetDelete(r) => ctx.now(&handlers::offsets::delete(self, r)),
+            Request::OffsetForLeaderEpoch(r) => {
+                ctx.now(&handlers::leader_epochs::handle(self, version, r))
+            }
         };
         Ok(reply?)
     }
@@ -435,7 +441,7 @@ fn load_or_create_cluster_id(dir: &Path, node_id: i32) -> Result<String, BrokerE
     }
 }
 
-fn base64_url(bytes: &[u8]) -> String {
+pub(crate) fn base64_url(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut out = String::with_capacity(bytes.len() * 4 / 3 + 2);
     for chunk in bytes.chunks(3) {

@@ -34,6 +34,9 @@ pub enum BrokerError {
         /// Why.
         reason: String,
     },
+    /// Cluster mode could not be set up.
+    #[error("cluster: {0}")]
+    Cluster(String),
 }
 
 pub(crate) fn io<'a>(

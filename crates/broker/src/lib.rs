@@ -5,6 +5,7 @@
 //! response, or a future for it when the answer must wait (fsync, long-poll fetch).
 
 mod budget;
+pub mod cluster;
 mod config;
 mod dispatch;
 mod error;

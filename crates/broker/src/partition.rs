@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
+use spate_cluster::metadata::BrokerId;
+use spate_cluster::replication::{AckState, IsrChange, LeaderState, ReplicaError};
 use spate_log::{
     Durability, EpochEntry, Flusher, FsStorage, Log, LogConfig, LogError, ReadResult, Storage,
     TimestampLookup,
@@ -75,8 +77,12 @@ pub struct Partition {
     snapshot_offset: AtomicI64,
     state: RwLock<State>,
     high_watermark: watch::Sender<i64>,
+    /// The log end, for replica fetches that long-poll for new batches.
+    log_end: watch::Sender<i64>,
     leader_epoch: AtomicI32,
     role: AtomicU8,
+    /// The leader's view of its followers; `Some` only while this broker leads in a cluster.
+    replication: Mutex<Option<LeaderState>>,
     deleted: AtomicBool,
 }
 
@@ -112,8 +118,10 @@ impl Partition {
                 snapshot_offset: AtomicI64::new(from),
                 state: RwLock::new(State { log, producers }),
                 high_watermark: watch::Sender::new(end),
+                log_end: watch::Sender::new(end),
                 leader_epoch: AtomicI32::new(0),
                 role: AtomicU8::new(Role::Standalone as u8),
+                replication: Mutex::new(None),
                 deleted: AtomicBool::new(false),
             },
             notes,
@@ -189,6 +197,158 @@ impl Partition {
         let _st = self.state.write();
         self.leader_epoch.store(leader_epoch, Ordering::SeqCst);
         self.role.store(role as u8, Ordering::SeqCst);
+        if role != Role::Leader {
+            *self.replication.lock() = None;
+        }
+    }
+
+    /// Becomes the leader at `leader_epoch` with the quorum's replicas and ISR: from now on
+    /// produces are taken and the high watermark moves as the ISR catches up.
+    pub fn become_leader(
+        &self,
+        me: BrokerId,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        replicas: Vec<BrokerId>,
+        isr: Vec<BrokerId>,
+        now_ms: u64,
+        lag_time_max_ms: u64,
+    ) {
+        let st = self.state.write();
+        let end = st.log.end_offset();
+        let state = LeaderState::new(
+            me,
+            leader_epoch,
+            partition_epoch,
+            replicas,
+            isr,
+            end,
+            self.high_watermark(),
+            now_ms,
+            lag_time_max_ms,
+        );
+        let hw = state.high_watermark();
+        *self.replication.lock() = Some(state);
+        self.leader_epoch.store(leader_epoch, Ordering::SeqCst);
+        self.role.store(Role::Leader as u8, Ordering::SeqCst);
+        drop(st);
+        self.raise_high_watermark(hw);
+    }
+
+    /// The quorum committed a new ISR or assignment for the partition this broker leads.
+    pub fn leader_metadata(
+        &self,
+        partition_epoch: i32,
+        replicas: Vec<BrokerId>,
+        isr: Vec<BrokerId>,
+        fenced: std::collections::BTreeSet<BrokerId>,
+        now_ms: u64,
+    ) {
+        let end = self.log_end_offset();
+        let hw = self
+            .replication
+            .lock()
+            .as_mut()
+            .and_then(|l| l.on_metadata(partition_epoch, replicas, isr, fenced, end, now_ms));
+        if let Some(hw) = hw {
+            self.raise_high_watermark(hw);
+        }
+    }
+
+    /// A follower fetched from `fetch_offset`: records its progress, moves the high
+    /// watermark, and returns an ISR expansion to propose when it caught up.
+    pub fn on_replica_fetch(
+        &self,
+        follower: BrokerId,
+        fetch_offset: i64,
+        now_ms: u64,
+    ) -> Result<Option<IsrChange>, ReplicaFetchError> {
+        let end = self.log_end_offset();
+        let mut guard = self.replication.lock();
+        let leader = guard.as_mut().ok_or(ReplicaFetchError::NotLeader)?;
+        let out = leader
+            .on_follower_fetch(follower, fetch_offset, end, now_ms)
+            .map_err(ReplicaFetchError::Replica)?;
+        drop(guard);
+        if let Some(hw) = out.high_watermark {
+            self.raise_high_watermark(hw);
+        }
+        Ok(out.expand)
+    }
+
+    /// Followers that fell out of sync: the ISR change to propose, if any.
+    pub fn check_isr(&self, now_ms: u64) -> Option<IsrChange> {
+        self.replication
+            .lock()
+            .as_mut()
+            .and_then(|l| l.check_lagging(now_ms))
+    }
+
+    /// A proposed ISR change did not commit.
+    pub fn isr_change_failed(&self) {
+        if let Some(l) = self.replication.lock().as_mut() {
+            l.on_isr_change_failed();
+        }
+    }
+
+    /// Whether an acks=all produce may be appended (`None` when not leading in a cluster).
+    pub fn accepts_acks_all(&self, min_isr: usize) -> Option<bool> {
+        self.replication
+            .lock()
+            .as_ref()
+            .map(|l| l.accepts_acks_all(min_isr))
+    }
+
+    /// Where an acks=all produce ending at `last_offset` stands, if this broker still leads
+    /// at `leader_epoch`.
+    pub fn ack_state(
+        &self,
+        leader_epoch: i32,
+        last_offset: i64,
+        min_isr: usize,
+    ) -> Option<AckState> {
+        self.replication
+            .lock()
+            .as_ref()
+            .filter(|l| l.leader_epoch() == leader_epoch)
+            .map(|l| l.ack_state(last_offset, min_isr))
+    }
+
+    /// The leader's replication view (ISR, followers' progress), for status pages.
+    pub fn leader_view(&self) -> Option<LeaderState> {
+        self.replication.lock().clone()
+    }
+
+    fn raise_high_watermark(&self, hw: i64) {
+        self.high_watermark.send_if_modified(|cur| {
+            let changed = hw > *cur;
+            if changed {
+                *cur = hw;
+            }
+            changed
+        });
+    }
+
+    /// Subscribes to the log end, for replica fetches.
+    pub fn watch_log_end(&self) -> watch::Receiver<i64> {
+        self.log_end.subscribe()
+    }
+
+    /// Reads whole batches from `offset` up to the log end (a follower's fetch).
+    pub fn read_replica(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<ReadResult, LogError> {
+        let st = self.state.read();
+        if st.log.is_failed() {
+            return Err(LogError::Failed {
+                path: st.log.dir().to_path_buf(),
+            });
+        }
+        let end = st.log.end_offset();
+        st.log.read(offset, max_bytes, end, min_one)
     }
 
     /// Moves the high watermark (leaders: the ISR's minimum log end; followers: what the
@@ -214,8 +374,10 @@ impl Partition {
     }
 
     /// Appends a batch copied from the leader, keeping its offsets and epoch, and notes its
-    /// producer so a retry after failover is still recognised. Only a follower does this.
-    pub fn append_replica(&self, batch: &[u8]) -> Result<(), AppendError> {
+    /// producer so a retry after failover is still recognised. Only a follower does this, and
+    /// only while it follows at `leader_epoch`: a fetch answered by a deposed leader must not
+    /// land after the follower moved on to the next one.
+    pub fn append_replica(&self, batch: &[u8], leader_epoch: i32) -> Result<(), AppendError> {
         let mut st = self.state.write();
         if self.deleted.load(Ordering::SeqCst) {
             return Err(AppendError::Refused(ResponseError::UnknownTopicOrPartition));
@@ -223,9 +385,14 @@ impl Partition {
         if self.role() != Role::Follower {
             return Err(AppendError::Refused(ResponseError::NotLeaderOrFollower));
         }
-        st.log
+        if self.leader_epoch() != leader_epoch {
+            return Err(AppendError::Refused(ResponseError::FencedLeaderEpoch));
+        }
+        let info = st
+            .log
             .append_replica(batch, now_ms())
             .map_err(AppendError::Storage)?;
+        self.log_end.send_replace(info.last_offset + 1);
         if let Ok(h) = BatchHeader::parse(batch) {
             if h.has_producer_id() && !h.is_control() {
                 st.producers.record(
@@ -246,6 +413,24 @@ impl Partition {
     /// removed batch is not taken for a duplicate later.
     pub fn truncate_to(&self, offset: i64) -> Result<i64, BrokerError> {
         let mut st = self.state.write();
+        self.truncate_locked(&mut st, offset)
+    }
+
+    /// [`Partition::truncate_to`] for a follower at `leader_epoch`; `None` (nothing cut) when
+    /// the partition moved on to another epoch or role meanwhile.
+    pub fn truncate_following(
+        &self,
+        offset: i64,
+        leader_epoch: i32,
+    ) -> Result<Option<i64>, BrokerError> {
+        let mut st = self.state.write();
+        if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
+            return Ok(None);
+        }
+        self.truncate_locked(&mut st, offset).map(Some)
+    }
+
+    fn truncate_locked(&self, st: &mut State, offset: i64) -> Result<i64, BrokerError> {
         let end = st.log.truncate_to(offset, now_ms())?;
         if self.snapshot_offset.load(Ordering::Relaxed) > end {
             // The snapshot describes offsets that no longer exist.
@@ -261,6 +446,7 @@ impl Partition {
             *hw = (*hw).min(end);
             changed
         });
+        self.log_end.send_replace(end);
         Ok(end)
     }
 
@@ -320,9 +506,23 @@ impl Partition {
                 info.last_offset,
             );
         }
-        if role == Role::Standalone {
+        self.log_end.send_replace(info.last_offset + 1);
+        match role {
             // The leader is the whole ISR, so everything written is committed.
-            self.high_watermark.send_replace(info.last_offset + 1);
+            Role::Standalone => {
+                self.high_watermark.send_replace(info.last_offset + 1);
+            }
+            Role::Leader => {
+                let hw = self
+                    .replication
+                    .lock()
+                    .as_mut()
+                    .and_then(|l| l.on_leader_append(info.last_offset + 1));
+                if let Some(hw) = hw {
+                    self.raise_high_watermark(hw);
+                }
+            }
+            Role::Follower => {}
         }
         Ok(Appended::New {
             base_offset: info.base_offset,
@@ -417,6 +617,15 @@ fn rebuild_producers(
         }
     })?;
     Ok((from, producers))
+}
+
+/// Why a follower's fetch was not counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaFetchError {
+    /// This broker does not lead the partition.
+    NotLeader,
+    /// The fetching broker is not one of the replicas.
+    Replica(ReplicaError),
 }
 
 /// A produce that could not be stored.
@@ -528,7 +737,7 @@ mod tests {
             .unwrap();
         for (pos, h) in spate_protocol::batch::Batches::new(&bytes.records) {
             follower
-                .append_replica(&bytes.records[pos..pos + h.total_len()])
+                .append_replica(&bytes.records[pos..pos + h.total_len()], 5)
                 .unwrap();
         }
         assert_eq!(follower.log_end_offset(), 5);

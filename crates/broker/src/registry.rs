@@ -215,6 +215,12 @@ impl TopicError {
     }
 }
 
+impl std::fmt::Display for TopicError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({:?})", self.message, self.code)
+    }
+}
+
 impl From<BrokerError> for TopicError {
     fn from(e: BrokerError) -> Self {
         tracing::error!(error = %e, "topic operation failed");
@@ -365,6 +371,19 @@ impl TopicRegistry {
         config: TopicConfig,
         validate_only: bool,
     ) -> Result<Option<Arc<Topic>>, TopicError> {
+        self.create_with_id(name, Uuid::new_v4(), partitions, config, validate_only)
+    }
+
+    /// Creates a topic with a given id: in a cluster every replica uses the id the metadata
+    /// quorum chose.
+    pub fn create_with_id(
+        &self,
+        name: &str,
+        id: Uuid,
+        partitions: i32,
+        config: TopicConfig,
+        validate_only: bool,
+    ) -> Result<Option<Arc<Topic>>, TopicError> {
         validate_topic_name(name)
             .map_err(|m| TopicError::new(ResponseError::InvalidTopicException, m))?;
         if partitions <= 0 {
@@ -392,7 +411,7 @@ impl TopicRegistry {
         let dir = self.root.join(name);
         std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
         let file = TopicFile {
-            id: Uuid::new_v4(),
+            id,
             partitions,
             config,
         };

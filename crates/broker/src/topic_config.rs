@@ -210,6 +210,11 @@ impl TopicConfig {
         self.num("max.message.bytes").max(0) as usize
     }
 
+    /// Replicas that must be in sync for acks=all (at least 1).
+    pub fn min_insync_replicas(&self) -> usize {
+        self.num("min.insync.replicas").max(1) as usize
+    }
+
     /// Whether batches get the broker's timestamp.
     pub fn log_append_time(&self) -> bool {
         self.get("message.timestamp.type").map(|(v, _)| v) == Some("LogAppendTime")

@@ -51,6 +51,8 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::IncrementalAlterConfigs, 0, 1),
     api(ApiKey::OffsetDelete, 0, 0),
     api(ApiKey::DescribeCluster, 0, 1),
+    // v2 adds the current leader epoch (fencing); v3 the replica id followers send.
+    api(ApiKey::OffsetForLeaderEpoch, 0, 4),
 ];
 
 /// Looks up the advertised range for a raw API key.

@@ -35,6 +35,7 @@ pub enum Request {
     ListGroups(ListGroupsRequest),
     DeleteGroups(DeleteGroupsRequest),
     OffsetDelete(OffsetDeleteRequest),
+    OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
 }
 
 /// What a frame turned out to be.
@@ -107,6 +108,7 @@ impl Request {
             ApiKey::ListGroups => body!(ListGroups),
             ApiKey::DeleteGroups => body!(DeleteGroups),
             ApiKey::OffsetDelete => body!(OffsetDelete),
+            ApiKey::OffsetForLeaderEpoch => body!(OffsetForLeaderEpoch),
             // The supported table lists a key this match does not know: answer, don't panic.
             _ => return Ok(Decoded::Unsupported(prefix)),
         };

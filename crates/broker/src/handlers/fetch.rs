@@ -23,7 +23,7 @@ use spate_protocol::ResponseError;
 use tokio::sync::watch;
 
 use crate::budget::Permit;
-use crate::partition::Partition;
+use crate::partition::{Partition, Role};
 use crate::registry::Topic;
 use crate::Broker;
 
@@ -41,6 +41,8 @@ struct Slot {
     fetch_offset: i64,
     max_bytes: usize,
     current_leader_epoch: i32,
+    /// A follower's fetch: reads up to the log end, not the high watermark.
+    replica: bool,
     /// Error found while resolving (unknown topic or partition).
     error: Option<ResponseError>,
 }
@@ -78,6 +80,13 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
     // We never hand out session ids, so any the client presents is unknown.
     let refused =
         (version >= 7 && req.session_id != 0).then_some(ResponseError::FetchSessionIdNotFound);
+    let replica_id = if version >= 15 {
+        req.replica_state.replica_id.0
+    } else {
+        req.replica_id.0
+    };
+    let replica = (replica_id >= 0).then_some(replica_id);
+    let now_ms = b.clock.monotonic_ms().max(0) as u64;
     for (ti, ft) in req.topics.iter().enumerate() {
         if refused.is_some() {
             break;
@@ -97,7 +106,15 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
             let error = match (&topic, &partition) {
                 (None, _) if version >= 13 => Some(ResponseError::UnknownTopicId),
                 (None, _) | (_, None) => Some(ResponseError::UnknownTopicOrPartition),
-                _ => None,
+                (Some(t), Some(p)) => admit(
+                    b,
+                    t,
+                    p,
+                    replica,
+                    fp.current_leader_epoch,
+                    fp.fetch_offset,
+                    now_ms,
+                ),
             };
             partition_max.push(fp.partition_max_bytes);
             slots.push(Slot {
@@ -107,6 +124,7 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
                 fetch_offset: fp.fetch_offset,
                 max_bytes: clamp_limit(fp.partition_max_bytes, fetch_max),
                 current_leader_epoch: fp.current_leader_epoch,
+                replica: replica.is_some(),
                 error,
             });
         }
@@ -120,6 +138,46 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
         limits: bounds(req.max_bytes, &partition_max, fetch_max, b.budget.limit()),
         min_bytes: req.min_bytes.max(0) as usize,
         wait: Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP),
+    }
+}
+
+/// Checks that this broker may serve the partition to this fetcher: consumers read from the
+/// leader only; a follower (`replica`) must be a replica and fetch in the leader's epoch, and
+/// its fetch offset is what tells the leader how far it has got.
+fn admit(
+    b: &Broker,
+    t: &Topic,
+    p: &Arc<Partition>,
+    replica: Option<i32>,
+    current_leader_epoch: i32,
+    fetch_offset: i64,
+    now_ms: u64,
+) -> Option<ResponseError> {
+    let Some(cluster) = b.cluster() else {
+        // Standalone: nothing replicates from us.
+        return replica.map(|_| ResponseError::NotLeaderOrFollower);
+    };
+    if p.role() != Role::Leader {
+        return Some(ResponseError::NotLeaderOrFollower);
+    }
+    let Some(follower) = replica else {
+        return None;
+    };
+    let epoch = p.leader_epoch();
+    if current_leader_epoch >= 0 && current_leader_epoch != epoch {
+        // Checked again when reading; a fetch from another epoch must not count as progress.
+        return None;
+    }
+    match p.on_replica_fetch(follower, fetch_offset, now_ms) {
+        Ok(Some(change)) => {
+            cluster.request_isr_change(&t.name, p.clone(), change);
+            None
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(topic = %t.name, partition = p.index, follower, reason = ?e, "replica fetch refused: the fetching broker holds no replica of this partition here");
+            Some(ResponseError::NotLeaderOrFollower)
+        }
     }
 }
 
@@ -200,7 +258,15 @@ async fn read_and_wait(
         // Subscribe before reading so an append between the read and the wait still wakes us.
         let mut watches: Vec<watch::Receiver<i64>> = slots
             .iter()
-            .filter_map(|s| s.partition.as_ref().map(|p| p.watch_high_watermark()))
+            .filter_map(|s| {
+                s.partition.as_ref().map(|p| {
+                    if s.replica {
+                        p.watch_log_end()
+                    } else {
+                        p.watch_high_watermark()
+                    }
+                })
+            })
             .collect();
         let now = tokio::time::Instant::now();
         // Memory is taken only when there is something to read, and before reading it. Here,
@@ -250,9 +316,14 @@ async fn read_and_wait(
 /// True when the slot's partition has records past the fetch position to read.
 fn has_data(s: &Slot) -> bool {
     s.error.is_none()
-        && s.partition
-            .as_ref()
-            .is_some_and(|p| p.high_watermark() > s.fetch_offset)
+        && s.partition.as_ref().is_some_and(|p| {
+            let end = if s.replica {
+                p.log_end_offset()
+            } else {
+                p.high_watermark()
+            };
+            end > s.fetch_offset
+        })
 }
 
 fn assemble(
@@ -320,7 +391,12 @@ fn read_all(
                     // KIP-74: the first partition with data may exceed the remaining budget by
                     // one batch so that progress is always possible.
                     let budget = s.max_bytes.min(max_bytes.saturating_sub(total));
-                    match p.read(s.fetch_offset, budget, min_one && total == 0) {
+                    let read = if s.replica {
+                        p.read_replica(s.fetch_offset, budget, min_one && total == 0)
+                    } else {
+                        p.read(s.fetch_offset, budget, min_one && total == 0)
+                    };
+                    match read {
                         Ok(r) => {
                             total += r.records.len();
                             pd.records = Some(r.records);

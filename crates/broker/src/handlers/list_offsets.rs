@@ -6,7 +6,7 @@ use spate_protocol::messages::list_offsets_response::{
 use spate_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use spate_protocol::ResponseError;
 
-use crate::partition::Partition;
+use crate::partition::{Partition, Role};
 use crate::Broker;
 
 const LATEST: i64 = -1;
@@ -29,6 +29,10 @@ pub fn handle(b: &Broker, version: i16, req: ListOffsetsRequest) -> ListOffsetsR
             let partition = topic.as_ref().and_then(|t| t.partition(rp.partition_index));
             let result = match partition {
                 None => Err(ResponseError::UnknownTopicOrPartition),
+                // In a cluster only the leader knows the high watermark consumers may see.
+                Some(p) if b.cluster().is_some() && p.role() != Role::Leader => {
+                    Err(ResponseError::NotLeaderOrFollower)
+                }
                 Some(p) => lookup(&p, version, rp.current_leader_epoch, rp.timestamp),
             };
             match result {

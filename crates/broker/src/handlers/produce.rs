@@ -14,9 +14,10 @@ use spate_protocol::ResponseError;
 use tokio::sync::watch;
 
 use super::msg;
-use crate::partition::{AppendError, Appended};
+use crate::partition::{AppendError, Appended, Partition};
 use crate::registry::Topic;
 use crate::Broker;
+use spate_cluster::replication::AckState;
 
 /// A partition response that must wait for `offset` to become durable.
 struct Wait {
@@ -24,6 +25,16 @@ struct Wait {
     partition: usize,
     durable: watch::Receiver<Durability>,
     offset: i64,
+}
+
+/// An acks=all partition response that must wait for the ISR to hold `last_offset`.
+struct Replicated {
+    topic: usize,
+    partition: usize,
+    replica: Arc<Partition>,
+    leader_epoch: i32,
+    last_offset: i64,
+    min_isr: usize,
 }
 
 /// Appends everything in the request now, in request order, and returns the response future,
@@ -39,6 +50,8 @@ pub fn handle(
     let mut resp = ProduceResponse::default();
     resp.throttle_time_ms = throttle_ms;
     let mut waits = Vec::new();
+    let mut replicated = Vec::new();
+    let clustered = b.cluster().is_some();
     let bad_acks = !matches!(acks, -1..=1);
     let fsync_acks = b.config.fsync.acks_wait_for_fsync() && acks != 0;
     for (ti, td) in req.topic_data.into_iter().enumerate() {
@@ -72,22 +85,36 @@ pub fn handle(
                         ResponseError::UnknownTopicOrPartition,
                         "unknown topic".into(),
                     )),
-                    Some(t) => append_one(t, pd, b.clock.now_ms()),
+                    Some(t) => append_one(t, pd, b.clock.now_ms(), acks == -1),
                 }
             };
             match outcome {
                 Ok((appended, log_start, append_time)) => {
-                    let (base, wait_for) = match appended {
+                    let (base, last) = match appended {
                         Appended::New {
                             base_offset,
                             last_offset,
-                        } => (base_offset, Some(last_offset + 1)),
-                        // The original may still be waiting for its fsync: so does the retry.
+                        } => (base_offset, last_offset),
+                        // The original may still be waiting for its fsync or its replicas:
+                        // so does the retry.
                         Appended::Duplicate {
                             base_offset,
                             last_offset,
-                        } => (base_offset, Some(last_offset + 1)),
+                        } => (base_offset, last_offset),
                     };
+                    let wait_for = Some(last + 1);
+                    if let (true, -1, Some(t)) = (clustered, acks, &topic) {
+                        if let Some(p) = t.partition(pr.index) {
+                            replicated.push(Replicated {
+                                topic: ti,
+                                partition: pi,
+                                leader_epoch: p.leader_epoch(),
+                                replica: p,
+                                last_offset: last,
+                                min_isr: t.with_config(|c| c.min_insync_replicas()),
+                            });
+                        }
+                    }
                     pr.base_offset = base;
                     pr.log_append_time_ms = append_time.unwrap_or(-1);
                     if version >= 5 {
@@ -153,13 +180,81 @@ pub fn handle(
                 pr.error_message = msg(text);
             }
         }
+        for r in replicated {
+            let pr = &mut resp.responses[r.topic].partition_responses[r.partition];
+            if pr.error_code != 0 {
+                continue;
+            }
+            let Some((code, text)) = replication(&r, deadline).await else {
+                continue;
+            };
+            metrics.error(ApiKey::Produce as i16, code.code());
+            pr.error_code = code.code();
+            if version >= 8 {
+                pr.error_message = msg(text);
+            }
+        }
         resp
     })
 }
 
+/// Waits until every in-sync replica holds the batch (the high watermark passes it); the
+/// error to answer with when that does not happen as acks=all requires.
+async fn replication(
+    r: &Replicated,
+    deadline: tokio::time::Instant,
+) -> Option<(ResponseError, &'static str)> {
+    let mut hw = r.replica.watch_high_watermark();
+    loop {
+        hw.borrow_and_update();
+        match r.replica.ack_state(r.leader_epoch, r.last_offset, r.min_isr) {
+            Some(AckState::Done) => return None,
+            Some(AckState::TooFewReplicas) => {
+                return Some((
+                    ResponseError::NotEnoughReplicasAfterAppend,
+                    "written, but the in-sync replicas fell below min.insync.replicas before it was replicated",
+                ))
+            }
+            Some(AckState::Pending) => {}
+            None => {
+                return Some((
+                    ResponseError::NotLeaderOrFollower,
+                    "leadership moved before the write was replicated; retry on the new leader",
+                ))
+            }
+        }
+        match tokio::time::timeout_at(deadline, hw.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                return Some((
+                    ResponseError::NotLeaderOrFollower,
+                    "the partition closed before the write was replicated",
+                ))
+            }
+            Err(_) => {
+                // A last look: leadership may have moved without the watermark moving.
+                return match r
+                    .replica
+                    .ack_state(r.leader_epoch, r.last_offset, r.min_isr)
+                {
+                    Some(AckState::Done) => None,
+                    None => Some((
+                        ResponseError::NotLeaderOrFollower,
+                        "leadership moved before the write was replicated; retry on the new leader",
+                    )),
+                    _ => Some((
+                        ResponseError::RequestTimedOut,
+                        "written, but not replicated to every in-sync replica within timeout_ms",
+                    )),
+                };
+            }
+        }
+    }
+}
+
 type Outcome = Result<(Appended, i64, Option<i64>), (ResponseError, String)>;
 
-fn append_one(t: &Topic, pd: PartitionProduceData, now_ms: i64) -> Outcome {
+fn append_one(t: &Topic, pd: PartitionProduceData, now_ms: i64, acks_all: bool) -> Outcome {
     let Some(p) = t.partition(pd.index) else {
         return Err((
             ResponseError::UnknownTopicOrPartition,
@@ -194,6 +289,15 @@ fn append_one(t: &Topic, pd: PartitionProduceData, now_ms: i64) -> Outcome {
             ResponseError::TransactionalIdAuthorizationFailed,
             "transactions are not supported yet".into(),
         ));
+    }
+    if acks_all {
+        let min_isr = t.with_config(|c| c.min_insync_replicas());
+        if p.accepts_acks_all(min_isr) == Some(false) {
+            return Err((
+                ResponseError::NotEnoughReplicas,
+                format!("fewer in-sync replicas than min.insync.replicas ({min_isr}); nothing was written"),
+            ));
+        }
     }
     let append_time = log_append_time.then_some(now_ms);
     match p.append(&records, &h, append_time) {

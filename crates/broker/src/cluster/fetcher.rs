@@ -1,0 +1,548 @@
+//! Replica fetchers: a follower copies its leader's batches with the Kafka Fetch API.
+//!
+//! One fetcher task per leader broker serves every partition this node follows from it, as
+//! Kafka's replica fetcher threads do. A partition starts in the truncating phase: the
+//! fetcher asks the leader (OffsetForLeaderEpoch) where the follower's latest epoch ends in
+//! the leader's log, cuts any divergent tail, and only then fetches. Batches are appended as
+//! received, offsets and epochs included; nothing is re-encoded.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use spate_cluster::metadata::BrokerId;
+use spate_cluster::replication::{resolve_divergence, Divergence};
+use spate_log::wait_durable;
+use spate_protocol::batch::Batches;
+use spate_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use spate_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use spate_protocol::messages::{
+    ApiKey, FetchRequest, FetchResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+    TopicName,
+};
+use spate_protocol::{ResponseError, StrBytes};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use super::peer::{PeerConnection, PeerError};
+use crate::partition::{AppendError, Partition};
+use crate::Broker;
+
+/// Fetch v12: the last version naming topics (not ids), with leader epochs for fencing.
+const FETCH_VERSION: i16 = 12;
+/// OffsetForLeaderEpoch v4: with the replica id and the current leader epoch.
+const EPOCH_VERSION: i16 = 4;
+/// A follower fetch always goes straight to the log (no sessions).
+const NO_SESSION_EPOCH: i32 = -1;
+/// Longest pause between attempts to reach a leader.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+type Key = (String, i32);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Looking for the divergence point; `ask` is the epoch to ask about next (the latest
+    /// local one when `None`).
+    Truncating { ask: Option<i32> },
+    /// Copying batches.
+    Fetching,
+}
+
+#[derive(Clone)]
+struct Follow {
+    leader: BrokerId,
+    epoch: i32,
+    topic_id: Uuid,
+    partition: Arc<Partition>,
+    phase: Phase,
+    /// The leader's high watermark as of the last fetch (-1 before the first).
+    leader_high_watermark: i64,
+}
+
+struct Fetcher {
+    wake: Arc<Notify>,
+    task: JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct Inner {
+    follows: BTreeMap<Key, Follow>,
+    fetchers: BTreeMap<BrokerId, Fetcher>,
+}
+
+/// The partitions this node follows, and a fetcher per leader.
+pub(super) struct Follows {
+    inner: Mutex<Inner>,
+}
+
+/// One followed partition's state, for status pages and readiness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowerStatus {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// The leader fetched from.
+    pub leader: BrokerId,
+    /// Leader epoch followed.
+    pub leader_epoch: i32,
+    /// This replica's log end.
+    pub log_end_offset: i64,
+    /// The leader's high watermark at the last fetch (-1 before the first).
+    pub leader_high_watermark: i64,
+    /// Still looking for where its log diverges from the leader's.
+    pub truncating: bool,
+}
+
+impl Follows {
+    pub(super) fn new() -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// Follows `partition` from `leader` at `epoch`; a change of leader or epoch starts over
+    /// with truncation.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn assign(
+        &self,
+        broker: &Weak<Broker>,
+        topic: &str,
+        topic_id: Uuid,
+        partition: Arc<Partition>,
+        leader: BrokerId,
+        epoch: i32,
+    ) {
+        let key = (topic.to_owned(), partition.index);
+        let mut inner = self.inner.lock();
+        if let Some(f) = inner.follows.get(&key) {
+            if f.leader == leader && f.epoch == epoch {
+                return;
+            }
+        }
+        inner.follows.insert(
+            key,
+            Follow {
+                leader,
+                epoch,
+                topic_id,
+                partition,
+                phase: Phase::Truncating { ask: None },
+                leader_high_watermark: -1,
+            },
+        );
+        let fetcher = inner.fetchers.entry(leader).or_insert_with(|| {
+            let wake = Arc::new(Notify::new());
+            let task = tokio::spawn(run(broker.clone(), leader, wake.clone()));
+            Fetcher { wake, task }
+        });
+        fetcher.wake.notify_one();
+    }
+
+    /// Stops following a partition (this node leads it now, or it is gone).
+    pub(super) fn unassign(&self, topic: &str, partition: i32) {
+        self.inner
+            .lock()
+            .follows
+            .remove(&(topic.to_owned(), partition));
+    }
+
+    /// Stops every fetcher.
+    pub(super) fn stop_all(&self) {
+        let mut inner = self.inner.lock();
+        inner.follows.clear();
+        for (_, f) in std::mem::take(&mut inner.fetchers) {
+            f.task.abort();
+        }
+    }
+
+    /// Followed partitions not yet caught up to the leader's high watermark.
+    pub(super) fn lagging(&self) -> Vec<String> {
+        self.status()
+            .into_iter()
+            .filter(|s| {
+                s.truncating
+                    || s.log_end_offset < s.leader_high_watermark
+                    || s.leader_high_watermark < 0
+            })
+            .map(|s| format!("{}-{}", s.topic, s.partition))
+            .collect()
+    }
+
+    pub(super) fn status(&self) -> Vec<FollowerStatus> {
+        self.inner
+            .lock()
+            .follows
+            .iter()
+            .map(|((topic, partition), f)| FollowerStatus {
+                topic: topic.clone(),
+                partition: *partition,
+                leader: f.leader,
+                leader_epoch: f.epoch,
+                log_end_offset: f.partition.log_end_offset(),
+                leader_high_watermark: f.leader_high_watermark,
+                truncating: matches!(f.phase, Phase::Truncating { .. }),
+            })
+            .collect()
+    }
+
+    fn work_for(&self, leader: BrokerId) -> Vec<(Key, Follow)> {
+        self.inner
+            .lock()
+            .follows
+            .iter()
+            .filter(|(_, f)| f.leader == leader)
+            .map(|(k, f)| (k.clone(), f.clone()))
+            .collect()
+    }
+
+    /// Updates a follow if it is still the same assignment (leader and epoch).
+    fn update(&self, key: &Key, seen: &Follow, f: impl FnOnce(&mut Follow)) {
+        if let Some(cur) = self.inner.lock().follows.get_mut(key) {
+            if cur.leader == seen.leader && cur.epoch == seen.epoch {
+                f(cur);
+            }
+        }
+    }
+}
+
+/// A fetcher's life: fetch from `leader` for as long as some partition follows it.
+async fn run(broker: Weak<Broker>, leader: BrokerId, wake: Arc<Notify>) {
+    let mut conn: Option<PeerConnection> = None;
+    let mut backoff = Duration::from_millis(50);
+    let mut last_error = String::new();
+    loop {
+        let Some(b) = broker.upgrade() else { return };
+        let Some(cluster) = b.cluster().cloned() else {
+            return;
+        };
+        if cluster.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let work = cluster.follows.work_for(leader);
+        if work.is_empty() {
+            conn = None;
+            drop(b);
+            let _ = tokio::time::timeout(Duration::from_secs(1), wake.notified()).await;
+            continue;
+        }
+        if conn.is_none() {
+            let image = cluster.image();
+            let Some(reg) = image.broker(leader) else {
+                drop(b);
+                tokio::time::sleep(backoff).await;
+                continue;
+            };
+            let addr = format!("{}:{}", reg.kafka_host, reg.kafka_port);
+            let client_id = format!("spate-replica-{}", cluster.broker_id);
+            match PeerConnection::connect(&addr, client_id, Duration::from_secs(3)).await {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    note(&mut last_error, leader, &e.to_string());
+                    drop(b);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        match round(&b, c, work).await {
+            Ok(true) => {
+                backoff = Duration::from_millis(50);
+                last_error.clear();
+            }
+            Ok(false) => {
+                // Only errors the leader answered with (a stale or unknown epoch): wait for
+                // the metadata to move on.
+                drop(b);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+            Err(e) => {
+                note(&mut last_error, leader, &e.to_string());
+                conn = None;
+                drop(b);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+/// Logs a fetcher error once until it changes, so a dead leader does not flood the log.
+fn note(last: &mut String, leader: BrokerId, error: &str) {
+    if last != error {
+        tracing::warn!(
+            leader,
+            error,
+            "replica fetcher cannot reach its leader; retrying"
+        );
+        *last = error.to_owned();
+    }
+}
+
+/// One round against the leader: epoch lookups for truncating partitions, then a fetch for
+/// the others. Returns whether anything moved forward.
+async fn round(
+    b: &Broker,
+    conn: &mut PeerConnection,
+    work: Vec<(Key, Follow)>,
+) -> Result<bool, PeerError> {
+    let (truncating, fetching): (Vec<_>, Vec<_>) = work
+        .into_iter()
+        .partition(|(_, f)| matches!(f.phase, Phase::Truncating { .. }));
+    let mut progress = false;
+    if !truncating.is_empty() {
+        progress |= truncate(b, conn, truncating).await?;
+    }
+    if !fetching.is_empty() {
+        progress |= fetch(b, conn, fetching).await?;
+    }
+    Ok(progress)
+}
+
+/// Asks the leader where our latest epochs end in its log and cuts what diverges.
+async fn truncate(
+    b: &Broker,
+    conn: &mut PeerConnection,
+    work: Vec<(Key, Follow)>,
+) -> Result<bool, PeerError> {
+    let Some(cluster) = b.cluster() else {
+        return Ok(false);
+    };
+    let mut progress = false;
+    let mut asks = Vec::new();
+    for (key, f) in work {
+        let epochs = f.partition.epochs();
+        let ask = match (f.phase, epochs.last()) {
+            (Phase::Truncating { ask: Some(e) }, _) => e,
+            (_, Some(last)) => last.epoch,
+            // An empty log (or one written before epochs were kept) has nothing to cut.
+            (_, None) => {
+                cluster
+                    .follows
+                    .update(&key, &f, |cur| cur.phase = Phase::Fetching);
+                progress = true;
+                continue;
+            }
+        };
+        asks.push((key, f, ask));
+    }
+    if asks.is_empty() {
+        return Ok(progress);
+    }
+    let mut by_topic: BTreeMap<&str, Vec<OffsetForLeaderPartition>> = BTreeMap::new();
+    for ((topic, index), f, ask) in &asks {
+        let mut p = OffsetForLeaderPartition::default();
+        p.partition = *index;
+        p.current_leader_epoch = f.epoch;
+        p.leader_epoch = *ask;
+        by_topic.entry(topic.as_str()).or_default().push(p);
+    }
+    let mut req = OffsetForLeaderEpochRequest::default();
+    req.replica_id = cluster.broker_id.into();
+    req.topics = by_topic
+        .into_iter()
+        .map(|(t, partitions)| {
+            let mut ot = OffsetForLeaderTopic::default();
+            ot.topic = TopicName(StrBytes::from_string(t.to_owned()));
+            ot.partitions = partitions;
+            ot
+        })
+        .collect();
+    let resp: OffsetForLeaderEpochResponse = conn
+        .call(
+            ApiKey::OffsetForLeaderEpoch,
+            EPOCH_VERSION,
+            &req,
+            Duration::from_secs(10),
+        )
+        .await?;
+    for t in resp.topics {
+        for r in t.partitions {
+            let Some((key, f, _)) = asks.iter().find(|((topic, index), _, _)| {
+                topic.as_str() == t.topic.as_str() && *index == r.partition
+            }) else {
+                continue;
+            };
+            if r.error_code != 0 {
+                tracing::debug!(topic = %key.0, partition = key.1, error = ?ResponseError::try_from_code(r.error_code), "epoch lookup refused by the leader");
+                continue;
+            }
+            let answer = (r.leader_epoch >= 0 && r.end_offset >= 0)
+                .then_some((r.leader_epoch, r.end_offset));
+            let p = &f.partition;
+            let first_epoch_start = p.epochs().first().map_or(0, |e| e.start_offset);
+            let end = p.log_end_offset();
+            match resolve_divergence(
+                answer,
+                |e| p.end_offset_for_epoch(e),
+                end,
+                first_epoch_start,
+            ) {
+                Divergence::AskAgain(epoch) => {
+                    cluster.follows.update(key, f, |cur| {
+                        cur.phase = Phase::Truncating { ask: Some(epoch) }
+                    });
+                    progress = true;
+                }
+                Divergence::TruncateTo(offset) => {
+                    let offset = offset.max(p.log_start_offset());
+                    if offset < end {
+                        let cut =
+                            tokio::task::block_in_place(|| p.truncate_following(offset, f.epoch));
+                        match cut {
+                            Ok(Some(new_end)) => {
+                                cluster
+                                    .metrics
+                                    .truncated_records
+                                    .add((end - new_end).max(0) as u64);
+                                tracing::info!(topic = %key.0, partition = key.1, from = end, to = new_end, leader = f.leader, epoch = f.epoch, "truncated divergent tail");
+                            }
+                            Ok(None) => continue,
+                            Err(e) => {
+                                tracing::error!(topic = %key.0, partition = key.1, error = %e, "truncation failed");
+                                continue;
+                            }
+                        }
+                    }
+                    cluster
+                        .follows
+                        .update(key, f, |cur| cur.phase = Phase::Fetching);
+                    progress = true;
+                }
+            }
+        }
+    }
+    Ok(progress)
+}
+
+/// One replica fetch: appends what the leader sent and takes its high watermark.
+async fn fetch(
+    b: &Broker,
+    conn: &mut PeerConnection,
+    work: Vec<(Key, Follow)>,
+) -> Result<bool, PeerError> {
+    let Some(cluster) = b.cluster() else {
+        return Ok(false);
+    };
+    let settings = cluster.settings();
+    let mut by_topic: BTreeMap<&str, (Uuid, Vec<FetchPartition>)> = BTreeMap::new();
+    for ((topic, index), f) in &work {
+        let mut p = FetchPartition::default();
+        p.partition = *index;
+        p.current_leader_epoch = f.epoch;
+        p.fetch_offset = f.partition.log_end_offset();
+        p.last_fetched_epoch = -1;
+        p.log_start_offset = f.partition.log_start_offset();
+        p.partition_max_bytes = settings.replica_fetch_max_bytes;
+        by_topic
+            .entry(topic.as_str())
+            .or_insert((f.topic_id, Vec::new()))
+            .1
+            .push(p);
+    }
+    let mut req = FetchRequest::default();
+    req.replica_id = cluster.broker_id.into();
+    req.max_wait_ms = settings.replica_fetch_wait_max_ms;
+    req.min_bytes = 1;
+    req.max_bytes = settings.replica_fetch_response_max_bytes;
+    req.session_id = 0;
+    req.session_epoch = NO_SESSION_EPOCH;
+    req.topics = by_topic
+        .into_iter()
+        .map(|(t, (id, partitions))| {
+            let mut ft = FetchTopic::default();
+            ft.topic = TopicName(StrBytes::from_string(t.to_owned()));
+            ft.topic_id = id;
+            ft.partitions = partitions;
+            ft
+        })
+        .collect();
+    let timeout = Duration::from_millis(settings.replica_fetch_wait_max_ms.max(0) as u64)
+        + Duration::from_secs(10);
+    let resp: FetchResponse = conn
+        .call(ApiKey::Fetch, FETCH_VERSION, &req, timeout)
+        .await?;
+    if resp.error_code != 0 {
+        return Err(PeerError::Protocol {
+            addr: conn.addr().to_owned(),
+            reason: format!("fetch refused with error {}", resp.error_code),
+        });
+    }
+    let wait_fsync = b.config.fsync.acks_wait_for_fsync();
+    let mut progress = false;
+    for t in resp.responses {
+        for pd in t.partitions {
+            let Some((key, f)) = work.iter().find(|((topic, index), _)| {
+                topic.as_str() == t.topic.as_str() && *index == pd.partition_index
+            }) else {
+                continue;
+            };
+            let p = &f.partition;
+            match ResponseError::try_from_code(pd.error_code) {
+                None => {}
+                Some(ResponseError::OffsetOutOfRange) => {
+                    // Our log end is past the leader's: find the divergence again.
+                    tracing::info!(topic = %key.0, partition = key.1, log_end = p.log_end_offset(), "replica fetch out of range; looking for the divergence again");
+                    cluster
+                        .follows
+                        .update(key, f, |cur| cur.phase = Phase::Truncating { ask: None });
+                    continue;
+                }
+                Some(e) => {
+                    tracing::debug!(topic = %key.0, partition = key.1, error = ?e, "replica fetch refused by the leader");
+                    continue;
+                }
+            }
+            let mut appended = false;
+            if let Some(records) = pd.records.as_ref().filter(|r| !r.is_empty()) {
+                for (pos, h) in Batches::new(records) {
+                    let Some(batch) = records.get(pos..pos + h.total_len()) else {
+                        break;
+                    };
+                    if h.last_offset() < p.log_end_offset() {
+                        // Already here (a fetch overlapping one that raced with truncation).
+                        continue;
+                    }
+                    match p.append_replica(batch, f.epoch) {
+                        Ok(()) => appended = true,
+                        Err(AppendError::Refused(e)) => {
+                            tracing::debug!(topic = %key.0, partition = key.1, error = ?e, "replica append refused; the partition moved on");
+                            break;
+                        }
+                        Err(AppendError::Storage(e)) => {
+                            tracing::error!(topic = %key.0, partition = key.1, error = %e, "replica append failed");
+                            break;
+                        }
+                    }
+                }
+            }
+            let end = p.log_end_offset();
+            if appended && wait_fsync {
+                // Under an fsync profile the next fetch, which tells the leader we hold these
+                // records, goes out only once they are on disk: acks=all then means on disk
+                // on every in-sync replica.
+                let mut durable = p.durable_offset();
+                if tokio::time::timeout(Duration::from_secs(30), wait_durable(&mut durable, end))
+                    .await
+                    .map_or(true, |r| r.is_err())
+                {
+                    tracing::error!(topic = %key.0, partition = key.1, "replica data did not reach disk");
+                }
+            }
+            p.set_high_watermark(pd.high_watermark.min(end));
+            let hw = pd.high_watermark;
+            cluster
+                .follows
+                .update(key, f, |cur| cur.leader_high_watermark = hw);
+            progress = true;
+        }
+    }
+    Ok(progress)
+}

@@ -1,0 +1,410 @@
+//! Cluster mode: this broker as one node of a replicated cluster (KRaft's combined mode).
+//!
+//! The metadata quorum (`spate_cluster::node::MetadataNode`) says who leads what. This module
+//! turns that into local state and traffic:
+//! - [`reconcile`]: every new metadata image creates and deletes local topics and partitions
+//!   and sets each partition's role (leader with its ISR view, follower of some leader);
+//! - [`fetcher`]: a follower fetches from its leader with the Kafka Fetch API as a replica,
+//!   after finding where its log diverges through OffsetForLeaderEpoch;
+//! - the ISR tasks here: leaders propose ISR shrinks (followers that stopped catching up)
+//!   and expansions (followers that caught up) to the quorum.
+
+mod fetcher;
+mod peer;
+mod reconcile;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use spate_cluster::metadata::{BrokerId, CommandOutcome, MetadataCommand, MetadataImage};
+use spate_cluster::node::{BrokerInfo, BrokerSession, MetadataNode, ProposeError};
+use spate_cluster::replication::IsrChange;
+use spate_metrics::Counter;
+use tokio::sync::{mpsc, watch};
+
+pub use fetcher::FollowerStatus;
+pub use peer::{PeerConnection, PeerError};
+
+use crate::partition::Partition;
+use crate::Broker;
+
+/// How this node takes part in replication.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// A follower that has not caught up for this long leaves the ISR (Kafka's
+    /// `replica.lag.time.max.ms`).
+    pub replica_lag_time_max_ms: u64,
+    /// Replication factor of auto-created topics and CreateTopics with -1.
+    pub default_replication_factor: i16,
+    /// How often this broker heartbeats to the controller.
+    pub heartbeat_interval: Duration,
+    /// How long a replica fetch waits on the leader for new records.
+    pub replica_fetch_wait_max_ms: i32,
+    /// Most bytes one replica fetch asks per partition.
+    pub replica_fetch_max_bytes: i32,
+    /// Most bytes in one replica fetch response.
+    pub replica_fetch_response_max_bytes: i32,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        Self {
+            replica_lag_time_max_ms: 30_000,
+            default_replication_factor: 3,
+            heartbeat_interval: Duration::from_millis(1000),
+            replica_fetch_wait_max_ms: 500,
+            replica_fetch_max_bytes: 1 << 20,
+            replica_fetch_response_max_bytes: 10 << 20,
+        }
+    }
+}
+
+/// Replication counters of this node.
+#[derive(Debug, Default)]
+pub struct ClusterMetrics {
+    /// ISR shrinks this node committed as leader.
+    pub isr_shrinks: Counter,
+    /// ISR expansions this node committed as leader.
+    pub isr_expands: Counter,
+    /// Records removed from follower logs by divergence truncation.
+    pub truncated_records: Counter,
+}
+
+/// An ISR change a leader wants committed.
+struct IsrProposal {
+    topic: String,
+    partition: Arc<Partition>,
+    change: IsrChange,
+}
+
+/// This node's part in the cluster; lives inside [`Broker`] once joined.
+pub struct Cluster {
+    broker: std::sync::Weak<Broker>,
+    node: MetadataNode,
+    broker_id: BrokerId,
+    settings: ClusterSettings,
+    cluster_id: String,
+    session: Mutex<Option<BrokerSession>>,
+    follows: fetcher::Follows,
+    isr_tx: mpsc::UnboundedSender<IsrProposal>,
+    isr_rx: Mutex<Option<mpsc::UnboundedReceiver<IsrProposal>>>,
+    /// The last image every local partition was brought in line with.
+    reconciled: watch::Sender<Option<Arc<MetadataImage>>>,
+    stopping: AtomicBool,
+    /// Replication counters.
+    pub metrics: ClusterMetrics,
+}
+
+impl Cluster {
+    /// This node's broker id.
+    pub fn broker_id(&self) -> BrokerId {
+        self.broker_id
+    }
+
+    /// The metadata quorum node.
+    pub fn node(&self) -> &MetadataNode {
+        &self.node
+    }
+
+    /// Settings of cluster mode.
+    pub fn settings(&self) -> &ClusterSettings {
+        &self.settings
+    }
+
+    /// The cluster id every node reports: derived from the voter set, so all nodes agree
+    /// without a round through the quorum.
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    /// The latest metadata image this node applied.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.node.image()
+    }
+
+    /// The controller (Raft leader) this node knows of.
+    pub fn controller_id(&self) -> Option<BrokerId> {
+        self.node
+            .leader_id()
+            .and_then(|id| BrokerId::try_from(id).ok())
+    }
+
+    /// The current broker epoch, once registered.
+    pub fn broker_epoch(&self) -> Option<i64> {
+        self.session
+            .lock()
+            .as_ref()
+            .and_then(|s| *s.epoch().borrow())
+    }
+
+    /// Proposes a command to the quorum from this node.
+    pub async fn propose(&self, cmd: MetadataCommand) -> Result<CommandOutcome, ProposeError> {
+        self.node.propose(cmd).await
+    }
+
+    /// Waits until local partitions reflect an image for which `ready` holds, at most
+    /// `timeout`; returns whether it happened.
+    pub async fn wait_reconciled(
+        &self,
+        timeout: Duration,
+        ready: impl Fn(&MetadataImage) -> bool,
+    ) -> bool {
+        let mut rx = self.reconciled.subscribe();
+        let wait = async {
+            loop {
+                if rx.borrow_and_update().as_deref().is_some_and(&ready) {
+                    return true;
+                }
+                if rx.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.unwrap_or(false)
+    }
+
+    /// Whether the node is ready to serve: registered, a controller known, local state
+    /// brought in line with the metadata, and every partition it follows caught up to its
+    /// leader's high watermark.
+    pub fn readiness(&self) -> Result<(), String> {
+        if self.broker_epoch().is_none() {
+            return Err("not registered with the controller yet".into());
+        }
+        if self.controller_id().is_none() {
+            return Err("no controller known".into());
+        }
+        if self.reconciled.borrow().is_none() {
+            return Err("metadata not applied to local partitions yet".into());
+        }
+        let lagging = self.follows.lagging();
+        if !lagging.is_empty() {
+            return Err(format!(
+                "replicas still catching up: {}",
+                lagging.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
+    /// Each followed partition's fetch state, for status pages.
+    pub fn follower_status(&self) -> Vec<FollowerStatus> {
+        self.follows.status()
+    }
+
+    /// Stops heartbeating (with `controlled`, asks the controller to move leaderships away
+    /// first) and stops fetching.
+    pub async fn leave(&self, controlled: bool) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let session = self.session.lock().take();
+        if let Some(s) = session {
+            s.stop(controlled).await;
+        }
+        self.follows.stop_all();
+    }
+}
+
+/// A cluster id from the voter set: the same on every node of one cluster.
+fn cluster_id_for(node: &MetadataNode) -> String {
+    use std::hash::{Hash, Hasher};
+    // Two independent 64-bit hashes of the sorted voter list make the 128 bits Kafka prints.
+    let mut bytes = [0u8; 16];
+    for (i, salt) in [0x5bd1e995u64, 0x27d4eb2f165667c5].iter().enumerate() {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        salt.hash(&mut h);
+        for (id, addr) in node.peers() {
+            id.hash(&mut h);
+            addr.hash(&mut h);
+        }
+        bytes[i * 8..i * 8 + 8].copy_from_slice(&h.finish().to_be_bytes());
+    }
+    crate::dispatch::base64_url(&bytes)
+}
+
+impl Broker {
+    /// The cluster this broker is a node of, when started in cluster mode.
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.get()
+    }
+
+    /// Joins the cluster through a started metadata node: registers and heartbeats, keeps
+    /// local partitions in line with every metadata image, fetches as a follower and
+    /// proposes ISR changes as a leader. Call once, before serving clients.
+    pub fn join_cluster(
+        self: &Arc<Self>,
+        node: MetadataNode,
+        settings: ClusterSettings,
+    ) -> Result<Arc<Cluster>, crate::BrokerError> {
+        let broker_id = BrokerId::try_from(node.node_id()).map_err(|_| {
+            crate::BrokerError::Cluster(format!("node id {} is not a broker id", node.node_id()))
+        })?;
+        let (isr_tx, isr_rx) = mpsc::unbounded_channel();
+        let cluster = Arc::new(Cluster {
+            broker: Arc::downgrade(self),
+            cluster_id: cluster_id_for(&node),
+            broker_id,
+            follows: fetcher::Follows::new(),
+            session: Mutex::new(None),
+            isr_tx,
+            isr_rx: Mutex::new(Some(isr_rx)),
+            reconciled: watch::Sender::new(None),
+            stopping: AtomicBool::new(false),
+            metrics: ClusterMetrics::default(),
+            settings,
+            node,
+        });
+        if self.cluster.set(cluster.clone()).is_err() {
+            return Err(crate::BrokerError::Cluster(
+                "this broker already joined a cluster".into(),
+            ));
+        }
+        let info = BrokerInfo {
+            kafka_host: self.config.advertised_host.clone(),
+            kafka_port: u16::try_from(self.config.advertised_port).unwrap_or(0),
+            rack: None,
+        };
+        let session = cluster
+            .node
+            .start_broker_session(info, cluster.settings.heartbeat_interval);
+        *cluster.session.lock() = Some(session);
+        tokio::spawn(reconcile_loop(Arc::downgrade(self)));
+        if let Some(rx) = cluster.isr_rx.lock().take() {
+            tokio::spawn(propose_isr_changes(Arc::downgrade(self), rx));
+        }
+        tokio::spawn(check_isr_loop(Arc::downgrade(self)));
+        Ok(cluster)
+    }
+}
+
+/// Brings local partitions in line with each new image, once the node has caught up with
+/// the quorum (an image from before that could delete topics that exist).
+async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
+    let Some(cluster) = broker.upgrade().and_then(|b| b.cluster().cloned()) else {
+        return;
+    };
+    let mut images = cluster.node.subscribe();
+    loop {
+        if cluster.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        if cluster.node.metrics().await.caught_up() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    loop {
+        let image = images.borrow_and_update().clone();
+        let Some(b) = broker.upgrade() else { return };
+        let c = cluster.clone();
+        let img = image.clone();
+        let done = tokio::task::spawn_blocking(move || reconcile::apply(&b, &c, &img)).await;
+        if let Err(e) = done {
+            tracing::error!(error = %e, "applying metadata to local partitions failed");
+        }
+        cluster.reconciled.send_replace(Some(image));
+        if images.changed().await.is_err() || cluster.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+    }
+}
+
+/// Proposes the ISR changes leaders ask for, one at a time per partition (the partition
+/// itself refuses a second while one is out).
+async fn propose_isr_changes(
+    broker: std::sync::Weak<Broker>,
+    mut rx: mpsc::UnboundedReceiver<IsrProposal>,
+) {
+    while let Some(p) = rx.recv().await {
+        let Some(b) = broker.upgrade() else { return };
+        let Some(cluster) = b.cluster().cloned() else {
+            return;
+        };
+        let shrink = p
+            .partition
+            .leader_view()
+            .is_some_and(|l| p.change.isr.len() < l.isr().len());
+        let cmd = MetadataCommand::AlterIsr {
+            topic: p.topic.clone(),
+            partition: p.partition.index,
+            leader: cluster.broker_id,
+            leader_epoch: p.change.leader_epoch,
+            partition_epoch: p.change.partition_epoch,
+            isr: p.change.isr.clone(),
+        };
+        match cluster.propose(cmd).await {
+            Ok(_) => {
+                tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, "ISR changed");
+                if shrink {
+                    cluster.metrics.isr_shrinks.inc();
+                } else {
+                    cluster.metrics.isr_expands.inc();
+                }
+            }
+            Err(e) => {
+                tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, error = %e, "ISR change not committed");
+                p.partition.isr_change_failed();
+            }
+        }
+    }
+}
+
+/// Every quarter of `replica.lag.time.max.ms`, each led partition drops followers that
+/// stopped catching up.
+async fn check_isr_loop(broker: std::sync::Weak<Broker>) {
+    let every = match broker.upgrade().and_then(|b| b.cluster().cloned()) {
+        Some(c) => Duration::from_millis((c.settings.replica_lag_time_max_ms / 4).max(50)),
+        None => return,
+    };
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(b) = broker.upgrade() else { return };
+        let Some(cluster) = b.cluster().cloned() else {
+            return;
+        };
+        if cluster.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let now = b.clock.monotonic_ms().max(0) as u64;
+        for topic in b.topics.list() {
+            for p in topic.partitions() {
+                if let Some(change) = p.check_isr(now) {
+                    cluster.request_isr_change(&topic.name, p, change);
+                }
+            }
+        }
+    }
+}
+
+impl Cluster {
+    /// Queues an ISR change for the quorum.
+    pub(crate) fn request_isr_change(
+        &self,
+        topic: &str,
+        partition: Arc<Partition>,
+        change: IsrChange,
+    ) {
+        let proposal = IsrProposal {
+            topic: topic.to_owned(),
+            partition,
+            change,
+        };
+        if let Err(e) = self.isr_tx.send(proposal) {
+            // Only when shutting down: forget the change so a later check may retry.
+            e.0.partition.isr_change_failed();
+        }
+    }
+
+    /// Brokers the image lists as fenced.
+    fn fenced(image: &MetadataImage) -> BTreeSet<BrokerId> {
+        image
+            .brokers()
+            .values()
+            .filter(|b| b.fenced)
+            .map(|b| b.id)
+            .collect()
+    }
+}

@@ -1,0 +1,157 @@
+//! A Kafka client connection to another broker, for replica fetches and epoch lookups.
+//!
+//! One request at a time: a follower's fetcher waits for each answer before it sends the
+//! next request, so there is nothing to pipeline.
+
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use spate_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use spate_protocol::{Decodable, Encodable, StrBytes};
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Largest response accepted from a peer: a fetch of `replica.fetch.response.max.bytes` plus
+/// room for headers.
+const MAX_RESPONSE_BYTES: usize = 128 << 20;
+
+/// Why a call to a peer failed; the connection is dropped and made again.
+#[derive(Debug, Error)]
+pub enum PeerError {
+    /// Connecting, writing or reading failed.
+    #[error("talking to {addr}: {source}")]
+    Io {
+        /// The peer.
+        addr: String,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// No answer within the deadline.
+    #[error("{addr} did not answer within {0:?}", .timeout)]
+    Timeout {
+        /// The peer.
+        addr: String,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// The answer could not be read.
+    #[error("bad response from {addr}: {reason}")]
+    Protocol {
+        /// The peer.
+        addr: String,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+/// An open connection to a broker's Kafka port.
+pub struct PeerConnection {
+    addr: String,
+    stream: TcpStream,
+    client_id: StrBytes,
+    correlation_id: i32,
+}
+
+impl PeerConnection {
+    /// Connects to `addr` ("host:port").
+    pub async fn connect(
+        addr: &str,
+        client_id: String,
+        timeout: Duration,
+    ) -> Result<Self, PeerError> {
+        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| PeerError::Timeout {
+                addr: addr.to_owned(),
+                timeout,
+            })?
+            .map_err(|source| PeerError::Io {
+                addr: addr.to_owned(),
+                source,
+            })?;
+        let _ = stream.set_nodelay(true);
+        Ok(Self {
+            addr: addr.to_owned(),
+            stream,
+            client_id: StrBytes::from_string(client_id),
+            correlation_id: 0,
+        })
+    }
+
+    /// The address this connection goes to.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Sends one request and waits (at most `timeout`) for its response.
+    pub async fn call<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, PeerError> {
+        self.correlation_id = self.correlation_id.wrapping_add(1);
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(self.client_id.clone()));
+        let body = spate_protocol::codec::encode_request(&header, request)
+            .map_err(|e| self.protocol(e.to_string()))?;
+        let exchange = async {
+            let len = u32::try_from(body.len()).map_err(|_| self.protocol("request too large"))?;
+            let mut frame = Vec::with_capacity(body.len() + 4);
+            frame.extend_from_slice(&len.to_be_bytes());
+            frame.extend_from_slice(&body);
+            self.stream
+                .write_all(&frame)
+                .await
+                .map_err(|e| self.io(e))?;
+            let len = self.stream.read_u32().await.map_err(|e| self.io(e))? as usize;
+            if len > MAX_RESPONSE_BYTES {
+                return Err(self.protocol(format!("response of {len} bytes")));
+            }
+            let mut buf = vec![0u8; len];
+            self.stream
+                .read_exact(&mut buf)
+                .await
+                .map_err(|e| self.io(e))?;
+            Ok(Bytes::from(buf))
+        };
+        let mut frame = tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| PeerError::Timeout {
+                addr: self.addr.clone(),
+                timeout,
+            })??;
+        let header = ResponseHeader::decode(&mut frame, key.response_header_version(version))
+            .map_err(|e| self.protocol(e.to_string()))?;
+        if header.correlation_id != self.correlation_id {
+            return Err(self.protocol(format!(
+                "correlation id {} answers request {}",
+                header.correlation_id, self.correlation_id
+            )));
+        }
+        let resp = Resp::decode(&mut frame, version).map_err(|e| self.protocol(e.to_string()))?;
+        if frame.has_remaining() {
+            tracing::debug!(peer = %self.addr, bytes = frame.remaining(), "ignoring trailing bytes in a peer response");
+        }
+        Ok(resp)
+    }
+
+    fn io(&self, source: std::io::Error) -> PeerError {
+        PeerError::Io {
+            addr: self.addr.clone(),
+            source,
+        }
+    }
+
+    fn protocol(&self, reason: impl Into<String>) -> PeerError {
+        PeerError::Protocol {
+            addr: self.addr.clone(),
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! From a metadata image to local state: topics, partitions and each partition's role.
+//!
+//! Runs on the blocking pool (it makes directories and fsyncs) after each image this node
+//! applies. Every step is idempotent, so an image applied twice, or a newer one applied over
+//! a half-applied older one, ends in the same place.
+
+use spate_cluster::metadata::{MetadataImage, TopicImage};
+
+use super::Cluster;
+use crate::partition::Role;
+use crate::registry::Topic;
+use crate::topic_config::TopicConfig;
+use crate::Broker;
+
+/// Applies `image` to the local registry and partition roles.
+pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) {
+    for t in image.topics().values() {
+        match ensure_topic(b, t) {
+            Ok(local) => set_roles(b, cluster, image, t, &local),
+            Err(e) => {
+                tracing::error!(topic = %t.name, error = %e, "cannot create the local replica of a topic");
+            }
+        }
+    }
+    for local in b.topics.list() {
+        let gone = image.topic(&local.name).is_none_or(|t| t.id != local.id);
+        if gone {
+            for p in local.partitions() {
+                cluster.follows.unassign(&local.name, p.index);
+            }
+            match b.topics.delete(&local.name) {
+                Ok(_) => {
+                    tracing::info!(topic = %local.name, "deleted: the topic is gone from the cluster metadata")
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %local.name, error = %e, "cannot delete local topic")
+                }
+            }
+        }
+    }
+}
+
+/// The local topic matching `t` (same id, at least as many partitions, same configs),
+/// creating or completing it as needed.
+fn ensure_topic(b: &Broker, t: &TopicImage) -> Result<std::sync::Arc<Topic>, String> {
+    let config = TopicConfig::from_pairs(t.configs.iter().map(|(k, v)| (k.as_str(), Some(v.as_str()))))
+        .unwrap_or_else(|e| {
+            // The controller validates configs before they enter the log; an unknown key can
+            // only come from a newer spate. Keep going with defaults rather than stall.
+            tracing::warn!(topic = %t.name, error = %e, "topic config from the cluster not understood; using defaults");
+            TopicConfig::default()
+        });
+    let count = i32::try_from(t.partitions.len()).map_err(|e| e.to_string())?;
+    let local = match b.topics.get(&t.name) {
+        Some(local) if local.id == t.id => local,
+        Some(stale) => {
+            // Same name, another topic: a deletion and re-creation this node missed.
+            tracing::info!(topic = %t.name, old_id = %stale.id, new_id = %t.id, "replacing a deleted topic of the same name");
+            b.topics.delete(&t.name).map_err(|e| e.to_string())?;
+            create(b, t, count, config.clone())?
+        }
+        None => create(b, t, count, config.clone())?,
+    };
+    if local.partition_count() < count {
+        b.topics
+            .add_partitions(&local, count, false)
+            .map_err(|e| e.to_string())?;
+    }
+    if local.config() != config {
+        b.topics
+            .set_config(&local, config)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(local)
+}
+
+fn create(
+    b: &Broker,
+    t: &TopicImage,
+    count: i32,
+    config: TopicConfig,
+) -> Result<std::sync::Arc<Topic>, String> {
+    match b.topics.create_with_id(&t.name, t.id, count, config, false) {
+        Ok(Some(topic)) => {
+            tracing::info!(topic = %t.name, id = %t.id, partitions = count, "created local replica of topic");
+            Ok(topic)
+        }
+        Ok(None) => Err("validation-only creation returned no topic".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Sets each partition's role from the image: leader (with its ISR view), follower of the
+/// leader (fetching), or idle follower (no leader, or not a replica here).
+fn set_roles(b: &Broker, cluster: &Cluster, image: &MetadataImage, t: &TopicImage, local: &Topic) {
+    let me = cluster.broker_id;
+    let now = b.clock.monotonic_ms().max(0) as u64;
+    let lag = cluster.settings.replica_lag_time_max_ms;
+    let fenced = Cluster::fenced(image);
+    for (index, ps) in t.partitions.iter().enumerate() {
+        let Ok(index) = i32::try_from(index) else {
+            continue;
+        };
+        let Some(p) = local.partition(index) else {
+            continue;
+        };
+        match ps.leader {
+            Some(leader) if leader == me => {
+                cluster.follows.unassign(&t.name, index);
+                if p.role() == Role::Leader && p.leader_epoch() == ps.leader_epoch {
+                    p.leader_metadata(
+                        ps.partition_epoch,
+                        ps.replicas.clone(),
+                        ps.isr.clone(),
+                        fenced.clone(),
+                        now,
+                    );
+                } else {
+                    tracing::info!(topic = %t.name, partition = index, epoch = ps.leader_epoch, isr = ?ps.isr, "leading");
+                    p.become_leader(
+                        me,
+                        ps.leader_epoch,
+                        ps.partition_epoch,
+                        ps.replicas.clone(),
+                        ps.isr.clone(),
+                        now,
+                        lag,
+                    );
+                }
+            }
+            Some(leader) if ps.replicas.contains(&me) => {
+                if p.role() != Role::Follower || p.leader_epoch() != ps.leader_epoch {
+                    tracing::info!(topic = %t.name, partition = index, leader, epoch = ps.leader_epoch, "following");
+                    p.set_role(Role::Follower, ps.leader_epoch);
+                }
+                cluster
+                    .follows
+                    .assign(&cluster.broker, &t.name, t.id, p, leader, ps.leader_epoch);
+            }
+            _ => {
+                cluster.follows.unassign(&t.name, index);
+                if p.role() != Role::Follower || p.leader_epoch() != ps.leader_epoch {
+                    p.set_role(Role::Follower, ps.leader_epoch);
+                }
+            }
+        }
+    }
+}
