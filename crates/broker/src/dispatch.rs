@@ -239,6 +239,13 @@ impl Broker {
         // blocking pool so async workers never wait for it.
         let reply = match req {
             Request::ApiVersions(r) => ctx.now(&handlers::api_versions::handle(r)),
+            Request::Metadata(r) if self.cluster().is_some() => match self.cluster() {
+                Some(c) if crate::cluster::metadata_may_create(self, c, version, &r) => {
+                    Ok(ctx.serial_async(crate::cluster::metadata(self.clone(), version, r)))
+                }
+                Some(c) => ctx.now(&crate::cluster::describe_metadata(self, c, version, r)),
+                None => ctx.now(&handlers::metadata::handle(self, version, r)),
+            },
             Request::Metadata(r) if self.metadata_may_create(version, &r) => {
                 Ok(ctx.serial(self, move |b| handlers::metadata::handle(b, version, r)))
             }
@@ -267,6 +274,15 @@ impl Broker {
                 })
             }
             Request::ListOffsets(r) => ctx.now(&handlers::list_offsets::handle(self, version, r)),
+            Request::CreateTopics(r) if self.cluster().is_some() => {
+                Ok(ctx.serial_async(crate::cluster::create_topics(self.clone(), version, r)))
+            }
+            Request::DeleteTopics(r) if self.cluster().is_some() => {
+                Ok(ctx.serial_async(crate::cluster::delete_topics(self.clone(), version, r)))
+            }
+            Request::CreatePartitions(r) if self.cluster().is_some() => {
+                Ok(ctx.serial_async(crate::cluster::create_partitions(self.clone(), r)))
+            }
             Request::CreateTopics(r) => {
                 Ok(ctx.serial(self, move |b| handlers::topics::create(b, version, r)))
             }
@@ -375,6 +391,17 @@ impl Ctx {
         F: FnOnce(&Broker) -> T + Send + 'static,
     {
         Reply::Serial(self.on_blocking_pool(b, f))
+    }
+
+    /// A future whose answer must come before the connection's next request (a topic change
+    /// through the quorum); see [`Reply::Serial`].
+    fn serial_async<T, F>(&self, fut: F) -> Reply
+    where
+        T: Encodable + Send + 'static,
+        F: Future<Output = T> + Send + 'static,
+    {
+        let ctx = *self;
+        Reply::Serial(Box::pin(fut.map(move |body| ctx.encode(&body))))
     }
 
     /// The encoded answer of `f`, run on the blocking pool.

@@ -204,24 +204,16 @@ impl Partition {
 
     /// Becomes the leader at `leader_epoch` with the quorum's replicas and ISR: from now on
     /// produces are taken and the high watermark moves as the ISR catches up.
-    pub fn become_leader(
-        &self,
-        me: BrokerId,
-        leader_epoch: i32,
-        partition_epoch: i32,
-        replicas: Vec<BrokerId>,
-        isr: Vec<BrokerId>,
-        now_ms: u64,
-        lag_time_max_ms: u64,
-    ) {
+    pub fn become_leader(&self, l: Leadership, now_ms: u64, lag_time_max_ms: u64) {
+        let leader_epoch = l.leader_epoch;
         let st = self.state.write();
         let end = st.log.end_offset();
         let state = LeaderState::new(
-            me,
-            leader_epoch,
-            partition_epoch,
-            replicas,
-            isr,
+            l.me,
+            l.leader_epoch,
+            l.partition_epoch,
+            l.replicas,
+            l.isr,
             end,
             self.high_watermark(),
             now_ms,
@@ -617,6 +609,21 @@ fn rebuild_producers(
         }
     })?;
     Ok((from, producers))
+}
+
+/// A leadership the metadata quorum gave this broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leadership {
+    /// This broker.
+    pub me: BrokerId,
+    /// The leader epoch.
+    pub leader_epoch: i32,
+    /// The partition epoch of the state it was given in.
+    pub partition_epoch: i32,
+    /// Assigned replicas.
+    pub replicas: Vec<BrokerId>,
+    /// In-sync replicas.
+    pub isr: Vec<BrokerId>,
 }
 
 /// Why a follower's fetch was not counted.

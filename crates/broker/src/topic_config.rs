@@ -171,6 +171,11 @@ impl TopicConfig {
         Ok(())
     }
 
+    /// The keys set on the topic, with their values.
+    pub fn overrides(&self) -> &BTreeMap<String, String> {
+        &self.overrides
+    }
+
     /// Removes an override, returning the key to its default.
     pub fn unset(&mut self, key: &str) -> Result<(), TopicConfigError> {
         def(key).ok_or_else(|| TopicConfigError::Unknown(key.to_string()))?;

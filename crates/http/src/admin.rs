@@ -23,6 +23,7 @@ type Result<T> = std::result::Result<T, ApiError>;
 pub fn routes() -> Router<Arc<HttpState>> {
     Router::new()
         .route("/admin/broker", get(broker_info))
+        .route("/admin/cluster", get(cluster_status))
         .route("/admin/topics", get(list_topics).post(create_topic))
         .route(
             "/admin/topics/{name}",
@@ -153,6 +154,110 @@ async fn broker_info(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> {
         "topics": b.topics.list().len(),
         "memory": {"limit_bytes": b.budget.limit(), "in_use_bytes": b.budget.used()},
         "effective_config": s.effective_config,
+    })))
+}
+
+/// Nodes, the controller, the quorum's state and every partition's leader, epoch, ISR and
+/// replication lag as this node sees them.
+async fn cluster_status(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> {
+    let b = s.broker()?;
+    let Some(cluster) = b.cluster() else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NOT_A_CLUSTER",
+            "this broker runs standalone (start it with --node-id and --cluster-peers)",
+        ));
+    };
+    let image = cluster.image();
+    let quorum = cluster.node().metrics().await;
+    let nodes: Vec<Value> = image
+        .brokers()
+        .values()
+        .map(|r| {
+            json!({
+                "id": r.id,
+                "kafka": format!("{}:{}", r.kafka_host, r.kafka_port),
+                "inter_node": r.inter_node_addr,
+                "broker_epoch": r.epoch,
+                "fenced": r.fenced,
+                "shutting_down": r.shutting_down,
+            })
+        })
+        .collect();
+    let followers = cluster.follower_status();
+    let mut partitions = Vec::new();
+    let mut under_replicated = 0;
+    let mut offline = 0;
+    for t in image.topics().values() {
+        for (index, ps) in t.partitions.iter().enumerate() {
+            let index = index as i32;
+            if ps.isr.len() < ps.replicas.len() {
+                under_replicated += 1;
+            }
+            if ps.leader.is_none() {
+                offline += 1;
+            }
+            let mut p = json!({
+                "topic": t.name,
+                "partition": index,
+                "leader": ps.leader,
+                "leader_epoch": ps.leader_epoch,
+                "replicas": ps.replicas,
+                "isr": ps.isr,
+            });
+            let local = b.topics.get(&t.name).and_then(|lt| lt.partition(index));
+            if let Some(view) = local.as_ref().and_then(|lp| lp.leader_view()) {
+                let end = local.as_ref().map_or(0, |lp| lp.log_end_offset());
+                p["high_watermark"] = json!(view.high_watermark());
+                p["log_end_offset"] = json!(end);
+                p["follower_lag"] = view
+                    .followers()
+                    .iter()
+                    .map(|(id, f)| {
+                        (
+                            id.to_string(),
+                            json!({
+                                "log_end_offset": f.log_end_offset,
+                                "lag_records": if f.log_end_offset < 0 { Value::Null } else { json!(end - f.log_end_offset) },
+                                "last_caught_up_ms_ago": (b.clock.monotonic_ms().max(0) as u64).saturating_sub(f.last_caught_up_ms),
+                            }),
+                        )
+                    })
+                    .collect::<serde_json::Map<_, _>>()
+                    .into();
+            }
+            if let Some(f) = followers
+                .iter()
+                .find(|f| f.topic == t.name && f.partition == index)
+            {
+                p["following"] = json!({
+                    "leader": f.leader,
+                    "log_end_offset": f.log_end_offset,
+                    "leader_high_watermark": f.leader_high_watermark,
+                    "truncating": f.truncating,
+                });
+            }
+            partitions.push(p);
+        }
+    }
+    Ok(Json(json!({
+        "cluster_id": cluster.cluster_id(),
+        "node_id": cluster.broker_id(),
+        "controller": cluster.controller_id(),
+        "ready": cluster.readiness().is_ok(),
+        "quorum": {
+            "state": format!("{:?}", quorum.state),
+            "leader": quorum.leader,
+            "term": quorum.term,
+            "last_log_index": quorum.last_log_index,
+            "commit_index": quorum.commit_index,
+            "applied_index": quorum.applied_index,
+        },
+        "nodes": nodes,
+        "under_replicated_partitions": under_replicated,
+        "offline_partitions": offline,
+        "healthy": under_replicated == 0 && offline == 0,
+        "partitions": partitions,
     })))
 }
 

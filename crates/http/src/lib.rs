@@ -107,6 +107,19 @@ async fn health() -> Json<serde_json::Value> {
 }
 
 async fn ready(State(s): State<Arc<HttpState>>) -> Response {
+    let cluster = s.broker.get().and_then(|b| b.cluster().cloned());
+    if let (true, Some(cluster)) = (s.ready.load(Ordering::SeqCst), cluster) {
+        // A cluster node is ready once it has joined, knows the controller and its replicas
+        // have caught up.
+        return match cluster.readiness() {
+            Ok(()) => (StatusCode::OK, Json(json!({"ready": true}))).into_response(),
+            Err(reason) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"ready": false, "reason": reason})),
+            )
+                .into_response(),
+        };
+    }
     if s.ready.load(Ordering::SeqCst) {
         (StatusCode::OK, Json(json!({"ready": true}))).into_response()
     } else {

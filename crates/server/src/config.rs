@@ -158,6 +158,44 @@ pub struct Args {
     #[arg(long, env = "SPATE_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
 
+    /// This node's id in a cluster; with --cluster-peers it starts in cluster mode (every
+    /// node is a broker and a voter of the metadata quorum). Standalone when unset.
+    #[arg(long, env = "SPATE_NODE_ID")]
+    pub node_id: Option<u64>,
+
+    /// Every voter of the cluster with its inter-node address:
+    /// `1=host:port,2=host:port,3=host:port`. The same list on every node.
+    #[arg(long, env = "SPATE_CLUSTER_PEERS")]
+    pub cluster_peers: Option<String>,
+
+    /// Address to accept inter-node (metadata quorum) traffic on. Defaults to this node's
+    /// address in --cluster-peers.
+    #[arg(long, env = "SPATE_CLUSTER_LISTEN")]
+    pub cluster_listen: Option<String>,
+
+    /// A follower that has not caught up with its leader for this long leaves the ISR
+    /// (Kafka's replica.lag.time.max.ms).
+    #[arg(long, env = "SPATE_REPLICA_LAG_TIME_MAX_MS", default_value_t = 30_000)]
+    pub replica_lag_time_max_ms: u64,
+
+    /// A broker that sends no heartbeat to the controller for this long is fenced and its
+    /// partitions get new leaders (Kafka's broker.session.timeout.ms).
+    #[arg(long, env = "SPATE_BROKER_SESSION_TIMEOUT_MS", default_value_t = 9_000)]
+    pub broker_session_timeout_ms: u64,
+
+    /// How often a broker heartbeats to the controller (Kafka's broker.heartbeat.interval.ms).
+    #[arg(
+        long,
+        env = "SPATE_BROKER_HEARTBEAT_INTERVAL_MS",
+        default_value_t = 1_000
+    )]
+    pub broker_heartbeat_interval_ms: u64,
+
+    /// Replication factor of auto-created topics and of CreateTopics without one, capped at
+    /// the live brokers.
+    #[arg(long, env = "SPATE_DEFAULT_REPLICATION_FACTOR", default_value_t = 3)]
+    pub default_replication_factor: i16,
+
     /// Log filter (error, warn, info, debug, trace, or a tracing directive). RUST_LOG wins.
     #[arg(long, env = "SPATE_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -276,7 +314,68 @@ fn split_host_port(s: &str) -> anyhow::Result<(String, i32)> {
     ))
 }
 
+/// What cluster mode needs beyond the broker configuration.
+pub struct ClusterArgs {
+    /// The metadata quorum node's configuration.
+    pub node: spate_cluster::node::NodeConfig,
+    /// Replication settings.
+    pub settings: spate_broker::cluster::ClusterSettings,
+}
+
 impl Args {
+    /// Cluster mode's settings, or `None` to run standalone.
+    pub fn cluster_args(&self) -> anyhow::Result<Option<ClusterArgs>> {
+        let (id, peers) = match (self.node_id, &self.cluster_peers) {
+            (None, None) => {
+                if self.cluster_listen.is_some() {
+                    bail!("--cluster-listen needs --node-id and --cluster-peers");
+                }
+                return Ok(None);
+            }
+            (Some(id), Some(peers)) => (id, peers),
+            (Some(_), None) => {
+                bail!("--node-id needs --cluster-peers (the id=host:port of every node)")
+            }
+            (None, Some(_)) => {
+                bail!("--cluster-peers needs --node-id (this node's id in the list)")
+            }
+        };
+        let peers = spate_cluster::node::parse_peers(peers).context("--cluster-peers")?;
+        let Some(own) = peers.get(&id) else {
+            bail!(
+                "--node-id {id} is not in --cluster-peers (ids there: {:?})",
+                peers.keys().collect::<Vec<_>>()
+            );
+        };
+        let listen_text = self.cluster_listen.clone().unwrap_or_else(|| own.clone());
+        let listen = std::net::ToSocketAddrs::to_socket_addrs(&listen_text)
+            .with_context(|| format!("--cluster-listen '{listen_text}' is not HOST:PORT"))?
+            .next()
+            .with_context(|| format!("--cluster-listen '{listen_text}' resolves to nothing"))?;
+        if self.replica_lag_time_max_ms == 0 {
+            bail!("--replica-lag-time-max-ms must be at least 1");
+        }
+        if self.broker_heartbeat_interval_ms == 0
+            || self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms
+        {
+            bail!("--broker-session-timeout-ms must be larger than --broker-heartbeat-interval-ms (and both at least 1)");
+        }
+        if self.default_replication_factor < 1 {
+            bail!("--default-replication-factor must be at least 1");
+        }
+        let mut node =
+            spate_cluster::node::NodeConfig::new(id, peers, listen, self.data_dir.clone())
+                .context("cluster configuration")?;
+        node.session_timeout = Duration::from_millis(self.broker_session_timeout_ms);
+        let settings = spate_broker::cluster::ClusterSettings {
+            replica_lag_time_max_ms: self.replica_lag_time_max_ms,
+            default_replication_factor: self.default_replication_factor,
+            heartbeat_interval: Duration::from_millis(self.broker_heartbeat_interval_ms),
+            ..Default::default()
+        };
+        Ok(Some(ClusterArgs { node, settings }))
+    }
+
     /// The broker configuration for a listener bound to `bound`.
     pub fn broker_config(&self, bound: SocketAddr) -> anyhow::Result<BrokerConfig> {
         let (host, port) = match &self.advertised_address {
@@ -346,6 +445,10 @@ impl Args {
             );
         }
         let mut c = BrokerConfig::new(self.data_dir.clone(), host, port);
+        if let Some(id) = self.node_id {
+            c.node_id =
+                i32::try_from(id).context("--node-id must fit a Kafka broker id (INT32)")?;
+        }
         c.memory_limit_bytes = memory;
         c.write_buffer_bytes = profile.write_buffer_bytes();
         c.max_connections = self.max_connections;

@@ -45,6 +45,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let bound = listener.local_addr().context("reading the bound address")?;
     let config = args.broker_config(bound)?;
+    let cluster_args = args.cluster_args()?;
     let effective = args.effective_json();
     tracing::debug!(config = %effective, "effective configuration");
     // HTTP first, so /health answers and /ready says "not yet" while logs recover.
@@ -70,6 +71,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tracing::warn!("recovery: {n}");
     }
     broker.spawn_background();
+    let cluster = match cluster_args {
+        Some(c) => {
+            let node = spate_cluster::node::MetadataNode::start(c.node)
+                .await
+                .context("starting the metadata quorum node")?;
+            Some(broker.join_cluster(node, c.settings)?)
+        }
+        None => None,
+    };
     http_state.set_ready(broker.clone());
     println!(
         "spate listening on {bound} (advertised as {}:{}), http on {http_bound}, data in {}, fsync {}",
@@ -82,6 +92,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     tokio::select! {
         r = accept => r?,
         _ = shutdown_signal() => tracing::info!("shutting down"),
+    }
+    if let Some(c) = cluster {
+        // Controlled shutdown: leaderships move away before this node stops answering.
+        c.leave(true).await;
+        c.node().clone().shutdown().await;
     }
     broker.shutdown();
     Ok(())

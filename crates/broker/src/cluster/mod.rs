@@ -9,6 +9,7 @@
 //! - the ISR tasks here: leaders propose ISR shrinks (followers that stopped catching up)
 //!   and expansions (followers that caught up) to the quorum.
 
+mod admin;
 mod fetcher;
 mod peer;
 mod reconcile;
@@ -25,6 +26,10 @@ use spate_cluster::replication::IsrChange;
 use spate_metrics::Counter;
 use tokio::sync::{mpsc, watch};
 
+pub use admin::{
+    create_partitions, create_topics, delete_topics, describe_metadata, metadata,
+    metadata_may_create,
+};
 pub use fetcher::FollowerStatus;
 pub use peer::{PeerConnection, PeerError};
 
@@ -94,6 +99,8 @@ pub struct Cluster {
     /// The last image every local partition was brought in line with.
     reconciled: watch::Sender<Option<Arc<MetadataImage>>>,
     stopping: AtomicBool,
+    /// This node's producer-id block: next id and end (exclusive).
+    producer_ids: Mutex<(i64, i64)>,
     /// Replication counters.
     pub metrics: ClusterMetrics,
 }
@@ -189,6 +196,26 @@ impl Cluster {
         Ok(())
     }
 
+    /// The node that coordinates a consumer group: chosen from the live brokers by a hash of
+    /// the group id, so every node names the same one.
+    ///
+    /// Interim: group state and committed offsets live on that node only (not yet in a
+    /// replicated offsets partition), so when it fails the group moves to another node and
+    /// starts without its committed offsets.
+    pub fn group_coordinator(&self, group: &str) -> Option<(BrokerId, String, i32)> {
+        let image = self.image();
+        let live: Vec<_> = image.live_brokers().collect();
+        if live.is_empty() {
+            return None;
+        }
+        // FNV-1a: stable across processes and versions, unlike the std hasher's seed.
+        let hash = group.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, byte| {
+            (h ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3)
+        });
+        let reg = live[(hash % live.len() as u64) as usize];
+        Some((reg.id, reg.kafka_host.clone(), i32::from(reg.kafka_port)))
+    }
+
     /// Each followed partition's fetch state, for status pages.
     pub fn follower_status(&self) -> Vec<FollowerStatus> {
         self.follows.status()
@@ -229,6 +256,18 @@ impl Broker {
         self.cluster.get()
     }
 
+    /// Replaces a topic's config: locally when standalone, through the quorum in a cluster.
+    pub(crate) fn set_topic_config(
+        &self,
+        topic: &crate::registry::Topic,
+        config: crate::topic_config::TopicConfig,
+    ) -> Result<(), crate::registry::TopicError> {
+        match self.cluster() {
+            Some(c) => c.set_topic_config(topic, &config),
+            None => self.topics.set_config(topic, config),
+        }
+    }
+
     /// Joins the cluster through a started metadata node: registers and heartbeats, keeps
     /// local partitions in line with every metadata image, fetches as a follower and
     /// proposes ISR changes as a leader. Call once, before serving clients.
@@ -251,6 +290,7 @@ impl Broker {
             isr_rx: Mutex::new(Some(isr_rx)),
             reconciled: watch::Sender::new(None),
             stopping: AtomicBool::new(false),
+            producer_ids: Mutex::new((0, 0)),
             metrics: ClusterMetrics::default(),
             settings,
             node,

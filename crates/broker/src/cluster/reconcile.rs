@@ -7,7 +7,7 @@
 use spate_cluster::metadata::{MetadataImage, TopicImage};
 
 use super::Cluster;
-use crate::partition::Role;
+use crate::partition::{Leadership, Role};
 use crate::registry::Topic;
 use crate::topic_config::TopicConfig;
 use crate::Broker;
@@ -117,15 +117,14 @@ fn set_roles(b: &Broker, cluster: &Cluster, image: &MetadataImage, t: &TopicImag
                     );
                 } else {
                     tracing::info!(topic = %t.name, partition = index, epoch = ps.leader_epoch, isr = ?ps.isr, "leading");
-                    p.become_leader(
+                    let leadership = Leadership {
                         me,
-                        ps.leader_epoch,
-                        ps.partition_epoch,
-                        ps.replicas.clone(),
-                        ps.isr.clone(),
-                        now,
-                        lag,
-                    );
+                        leader_epoch: ps.leader_epoch,
+                        partition_epoch: ps.partition_epoch,
+                        replicas: ps.replicas.clone(),
+                        isr: ps.isr.clone(),
+                    };
+                    p.become_leader(leadership, now, lag);
                 }
             }
             Some(leader) if ps.replicas.contains(&me) => {

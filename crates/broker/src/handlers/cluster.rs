@@ -21,13 +21,30 @@ pub fn describe(b: &Broker, version: i16, req: DescribeClusterRequest) -> Descri
             return resp;
         }
     }
-    resp.cluster_id = StrBytes::from_string(b.cluster_id.clone());
-    resp.controller_id = b.config.node_id.into();
-    let mut node = DescribeClusterBroker::default();
-    node.broker_id = b.config.node_id.into();
-    node.host = StrBytes::from_string(b.config.advertised_host.clone());
-    node.port = b.config.advertised_port;
-    resp.brokers = vec![node];
+    if let Some(cluster) = b.cluster() {
+        resp.cluster_id = StrBytes::from_string(cluster.cluster_id().to_owned());
+        resp.controller_id = cluster.controller_id().unwrap_or(-1).into();
+        resp.brokers = cluster
+            .image()
+            .live_brokers()
+            .map(|reg| {
+                let mut node = DescribeClusterBroker::default();
+                node.broker_id = reg.id.into();
+                node.host = StrBytes::from_string(reg.kafka_host.clone());
+                node.port = i32::from(reg.kafka_port);
+                node.rack = reg.rack.clone().map(StrBytes::from_string);
+                node
+            })
+            .collect();
+    } else {
+        resp.cluster_id = StrBytes::from_string(b.cluster_id.clone());
+        resp.controller_id = b.config.node_id.into();
+        let mut node = DescribeClusterBroker::default();
+        node.broker_id = b.config.node_id.into();
+        node.host = StrBytes::from_string(b.config.advertised_host.clone());
+        node.port = b.config.advertised_port;
+        resp.brokers = vec![node];
+    }
     resp.cluster_authorized_operations = if req.include_cluster_authorized_operations {
         CLUSTER_OPERATIONS
     } else {

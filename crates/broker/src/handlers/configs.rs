@@ -253,7 +253,7 @@ pub fn alter(b: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse {
             )
             .map_err(invalid)?;
             if !req.validate_only {
-                b.topics.set_config(&t, config)?;
+                b.set_topic_config(&t, config)?;
             }
             Ok(())
         });
@@ -333,7 +333,7 @@ pub fn incremental_alter(
                 }
             }
             if !req.validate_only {
-                b.topics.set_config(&t, config)?;
+                b.set_topic_config(&t, config)?;
             }
             Ok(())
         });

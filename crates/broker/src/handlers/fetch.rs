@@ -160,9 +160,7 @@ fn admit(
     if p.role() != Role::Leader {
         return Some(ResponseError::NotLeaderOrFollower);
     }
-    let Some(follower) = replica else {
-        return None;
-    };
+    let follower = replica?;
     let epoch = p.leader_epoch();
     if current_leader_epoch >= 0 && current_leader_epoch != epoch {
         // Checked again when reading; a fetch from another epoch must not count as progress.

@@ -47,9 +47,25 @@ pub fn find_coordinator(
             let mut c = CoordinatorEntry::default();
             c.key = key;
             if req.key_type == KEY_GROUP {
-                c.node_id = b.config.node_id.into();
-                c.host = s(&b.config.advertised_host);
-                c.port = b.config.advertised_port;
+                match b.cluster() {
+                    Some(cluster) => match cluster.group_coordinator(c.key.as_str()) {
+                        Some((id, host, port)) => {
+                            c.node_id = id.into();
+                            c.host = s(&host);
+                            c.port = port;
+                        }
+                        None => {
+                            c.node_id = (-1).into();
+                            c.port = -1;
+                            c.error_code = ResponseError::CoordinatorNotAvailable.code();
+                        }
+                    },
+                    None => {
+                        c.node_id = b.config.node_id.into();
+                        c.host = s(&b.config.advertised_host);
+                        c.port = b.config.advertised_port;
+                    }
+                }
             } else {
                 c.node_id = (-1).into();
                 c.port = -1;

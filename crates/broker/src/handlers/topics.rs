@@ -133,7 +133,7 @@ fn create_one(
     ))
 }
 
-fn config_entries(config: &TopicConfig) -> Vec<CreatableTopicConfigs> {
+pub(crate) fn config_entries(config: &TopicConfig) -> Vec<CreatableTopicConfigs> {
     DEFS.iter()
         .filter_map(|d| {
             let (value, set) = config.get(d.name)?;
