@@ -36,6 +36,9 @@ pub use peer::{PeerConnection, PeerError};
 use crate::partition::Partition;
 use crate::Broker;
 
+/// Longest a controlled shutdown waits for the controller to move leaderships away.
+const CONTROLLED_SHUTDOWN_WAIT: Duration = Duration::from_secs(15);
+
 /// How this node takes part in replication.
 #[derive(Debug, Clone)]
 pub struct ClusterSettings {
@@ -223,12 +226,35 @@ impl Cluster {
 
     /// Stops heartbeating (with `controlled`, asks the controller to move leaderships away
     /// first) and stops fetching.
+    ///
+    /// A controlled leave waits (at most `CONTROLLED_SHUTDOWN_WAIT`) until the quorum has
+    /// fenced this broker: its leaderships have moved and it has left every ISR it was not
+    /// the last member of, so acks=all producers see the change at once and this node's vote
+    /// is still there to commit it.
     pub async fn leave(&self, controlled: bool) {
-        self.stopping.store(true, Ordering::SeqCst);
         let session = self.session.lock().take();
         if let Some(s) = session {
             s.stop(controlled).await;
         }
+        if controlled {
+            let me = self.broker_id;
+            let mut images = self.node.subscribe();
+            let fenced = async {
+                loop {
+                    let done = images
+                        .borrow_and_update()
+                        .broker(me)
+                        .is_none_or(|b| b.fenced);
+                    if done || images.changed().await.is_err() {
+                        return;
+                    }
+                }
+            };
+            if tokio::time::timeout(CONTROLLED_SHUTDOWN_WAIT, fenced).await.is_err() {
+                tracing::warn!("controlled shutdown: the controller did not fence this broker in time; stopping anyway");
+            }
+        }
+        self.stopping.store(true, Ordering::SeqCst);
         self.follows.stop_all();
     }
 }
