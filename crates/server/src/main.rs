@@ -73,6 +73,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     broker.spawn_background();
     let cluster = match cluster_args {
         Some(c) => {
+            refuse_taken_node_id(&c.node).await?;
             let node = spate_cluster::node::MetadataNode::start(c.node)
                 .await
                 .context("starting the metadata quorum node")?;
@@ -99,6 +100,35 @@ async fn run(args: Args) -> anyhow::Result<()> {
         c.node().clone().shutdown().await;
     }
     broker.shutdown();
+    Ok(())
+}
+
+/// Refuses to start when something already answers on this node's address in
+/// `--cluster-peers` while this process listens elsewhere: another process runs as this node
+/// id, and a second voter with one id would corrupt the quorum.
+async fn refuse_taken_node_id(node: &spate_cluster::node::NodeConfig) -> anyhow::Result<()> {
+    let Some(own) = node.peers.get(&node.node_id) else {
+        return Ok(());
+    };
+    let same = tokio::net::lookup_host(own.as_str())
+        .await
+        .map(|mut addrs| addrs.any(|a| a == node.listen))
+        .unwrap_or(false);
+    if same {
+        // Binding will fail with "address in use" if another process holds it.
+        return Ok(());
+    }
+    let probe = tokio::time::timeout(
+        std::time::Duration::from_secs(1),
+        tokio::net::TcpStream::connect(own.as_str()),
+    )
+    .await;
+    if let Ok(Ok(_)) = probe {
+        anyhow::bail!(
+            "node id {id} is taken: {own}, its address in --cluster-peers, already answers, so another process runs as node {id}; refusing to start a second voter with the same id",
+            id = node.node_id
+        );
+    }
     Ok(())
 }
 

@@ -1,0 +1,424 @@
+//! Cluster mode with three real `spate` processes on loopback: replication, kill -9 of a
+//! leader during an idempotent acks=all produce loop, min.insync.replicas, and the inputs a
+//! cluster must refuse.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::FutureRecord;
+use rdkafka::types::RDKafkaErrorCode;
+use serde_json::Value;
+
+use crate::harness::{admin, consumer, http, producer, Raw, Spate};
+
+/// Short timings so failover happens within seconds in tests.
+const FAST: [&str; 6] = [
+    "--broker-session-timeout-ms",
+    "2000",
+    "--broker-heartbeat-interval-ms",
+    "300",
+    "--replica-lag-time-max-ms",
+    "3000",
+];
+
+/// Three nodes of one cluster, each a real `spate` process.
+pub struct ThreeNodes {
+    nodes: BTreeMap<u64, Spate>,
+}
+
+fn free_ports(n: usize) -> Vec<u16> {
+    // Hold every listener until all are chosen so the ports differ.
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a free port"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("local addr").port())
+        .collect()
+}
+
+impl ThreeNodes {
+    /// Starts nodes 1, 2 and 3 and waits until every one is ready.
+    pub fn start(extra: &[&str]) -> Self {
+        let ports = free_ports(3);
+        let peers = (1..=3)
+            .map(|id| format!("{id}=127.0.0.1:{}", ports[id - 1]))
+            .collect::<Vec<_>>()
+            .join(",");
+        let nodes = (1..=3u64)
+            .map(|id| {
+                let id_text = id.to_string();
+                let mut args = vec!["--node-id", &id_text, "--cluster-peers", &peers];
+                args.extend(FAST);
+                args.extend(extra);
+                (id, Spate::start(&args))
+            })
+            .collect();
+        let c = Self { nodes };
+        c.wait_ready(&[1, 2, 3]);
+        c
+    }
+
+    /// A node by id.
+    pub fn node(&mut self, id: u64) -> &mut Spate {
+        self.nodes.get_mut(&id).expect("node id")
+    }
+
+    /// Kafka addresses of the running nodes.
+    pub fn bootstrap(&self) -> String {
+        self.nodes
+            .values()
+            .filter(|n| n.pid().is_some())
+            .map(|n| n.addr.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `/admin/cluster` of a node.
+    pub fn status(&self, id: u64) -> Option<Value> {
+        let n = self.nodes.get(&id)?;
+        n.pid()?;
+        let (code, body) = std::panic::catch_unwind(|| http(&n.http, "GET", "/admin/cluster", &[], ""))
+            .ok()?;
+        (code == 200).then(|| serde_json::from_str(&body).ok()).flatten()
+    }
+
+    /// Waits until every node in `ids` answers /ready with 200.
+    pub fn wait_ready(&self, ids: &[u64]) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for id in ids {
+            let n = &self.nodes[id];
+            loop {
+                let ok = std::panic::catch_unwind(|| http(&n.http, "GET", "/ready", &[], ""))
+                    .is_ok_and(|(code, _)| code == 200);
+                if ok {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "node {id} not ready within 60 s:\n{}", n.log());
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// Waits until `check` holds for the partition as `observer` sees it.
+    pub fn wait_partition(
+        &self,
+        observer: u64,
+        topic: &str,
+        partition: i64,
+        what: &str,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(p) = self.status(observer).and_then(|s| find_partition(&s, topic, partition)) {
+                if check(&p) {
+                    return p;
+                }
+                assert!(Instant::now() < deadline, "{what}: not within 60 s; last seen {p}");
+            } else {
+                assert!(Instant::now() < deadline, "{what}: node {observer} has no status");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn find_partition(status: &Value, topic: &str, partition: i64) -> Option<Value> {
+    status["partitions"]
+        .as_array()?
+        .iter()
+        .find(|p| p["topic"] == topic && p["partition"] == partition)
+        .cloned()
+}
+
+fn ids(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default()
+}
+
+async fn create_replicated(bootstrap: &str, name: &str, partitions: i32, min_isr: &str) {
+    let t = NewTopic::new(name, partitions, TopicReplication::Fixed(3))
+        .set("min.insync.replicas", min_isr);
+    let r = admin(bootstrap)
+        .create_topics(&[t], &AdminOptions::new())
+        .await
+        .expect("create_topics");
+    assert!(r[0].is_ok(), "{r:?}");
+}
+
+/// Reads `partition` of `topic` from offset 0 until `want` records or the deadline.
+fn read_values(c: &BaseConsumer, want: usize) -> Vec<u64> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while out.len() < want && Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            let v = m
+                .payload()
+                .and_then(|p| std::str::from_utf8(p).ok())
+                .and_then(|s| s.parse().ok())
+                .expect("numeric payload");
+            out.push(v);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_leader_during_idempotent_acks_all_loses_and_duplicates_nothing_and_it_rejoins() {
+    let mut c = ThreeNodes::start(&[]);
+    let bootstrap = c.bootstrap();
+    create_replicated(&bootstrap, "orders", 1, "2").await;
+    let p = c.wait_partition(1, "orders", 0, "ISR of three", |p| ids(&p["isr"]).len() == 3);
+    let leader = p["leader"].as_u64().expect("leader");
+    let epoch = p["leader_epoch"].as_i64().expect("epoch");
+
+    let prod = producer(
+        &bootstrap,
+        &[("message.timeout.ms", "60000"), ("retry.backoff.ms", "50")],
+    );
+    const TOTAL: u64 = 3000;
+    let mut acked = Vec::new();
+    let mut pending = Vec::new();
+    for i in 0..TOTAL {
+        let value = i.to_string();
+        let f = prod.send_result(FutureRecord::<(), _>::to("orders").payload(&value));
+        pending.push((i, f.expect("queue")));
+        if i == TOTAL / 3 {
+            // Let some settle, then kill the leader while the rest are in flight.
+            for (v, f) in pending.drain(..) {
+                let r = f.await.expect("delivery future");
+                assert!(r.is_ok(), "record {v} before the kill: {r:?}");
+                acked.push(v);
+            }
+            c.node(leader).kill9();
+        }
+    }
+    for (v, f) in pending {
+        match f.await.expect("delivery future") {
+            Ok(_) => acked.push(v),
+            Err((e, _)) => panic!("record {v} after the kill was not delivered: {e:?}"),
+        }
+    }
+    assert_eq!(acked.len() as u64, TOTAL);
+
+    // A new leader in a newer epoch, elected from the ISR.
+    let survivor = if leader == 1 { 2 } else { 1 };
+    let p = c.wait_partition(survivor, "orders", 0, "new leader", |p| {
+        p["leader"].as_u64().is_some_and(|l| l != leader) && p["leader_epoch"].as_i64() > Some(epoch)
+    });
+    assert!(!ids(&p["isr"]).contains(&leader) || ids(&p["isr"]).len() == 3);
+
+    // The killed node returns, catches up and rejoins the ISR.
+    c.node(leader).restart();
+    c.wait_partition(survivor, "orders", 0, "killed node back in the ISR", |p| {
+        ids(&p["isr"]).contains(&leader)
+    });
+    c.wait_ready(&[leader]);
+
+    let cons = consumer(&c.bootstrap(), "orders", &[0], 0);
+    let got = read_values(&cons, acked.len());
+    let unique: HashSet<u64> = got.iter().copied().collect();
+    assert_eq!(unique.len(), got.len(), "duplicates in the log");
+    let missing: Vec<u64> = acked.iter().filter(|v| !unique.contains(v)).copied().collect();
+    assert!(missing.is_empty(), "acknowledged but lost: {missing:?}");
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order");
+
+    // Every replica holds the same log: the restarted node's log end equals the leader's.
+    let lp = c.wait_partition(survivor, "orders", 0, "replicas equal", |p| {
+        p["follower_lag"].is_object() || p["following"].is_object()
+    });
+    let _ = lp;
+    let new_leader = p["leader"].as_u64().expect("leader");
+    let lead = c.wait_partition(new_leader, "orders", 0, "all followers at the end", |p| {
+        let end = p["log_end_offset"].as_i64();
+        p["follower_lag"]
+            .as_object()
+            .is_some_and(|f| f.values().all(|x| x["log_end_offset"].as_i64() == end))
+    });
+    assert_eq!(lead["high_watermark"].as_i64(), Some(TOTAL as i64));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_all_holds_with_one_node_down_and_is_refused_with_two_down_losing_nothing() {
+    let mut c = ThreeNodes::start(&[]);
+    create_replicated(&c.bootstrap(), "pay", 1, "2").await;
+    let p = c.wait_partition(1, "pay", 0, "ISR of three", |p| ids(&p["isr"]).len() == 3);
+    let leader = p["leader"].as_u64().expect("leader");
+    let others: Vec<u64> = (1..=3).filter(|&n| n != leader).collect();
+
+    // One follower down: acks=all still succeeds (once the ISR drops it).
+    c.node(others[0]).kill9();
+    let prod = producer(&c.bootstrap(), &[("message.timeout.ms", "30000")]);
+    for i in 0..20u64 {
+        let v = i.to_string();
+        let r = prod
+            .send(FutureRecord::<(), _>::to("pay").payload(&v), Duration::from_secs(30))
+            .await;
+        assert!(r.is_ok(), "record {i} with one node down: {r:?}");
+    }
+    c.wait_partition(leader, "pay", 0, "ISR without the dead node", |p| {
+        ids(&p["isr"]).len() == 2
+    });
+
+    // The second follower leaves with a controlled shutdown, which the quorum commits while
+    // it still has a majority: the ISR is the leader alone, below min.insync.replicas.
+    c.node(others[1]).stop();
+    c.wait_partition(leader, "pay", 0, "ISR of the leader alone", |p| {
+        ids(&p["isr"]) == vec![leader]
+    });
+    let lone = producer(
+        &c.bootstrap(),
+        &[
+            ("enable.idempotence", "false"),
+            ("message.timeout.ms", "5000"),
+            ("retries", "0"),
+        ],
+    );
+    let r = lone
+        .send(FutureRecord::<(), _>::to("pay").payload("refused"), Duration::from_secs(10))
+        .await;
+    match r {
+        Err((KafkaError::MessageProduction(code), _)) => assert!(
+            matches!(
+                code,
+                RDKafkaErrorCode::NotEnoughReplicas | RDKafkaErrorCode::NotEnoughReplicasAfterAppend
+            ),
+            "{code:?}"
+        ),
+        other => panic!("expected NOT_ENOUGH_REPLICAS, got {other:?}"),
+    }
+
+    // Both return: nothing acknowledged was lost, the ISR is whole again.
+    c.node(others[0]).restart();
+    c.node(others[1]).restart();
+    c.wait_partition(leader, "pay", 0, "ISR whole again", |p| ids(&p["isr"]).len() == 3);
+    let cons = consumer(&c.bootstrap(), "pay", &[0], 0);
+    let got = read_values(&cons, 20);
+    assert_eq!(got, (0..20).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_fetches_from_strangers_or_stale_epochs_are_refused_and_consumers_read_only_from_leaders(
+) {
+    let mut c = ThreeNodes::start(&[]);
+    create_replicated(&c.bootstrap(), "guarded", 1, "2").await;
+    let p = c.wait_partition(1, "guarded", 0, "ISR of three", |p| ids(&p["isr"]).len() == 3);
+    // A controlled restart of the leader moves leadership: the epoch is past 0, so an older
+    // one exists to be fenced.
+    let first = p["leader"].as_u64().expect("leader");
+    c.node(first).stop();
+    c.node(first).restart();
+    c.wait_ready(&[first]);
+    let p = c.wait_partition(first, "guarded", 0, "ISR of three again", |p| {
+        ids(&p["isr"]).len() == 3 && p["leader_epoch"].as_i64() > Some(0)
+    });
+    let leader = p["leader"].as_u64().expect("leader");
+    let epoch = p["leader_epoch"].as_i64().expect("epoch") as i32;
+    let follower = (1..=3).find(|&n| n != leader).expect("a follower");
+
+    let fetch = |replica: i32, current_epoch: i32| {
+        let mut fp = FetchPartition::default();
+        fp.partition = 0;
+        fp.current_leader_epoch = current_epoch;
+        fp.partition_max_bytes = 1 << 20;
+        let mut ft = FetchTopic::default();
+        ft.topic = TopicName(StrBytes::from_static_str("guarded"));
+        ft.partitions = vec![fp];
+        let mut r = FetchRequest::default();
+        r.replica_id = replica.into();
+        r.max_bytes = 1 << 20;
+        r.session_epoch = -1;
+        r.topics = vec![ft];
+        r
+    };
+    let code = |resp: FetchResponse| resp.responses[0].partitions[0].error_code;
+    let mut raw = Raw::connect(&c.nodes[&leader].addr);
+    // A broker id that holds no replica.
+    let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &fetch(42, epoch));
+    assert_eq!(code(resp), 6, "NOT_LEADER_OR_FOLLOWER for an unknown replica");
+    // A follower in an older epoch is fenced; a newer one is unknown to this leader.
+    let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &fetch(follower as i32, epoch - 1));
+    assert_eq!(code(resp), 74, "FENCED_LEADER_EPOCH");
+    let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &fetch(follower as i32, epoch + 1));
+    assert_eq!(code(resp), 75, "UNKNOWN_LEADER_EPOCH");
+    // A consumer fetch from a follower: NOT_LEADER_OR_FOLLOWER, so clients refresh metadata.
+    let mut raw = Raw::connect(&c.nodes[&follower].addr);
+    let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &fetch(-1, epoch));
+    assert_eq!(code(resp), 6);
+    // Every node answers Metadata with all three brokers and the same leader.
+    for n in c.nodes.values() {
+        let md = admin(&n.addr)
+            .inner()
+            .fetch_metadata(Some("guarded"), Duration::from_secs(10))
+            .expect("metadata");
+        assert_eq!(md.brokers().len(), 3);
+        assert_eq!(md.topics()[0].partitions()[0].leader() as u64, leader);
+        assert_eq!(md.topics()[0].partitions()[0].isr().len(), 3);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_with_a_taken_node_id_is_refused_and_the_cluster_keeps_serving() {
+    let c = ThreeNodes::start(&[]);
+    create_replicated(&c.bootstrap(), "solo", 1, "2").await;
+    // Another process claims node id 2 with its own data dir, the same peers and its own
+    // inter-node listener.
+    let status = c.status(1).expect("status");
+    let peers = status["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| format!("{}={}", n["id"], n["inter_node"].as_str().unwrap_or("")))
+        .collect::<Vec<_>>()
+        .join(",");
+    let listen = format!("127.0.0.1:{}", free_ports(1)[0]);
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
+        .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .args(["--node-id", "2", "--cluster-peers", &peers, "--cluster-listen", &listen])
+        .output()
+        .expect("run the twin");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the twin must not start");
+    assert!(err.contains("node id 2 is taken"), "{err}");
+    // The cluster still takes acks=all writes with all three in the ISR.
+    let prod = producer(&c.bootstrap(), &[]);
+    let r = prod
+        .send(FutureRecord::<(), _>::to("solo").payload("ok"), Duration::from_secs(20))
+        .await;
+    assert!(r.is_ok(), "{r:?}");
+    c.wait_partition(1, "solo", 0, "ISR of three", |p| ids(&p["isr"]).len() == 3);
+}
+
+#[test]
+fn inconsistent_cluster_flags_are_refused_with_a_reason() {
+    let run = |args: &[&str]| {
+        let dir = tempfile::tempdir().expect("tmp");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
+            .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .args(args)
+            .output()
+            .expect("run spate");
+        assert!(!out.status.success(), "{args:?} must be refused");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let e = run(&["--node-id", "4", "--cluster-peers", "1=127.0.0.1:1,2=127.0.0.1:2"]);
+    assert!(e.contains("--node-id 4 is not in --cluster-peers"), "{e}");
+    let e = run(&["--node-id", "1"]);
+    assert!(e.contains("--node-id needs --cluster-peers"), "{e}");
+    let e = run(&["--cluster-peers", "1=127.0.0.1:1"]);
+    assert!(e.contains("--cluster-peers needs --node-id"), "{e}");
+    let e = run(&["--node-id", "1", "--cluster-peers", "1=127.0.0.1:1,1=127.0.0.1:2"]);
+    assert!(e.to_lowercase().contains("duplicate") || e.contains("twice"), "{e}");
+}
