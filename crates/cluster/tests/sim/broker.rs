@@ -145,11 +145,7 @@ impl Broker {
     pub fn handle(&mut self, now: u64, from: NodeId, from_inc: u64, msg: Msg, out: &mut Out) {
         match msg {
             Msg::Image { version, image } => self.on_image(now, version, &image, out),
-            Msg::RegisterResult { result } => {
-                if let Ok(epoch) = result {
-                    self.broker_epoch = Some(epoch);
-                }
-            }
+            Msg::RegisterResult { result: Ok(epoch) } => self.broker_epoch = Some(epoch),
             Msg::AlterIsrResult { change, result } => self.on_alter_isr_result(change, result),
             Msg::OffsetForEpoch {
                 req,
@@ -221,16 +217,14 @@ impl Broker {
                 self.group_commit_scheduled = false;
                 self.sync_and_advance(now, out);
             }
-            Timer::RequestTimeout { req } => {
-                if self.outstanding == Some(req) {
-                    self.outstanding = None;
-                    self.resume_follower(out);
-                }
+            Timer::RequestTimeout { req } if self.outstanding == Some(req) => {
+                self.outstanding = None;
+                self.resume_follower(out);
             }
-            Timer::FetchBackoff { req_gen } => {
-                if req_gen == self.role_gen && self.outstanding.is_none() {
-                    self.resume_follower(out);
-                }
+            Timer::FetchBackoff { req_gen }
+                if req_gen == self.role_gen && self.outstanding.is_none() =>
+            {
+                self.resume_follower(out);
             }
             _ => {}
         }

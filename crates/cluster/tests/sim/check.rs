@@ -74,11 +74,16 @@ impl Checker {
         let v = self.verified.entry(b.id).or_insert(0);
         let common = upto.min(self.committed.len());
         if *v < common {
-            for i in *v..common {
-                if recs[i] != self.committed[i] {
+            for (i, (r, c)) in recs[..common]
+                .iter()
+                .zip(&self.committed[..common])
+                .enumerate()
+                .skip(*v)
+            {
+                if r != c {
                     return Err(format!(
-                        "broker {} has {:?} at {i}, the committed history has {:?}",
-                        b.id, recs[i], self.committed[i]
+                        "broker {} has {r:?} at {i}, the committed history has {c:?}",
+                        b.id
                     ));
                 }
             }

@@ -93,12 +93,10 @@ impl Producer {
                 out.send(leader, None, Msg::Produce { req, payload });
                 out.timer(PRODUCER_TIMEOUT_MS, Timer::ProduceTimeout { req });
             }
-            Timer::ProduceTimeout { req } => {
-                if self.inflight.is_some_and(|(r, _)| r == req) {
-                    self.inflight = None;
-                    *self.errors.entry("ClientTimeout".to_owned()).or_default() += 1;
-                    out.timer(1, Timer::ProduceNext);
-                }
+            Timer::ProduceTimeout { req } if self.inflight.is_some_and(|(r, _)| r == req) => {
+                self.inflight = None;
+                *self.errors.entry("ClientTimeout".to_owned()).or_default() += 1;
+                out.timer(1, Timer::ProduceNext);
             }
             _ => {}
         }

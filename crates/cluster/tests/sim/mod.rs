@@ -29,9 +29,9 @@ pub const LAG_CHECK_MS: u64 = 100;
 pub const REQUEST_TIMEOUT_MS: u64 = 150;
 pub const FETCH_BACKOFF_MS: u64 = 10;
 /// The leader answers REQUEST_TIMED_OUT to a produce not committed by then.
-pub const PRODUCE_TIMEOUT_MS: u64 = 400;
+pub const PRODUCE_TIMEOUT_MS: u64 = 200;
 /// The producer gives up on a request with no answer by then.
-pub const PRODUCER_TIMEOUT_MS: u64 = 800;
+pub const PRODUCER_TIMEOUT_MS: u64 = 250;
 pub const ALTER_ISR_RETRY_MS: u64 = 300;
 pub const CONTROLLER_TICK_MS: u64 = 50;
 pub const PUBLISH_MS: u64 = 100;

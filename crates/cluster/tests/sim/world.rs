@@ -491,7 +491,7 @@ impl World {
             70..=74 => self.heal_all(),
             _ => {}
         }
-        let next = self.rng.range(50, 400);
+        let next = self.rng.range(100, 700);
         self.later(next, Timer::Chaos);
     }
 
