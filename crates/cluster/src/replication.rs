@@ -265,7 +265,8 @@ impl LeaderState {
     /// The metadata quorum committed a new state for this partition (same leader epoch):
     /// takes its ISR and partition epoch and drops any pending proposal it settles. A
     /// proposal that was refused is dropped too (the caller sees the partition epoch move,
-    /// or calls [`LeaderState::on_isr_change_failed`]).
+    /// or calls [`LeaderState::on_isr_change_failed`]). A state with an older partition
+    /// epoch than the last one taken (a late image) is ignored.
     pub fn on_metadata(
         &mut self,
         partition_epoch: i32,
@@ -275,10 +276,16 @@ impl LeaderState {
         log_end_offset: i64,
         now_ms: u64,
     ) -> Option<i64> {
+        // A state older than the one already taken (a late or replayed image) says nothing
+        // new, and taking its ISR would undo a committed expansion: the high watermark would
+        // stop counting a replica that is in the committed ISR.
+        if partition_epoch < self.partition_epoch {
+            return None;
+        }
         if partition_epoch > self.partition_epoch {
             self.pending = None;
         }
-        self.partition_epoch = self.partition_epoch.max(partition_epoch);
+        self.partition_epoch = partition_epoch;
         for &r in &replicas {
             if r != self.local {
                 self.followers.entry(r).or_insert(FollowerProgress {
@@ -296,7 +303,11 @@ impl LeaderState {
         self.maybe_advance(log_end_offset)
     }
 
-    /// A proposed ISR change was refused or timed out: the next check may propose again.
+    /// A proposed ISR change was refused in a way that proves it was never applied (an
+    /// invalid or ineligible ISR at the current partition epoch): the next check may propose
+    /// again. Not for a timeout, nor for a stale-partition-epoch answer, which may answer a
+    /// retry of a proposal that was applied: dropping an applied expansion would let the high
+    /// watermark pass the joiner. Those wait for the image ([`LeaderState::on_metadata`]).
     pub fn on_isr_change_failed(&mut self) {
         self.pending = None;
     }
@@ -490,6 +501,25 @@ mod tests {
         // While the expansion is pending, the joiner already holds back the high watermark.
         l.on_leader_append(60);
         l.on_follower_fetch(3, 60, 60, 3).unwrap();
+        assert_eq!(l.high_watermark(), 50);
+    }
+
+    #[test]
+    fn a_late_image_with_an_older_partition_epoch_does_not_undo_a_committed_expansion() {
+        let mut l = leader(&[1, 3], 50, 50);
+        l.on_follower_fetch(3, 50, 50, 0).unwrap();
+        let change = l.on_follower_fetch(2, 50, 50, 1).unwrap().expand.unwrap();
+        assert_eq!(change.isr, vec![1, 3, 2]);
+        // The expansion commits at partition epoch 11; then the image of epoch 10 arrives.
+        l.on_metadata(11, vec![1, 2, 3], vec![1, 3, 2], BTreeSet::new(), 50, 2);
+        assert_eq!(
+            l.on_metadata(10, vec![1, 2, 3], vec![1, 3], BTreeSet::new(), 60, 3),
+            None
+        );
+        assert_eq!(l.isr(), &[1, 3, 2]);
+        assert_eq!(l.partition_epoch(), 11);
+        // 2 is in the committed ISR: the high watermark waits for it.
+        l.on_follower_fetch(3, 60, 60, 4).unwrap();
         assert_eq!(l.high_watermark(), 50);
     }
 
