@@ -133,7 +133,11 @@ async fn ready(State(s): State<Arc<HttpState>>) -> Response {
 
 async fn metrics_text(State(s): State<Arc<HttpState>>) -> Response {
     let body = match s.broker.get() {
-        Some(b) => metrics::render(b),
+        Some(b) => {
+            let mut text = metrics::render(b);
+            text.push_str(&metrics::render_cluster(b).await);
+            text
+        }
         None => metrics::render_process_only(),
     };
     (

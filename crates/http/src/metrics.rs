@@ -18,6 +18,182 @@ fn error_name(code: i16) -> String {
     }
 }
 
+/// Replication and quorum metrics of a cluster node (nothing when standalone).
+pub async fn render_cluster(b: &Broker) -> String {
+    let Some(cluster) = b.cluster() else {
+        return String::new();
+    };
+    let mut w = Writer::default();
+    let image = cluster.image();
+    let me = cluster.broker_id();
+    let now = b.clock.monotonic_ms().max(0) as u64;
+    let (mut leading, mut under, mut offline) = (0u64, 0u64, 0u64);
+    let mut lag = Vec::new();
+    for t in image.topics().values() {
+        for (index, ps) in t.partitions.iter().enumerate() {
+            if ps.leader.is_none() {
+                offline += 1;
+            }
+            if ps.leader != Some(me) {
+                continue;
+            }
+            leading += 1;
+            if ps.isr.len() < ps.replicas.len() {
+                under += 1;
+            }
+            let local = b
+                .topics
+                .get(&t.name)
+                .and_then(|lt| lt.partition(index as i32));
+            if let Some((p, view)) = local.and_then(|p| p.leader_view().map(|v| (p, v))) {
+                let end = p.log_end_offset();
+                for (f, progress) in view.followers() {
+                    let records = if progress.log_end_offset < 0 {
+                        end
+                    } else {
+                        (end - progress.log_end_offset).max(0)
+                    };
+                    let seconds = now.saturating_sub(progress.last_caught_up_ms) as f64 / 1000.0;
+                    lag.push((
+                        t.name.clone(),
+                        index.to_string(),
+                        f.to_string(),
+                        records,
+                        seconds,
+                    ));
+                }
+            }
+        }
+    }
+    w.family(
+        "spate_cluster_leader_partitions",
+        "gauge",
+        "Partitions this node leads.",
+    );
+    w.sample("spate_cluster_leader_partitions", &[], leading as f64);
+    w.family(
+        "spate_cluster_under_replicated_partitions",
+        "gauge",
+        "Partitions this node leads whose ISR is smaller than their replica set.",
+    );
+    w.sample(
+        "spate_cluster_under_replicated_partitions",
+        &[],
+        under as f64,
+    );
+    w.family(
+        "spate_cluster_offline_partitions",
+        "gauge",
+        "Partitions without a leader, cluster-wide, as this node's metadata has it.",
+    );
+    w.sample("spate_cluster_offline_partitions", &[], offline as f64);
+    w.family(
+        "spate_cluster_isr_shrinks_total",
+        "counter",
+        "ISR shrinks this node committed as leader.",
+    );
+    w.sample(
+        "spate_cluster_isr_shrinks_total",
+        &[],
+        cluster.metrics.isr_shrinks.get() as f64,
+    );
+    w.family(
+        "spate_cluster_isr_expands_total",
+        "counter",
+        "ISR expansions this node committed as leader.",
+    );
+    w.sample(
+        "spate_cluster_isr_expands_total",
+        &[],
+        cluster.metrics.isr_expands.get() as f64,
+    );
+    w.family(
+        "spate_cluster_truncated_records_total",
+        "counter",
+        "Records this node cut from its logs as divergent after a leader change.",
+    );
+    w.sample(
+        "spate_cluster_truncated_records_total",
+        &[],
+        cluster.metrics.truncated_records.get() as f64,
+    );
+    w.family(
+        "spate_cluster_follower_lag_records",
+        "gauge",
+        "Records a follower lacks behind this leader's log end.",
+    );
+    for (topic, partition, follower, records, _) in &lag {
+        w.sample(
+            "spate_cluster_follower_lag_records",
+            &[
+                ("topic", topic),
+                ("partition", partition),
+                ("follower", follower),
+            ],
+            *records as f64,
+        );
+    }
+    w.family(
+        "spate_cluster_follower_lag_seconds",
+        "gauge",
+        "Time since a follower last had everything this leader had.",
+    );
+    for (topic, partition, follower, _, seconds) in &lag {
+        w.sample(
+            "spate_cluster_follower_lag_seconds",
+            &[
+                ("topic", topic),
+                ("partition", partition),
+                ("follower", follower),
+            ],
+            *seconds,
+        );
+    }
+    let q = cluster.node().metrics().await;
+    let gauge = |w: &mut Writer, name: &str, help: &str, v: f64| {
+        w.family(name, "gauge", help);
+        w.sample(name, &[], v);
+    };
+    let idx = |v: Option<u64>| v.map_or(-1.0, |i| i as f64);
+    gauge(
+        &mut w,
+        "spate_raft_term",
+        "Current term of the metadata quorum.",
+        q.term as f64,
+    );
+    gauge(
+        &mut w,
+        "spate_raft_commit_index",
+        "Last metadata log index known committed.",
+        idx(q.commit_index),
+    );
+    gauge(
+        &mut w,
+        "spate_raft_applied_index",
+        "Last metadata log index applied here.",
+        idx(q.applied_index),
+    );
+    gauge(
+        &mut w,
+        "spate_raft_last_log_index",
+        "Last metadata log index stored here.",
+        idx(q.last_log_index),
+    );
+    gauge(
+        &mut w,
+        "spate_cluster_controller_id",
+        "The controller (metadata quorum leader) this node knows of; -1 when none.",
+        cluster.controller_id().map_or(-1.0, f64::from),
+    );
+    gauge(
+        &mut w,
+        "spate_cluster_is_controller",
+        "1 when this node is the controller.",
+        if cluster.node().is_leader() { 1.0 } else { 0.0 },
+    );
+    w.finish()
+}
+
 /// The full scrape.
 pub fn render(b: &Broker) -> String {
     let m = &b.metrics;

@@ -4,6 +4,7 @@
 static ALLOCATOR: spate_protocol::alloc::HostileLengthAllocator =
     spate_protocol::alloc::HostileLengthAllocator;
 
+mod cluster_cli;
 mod config;
 mod connection;
 mod limits;
@@ -16,6 +17,12 @@ use tokio::net::TcpListener;
 use crate::config::Args;
 
 fn main() -> anyhow::Result<()> {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == "cluster") {
+        // `spate cluster ...`: a client of a running node's admin API, not a broker.
+        let code = cluster_cli::run(argv.into_iter().skip(1))?;
+        std::process::exit(code);
+    }
     let args = Args::load()?;
     init_logging(&args.log_level, args.log_format == "json");
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use spate_cluster::metadata::{BrokerId, CommandOutcome, MetadataCommand, MetadataImage};
+use spate_cluster::metadata::{
+    BrokerId, CommandError, CommandOutcome, MetadataCommand, MetadataImage,
+};
 use spate_cluster::node::{BrokerInfo, BrokerSession, MetadataNode, ProposeError};
 use spate_cluster::replication::IsrChange;
 use spate_metrics::Counter;
@@ -250,7 +252,10 @@ impl Cluster {
                     }
                 }
             };
-            if tokio::time::timeout(CONTROLLED_SHUTDOWN_WAIT, fenced).await.is_err() {
+            if tokio::time::timeout(CONTROLLED_SHUTDOWN_WAIT, fenced)
+                .await
+                .is_err()
+            {
                 tracing::warn!("controlled shutdown: the controller did not fence this broker in time; stopping anyway");
             }
         }
@@ -408,9 +413,40 @@ async fn propose_isr_changes(
                     cluster.metrics.isr_expands.inc();
                 }
             }
-            Err(e) => {
-                tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, error = %e, "ISR change not committed");
+            // The partition moved on (a newer partition or leader epoch, or another leader),
+            // possibly because an earlier attempt of this very change was applied: the image
+            // that carries the move settles the pending change, so nothing to undo here.
+            Err(ProposeError::Refused(
+                CommandError::StalePartitionEpoch { .. }
+                | CommandError::FencedLeaderEpoch { .. }
+                | CommandError::UnknownLeaderEpoch { .. }
+                | CommandError::NotLeader { .. },
+            )) => {
+                tracing::debug!(topic = %p.topic, partition = p.partition.index, "ISR change overtaken by a newer partition state");
+            }
+            // Refused on its merits (an ineligible replica, an invalid ISR): it was never
+            // applied, so the leader may decide again.
+            Err(ProposeError::Refused(e)) => {
+                tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, error = %e, "ISR change refused");
                 p.partition.isr_change_failed();
+            }
+            // Unanswered: it may have been applied. Keep it pending and ask again; a repeat
+            // of an applied change is refused as stale and the image settles it.
+            Err(e) => {
+                tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, error = %e, "ISR change unanswered; retrying");
+                let b = broker.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    let still_pending = p.partition.leader_view().is_some_and(|l| {
+                        l.leader_epoch() == p.change.leader_epoch
+                            && l.pending_isr() == Some(p.change.isr.as_slice())
+                    });
+                    if let (true, Some(b)) = (still_pending, b.upgrade()) {
+                        if let Some(c) = b.cluster() {
+                            let _ = c.isr_tx.send(p);
+                        }
+                    }
+                });
             }
         }
     }
@@ -462,6 +498,19 @@ impl Cluster {
             // Only when shutting down: forget the change so a later check may retry.
             e.0.partition.isr_change_failed();
         }
+    }
+
+    /// Whether the image names this process's own registration, unfenced: only then may it
+    /// lead. A restarted process whose old registration still stands must not resume the
+    /// old one's leaderships (its log may be shorter than what it acknowledged); it waits
+    /// until the controller fences the old registration and elects in a new epoch.
+    fn registered_in(&self, image: &MetadataImage) -> bool {
+        let Some(epoch) = self.broker_epoch() else {
+            return false;
+        };
+        image
+            .broker(self.broker_id)
+            .is_some_and(|b| b.epoch == epoch && !b.fenced)
     }
 
     /// Brokers the image lists as fenced.

@@ -97,6 +97,7 @@ fn set_roles(b: &Broker, cluster: &Cluster, image: &MetadataImage, t: &TopicImag
     let now = b.clock.monotonic_ms().max(0) as u64;
     let lag = cluster.settings.replica_lag_time_max_ms;
     let fenced = Cluster::fenced(image);
+    let may_lead = cluster.registered_in(image);
     for (index, ps) in t.partitions.iter().enumerate() {
         let Ok(index) = i32::try_from(index) else {
             continue;
@@ -105,7 +106,7 @@ fn set_roles(b: &Broker, cluster: &Cluster, image: &MetadataImage, t: &TopicImag
             continue;
         };
         match ps.leader {
-            Some(leader) if leader == me => {
+            Some(leader) if leader == me && may_lead => {
                 cluster.follows.unassign(&t.name, index);
                 if p.role() == Role::Leader && p.leader_epoch() == ps.leader_epoch {
                     p.leader_metadata(
@@ -127,7 +128,7 @@ fn set_roles(b: &Broker, cluster: &Cluster, image: &MetadataImage, t: &TopicImag
                     p.become_leader(leadership, now, lag);
                 }
             }
-            Some(leader) if ps.replicas.contains(&me) => {
+            Some(leader) if leader != me && ps.replicas.contains(&me) => {
                 if p.role() != Role::Follower || p.leader_epoch() != ps.leader_epoch {
                     tracing::info!(topic = %t.name, partition = index, leader, epoch = ps.leader_epoch, "following");
                     p.set_role(Role::Follower, ps.leader_epoch);

@@ -85,9 +85,11 @@ impl ThreeNodes {
     pub fn status(&self, id: u64) -> Option<Value> {
         let n = self.nodes.get(&id)?;
         n.pid()?;
-        let (code, body) = std::panic::catch_unwind(|| http(&n.http, "GET", "/admin/cluster", &[], ""))
-            .ok()?;
-        (code == 200).then(|| serde_json::from_str(&body).ok()).flatten()
+        let (code, body) =
+            std::panic::catch_unwind(|| http(&n.http, "GET", "/admin/cluster", &[], "")).ok()?;
+        (code == 200)
+            .then(|| serde_json::from_str(&body).ok())
+            .flatten()
     }
 
     /// Waits until every node in `ids` answers /ready with 200.
@@ -101,7 +103,11 @@ impl ThreeNodes {
                 if ok {
                     break;
                 }
-                assert!(Instant::now() < deadline, "node {id} not ready within 60 s:\n{}", n.log());
+                assert!(
+                    Instant::now() < deadline,
+                    "node {id} not ready within 60 s:\n{}",
+                    n.log()
+                );
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -118,13 +124,22 @@ impl ThreeNodes {
     ) -> Value {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(p) = self.status(observer).and_then(|s| find_partition(&s, topic, partition)) {
+            if let Some(p) = self
+                .status(observer)
+                .and_then(|s| find_partition(&s, topic, partition))
+            {
                 if check(&p) {
                     return p;
                 }
-                assert!(Instant::now() < deadline, "{what}: not within 60 s; last seen {p}");
+                assert!(
+                    Instant::now() < deadline,
+                    "{what}: not within 60 s; last seen {p}"
+                );
             } else {
-                assert!(Instant::now() < deadline, "{what}: node {observer} has no status");
+                assert!(
+                    Instant::now() < deadline,
+                    "{what}: node {observer} has no status"
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -173,11 +188,14 @@ fn read_values(c: &BaseConsumer, want: usize) -> Vec<u64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_of_the_leader_during_idempotent_acks_all_loses_and_duplicates_nothing_and_it_rejoins() {
+async fn kill_9_of_the_leader_during_idempotent_acks_all_loses_and_duplicates_nothing_and_it_rejoins(
+) {
     let mut c = ThreeNodes::start(&[]);
     let bootstrap = c.bootstrap();
     create_replicated(&bootstrap, "orders", 1, "2").await;
-    let p = c.wait_partition(1, "orders", 0, "ISR of three", |p| ids(&p["isr"]).len() == 3);
+    let p = c.wait_partition(1, "orders", 0, "ISR of three", |p| {
+        ids(&p["isr"]).len() == 3
+    });
     let leader = p["leader"].as_u64().expect("leader");
     let epoch = p["leader_epoch"].as_i64().expect("epoch");
 
@@ -213,7 +231,8 @@ async fn kill_9_of_the_leader_during_idempotent_acks_all_loses_and_duplicates_no
     // A new leader in a newer epoch, elected from the ISR.
     let survivor = if leader == 1 { 2 } else { 1 };
     let p = c.wait_partition(survivor, "orders", 0, "new leader", |p| {
-        p["leader"].as_u64().is_some_and(|l| l != leader) && p["leader_epoch"].as_i64() > Some(epoch)
+        p["leader"].as_u64().is_some_and(|l| l != leader)
+            && p["leader_epoch"].as_i64() > Some(epoch)
     });
     assert!(!ids(&p["isr"]).contains(&leader) || ids(&p["isr"]).len() == 3);
 
@@ -228,7 +247,11 @@ async fn kill_9_of_the_leader_during_idempotent_acks_all_loses_and_duplicates_no
     let got = read_values(&cons, acked.len());
     let unique: HashSet<u64> = got.iter().copied().collect();
     assert_eq!(unique.len(), got.len(), "duplicates in the log");
-    let missing: Vec<u64> = acked.iter().filter(|v| !unique.contains(v)).copied().collect();
+    let missing: Vec<u64> = acked
+        .iter()
+        .filter(|v| !unique.contains(v))
+        .copied()
+        .collect();
     assert!(missing.is_empty(), "acknowledged but lost: {missing:?}");
     assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order");
 
@@ -261,7 +284,10 @@ async fn acks_all_holds_with_one_node_down_and_is_refused_with_two_down_losing_n
     for i in 0..20u64 {
         let v = i.to_string();
         let r = prod
-            .send(FutureRecord::<(), _>::to("pay").payload(&v), Duration::from_secs(30))
+            .send(
+                FutureRecord::<(), _>::to("pay").payload(&v),
+                Duration::from_secs(30),
+            )
             .await;
         assert!(r.is_ok(), "record {i} with one node down: {r:?}");
     }
@@ -284,13 +310,17 @@ async fn acks_all_holds_with_one_node_down_and_is_refused_with_two_down_losing_n
         ],
     );
     let r = lone
-        .send(FutureRecord::<(), _>::to("pay").payload("refused"), Duration::from_secs(10))
+        .send(
+            FutureRecord::<(), _>::to("pay").payload("refused"),
+            Duration::from_secs(10),
+        )
         .await;
     match r {
         Err((KafkaError::MessageProduction(code), _)) => assert!(
             matches!(
                 code,
-                RDKafkaErrorCode::NotEnoughReplicas | RDKafkaErrorCode::NotEnoughReplicasAfterAppend
+                RDKafkaErrorCode::NotEnoughReplicas
+                    | RDKafkaErrorCode::NotEnoughReplicasAfterAppend
             ),
             "{code:?}"
         ),
@@ -300,7 +330,9 @@ async fn acks_all_holds_with_one_node_down_and_is_refused_with_two_down_losing_n
     // Both return: nothing acknowledged was lost, the ISR is whole again.
     c.node(others[0]).restart();
     c.node(others[1]).restart();
-    c.wait_partition(leader, "pay", 0, "ISR whole again", |p| ids(&p["isr"]).len() == 3);
+    c.wait_partition(leader, "pay", 0, "ISR whole again", |p| {
+        ids(&p["isr"]).len() == 3
+    });
     let cons = consumer(&c.bootstrap(), "pay", &[0], 0);
     let got = read_values(&cons, 20);
     assert_eq!(got, (0..20).collect::<Vec<_>>());
@@ -311,7 +343,9 @@ async fn replica_fetches_from_strangers_or_stale_epochs_are_refused_and_consumer
 ) {
     let mut c = ThreeNodes::start(&[]);
     create_replicated(&c.bootstrap(), "guarded", 1, "2").await;
-    let p = c.wait_partition(1, "guarded", 0, "ISR of three", |p| ids(&p["isr"]).len() == 3);
+    let p = c.wait_partition(1, "guarded", 0, "ISR of three", |p| {
+        ids(&p["isr"]).len() == 3
+    });
     // A controlled restart of the leader moves leadership: the epoch is past 0, so an older
     // one exists to be fenced.
     let first = p["leader"].as_u64().expect("leader");
@@ -344,7 +378,11 @@ async fn replica_fetches_from_strangers_or_stale_epochs_are_refused_and_consumer
     let mut raw = Raw::connect(&c.nodes[&leader].addr);
     // A broker id that holds no replica.
     let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &fetch(42, epoch));
-    assert_eq!(code(resp), 6, "NOT_LEADER_OR_FOLLOWER for an unknown replica");
+    assert_eq!(
+        code(resp),
+        6,
+        "NOT_LEADER_OR_FOLLOWER for an unknown replica"
+    );
     // A follower in an older epoch is fenced; a newer one is unknown to this leader.
     let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &fetch(follower as i32, epoch - 1));
     assert_eq!(code(resp), 74, "FENCED_LEADER_EPOCH");
@@ -383,9 +421,22 @@ async fn a_second_process_with_a_taken_node_id_is_refused_and_the_cluster_keeps_
     let listen = format!("127.0.0.1:{}", free_ports(1)[0]);
     let dir = tempfile::tempdir().expect("tmp");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
-        .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(dir.path())
-        .args(["--node-id", "2", "--cluster-peers", &peers, "--cluster-listen", &listen])
+        .args([
+            "--node-id",
+            "2",
+            "--cluster-peers",
+            &peers,
+            "--cluster-listen",
+            &listen,
+        ])
         .output()
         .expect("run the twin");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -394,7 +445,10 @@ async fn a_second_process_with_a_taken_node_id_is_refused_and_the_cluster_keeps_
     // The cluster still takes acks=all writes with all three in the ISR.
     let prod = producer(&c.bootstrap(), &[]);
     let r = prod
-        .send(FutureRecord::<(), _>::to("solo").payload("ok"), Duration::from_secs(20))
+        .send(
+            FutureRecord::<(), _>::to("solo").payload("ok"),
+            Duration::from_secs(20),
+        )
         .await;
     assert!(r.is_ok(), "{r:?}");
     c.wait_partition(1, "solo", 0, "ISR of three", |p| ids(&p["isr"]).len() == 3);
@@ -405,7 +459,13 @@ fn inconsistent_cluster_flags_are_refused_with_a_reason() {
     let run = |args: &[&str]| {
         let dir = tempfile::tempdir().expect("tmp");
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
-            .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(dir.path())
             .args(args)
             .output()
@@ -413,12 +473,25 @@ fn inconsistent_cluster_flags_are_refused_with_a_reason() {
         assert!(!out.status.success(), "{args:?} must be refused");
         String::from_utf8_lossy(&out.stderr).to_string()
     };
-    let e = run(&["--node-id", "4", "--cluster-peers", "1=127.0.0.1:1,2=127.0.0.1:2"]);
+    let e = run(&[
+        "--node-id",
+        "4",
+        "--cluster-peers",
+        "1=127.0.0.1:1,2=127.0.0.1:2",
+    ]);
     assert!(e.contains("--node-id 4 is not in --cluster-peers"), "{e}");
     let e = run(&["--node-id", "1"]);
     assert!(e.contains("--node-id needs --cluster-peers"), "{e}");
     let e = run(&["--cluster-peers", "1=127.0.0.1:1"]);
     assert!(e.contains("--cluster-peers needs --node-id"), "{e}");
-    let e = run(&["--node-id", "1", "--cluster-peers", "1=127.0.0.1:1,1=127.0.0.1:2"]);
-    assert!(e.to_lowercase().contains("duplicate") || e.contains("twice"), "{e}");
+    let e = run(&[
+        "--node-id",
+        "1",
+        "--cluster-peers",
+        "1=127.0.0.1:1,1=127.0.0.1:2",
+    ]);
+    assert!(
+        e.to_lowercase().contains("duplicate") || e.contains("twice"),
+        "{e}"
+    );
 }
