@@ -6,6 +6,10 @@
 //! Time comes from the broker's [`Clock`](crate::time::Clock): the coordinator (sessions,
 //! rebalance deadlines) runs on monotonic time, so a wall-clock step cannot evict members;
 //! commit timestamps and offset retention use wall time, as Kafka reports and keeps them.
+//!
+//! In cluster mode the commits go instead to partition 0 of the replicated internal topic
+//! `__consumer_offsets`, and the node leading it coordinates every group: a commit is answered
+//! once the ISR holds it, and a new leader rebuilds the offsets from its replica of the log.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +29,7 @@ use thiserror::Error;
 use tokio::sync::oneshot;
 
 use crate::error::{io, BrokerError};
+use crate::partition::{AppendError, Appended, Partition, Role};
 use crate::time::SharedClock;
 
 /// Name of the internal offsets log, as in Kafka.
@@ -94,6 +99,11 @@ pub struct GroupService {
     compact_from_bytes: u64,
     /// Held while a compaction runs, so two never overlap.
     compacting: Mutex<()>,
+    /// Cluster mode: group requests are served only while this node leads the offsets
+    /// partition.
+    clustered: std::sync::atomic::AtomicBool,
+    /// The replicated offsets partition and the epoch this node took it over at.
+    replicated: Mutex<Option<(Arc<Partition>, i32)>>,
 }
 
 impl GroupService {
@@ -127,7 +137,87 @@ impl GroupService {
             clock,
             compact_from_bytes: COMPACT_FROM_BYTES,
             compacting: Mutex::new(()),
+            clustered: std::sync::atomic::AtomicBool::new(false),
+            replicated: Mutex::new(None),
         })
+    }
+
+    /// Cluster mode: from now on groups are coordinated only while this node leads the
+    /// replicated offsets partition ([`GroupService::take_over`]).
+    pub fn set_clustered(&self) {
+        self.clustered.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether this node coordinates groups now: always when standalone; in a cluster while
+    /// it leads the offsets partition in the epoch it took it over at.
+    pub fn is_coordinator(&self) -> bool {
+        !self.clustered.load(Ordering::SeqCst) || self.leading().is_some()
+    }
+
+    fn leading(&self) -> Option<Arc<Partition>> {
+        self.replicated
+            .lock()
+            .as_ref()
+            .filter(|(p, epoch)| p.role() == Role::Leader && p.leader_epoch() == *epoch)
+            .map(|(p, _)| p.clone())
+    }
+
+    /// This node now leads the offsets partition at `epoch`: rebuilds the committed offsets
+    /// from its replica of the log and starts groups afresh (members rejoin, as after any
+    /// coordinator move). Does nothing when already taken over at that epoch.
+    pub fn take_over(&self, partition: Arc<Partition>, epoch: i32) -> Result<(), BrokerError> {
+        if self
+            .replicated
+            .lock()
+            .as_ref()
+            .is_some_and(|(_, e)| *e == epoch)
+        {
+            return Ok(());
+        }
+        let mut store = OffsetStore::default();
+        let (start, end) = (partition.log_start_offset(), partition.log_end_offset());
+        replay_chunks(
+            start,
+            end,
+            |o| partition.read_replica(o, 1 << 20, true),
+            Path::new(OFFSETS_LOG),
+            &mut store,
+        )?;
+        let groups = store.group_ids().count();
+        // Under the log lock, like every write, so no commit interleaves with the swap.
+        let _order = self.log.lock();
+        *self.offsets.lock() = store;
+        self.reset_coordinator();
+        *self.replicated.lock() = Some((partition, epoch));
+        tracing::info!(
+            epoch,
+            groups,
+            records_to = end,
+            "coordinating consumer groups: offsets rebuilt from the replicated log"
+        );
+        Ok(())
+    }
+
+    /// This node no longer leads the offsets partition: forgets groups and offsets (the new
+    /// leader has them).
+    pub fn step_down(&self) {
+        if self.replicated.lock().take().is_some() {
+            let _order = self.log.lock();
+            *self.offsets.lock() = OffsetStore::default();
+            self.reset_coordinator();
+            tracing::info!("no longer coordinating consumer groups");
+        }
+    }
+
+    fn reset_coordinator(&self) {
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        *self.coordinator.lock() = Coordinator::new(self.settings.coordinator.clone(), nonce);
+        // Parked joins and syncs get no answer from the new coordinator: their senders drop
+        // and the handlers answer with a retriable error.
+        self.waiters.lock().clear();
     }
 
     /// The settings in force.
@@ -265,6 +355,9 @@ impl GroupService {
             tracing::warn!(group, error = %e, "cannot encode offsets");
             ResponseError::InvalidCommitOffsetSize
         })?;
+        if self.clustered.load(Ordering::SeqCst) {
+            return self.write_replicated(group, entries, &batch);
+        }
         let end = {
             let mut log = self.log.lock();
             let info = log
@@ -284,6 +377,36 @@ impl GroupService {
         Ok(end)
     }
 
+    /// Appends a commit batch to the replicated offsets partition this node leads.
+    fn write_replicated(
+        &self,
+        group: &str,
+        entries: &[(String, i32, Option<Committed>)],
+        batch: &[u8],
+    ) -> Result<i64, ResponseError> {
+        let partition = self.leading().ok_or(ResponseError::NotCoordinator)?;
+        let header = batch::validate(batch).map_err(|e| {
+            tracing::error!(error = %e, "built an invalid offsets batch");
+            ResponseError::UnknownServerError
+        })?;
+        let _order = self.log.lock();
+        let last = match partition.append(batch, &header, None) {
+            Ok(Appended::New { last_offset, .. } | Appended::Duplicate { last_offset, .. }) => {
+                last_offset
+            }
+            Err(AppendError::Refused(_)) => return Err(ResponseError::NotCoordinator),
+            Err(AppendError::Storage(e)) => {
+                tracing::error!(error = %e, "offsets partition append failed");
+                return Err(ResponseError::KafkaStorageError);
+            }
+        };
+        let mut store = self.offsets.lock();
+        for (topic, p, value) in entries {
+            store.apply(group, topic, *p, value.clone());
+        }
+        Ok(last + 1)
+    }
+
     /// Waits until the offsets log is durable up to `end`, as the fsync policy promises acks:
     /// REQUEST_TIMED_OUT when the fsync takes over 30 s, KAFKA_STORAGE_ERROR when it failed.
     pub fn durable(
@@ -291,8 +414,42 @@ impl GroupService {
         end: i64,
     ) -> impl std::future::Future<Output = Result<(), ResponseError>> + Send + 'static {
         let wait = self.flusher.policy().acks_wait_for_fsync();
-        let mut rx = self.log.lock().log.durable_offset();
+        let replicated = if self.clustered.load(Ordering::SeqCst) {
+            Some(self.leading())
+        } else {
+            None
+        };
+        let mut rx = match &replicated {
+            Some(Some(p)) => p.durable_offset(),
+            _ => self.log.lock().log.durable_offset(),
+        };
         async move {
+            if let Some(leading) = replicated {
+                // Committed once every in-sync replica holds it, like an acks=all produce.
+                let Some(p) = leading else {
+                    return Err(ResponseError::NotCoordinator);
+                };
+                let epoch = p.leader_epoch();
+                let mut hw = p.watch_high_watermark();
+                let replicated = async {
+                    loop {
+                        if *hw.borrow_and_update() >= end {
+                            return Ok(());
+                        }
+                        if p.role() != Role::Leader || p.leader_epoch() != epoch {
+                            return Err(ResponseError::NotCoordinator);
+                        }
+                        if hw.changed().await.is_err() {
+                            return Err(ResponseError::NotCoordinator);
+                        }
+                    }
+                };
+                match tokio::time::timeout(Duration::from_secs(30), replicated).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(e),
+                    Err(_) => return Err(ResponseError::RequestTimedOut),
+                }
+            }
             if !wait {
                 return Ok(());
             }
@@ -506,18 +663,35 @@ fn recover_compaction(dir: &Path) -> Result<(), BrokerError> {
 }
 
 fn replay(log: &Log, store: &mut OffsetStore) -> Result<(), BrokerError> {
-    let mut offset = log.start_offset();
     let end = log.end_offset();
+    replay_chunks(
+        log.start_offset(),
+        end,
+        |o| log.read(o, 1 << 20, end, true),
+        log.dir(),
+        store,
+    )
+}
+
+/// Applies every commit in `[start, end)`, read a chunk at a time by `read`.
+fn replay_chunks(
+    start: i64,
+    end: i64,
+    read: impl Fn(i64) -> Result<spate_log::ReadResult, spate_log::LogError>,
+    origin: &Path,
+    store: &mut OffsetStore,
+) -> Result<(), BrokerError> {
+    let mut offset = start;
     let mut skipped = 0usize;
     while offset < end {
-        let chunk = log.read(offset, 1 << 20, end, true)?;
+        let chunk = read(offset)?;
         if chunk.records.is_empty() {
             break;
         }
         let mut buf = chunk.records.clone();
         let sets =
             RecordBatchDecoder::decode_all(&mut buf).map_err(|e| BrokerError::CorruptMetadata {
-                path: log.dir().to_path_buf(),
+                path: origin.to_path_buf(),
                 reason: e.to_string(),
             })?;
         for set in sets {

@@ -178,6 +178,7 @@ fn describe_topic(
 ) -> MetadataResponseTopic {
     let mut out = MetadataResponseTopic::default();
     out.name = Some(StrBytes::from_string(t.name.clone()).into());
+    out.is_internal = t.name == crate::groups::OFFSETS_LOG;
     if version >= 10 {
         out.topic_id = t.id;
     }

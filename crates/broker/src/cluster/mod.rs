@@ -35,6 +35,7 @@ pub use admin::{
 pub use fetcher::FollowerStatus;
 pub use peer::{PeerConnection, PeerError};
 
+use crate::groups::OFFSETS_LOG;
 use crate::partition::Partition;
 use crate::Broker;
 
@@ -104,6 +105,8 @@ pub struct Cluster {
     /// The last image every local partition was brought in line with.
     reconciled: watch::Sender<Option<Arc<MetadataImage>>>,
     stopping: AtomicBool,
+    /// A proposal creating the offsets topic is out.
+    creating_offsets_topic: AtomicBool,
     /// This node's producer-id block: next id and end (exclusive).
     producer_ids: Mutex<(i64, i64)>,
     /// Replication counters.
@@ -201,23 +204,13 @@ impl Cluster {
         Ok(())
     }
 
-    /// The node that coordinates a consumer group: chosen from the live brokers by a hash of
-    /// the group id, so every node names the same one.
-    ///
-    /// Interim: group state and committed offsets live on that node only (not yet in a
-    /// replicated offsets partition), so when it fails the group moves to another node and
-    /// starts without its committed offsets.
-    pub fn group_coordinator(&self, group: &str) -> Option<(BrokerId, String, i32)> {
+    /// The node that coordinates consumer groups: the leader of the replicated offsets
+    /// partition, where commits are stored, so the coordinator moves with it on failover and
+    /// finds every committed offset there.
+    pub fn group_coordinator(&self) -> Option<(BrokerId, String, i32)> {
         let image = self.image();
-        let live: Vec<_> = image.live_brokers().collect();
-        if live.is_empty() {
-            return None;
-        }
-        // FNV-1a: stable across processes and versions, unlike the std hasher's seed.
-        let hash = group.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, byte| {
-            (h ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3)
-        });
-        let reg = live[(hash % live.len() as u64) as usize];
+        let leader = image.partition(OFFSETS_LOG, 0)?.leader?;
+        let reg = image.broker(leader).filter(|r| !r.fenced)?;
         Some((reg.id, reg.kafka_host.clone(), i32::from(reg.kafka_port)))
     }
 
@@ -321,6 +314,7 @@ impl Broker {
             isr_rx: Mutex::new(Some(isr_rx)),
             reconciled: watch::Sender::new(None),
             stopping: AtomicBool::new(false),
+            creating_offsets_topic: AtomicBool::new(false),
             producer_ids: Mutex::new((0, 0)),
             metrics: ClusterMetrics::default(),
             settings,
@@ -336,6 +330,7 @@ impl Broker {
             kafka_port: u16::try_from(self.config.advertised_port).unwrap_or(0),
             rack: None,
         };
+        self.groups.set_clustered();
         let session = cluster
             .node
             .start_broker_session(info, cluster.settings.heartbeat_interval);
@@ -374,11 +369,55 @@ async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
         if let Err(e) = done {
             tracing::error!(error = %e, "applying metadata to local partitions failed");
         }
-        cluster.reconciled.send_replace(Some(image));
+        cluster.reconciled.send_replace(Some(image.clone()));
+        ensure_offsets_topic(&cluster, &image);
         if images.changed().await.is_err() || cluster.stopping.load(Ordering::SeqCst) {
             return;
         }
     }
+}
+
+/// The controller creates the replicated offsets topic once enough brokers are up to give it
+/// its full replication factor (three, or every voter in a smaller cluster).
+fn ensure_offsets_topic(cluster: &Arc<Cluster>, image: &MetadataImage) {
+    if image.topic(OFFSETS_LOG).is_some() || !cluster.node.is_leader() {
+        return;
+    }
+    let rf = cluster.node.peers().len().min(3);
+    if image.live_brokers().count() < rf {
+        return;
+    }
+    let cmd = match spate_cluster::controller::create_topic_command(
+        image,
+        OFFSETS_LOG,
+        uuid::Uuid::new_v4(),
+        1,
+        rf as i16,
+        Default::default(),
+    ) {
+        Ok(cmd) => cmd,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot place the offsets topic {OFFSETS_LOG} yet");
+            return;
+        }
+    };
+    // One proposal at a time; images arrive with every heartbeat.
+    if cluster.creating_offsets_topic.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let c = cluster.clone();
+    tokio::spawn(async move {
+        match c.propose(cmd).await {
+            Ok(_) => tracing::info!(
+                replication_factor = rf,
+                "created the replicated offsets topic {OFFSETS_LOG}"
+            ),
+            Err(e) => {
+                tracing::info!(error = %e, "creating {OFFSETS_LOG} did not go through; retried on the next image")
+            }
+        }
+        c.creating_offsets_topic.store(false, Ordering::SeqCst);
+    });
 }
 
 /// Proposes the ISR changes leaders ask for, one at a time per partition (the partition

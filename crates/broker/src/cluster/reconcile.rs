@@ -7,6 +7,7 @@
 use spate_cluster::metadata::{MetadataImage, TopicImage};
 
 use super::Cluster;
+use crate::groups::OFFSETS_LOG;
 use crate::partition::{Leadership, Role};
 use crate::registry::Topic;
 use crate::topic_config::TopicConfig;
@@ -21,6 +22,21 @@ pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) {
                 tracing::error!(topic = %t.name, error = %e, "cannot create the local replica of a topic");
             }
         }
+    }
+    // The node leading the replicated offsets partition coordinates every group.
+    let offsets = b
+        .topics
+        .get(OFFSETS_LOG)
+        .and_then(|t| t.partition(0))
+        .filter(|p| p.role() == Role::Leader);
+    match offsets {
+        Some(p) => {
+            let epoch = p.leader_epoch();
+            if let Err(e) = b.groups.take_over(p, epoch) {
+                tracing::error!(error = %e, "cannot load committed offsets from the replicated offsets partition");
+            }
+        }
+        None => b.groups.step_down(),
     }
     for local in b.topics.list() {
         let gone = image.topic(&local.name).is_none_or(|t| t.id != local.id);

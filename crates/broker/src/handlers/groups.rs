@@ -48,7 +48,7 @@ pub fn find_coordinator(
             c.key = key;
             if req.key_type == KEY_GROUP {
                 match b.cluster() {
-                    Some(cluster) => match cluster.group_coordinator(c.key.as_str()) {
+                    Some(cluster) => match cluster.group_coordinator() {
                         Some((id, host, port)) => {
                             c.node_id = id.into();
                             c.host = s(&host);
@@ -123,13 +123,23 @@ pub fn join(
         client_host: client_host.to_string(),
         require_known_member_id: version >= 4,
     };
-    let answer = b.groups.call(move |c, now, token| c.join(now, token, join));
+    let answer = b
+        .groups
+        .is_coordinator()
+        .then(|| b.groups.call(move |c, now, token| c.join(now, token, join)));
     async move {
         let mut resp = JoinGroupResponse::default();
-        let j = match answer.await {
-            Some(Reply::Join(_, j)) => j,
-            _ => {
-                resp.error_code = ResponseError::CoordinatorNotAvailable.code();
+        let parked = match answer {
+            Some(a) => Ok(a.await),
+            None => Err(ResponseError::NotCoordinator),
+        };
+        let j = match parked {
+            Ok(Some(Reply::Join(_, j))) => j,
+            other => {
+                resp.error_code = other
+                    .err()
+                    .unwrap_or(ResponseError::CoordinatorNotAvailable)
+                    .code();
                 resp.generation_id = -1;
                 resp.protocol_name = if version >= 7 {
                     None
@@ -185,9 +195,16 @@ pub fn sync(
             .map(|a| (a.member_id.to_string(), a.assignment))
             .collect(),
     };
-    let answer = b.groups.call(move |c, now, token| c.sync(now, token, sync));
+    let answer = b
+        .groups
+        .is_coordinator()
+        .then(|| b.groups.call(move |c, now, token| c.sync(now, token, sync)));
     async move {
         let mut resp = SyncGroupResponse::default();
+        let Some(answer) = answer else {
+            resp.error_code = ResponseError::NotCoordinator.code();
+            return resp;
+        };
         match answer.await {
             Some(Reply::Sync(_, r)) => {
                 resp.error_code = code(r.error);
@@ -205,6 +222,11 @@ pub fn sync(
 
 /// Answers Heartbeat.
 pub fn heartbeat(b: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
+    if !b.groups.is_coordinator() {
+        let mut resp = HeartbeatResponse::default();
+        resp.error_code = ResponseError::NotCoordinator.code();
+        return resp;
+    }
     let instance = req.group_instance_id.as_deref();
     let e = b.groups.with(|c, now| {
         (
@@ -225,6 +247,11 @@ pub fn heartbeat(b: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
 
 /// Answers LeaveGroup (one member before v3, a batch from v3).
 pub fn leave(b: &Broker, version: i16, req: LeaveGroupRequest) -> LeaveGroupResponse {
+    if !b.groups.is_coordinator() {
+        let mut resp = LeaveGroupResponse::default();
+        resp.error_code = ResponseError::NotCoordinator.code();
+        return resp;
+    }
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         req.members
             .iter()
@@ -275,6 +302,11 @@ pub fn describe(b: &Broker, version: i16, req: DescribeGroupsRequest) -> Describ
                 OPERATIONS_OMITTED
             };
         }
+        if !b.groups.is_coordinator() {
+            g.error_code = ResponseError::NotCoordinator.code();
+            resp.groups.push(g);
+            continue;
+        }
         let described = b.groups.coordinator(|c| c.describe(&id));
         match described {
             Some(d) => {
@@ -316,6 +348,10 @@ pub fn describe(b: &Broker, version: i16, req: DescribeGroupsRequest) -> Describ
 
 /// Answers ListGroups, with the state and type filters of v4 and v5.
 pub fn list(b: &Broker, version: i16, req: ListGroupsRequest) -> ListGroupsResponse {
+    if !b.groups.is_coordinator() {
+        // In a cluster each node lists the groups it coordinates; this one has none.
+        return ListGroupsResponse::default();
+    }
     let mut groups = b.groups.coordinator(|c| c.list());
     let with_offsets: Vec<String> = b
         .groups
@@ -355,7 +391,9 @@ pub fn delete(b: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
     for id in req.groups_names {
         let mut r = DeletableGroupResult::default();
         r.group_id = id.clone();
-        if let Err(e) = b.groups.delete_group(&id) {
+        if !b.groups.is_coordinator() {
+            r.error_code = ResponseError::NotCoordinator.code();
+        } else if let Err(e) = b.groups.delete_group(&id) {
             r.error_code = e.code();
         }
         resp.results.push(r);

@@ -29,6 +29,8 @@ pub fn commit(
     let instance = req.group_instance_id.as_deref();
     let check = if group.is_empty() {
         CommitCheck::Reject(ResponseError::InvalidGroupId)
+    } else if !b.groups.is_coordinator() {
+        CommitCheck::Reject(ResponseError::NotCoordinator)
     } else {
         b.groups.with(|c, now| {
             (
@@ -156,6 +158,34 @@ fn wanted(
 /// Answers OffsetFetch: one group before v8, several from v8.
 pub fn fetch(b: &Broker, version: i16, req: OffsetFetchRequest) -> OffsetFetchResponse {
     let mut resp = OffsetFetchResponse::default();
+    if !b.groups.is_coordinator() {
+        // The client looks the coordinator up again and asks there.
+        let e = ResponseError::NotCoordinator.code();
+        if version >= 8 {
+            for g in req.groups {
+                let mut out = OffsetFetchResponseGroup::default();
+                out.group_id = g.group_id;
+                out.error_code = e;
+                resp.groups.push(out);
+            }
+        } else if version >= 2 {
+            resp.error_code = e;
+        } else {
+            for t in req.topics.into_iter().flatten() {
+                let mut rt = OffsetFetchResponseTopic::default();
+                rt.name = t.name;
+                for p in t.partition_indexes {
+                    let mut pr = OffsetFetchResponsePartition::default();
+                    pr.partition_index = p;
+                    pr.committed_offset = -1;
+                    pr.error_code = e;
+                    rt.partitions.push(pr);
+                }
+                resp.topics.push(rt);
+            }
+        }
+        return resp;
+    }
     if version >= 8 {
         for g in req.groups {
             let mut out = OffsetFetchResponseGroup::default();
@@ -211,6 +241,10 @@ pub fn fetch(b: &Broker, version: i16, req: OffsetFetchRequest) -> OffsetFetchRe
 /// Answers OffsetDelete: refused for topics the group's live members subscribe to.
 pub fn delete(b: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
     let mut resp = OffsetDeleteResponse::default();
+    if !b.groups.is_coordinator() {
+        resp.error_code = ResponseError::NotCoordinator.code();
+        return resp;
+    }
     let group = req.group_id.to_string();
     let (described, subscribed) = b
         .groups

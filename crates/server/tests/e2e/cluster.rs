@@ -495,3 +495,70 @@ fn inconsistent_cluster_flags_are_refused_with_a_reason() {
         "{e}"
     );
 }
+
+/// A consumer in group `group` subscribed to `topic`, committing only when told.
+fn group_consumer(bootstrap: &str, group: &str, topic: &str) -> BaseConsumer {
+    let c: BaseConsumer = crate::harness::client_config(bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "500")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .expect("group consumer");
+    rdkafka::consumer::Consumer::subscribe(&c, &[topic]).expect("subscribe");
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_offsets_survive_kill_9_of_the_group_coordinator() {
+    use rdkafka::consumer::{CommitMode, Consumer};
+    let mut c = ThreeNodes::start(&[]);
+    create_replicated(&c.bootstrap(), "events", 1, "2").await;
+    let prod = producer(&c.bootstrap(), &[]);
+    for i in 0..100u64 {
+        let v = i.to_string();
+        prod.send(
+            FutureRecord::<(), _>::to("events").payload(&v),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("produce");
+    }
+    // The offsets topic exists with three in-sync replicas.
+    let offsets = c.wait_partition(
+        1,
+        "__consumer_offsets",
+        0,
+        "offsets topic replicated",
+        |p| ids(&p["isr"]).len() == 3,
+    );
+    let first = group_consumer(&c.bootstrap(), "billing", "events");
+    let got = read_values(&first, 50);
+    assert_eq!(got, (0..50).collect::<Vec<_>>());
+    first
+        .commit_consumer_state(CommitMode::Sync)
+        .expect("commit");
+    drop(first);
+
+    // Kill the coordinator: the leader of the offsets partition.
+    let coordinator = offsets["leader"].as_u64().expect("coordinator");
+    let epoch = offsets["leader_epoch"].as_i64().expect("epoch");
+    c.node(coordinator).kill9();
+    let observer = if coordinator == 1 { 2 } else { 1 };
+    c.wait_partition(observer, "__consumer_offsets", 0, "new coordinator", |p| {
+        p["leader"].as_u64().is_some_and(|l| l != coordinator)
+            && p["leader_epoch"].as_i64() > Some(epoch)
+    });
+
+    // The group carries on from its committed offset on the new coordinator.
+    let second = group_consumer(&c.bootstrap(), "billing", "events");
+    let rest = read_values(&second, 50);
+    assert_eq!(
+        rest.first(),
+        Some(&50),
+        "resumed at the committed offset: {rest:?}"
+    );
+    assert_eq!(rest, (50..100).collect::<Vec<_>>());
+}
