@@ -10,5 +10,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo build --workspace --all-targets
 cargo test --workspace
 scripts/kafka-tools-e2e.sh
+# The same tools against a throw-away 3-node cluster, plus replication-factor checks.
+scripts/kafka-tools-cluster-e2e.sh
 # spate-bench's end-to-end tests, every mode, against spate.
 scripts/with-spate.sh -- bash -c 'SPATE_BENCH_BOOTSTRAP=$SPATE_BOOTSTRAP exec scripts/bench-e2e.sh'

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs a command against a throw-away 3-node spate cluster on loopback (free ports, temp data
+# dirs), then stops it. The command sees SPATE_BOOTSTRAP (all three Kafka addresses),
+# SPATE_HTTP (node 1's HTTP listener), SPATE_HTTP_ALL and SPATE_LOG (node 1's log).
+#   scripts/with-spate-cluster.sh [--spate-arg ARG]... -- COMMAND [ARGS...]
+# SPATE_BIN picks the binary (default target/debug/spate).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="${SPATE_BIN:-$ROOT/target/debug/spate}"
+extra=()
+while [[ $# -gt 0 && "$1" != "--" ]]; do
+  [[ "$1" == "--spate-arg" ]] || { echo "usage: $0 [--spate-arg ARG]... -- COMMAND..." >&2; exit 2; }
+  extra+=("$2"); shift 2
+done
+[[ "${1:-}" == "--" ]] && shift
+[[ $# -gt 0 ]] || { echo "usage: $0 [--spate-arg ARG]... -- COMMAND..." >&2; exit 2; }
+[[ -x "$BIN" ]] || { echo "spate binary not found at $BIN (cargo build first)" >&2; exit 2; }
+
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+# Three free inter-node ports, held by one python process until all are chosen.
+read -r P1 P2 P3 < <(python3 -c '
+import socket
+s=[socket.socket() for _ in range(3)]
+[x.bind(("127.0.0.1",0)) for x in s]
+print(*[x.getsockname()[1] for x in s])')
+PEERS="1=127.0.0.1:$P1,2=127.0.0.1:$P2,3=127.0.0.1:$P3"
+for n in 1 2 3; do
+  mkdir -p "$WORK/node$n"
+  "$BIN" --node-id "$n" --cluster-peers "$PEERS" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
+    --data-dir "$WORK/node$n/data" "${extra[@]}" >"$WORK/node$n/stdout" 2>"$WORK/node$n/spate.log" &
+  PIDS+=($!)
+done
+boot=(); https=()
+for n in 1 2 3; do
+  for _ in $(seq 1 300); do [[ -s "$WORK/node$n/stdout" ]] && break; sleep 0.1; done
+  addr="$(awk 'NR==1{print $4}' "$WORK/node$n/stdout")"
+  http="$(sed -n 's/.*http on \([^,]*\),.*/\1/p' "$WORK/node$n/stdout")"
+  [[ -n "$addr" ]] || { echo "node $n did not start:" >&2; cat "$WORK/node$n/spate.log" >&2; exit 1; }
+  boot+=("$addr"); https+=("$http")
+done
+# Ready: joined, controller known, replicas caught up.
+for h in "${https[@]}"; do
+  for _ in $(seq 1 300); do curl -sf "http://$h/ready" >/dev/null && break; sleep 0.1; done
+  curl -sf "http://$h/ready" >/dev/null || { echo "node at $h never became ready" >&2; exit 1; }
+done
+SPATE_BOOTSTRAP="$(IFS=,; echo "${boot[*]}")"
+SPATE_HTTP="${https[0]}"
+SPATE_HTTP_ALL="$(IFS=,; echo "${https[*]}")"
+export SPATE_BOOTSTRAP SPATE_HTTP SPATE_HTTP_ALL SPATE_LOG="$WORK/node1/spate.log"
+echo "spate cluster at $SPATE_BOOTSTRAP"
+"$@"
