@@ -83,6 +83,9 @@ pub struct Partition {
     role: AtomicU8,
     /// The leader's view of its followers; `Some` only while this broker leads in a cluster.
     replication: Mutex<Option<LeaderState>>,
+    /// Under an fsync profile the leader counts only what it has on disk towards the high
+    /// watermark, as its followers do: committed then means on disk on every in-sync replica.
+    sync_acks: AtomicBool,
     deleted: AtomicBool,
 }
 
@@ -122,6 +125,7 @@ impl Partition {
                 leader_epoch: AtomicI32::new(0),
                 role: AtomicU8::new(Role::Standalone as u8),
                 replication: Mutex::new(None),
+                sync_acks: AtomicBool::new(false),
                 deleted: AtomicBool::new(false),
             },
             notes,
@@ -207,7 +211,8 @@ impl Partition {
     pub fn become_leader(&self, l: Leadership, now_ms: u64, lag_time_max_ms: u64) {
         let leader_epoch = l.leader_epoch;
         let st = self.state.write();
-        let end = st.log.end_offset();
+        self.sync_acks.store(l.sync_acks, Ordering::SeqCst);
+        let end = self.own_end(&st.log);
         let state = LeaderState::new(
             l.me,
             l.leader_epoch,
@@ -236,7 +241,7 @@ impl Partition {
         fenced: std::collections::BTreeSet<BrokerId>,
         now_ms: u64,
     ) {
-        let end = self.log_end_offset();
+        let end = self.leader_end();
         let hw = self
             .replication
             .lock()
@@ -255,7 +260,7 @@ impl Partition {
         fetch_offset: i64,
         now_ms: u64,
     ) -> Result<Option<IsrChange>, ReplicaFetchError> {
-        let end = self.log_end_offset();
+        let end = self.leader_end();
         let mut guard = self.replication.lock();
         let leader = guard.as_mut().ok_or(ReplicaFetchError::NotLeader)?;
         let out = leader
@@ -266,6 +271,36 @@ impl Partition {
             self.raise_high_watermark(hw);
         }
         Ok(out.expand)
+    }
+
+    /// The leader's own end for the high watermark: its log end, or under an fsync profile
+    /// how far its log is on disk.
+    fn own_end(&self, log: &Log) -> i64 {
+        let end = log.end_offset();
+        if !self.sync_acks.load(Ordering::SeqCst) {
+            return end;
+        }
+        match *log.durable_offset().borrow() {
+            Durability::Synced(o) => o.min(end),
+            Durability::Failed => log.start_offset(),
+        }
+    }
+
+    fn leader_end(&self) -> i64 {
+        self.own_end(&self.state.read().log)
+    }
+
+    /// More of the log reached disk: under an fsync profile that may commit records.
+    pub fn on_durable(&self) {
+        let end = self.leader_end();
+        let hw = self
+            .replication
+            .lock()
+            .as_mut()
+            .and_then(|l| l.on_leader_append(end));
+        if let Some(hw) = hw {
+            self.raise_high_watermark(hw);
+        }
     }
 
     /// Followers that fell out of sync: the ISR change to propose, if any.
@@ -509,7 +544,7 @@ impl Partition {
                     .replication
                     .lock()
                     .as_mut()
-                    .and_then(|l| l.on_leader_append(info.last_offset + 1));
+                    .and_then(|l| l.on_leader_append(self.own_end(&st.log)));
                 if let Some(hw) = hw {
                     self.raise_high_watermark(hw);
                 }
@@ -624,6 +659,8 @@ pub struct Leadership {
     pub replicas: Vec<BrokerId>,
     /// In-sync replicas.
     pub isr: Vec<BrokerId>,
+    /// Count only what is on disk towards the high watermark (fsync profiles).
+    pub sync_acks: bool,
 }
 
 /// Why a follower's fetch was not counted.

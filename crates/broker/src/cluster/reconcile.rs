@@ -106,6 +106,20 @@ fn create(
     }
 }
 
+/// While this broker leads at `epoch`, each fsync may commit records (see
+/// `Partition::on_durable`).
+fn watch_durability(p: std::sync::Arc<crate::partition::Partition>, epoch: i32) {
+    let mut durable = p.durable_offset();
+    tokio::spawn(async move {
+        while durable.changed().await.is_ok() {
+            if p.role() != Role::Leader || p.leader_epoch() != epoch {
+                return;
+            }
+            p.on_durable();
+        }
+    });
+}
+
 /// Sets each partition's role from the image: leader (with its ISR view), follower of the
 /// leader (fetching), or idle follower (no leader, or not a replica here).
 fn set_roles(b: &Broker, cluster: &Cluster, image: &MetadataImage, t: &TopicImage, local: &Topic) {
@@ -114,6 +128,7 @@ fn set_roles(b: &Broker, cluster: &Cluster, image: &MetadataImage, t: &TopicImag
     let lag = cluster.settings.replica_lag_time_max_ms;
     let fenced = Cluster::fenced(image);
     let may_lead = cluster.registered_in(image);
+    let sync_acks = b.config.fsync.acks_wait_for_fsync();
     for (index, ps) in t.partitions.iter().enumerate() {
         let Ok(index) = i32::try_from(index) else {
             continue;
@@ -140,8 +155,12 @@ fn set_roles(b: &Broker, cluster: &Cluster, image: &MetadataImage, t: &TopicImag
                         partition_epoch: ps.partition_epoch,
                         replicas: ps.replicas.clone(),
                         isr: ps.isr.clone(),
+                        sync_acks,
                     };
                     p.become_leader(leadership, now, lag);
+                    if sync_acks {
+                        watch_durability(p.clone(), ps.leader_epoch);
+                    }
                 }
             }
             Some(leader) if leader != me && ps.replicas.contains(&me) => {
