@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a command against a throw-away 3-node spate cluster on loopback (free ports, temp data
 # dirs), then stops it. The command sees SPATE_BOOTSTRAP (all three Kafka addresses),
-# SPATE_HTTP (node 1's HTTP listener), SPATE_HTTP_ALL and SPATE_LOG (node 1's log).
+# SPATE_HTTP (node 1's HTTP listener), SPATE_HTTP_ALL, SPATE_NODE_PIDS ("1=pid 2=pid 3=pid")
+# and SPATE_LOG (node 1's log).
 #   scripts/with-spate-cluster.sh [--spate-arg ARG]... -- COMMAND [ARGS...]
 # SPATE_BIN picks the binary (default target/debug/spate).
 set -euo pipefail
@@ -18,7 +19,9 @@ done
 
 WORK="$(mktemp -d)"
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+# SIGKILL: the data is thrown away, and three controlled shutdowns at once would each wait
+# for a quorum that is leaving too.
+cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 # Three free inter-node ports, held by one python process until all are chosen.
 read -r P1 P2 P3 < <(python3 -c '
@@ -49,6 +52,7 @@ done
 SPATE_BOOTSTRAP="$(IFS=,; echo "${boot[*]}")"
 SPATE_HTTP="${https[0]}"
 SPATE_HTTP_ALL="$(IFS=,; echo "${https[*]}")"
-export SPATE_BOOTSTRAP SPATE_HTTP SPATE_HTTP_ALL SPATE_LOG="$WORK/node1/spate.log"
+SPATE_NODE_PIDS="1=${PIDS[0]} 2=${PIDS[1]} 3=${PIDS[2]}"
+export SPATE_BOOTSTRAP SPATE_HTTP SPATE_HTTP_ALL SPATE_NODE_PIDS SPATE_LOG="$WORK/node1/spate.log"
 echo "spate cluster at $SPATE_BOOTSTRAP"
 "$@"
