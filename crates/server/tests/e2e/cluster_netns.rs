@@ -74,24 +74,42 @@ impl Node {
         self.get("/ready").is_some_and(|(code, _)| code == 200)
     }
 
-    /// This node's view of the test partition in `/admin/cluster`.
-    fn partition(&self) -> Result<Value, String> {
+    /// This node's `/admin/cluster`.
+    fn status(&self) -> Result<Value, String> {
         let (code, body) = self
             .get("/admin/cluster")
             .ok_or_else(|| format!("node {}: /admin/cluster unreachable", self.id))?;
         if code != 200 {
             return Err(format!("node {}: /admin/cluster answered {code}", self.id));
         }
-        let v: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
-        v["partitions"]
-            .as_array()
-            .and_then(|ps| {
-                ps.iter()
-                    .find(|p| p["topic"] == TOPIC && p["partition"] == 0)
-                    .cloned()
-            })
-            .ok_or_else(|| format!("node {}: no {TOPIC}-0 yet", self.id))
+        serde_json::from_str(&body).map_err(|e| e.to_string())
     }
+
+    /// This node's view of the test partition in `/admin/cluster`.
+    fn partition(&self) -> Result<Value, String> {
+        partition_of(&self.status()?).ok_or_else(|| format!("node {}: no {TOPIC}-0 yet", self.id))
+    }
+}
+
+fn partition_of(status: &Value) -> Option<Value> {
+    status["partitions"].as_array().and_then(|ps| {
+        ps.iter()
+            .find(|p| p["topic"] == TOPIC && p["partition"] == 0)
+            .cloned()
+    })
+}
+
+/// Brokers `/admin/cluster` lists as fenced.
+fn fenced(status: &Value) -> Vec<u8> {
+    status["nodes"]
+        .as_array()
+        .map(|ns| {
+            ns.iter()
+                .filter(|n| n["fenced"] == true)
+                .filter_map(|n| field_u8(n, "id"))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 impl Drop for Node {
@@ -102,8 +120,14 @@ impl Drop for Node {
             let log = self.log();
             let lines: Vec<&str> = log.lines().collect();
             let from = lines.len().saturating_sub(150);
+            // The test only ever SIGKILLs its nodes: a clean shutdown came from elsewhere.
+            let signalled = if log.contains("spate: shutting down") {
+                " [NOTE: this node got SIGTERM/SIGINT from outside the test]"
+            } else {
+                ""
+            };
             eprintln!(
-                "---- node {} log (last {} of {} lines) ----\n{}",
+                "---- node {} log (last {} of {} lines){signalled} ----\n{}",
                 self.id,
                 lines.len() - from,
                 lines.len(),
@@ -329,12 +353,16 @@ async fn an_isolated_leader_stops_acknowledging_acks_all_and_truncates_its_diver
     drop(loose);
 
     // 3. The other two elect a new leader and take acks=all records.
+    // Survivors the quorum ever fenced while it watched: they kept heartbeating, so none.
+    let mut fenced_survivors = std::collections::BTreeSet::new();
     let watcher = node(survivors[0]);
     let (new_leader, new_epoch) = wait_for(
         "the survivors to elect a new leader",
         Duration::from_secs(30),
         || {
-            let v = watcher.partition()?;
+            let status = watcher.status()?;
+            fenced_survivors.extend(fenced(&status).into_iter().filter(|f| *f != leader));
+            let v = partition_of(&status).ok_or("no partition")?;
             match (field_u8(&v, "leader"), v["leader_epoch"].as_i64()) {
                 (Some(nl), Some(e)) if nl != leader && e > epoch => Ok((nl, e)),
                 _ => Err(format!("{v}")),
@@ -352,6 +380,18 @@ async fn an_isolated_leader_stops_acknowledging_acks_all_and_truncates_its_diver
         acked_all.push((v, offset));
     }
     drop(after);
+    if let Ok(status) = watcher.status() {
+        fenced_survivors.extend(fenced(&status).into_iter().filter(|f| *f != leader));
+    }
+    assert!(
+        fenced_survivors.is_empty(),
+        "live, connected survivors {fenced_survivors:?} were fenced while node {leader} was cut off"
+    );
+    assert_eq!(
+        new_epoch,
+        epoch + 1,
+        "one election should move the leadership from the isolated node to a survivor"
+    );
     match l.partition() {
         Ok(v) => phase(&format!(
             "5 acks=all records through the survivors; the isolated node's view: {v}"
@@ -408,7 +448,7 @@ async fn an_isolated_leader_stops_acknowledging_acks_all_and_truncates_its_diver
     assert_eq!((low, high), (0, end), "watermarks on the new leader");
     let mut log_records: Vec<(i64, String)> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while log_records.last().map_or(true, |(o, _)| *o < high - 1) {
+    while log_records.last().is_none_or(|(o, _)| *o < high - 1) {
         assert!(
             Instant::now() < deadline,
             "consumed only {log_records:?} of {high}"
