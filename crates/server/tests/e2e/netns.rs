@@ -371,32 +371,56 @@ fn kill_all_in(ns: &str) {
     }
 }
 
-/// Removes namespaces (and their processes) this test made in runs whose process is gone,
-/// e.g. killed with SIGKILL before it could clean up. Only names of the form
-/// `spate<pid><letter>n<N>` with a dead `<pid>` are touched.
+/// The pid in `<pid><letter><kind><digits>` (the tail of a name this module makes) when
+/// that process is gone and it is not this one.
+fn dead_owner(tagged: &str, kind: u8) -> Option<u32> {
+    let digits: String = tagged.chars().take_while(char::is_ascii_digit).collect();
+    let tail = &tagged.as_bytes()[digits.len()..];
+    let shaped = tail.len() >= 3
+        && tail[0].is_ascii_lowercase()
+        && tail[1] == kind
+        && tail[2..].iter().all(u8::is_ascii_digit);
+    let pid = digits.parse::<u32>().ok()?;
+    let gone = pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists();
+    (shaped && gone).then_some(pid)
+}
+
+/// Removes what runs of this test left behind when their process was killed before it could
+/// clean up: namespaces `spate<pid><letter>n<N>` (with the processes in them) and root-side
+/// veths `sp<pid><letter>r<N>`, only where `<pid>` is gone.
 fn remove_leftovers() {
     for line in ip_output(&["netns", "list"]).lines() {
         let Some(name) = line.split_whitespace().next() else {
             continue;
         };
-        let Some(rest) = name.strip_prefix(NS_PREFIX) else {
+        let Some(pid) = name
+            .strip_prefix(NS_PREFIX)
+            .and_then(|rest| dead_owner(rest, b'n'))
+        else {
             continue;
         };
-        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        let tail = &rest[digits.len()..];
-        let shaped = tail.len() >= 3
-            && tail.as_bytes()[0].is_ascii_lowercase()
-            && tail.as_bytes()[1] == b'n'
-            && tail[2..].chars().all(|c| c.is_ascii_digit());
-        let Ok(pid) = digits.parse::<u32>() else {
-            continue;
-        };
-        if !shaped || pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        eprintln!("netns: removing {name}, left over by a run (pid {pid}) that is gone");
+        eprintln!("netns: removing namespace {name}, left over by a run (pid {pid}) that is gone");
         kill_all_in(name);
         let _ = ip(&["netns", "del", name]);
+    }
+    // A namespace can outlive its name for a while (the kernel frees it when the last user
+    // goes), and its veth ends with it: delete the root ends, which takes both.
+    for line in ip_output(&["-o", "link", "show"]).lines() {
+        let Some(name) = line
+            .split(':')
+            .nth(1)
+            .map(|n| n.trim().split('@').next().unwrap_or_default())
+        else {
+            continue;
+        };
+        let Some(pid) = name
+            .strip_prefix("sp")
+            .and_then(|rest| dead_owner(rest, b'r'))
+        else {
+            continue;
+        };
+        eprintln!("netns: removing link {name}, left over by a run (pid {pid}) that is gone");
+        let _ = ip(&["link", "del", name]);
     }
 }
 
