@@ -636,20 +636,46 @@ impl MetadataNode {
             };
             if let Some((leader, addr)) = forward_to {
                 let remaining = deadline.saturating_duration_since(Instant::now());
-                match self.forward(leader, addr, cmd.clone(), remaining).await {
-                    Ok(result) => match settle(result) {
+                // A leader cut off from us may never answer: stop waiting on it as soon as
+                // this node learns of another leader, and retry there. Otherwise a broker
+                // heartbeat stays stuck on the old leader past its session timeout and the
+                // new controller fences live brokers.
+                let attempt = tokio::select! {
+                    r = self.forward(leader, addr, cmd.clone(), remaining) => Some(r),
+                    () = self.leader_moves_from(leader) => None,
+                };
+                match attempt {
+                    Some(Ok(result)) => match settle(result) {
                         Settled::Done(r) => return r,
                         Settled::Forward(..) => {
                             last_error = format!("node {leader} is no longer the leader");
                         }
                         Settled::Retry(why) => last_error = why,
                     },
-                    Err(e) => last_error = e.to_string(),
+                    Some(Err(e)) => last_error = e.to_string(),
+                    None => {
+                        last_error =
+                            format!("node {leader} stopped leading while the command waited on it");
+                    }
                 }
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
             tokio::time::sleep(backoff.min(remaining)).await;
             backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// Returns once this node knows of a leader other than `leader` (never if Raft stops).
+    async fn leader_moves_from(&self, leader: NodeId) {
+        let mut rx = self.inner.raft.metrics();
+        loop {
+            let current = rx.borrow_and_update().current_leader;
+            if current.is_some_and(|l| l != leader) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
         }
     }
 

@@ -14,7 +14,8 @@ use spate_protocol::batch::{build, NewRecord, ProducerFields};
 use crate::harness::{bare_error, Raw, Spate};
 use crate::produce_consume::create_topic;
 
-fn batch(producer_id: i64, first_seq: i32, n: i32) -> Bytes {
+/// A batch of `n` records (`value-<seq>`); idempotent when `producer_id` >= 0.
+pub fn batch(producer_id: i64, first_seq: i32, n: i32) -> Bytes {
     let records: Vec<NewRecord> = (0..n)
         .map(|i| NewRecord {
             key: Some(Bytes::from_static(b"k")),
@@ -30,7 +31,8 @@ fn batch(producer_id: i64, first_seq: i32, n: i32) -> Bytes {
     build(&records, producer, Compression::None).unwrap()
 }
 
-fn produce(topic: &str, records: Bytes, acks: i16) -> ProduceRequest {
+/// A Produce request of `records` to partition 0 of `topic`.
+pub fn produce(topic: &str, records: Bytes, acks: i16) -> ProduceRequest {
     let mut pd = PartitionProduceData::default();
     pd.index = 0;
     pd.records = Some(records);

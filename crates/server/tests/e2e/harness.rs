@@ -162,9 +162,25 @@ pub fn http(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connect http");
-    s.set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
+    try_http(addr, method, path, headers, body, Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("http {method} {path} on {addr}: {e}"))
+}
+
+/// [`http`] that reports I/O errors instead of panicking, for nodes that may be unreachable;
+/// `timeout` bounds the connect and each read.
+pub fn try_http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    timeout: Duration,
+) -> std::io::Result<(u16, String)> {
+    let sock: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let mut s = TcpStream::connect_timeout(&sock, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -174,9 +190,9 @@ pub fn http(
     }
     req.push_str("\r\n");
     req.push_str(body);
-    s.write_all(req.as_bytes()).expect("write http");
+    s.write_all(req.as_bytes())?;
     let mut raw = String::new();
-    s.read_to_string(&mut raw).expect("read http");
+    s.read_to_string(&mut raw)?;
     let status = raw
         .split_whitespace()
         .nth(1)
@@ -186,7 +202,7 @@ pub fn http(
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
-    (status, body)
+    Ok((status, body))
 }
 
 /// A librdkafka config pointed at `addr`, quiet and quick to give up.

@@ -5,9 +5,11 @@
 mod admin;
 mod bad_input;
 mod cluster;
+mod cluster_netns;
 mod durability;
 mod fetch;
 mod groups;
 mod harness;
+mod netns;
 mod operations;
 mod produce_consume;
