@@ -448,7 +448,15 @@ impl MetadataNode {
             source,
         })?;
         let dir = config.data_dir.join("metadata");
+        let fresh = !dir.exists();
         claim_data_dir(&dir, config.node_id)?;
+        let lowest = config.peers.keys().next().copied();
+        if fresh && lowest != Some(config.node_id) {
+            tracing::info!(
+                node_id = config.node_id,
+                "empty metadata directory: joining the cluster as a fresh replica; the leader sends the metadata log (a new node, or a wiped data dir)"
+            );
+        }
         let (log, sm) = open_storage(&dir)
             .await
             .map_err(|source| StartError::Storage {
@@ -490,7 +498,6 @@ impl MetadataNode {
             config.node_id,
             config.peers.clone(),
         )));
-        let lowest = config.peers.keys().next().copied();
         if lowest == Some(config.node_id) {
             tasks.push(tokio::spawn(form_cluster(
                 raft.clone(),

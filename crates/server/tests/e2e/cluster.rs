@@ -562,3 +562,73 @@ async fn committed_offsets_survive_kill_9_of_the_group_coordinator() {
     );
     assert_eq!(rest, (50..100).collect::<Vec<_>>());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_with_an_empty_data_dir_catches_up_without_losing_records() {
+    let mut c = ThreeNodes::start(&[]);
+    create_replicated(&c.bootstrap(), "wiped", 1, "2").await;
+    let p = c.wait_partition(1, "wiped", 0, "ISR of three", |p| ids(&p["isr"]).len() == 3);
+    let leader = p["leader"].as_u64().expect("leader");
+    // A follower that is not the first node (the first one forms the cluster).
+    let victim = (2..=3).find(|&n| n != leader).expect("a follower");
+    let prod = producer(&c.bootstrap(), &[]);
+    for i in 0..50u64 {
+        let v = i.to_string();
+        prod.send(
+            FutureRecord::<(), _>::to("wiped").payload(&v),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("produce");
+    }
+    let node = c.node(victim);
+    node.kill9();
+    std::fs::remove_dir_all(node.data_dir()).expect("wipe the data dir");
+    node.restart();
+    assert!(
+        node.wait_for_log("joining"),
+        "the wiped node says what it does:\n{}",
+        node.log()
+    );
+    // It registers again once its old registration is fenced, copies the partition from the
+    // leader and rejoins the ISR; nothing acknowledged is lost.
+    c.wait_partition(leader, "wiped", 0, "wiped node back in the ISR", |p| {
+        ids(&p["isr"]).contains(&victim)
+            && p["follower_lag"][victim.to_string()]["log_end_offset"].as_i64() == Some(50)
+    });
+    for i in 50..60u64 {
+        let v = i.to_string();
+        prod.send(
+            FutureRecord::<(), _>::to("wiped").payload(&v),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("produce after the rejoin");
+    }
+    let cons = consumer(&c.bootstrap(), "wiped", &[0], 0);
+    assert_eq!(read_values(&cons, 60), (0..60).collect::<Vec<_>>());
+}
+
+#[test]
+fn nodes_with_different_peer_lists_do_not_form_a_cluster_and_say_why() {
+    let ports = free_ports(4);
+    let ours = format!(
+        "1=127.0.0.1:{},2=127.0.0.1:{},3=127.0.0.1:{}",
+        ports[0], ports[1], ports[2]
+    );
+    // Node 2 was given another address for node 3.
+    let theirs = format!(
+        "1=127.0.0.1:{},2=127.0.0.1:{},3=127.0.0.1:{}",
+        ports[0], ports[1], ports[3]
+    );
+    let one = Spate::start(&["--node-id", "1", "--cluster-peers", &ours]);
+    let two = Spate::start(&["--node-id", "2", "--cluster-peers", &theirs]);
+    assert!(
+        one.wait_for_log("--cluster-peers differs between this node and a peer"),
+        "node 1 must say why it does not form the cluster:\n{}",
+        one.log()
+    );
+    let (code, body) = http(&one.http, "GET", "/ready", &[], "");
+    assert_eq!(code, 503, "not ready without a quorum: {body}");
+    drop(two);
+}
