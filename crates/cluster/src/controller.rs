@@ -147,6 +147,9 @@ struct Seen {
     heartbeat_count: u64,
     first_seen_ms: u64,
     changed_ms: Option<u64>,
+    /// Its process is known to be gone (its port refuses connections): expired without
+    /// waiting for the session timeout, until a heartbeat shows otherwise.
+    down: bool,
 }
 
 /// The active controller's view of broker liveness, built from heartbeats as they appear in
@@ -176,6 +179,7 @@ impl LivenessTracker {
                     if seen.heartbeat_count != b.heartbeat_count {
                         seen.heartbeat_count = b.heartbeat_count;
                         seen.changed_ms = Some(now_ms);
+                        seen.down = false;
                     }
                 }
                 previous => {
@@ -190,6 +194,7 @@ impl LivenessTracker {
                             heartbeat_count: b.heartbeat_count,
                             first_seen_ms: now_ms,
                             changed_ms,
+                            down: false,
                         },
                     );
                 }
@@ -197,13 +202,24 @@ impl LivenessTracker {
         }
     }
 
-    /// Whether `broker` showed no sign of life for longer than `session_timeout_ms`.
-    /// Unknown brokers are not expired: the tracker has not had a chance to watch them.
+    /// Whether `broker` showed no sign of life for longer than `session_timeout_ms`, or is
+    /// known to be down ([`LivenessTracker::mark_down`]). Unknown brokers are not expired:
+    /// the tracker has not had a chance to watch them.
     pub fn is_expired(&self, broker: BrokerId, now_ms: u64, session_timeout_ms: u64) -> bool {
         self.brokers.get(&broker).is_some_and(|s| {
             let last = s.changed_ms.unwrap_or(s.first_seen_ms);
-            now_ms.saturating_sub(last) > session_timeout_ms
+            s.down || now_ms.saturating_sub(last) > session_timeout_ms
         })
+    }
+
+    /// The broker's process is gone (its inter-node port refuses connections): fence it now
+    /// rather than after the session timeout. Fencing a live broker by mistake costs only a
+    /// leader move, never data, so hard evidence is enough. A later heartbeat of the same
+    /// registration, or a new registration, clears it.
+    pub fn mark_down(&mut self, broker: BrokerId) {
+        if let Some(s) = self.brokers.get_mut(&broker) {
+            s.down = true;
+        }
     }
 
     /// Whether a heartbeat of `broker` was seen within `session_timeout_ms` by this tracker
@@ -614,6 +630,26 @@ mod tests {
                 broker_epoch: 3
             }]
         );
+    }
+
+    #[test]
+    fn a_broker_known_down_is_fenced_at_once_even_in_the_grace_of_a_new_controller() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        let mut tracker = LivenessTracker::new();
+        tracker.observe(&image, 100_000);
+        tracker.mark_down(3);
+        let cmds = reconcile(&image, &tracker, 100_001, TIMEOUT);
+        assert_eq!(
+            cmds,
+            vec![MetadataCommand::FenceBroker {
+                broker_id: 3,
+                broker_epoch: 3
+            }]
+        );
+        // A heartbeat of the same registration shows it is alive after all.
+        heartbeat(&mut image, 3, 100_002);
+        tracker.observe(&image, 100_002);
+        assert!(!tracker.is_expired(3, 100_003, TIMEOUT));
     }
 
     #[test]

@@ -184,12 +184,48 @@ async fn read_frame(stream: &mut TcpStream) -> io::Result<Option<Vec<u8>>> {
     Ok(Some(body))
 }
 
+/// What this node's Raft connections say about each peer's process. A peer whose port
+/// refuses connections has a host that answers and nothing listening: its process is gone
+/// (killed, crashed, or restarting). Timeouts and unreachable networks say nothing of the
+/// sort and are left to the heartbeat session timeout.
+#[derive(Debug, Default)]
+pub struct PeerHealth {
+    /// Since when each peer has refused every connection, with no success in between.
+    refusing: parking_lot::Mutex<BTreeMap<NodeId, std::time::Instant>>,
+}
+
+impl PeerHealth {
+    /// A connection to `peer` was refused.
+    pub fn refused(&self, peer: NodeId) {
+        self.refusing
+            .lock()
+            .entry(peer)
+            .or_insert_with(std::time::Instant::now);
+    }
+
+    /// `peer` answered.
+    pub fn reached(&self, peer: NodeId) {
+        self.refusing.lock().remove(&peer);
+    }
+
+    /// Peers that have refused every connection for at least `streak`.
+    pub fn down(&self, streak: Duration) -> Vec<NodeId> {
+        self.refusing
+            .lock()
+            .iter()
+            .filter(|(_, since)| since.elapsed() >= streak)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+}
+
 /// A connection to one peer, used for Raft RPCs and for forwarding client writes.
 pub struct PeerClient {
     from: NodeId,
     target: NodeId,
     addr: String,
     conn: Option<TcpStream>,
+    health: Option<Arc<PeerHealth>>,
 }
 
 impl PeerClient {
@@ -200,7 +236,14 @@ impl PeerClient {
             target,
             addr,
             conn: None,
+            health: None,
         }
+    }
+
+    /// Records refused connections and successes in `health`.
+    pub fn with_health(mut self, health: Arc<PeerHealth>) -> Self {
+        self.health = Some(health);
+        self
     }
 
     async fn call(&mut self, body: Request, timeout: Duration) -> Result<Response, TransportError> {
@@ -252,11 +295,16 @@ impl PeerClient {
                 let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
                     Ok(Ok(s)) => s,
                     Ok(Err(source)) => {
+                        if source.kind() == io::ErrorKind::ConnectionRefused {
+                            if let Some(h) = &self.health {
+                                h.refused(self.target);
+                            }
+                        }
                         return Err(TransportError::PeerDown {
                             target: self.target,
                             addr: self.addr.clone(),
                             source,
-                        })
+                        });
                     }
                     Err(_) => {
                         return Err(TransportError::PeerDown {
@@ -282,6 +330,9 @@ impl PeerClient {
             })?;
         let resp = serde_json::from_slice(&body)?;
         self.conn = Some(stream);
+        if let Some(h) = &self.health {
+            h.reached(self.target);
+        }
         Ok(resp)
     }
 
@@ -344,16 +395,18 @@ impl PeerClient {
 pub struct NetworkFactory {
     from: NodeId,
     peers: Arc<BTreeMap<NodeId, String>>,
+    health: Arc<PeerHealth>,
 }
 
 impl NetworkFactory {
     /// A factory for node `from`. Addresses come from `peers` (this node's configuration)
     /// first and from the Raft membership only for ids it does not list, so an address
     /// change in the configuration takes effect without a membership change.
-    pub fn new(from: NodeId, peers: BTreeMap<NodeId, String>) -> Self {
+    pub fn new(from: NodeId, peers: BTreeMap<NodeId, String>, health: Arc<PeerHealth>) -> Self {
         Self {
             from,
             peers: Arc::new(peers),
+            health,
         }
     }
 }
@@ -367,7 +420,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             .get(&target)
             .cloned()
             .unwrap_or_else(|| node.addr.clone());
-        PeerClient::new(self.from, target, addr)
+        PeerClient::new(self.from, target, addr).with_health(self.health.clone())
     }
 }
 
@@ -545,6 +598,32 @@ async fn handle(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn refused_connections_mark_a_peer_down_until_it_answers() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let health = Arc::new(PeerHealth::default());
+        let mut client = PeerClient::new(1, 2, addr.to_string()).with_health(health.clone());
+        assert!(client.hello(Duration::from_secs(2)).await.is_err());
+        assert_eq!(health.down(Duration::ZERO), vec![2]);
+        assert!(
+            health.down(Duration::from_secs(60)).is_empty(),
+            "not refused for long yet"
+        );
+        // The peer comes back: one answered call clears it.
+        let listener = TcpListener::bind(addr).await.unwrap();
+        let raft_less = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let _ = read_frame(&mut s).await;
+            let reply = serde_json::to_vec(&Response::Refused("test".into())).unwrap();
+            write_frame(&mut s, &reply).await.unwrap();
+        });
+        let _ = client.hello(Duration::from_secs(2)).await;
+        raft_less.await.unwrap();
+        assert!(health.down(Duration::ZERO).is_empty());
+    }
 
     #[tokio::test]
     async fn call_to_a_closed_port_says_the_peer_is_down() {

@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::controller::{reconcile, LivenessTracker};
 use crate::metadata::{BrokerId, CommandError, CommandOutcome, MetadataCommand, MetadataImage};
-use crate::network::{serve, ClientWriteResult, NetworkFactory, PeerClient};
+use crate::network::{serve, ClientWriteResult, NetworkFactory, PeerClient, PeerHealth};
 use crate::raft::{open_storage, MetadataRaft, NodeId, PeerNode, StorageError};
 
 /// A problem with the cluster configuration (peer list, node id).
@@ -471,10 +471,11 @@ impl MetadataNode {
             );
         }
         let image = sm.subscribe();
+        let health = Arc::new(PeerHealth::default());
         let raft = Raft::new(
             config.node_id,
             raft_config,
-            NetworkFactory::new(config.node_id, config.peers.clone()),
+            NetworkFactory::new(config.node_id, config.peers.clone(), health.clone()),
             log,
             sm,
         )
@@ -507,6 +508,7 @@ impl MetadataNode {
         }
         tasks.push(tokio::spawn(run_controller(
             raft,
+            health,
             inner.image.clone(),
             config.session_timeout,
             config.controller_interval,
@@ -979,8 +981,13 @@ async fn form_cluster(raft: MetadataRaft, node_id: NodeId, peers: BTreeMap<NodeI
 
 /// The active controller: while this node leads, observe heartbeats and propose what
 /// [`reconcile`] decides, as one atomic batch per pass.
+/// How long a peer must refuse every connection before the controller takes its process
+/// for gone; Raft retries a failed peer about every half second, so this spans a few tries.
+const REFUSED_FOR_DOWN: Duration = Duration::from_secs(1);
+
 async fn run_controller(
     raft: MetadataRaft,
+    health: Arc<PeerHealth>,
     image: watch::Receiver<Arc<MetadataImage>>,
     session_timeout: Duration,
     interval: Duration,
@@ -1027,6 +1034,14 @@ async fn run_controller(
         };
         let current = image.borrow().clone();
         tracker.observe(&current, now_ms);
+        for peer in health.down(REFUSED_FOR_DOWN) {
+            if let Ok(id) = BrokerId::try_from(peer) {
+                if current.is_live(id) {
+                    tracing::info!(broker = id, "its inter-node port refuses connections: fencing it without waiting for the session timeout");
+                }
+                tracker.mark_down(id);
+            }
+        }
         let cmds = reconcile(&current, tracker, now_ms, session_timeout_ms);
         if cmds.is_empty() {
             continue;
