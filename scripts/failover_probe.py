@@ -1,8 +1,10 @@
-"""Failover time of a 3-node cluster: kill -9 the leader of partition 0 of TOPIC while a
+"""Failover time of a 3-node cluster: kill -9 the leader of a partition of TOPIC while a
 producer writes to it with acks=all, one record at a time, and measure from the kill until the
 first record written after it is acknowledged (by the new leader).
 
     python3 scripts/failover_probe.py BOOTSTRAP TOPIC NODE=PID [NODE=PID ...]
+
+PROBE_PARTITION picks the partition (default 0), and so which node is killed.
 
 Prints one line: `failover_ms=<n> killed_node=<id> acked_before=<n>`; exits 1 when no record
 was acknowledged within 120 s of the kill. Used by scripts/bench-cluster-vs-kafka.sh for spate
@@ -20,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 def main():
     bootstrap, topic = sys.argv[1], sys.argv[2]
     pids = {int(k): int(v) for k, v in (a.split("=") for a in sys.argv[3:])}
+    partition = int(os.environ.get("PROBE_PARTITION", "0"))
     admin = AdminClient({"bootstrap.servers": bootstrap})
     prod = Producer({
         "bootstrap.servers": bootstrap,
@@ -35,7 +38,7 @@ def main():
 
     def send(i):
         result.clear()
-        prod.produce(topic, value=str(i).encode(), partition=0,
+        prod.produce(topic, value=str(i).encode(), partition=partition,
                      on_delivery=lambda err, msg: result.update(err=err))
         deadline = time.monotonic() + 125
         while "err" not in result and time.monotonic() < deadline:
@@ -48,7 +51,7 @@ def main():
         if err is not None:
             print(f"warm-up record {i} failed: {err}", file=sys.stderr)
             return 1
-    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader
     os.kill(pids[leader], signal.SIGKILL)
     killed = time.monotonic()
     err = send(10_000)
@@ -56,7 +59,7 @@ def main():
     if err is not None:
         print(f"no acknowledgement after the kill: {err}", file=sys.stderr)
         return 1
-    print(f"failover_ms={took * 1000:.0f} killed_node={leader} acked_before=200")
+    print(f"failover_ms={took * 1000:.0f} killed_node={leader} partition={partition} acked_before=200")
     return 0
 
 
