@@ -3,7 +3,7 @@
 //! a change is answered once this node's partitions reflect it, so the client's next request
 //! to this node sees it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -153,18 +153,9 @@ pub fn describe_metadata(
             Ok(t) => resp
                 .topics
                 .push(describe_topic(&image, version, t, with_ops)),
-            Err(code) => {
-                let mut t = MetadataResponseTopic::default();
-                t.error_code = code.code();
-                t.name = wanted.name.clone();
-                if version >= 10 {
-                    t.topic_id = wanted.topic_id;
-                }
-                if version >= 8 {
-                    t.topic_authorized_operations = OPERATIONS_OMITTED;
-                }
-                resp.topics.push(t);
-            }
+            Err(code) => resp.topics.push(crate::handlers::metadata::missing_topic(
+                version, &wanted, code,
+            )),
         }
     }
     resp
@@ -282,13 +273,7 @@ pub async fn create_topics(
     let Some(cluster) = b.cluster().cloned() else {
         return resp;
     };
-    let mut seen = HashSet::new();
-    let duplicates: HashSet<TopicName> = req
-        .topics
-        .iter()
-        .filter(|t| !seen.insert(t.name.clone()))
-        .map(|t| t.name.clone())
-        .collect();
+    let duplicates = crate::handlers::topics::duplicate_names(&req.topics);
     let wait = Duration::from_millis(req.timeout_ms.max(0) as u64).min(RECONCILE_WAIT_MAX);
     for t in req.topics {
         let mut r = CreatableTopicResult::default();

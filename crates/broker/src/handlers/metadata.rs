@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use spate_protocol::messages::metadata_request::MetadataRequestTopic;
 use spate_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -60,21 +61,28 @@ pub fn handle(b: &Broker, version: i16, req: MetadataRequest) -> MetadataRespons
         };
         match topic {
             Ok(t) => resp.topics.push(describe(b, version, &t, with_ops)),
-            Err(code) => {
-                let mut t = MetadataResponseTopic::default();
-                t.error_code = code.code();
-                t.name = wanted.name.clone();
-                if version >= 10 {
-                    t.topic_id = wanted.topic_id;
-                }
-                if version >= 8 {
-                    t.topic_authorized_operations = OPERATIONS_OMITTED;
-                }
-                resp.topics.push(t);
-            }
+            Err(code) => resp.topics.push(missing_topic(version, &wanted, code)),
         }
     }
     resp
+}
+
+/// The answer for a requested topic that cannot be described.
+pub(crate) fn missing_topic(
+    version: i16,
+    wanted: &MetadataRequestTopic,
+    code: ResponseError,
+) -> MetadataResponseTopic {
+    let mut t = MetadataResponseTopic::default();
+    t.error_code = code.code();
+    t.name = wanted.name.clone();
+    if version >= 10 {
+        t.topic_id = wanted.topic_id;
+    }
+    if version >= 8 {
+        t.topic_authorized_operations = OPERATIONS_OMITTED;
+    }
+    t
 }
 
 fn lookup_or_create(

@@ -25,13 +25,7 @@ const SOURCE_TOPIC: i8 = 1;
 /// Answers CreateTopics.
 pub fn create(b: &Broker, version: i16, req: CreateTopicsRequest) -> CreateTopicsResponse {
     let mut resp = CreateTopicsResponse::default();
-    let mut seen = HashSet::new();
-    let duplicates: HashSet<TopicName> = req
-        .topics
-        .iter()
-        .filter(|t| !seen.insert(t.name.clone()))
-        .map(|t| t.name.clone())
-        .collect();
+    let duplicates = duplicate_names(&req.topics);
     for t in req.topics {
         let mut r = CreatableTopicResult::default();
         r.name = t.name.clone();
@@ -66,6 +60,16 @@ pub fn create(b: &Broker, version: i16, req: CreateTopicsRequest) -> CreateTopic
         resp.topics.push(r);
     }
     resp
+}
+
+/// Names a CreateTopics request lists more than once (each is refused).
+pub(crate) fn duplicate_names(topics: &[CreatableTopic]) -> HashSet<TopicName> {
+    let mut seen = HashSet::new();
+    topics
+        .iter()
+        .filter(|t| !seen.insert(t.name.clone()))
+        .map(|t| t.name.clone())
+        .collect()
 }
 
 fn create_one(

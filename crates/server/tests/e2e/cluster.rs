@@ -419,28 +419,14 @@ async fn a_second_process_with_a_taken_node_id_is_refused_and_the_cluster_keeps_
         .collect::<Vec<_>>()
         .join(",");
     let listen = format!("127.0.0.1:{}", free_ports(1)[0]);
-    let dir = tempfile::tempdir().expect("tmp");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--http-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .args([
-            "--node-id",
-            "2",
-            "--cluster-peers",
-            &peers,
-            "--cluster-listen",
-            &listen,
-        ])
-        .output()
-        .expect("run the twin");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "the twin must not start");
+    let err = run_refused(&[
+        "--node-id",
+        "2",
+        "--cluster-peers",
+        &peers,
+        "--cluster-listen",
+        &listen,
+    ]);
     assert!(err.contains("node id 2 is taken"), "{err}");
     // The cluster still takes acks=all writes with all three in the ISR.
     let prod = producer(&c.bootstrap(), &[]);
@@ -454,25 +440,23 @@ async fn a_second_process_with_a_taken_node_id_is_refused_and_the_cluster_keeps_
     c.wait_partition(1, "solo", 0, "ISR of three", |p| ids(&p["isr"]).len() == 3);
 }
 
+/// Runs spate with `args` on a fresh data dir, expecting it to refuse to start; its stderr.
+fn run_refused(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
+        .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(args)
+        .output()
+        .expect("run spate");
+    assert!(!out.status.success(), "{args:?} must be refused");
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
 #[test]
 fn inconsistent_cluster_flags_are_refused_with_a_reason() {
-    let run = |args: &[&str]| {
-        let dir = tempfile::tempdir().expect("tmp");
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--http-listen",
-                "127.0.0.1:0",
-                "--data-dir",
-            ])
-            .arg(dir.path())
-            .args(args)
-            .output()
-            .expect("run spate");
-        assert!(!out.status.success(), "{args:?} must be refused");
-        String::from_utf8_lossy(&out.stderr).to_string()
-    };
+    let run = run_refused;
     let e = run(&[
         "--node-id",
         "4",
