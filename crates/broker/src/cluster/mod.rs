@@ -360,14 +360,24 @@ async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let mut applied: Option<(Arc<MetadataImage>, Option<i64>)> = None;
     loop {
         let image = images.borrow_and_update().clone();
         let Some(b) = broker.upgrade() else { return };
-        let c = cluster.clone();
-        let img = image.clone();
-        let done = tokio::task::spawn_blocking(move || reconcile::apply(&b, &c, &img)).await;
-        if let Err(e) = done {
-            tracing::error!(error = %e, "applying metadata to local partitions failed");
+        let epoch = cluster.broker_epoch();
+        // Heartbeats change the image every second per node; they matter here only when the
+        // topics or the brokers' registrations changed too.
+        let same = applied.as_ref().is_some_and(|(prev, prev_epoch)| {
+            *prev_epoch == epoch && reconcile::same_for_replication(prev, &image)
+        });
+        if !same {
+            let c = cluster.clone();
+            let img = image.clone();
+            let done = tokio::task::spawn_blocking(move || reconcile::apply(&b, &c, &img)).await;
+            if let Err(e) = done {
+                tracing::error!(error = %e, "applying metadata to local partitions failed");
+            }
+            applied = Some((image.clone(), epoch));
         }
         cluster.reconciled.send_replace(Some(image.clone()));
         ensure_offsets_topic(&cluster, &image);

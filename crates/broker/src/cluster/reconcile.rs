@@ -13,6 +13,18 @@ use crate::registry::Topic;
 use crate::topic_config::TopicConfig;
 use crate::Broker;
 
+/// Whether two images ask the same of local partitions: same topics (ids, configs,
+/// assignments, leaders, epochs, ISRs) and same registrations (epochs, fencing). Heartbeat
+/// counters and times, which change every second, do not count.
+pub(super) fn same_for_replication(a: &MetadataImage, b: &MetadataImage) -> bool {
+    a.topics() == b.topics()
+        && a.brokers().len() == b.brokers().len()
+        && a.brokers()
+            .values()
+            .zip(b.brokers().values())
+            .all(|(x, y)| x.id == y.id && x.epoch == y.epoch && x.fenced == y.fenced)
+}
+
 /// Applies `image` to the local registry and partition roles.
 pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) {
     for t in image.topics().values() {
