@@ -193,3 +193,46 @@ fn set_roles(b: &Broker, cluster: &Cluster, image: &MetadataImage, t: &TopicImag
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spate_cluster::metadata::MetadataCommand;
+
+    fn register(image: &mut MetadataImage, id: i32) {
+        image
+            .apply(&MetadataCommand::RegisterBroker {
+                broker_id: id,
+                incarnation: uuid::Uuid::from_u128(id as u128),
+                inter_node_addr: format!("127.0.0.1:{}", 9100 + id),
+                kafka_host: "127.0.0.1".into(),
+                kafka_port: 9092,
+                rack: None,
+                now_ms: 0,
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn heartbeats_alone_do_not_call_for_a_reconcile_but_fencing_does() {
+        let mut a = MetadataImage::new();
+        register(&mut a, 1);
+        register(&mut a, 2);
+        let mut b = a.clone();
+        b.apply(&MetadataCommand::BrokerHeartbeat {
+            broker_id: 1,
+            broker_epoch: 1,
+            now_ms: 1_000,
+            shutting_down: false,
+        })
+        .unwrap();
+        assert_ne!(a, b);
+        assert!(same_for_replication(&a, &b));
+        b.apply(&MetadataCommand::FenceBroker {
+            broker_id: 2,
+            broker_epoch: 2,
+        })
+        .unwrap();
+        assert!(!same_for_replication(&a, &b));
+    }
+}
