@@ -51,8 +51,9 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::IncrementalAlterConfigs, 0, 1),
     api(ApiKey::OffsetDelete, 0, 0),
     api(ApiKey::DescribeCluster, 0, 1),
-    // v2 adds the current leader epoch (fencing); v3 the replica id followers send.
-    api(ApiKey::OffsetForLeaderEpoch, 0, 4),
+    // v0-1 were removed in Kafka 4; v2 carries the current leader epoch (fencing), v3 the
+    // replica id followers send.
+    api(ApiKey::OffsetForLeaderEpoch, 2, 4),
 ];
 
 /// Looks up the advertised range for a raw API key.

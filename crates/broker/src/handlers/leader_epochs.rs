@@ -36,11 +36,7 @@ pub fn handle(
             out.partition = rp.partition;
             out.leader_epoch = UNDEFINED_EPOCH;
             out.end_offset = UNDEFINED_OFFSET;
-            let current = if version >= 2 {
-                rp.current_leader_epoch
-            } else {
-                -1
-            };
+            let current = rp.current_leader_epoch;
             match topic.as_ref().and_then(|t| t.partition(rp.partition)) {
                 None => out.error_code = ResponseError::UnknownTopicOrPartition.code(),
                 Some(p) => match lookup(b, &p, replica_id, current, rp.leader_epoch) {
