@@ -457,6 +457,23 @@ impl Partition {
         self.truncate_locked(&mut st, offset).map(Some)
     }
 
+    /// Empties a follower's log and starts it at the leader's first offset, when the leader
+    /// no longer holds what this replica lacks; `false` when the partition moved on to
+    /// another epoch or role meanwhile.
+    pub fn reset_following(&self, offset: i64, leader_epoch: i32) -> Result<bool, BrokerError> {
+        let mut st = self.state.write();
+        if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
+            return Ok(false);
+        }
+        st.log.reset_to(offset, now_ms())?;
+        let _ = std::fs::remove_file(&self.snapshot_path);
+        self.snapshot_offset.store(offset, Ordering::Relaxed);
+        st.producers = ProducerStates::default();
+        self.high_watermark.send_replace(offset);
+        self.log_end.send_replace(offset);
+        Ok(true)
+    }
+
     fn truncate_locked(&self, st: &mut State, offset: i64) -> Result<i64, BrokerError> {
         let end = st.log.truncate_to(offset, now_ms())?;
         if self.snapshot_offset.load(Ordering::Relaxed) > end {

@@ -107,6 +107,15 @@ impl LeaderEpochCache {
         persisted
     }
 
+    /// Forgets every epoch (the log was emptied to start over elsewhere).
+    pub(crate) fn clear(&mut self) -> Result<(), LogError> {
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        self.entries.clear();
+        self.persist()
+    }
+
     /// Drops epochs that start at or after `end` (the log was truncated there).
     pub(crate) fn truncate_from_end(&mut self, end: i64) -> Result<(), LogError> {
         let before = self.entries.len();

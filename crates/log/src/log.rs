@@ -649,6 +649,36 @@ impl Log {
         Ok(new_end)
     }
 
+    /// Empties the log and starts it over at `offset`: a follower whose log ends before the
+    /// leader's first offset (retention removed what it lacks) cannot fetch the gap, so it
+    /// starts where the leader's log starts (Kafka's truncate-fully-and-start-at). Durable
+    /// when this returns.
+    pub fn reset_to(&mut self, offset: i64, now_ms: i64) -> Result<(), LogError> {
+        if self.sync.failed() {
+            return Err(LogError::Failed {
+                path: self.dir.clone(),
+            });
+        }
+        self.finish_seals();
+        let result = (|| {
+            for seg in self.segments.drain(..) {
+                seg.delete()?;
+            }
+            self.segments
+                .push(Segment::create(&self.storage, &self.dir, offset, now_ms)?);
+            self.storage
+                .sync_dir(&self.dir)
+                .ctx("fsync log dir", &self.dir)?;
+            self.epochs.clear()
+        })();
+        if result.is_err() {
+            self.sync.fail();
+        }
+        result?;
+        self.sync.reset(offset);
+        Ok(())
+    }
+
     fn truncate_segments(&mut self, offset: i64, now_ms: i64) -> Result<i64, LogError> {
         let mut removed = false;
         while self.segments.len() > 1 && self.active().base_offset >= offset {

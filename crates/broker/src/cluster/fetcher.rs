@@ -488,11 +488,28 @@ async fn fetch(
             match ResponseError::try_from_code(pd.error_code) {
                 None => {}
                 Some(ResponseError::OffsetOutOfRange) => {
-                    // Our log end is past the leader's: find the divergence again.
-                    tracing::info!(topic = %key.0, partition = key.1, log_end = p.log_end_offset(), "replica fetch out of range; looking for the divergence again");
-                    cluster
-                        .follows
-                        .update(key, f, |cur| cur.phase = Phase::Truncating { ask: None });
+                    let end = p.log_end_offset();
+                    if pd.log_start_offset > end {
+                        // The leader no longer holds what we lack (retention): start over
+                        // where its log starts.
+                        let start = pd.log_start_offset;
+                        match tokio::task::block_in_place(|| p.reset_following(start, f.epoch)) {
+                            Ok(true) => {
+                                tracing::warn!(topic = %key.0, partition = key.1, from = end, to = start, "replica behind the leader's log start: emptied and restarted at it");
+                                progress = true;
+                            }
+                            Ok(false) => {}
+                            Err(e) => {
+                                tracing::error!(topic = %key.0, partition = key.1, error = %e, "cannot restart the replica at the leader's log start")
+                            }
+                        }
+                    } else {
+                        // Our log end is past the leader's: find the divergence again.
+                        tracing::info!(topic = %key.0, partition = key.1, log_end = end, "replica fetch out of range; looking for the divergence again");
+                        cluster
+                            .follows
+                            .update(key, f, |cur| cur.phase = Phase::Truncating { ask: None });
+                    }
                     continue;
                 }
                 Some(e) => {

@@ -304,6 +304,29 @@ fn truncation_past_the_end_is_refused() {
     assert_eq!(read_all(&log), model);
 }
 
+#[test]
+fn a_reset_log_starts_empty_at_the_new_offset_and_stays_so_across_a_power_loss() {
+    let sim = SimDisk::new();
+    let disk = Disk::Sim(sim.clone());
+    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+    let (mut log, _) = open_on(&disk, &flusher);
+    let mut model = Model::new();
+    for _ in 0..3 {
+        append(&mut log, &mut model, &mut Rng(5));
+    }
+    log.reset_to(1_000, 0).unwrap();
+    assert_eq!((log.start_offset(), log.end_offset()), (1_000, 1_000));
+    assert!(log.epochs().is_empty());
+    drop(log);
+    sim.power_loss(Tear::LoseAll);
+    let (log, _) = open_on(&disk, &flusher);
+    assert_eq!((log.start_offset(), log.end_offset()), (1_000, 1_000));
+    assert!(
+        read_all(&log).is_empty(),
+        "nothing from before the reset comes back"
+    );
+}
+
 /// Acknowledged (durable-reported) batches survive a power loss under every policy that
 /// makes acks wait for fsync.
 #[test]

@@ -616,3 +616,76 @@ fn nodes_with_different_peer_lists_do_not_form_a_cluster_and_say_why() {
     assert_eq!(code, 503, "not ready without a quorum: {body}");
     drop(two);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_the_leaders_log_start_restarts_there_and_rejoins() {
+    let mut c = ThreeNodes::start(&["--retention-check-interval-ms", "200"]);
+    let t = NewTopic::new("short", 1, TopicReplication::Fixed(3))
+        .set("segment.bytes", "2048")
+        .set("retention.bytes", "4096");
+    let r = admin(&c.bootstrap())
+        .create_topics(&[t], &AdminOptions::new())
+        .await
+        .expect("create_topics");
+    assert!(r[0].is_ok(), "{r:?}");
+    let p = c.wait_partition(1, "short", 0, "ISR of three", |p| ids(&p["isr"]).len() == 3);
+    let leader = p["leader"].as_u64().expect("leader");
+    let victim = (2..=3).find(|&n| n != leader).expect("a follower");
+    c.node(victim).kill9();
+    // Enough 200-byte records, one batch each, for retention to delete the first segments.
+    let prod = producer(&c.bootstrap(), &[("linger.ms", "0")]);
+    let value = "x".repeat(200);
+    for _ in 0..120 {
+        prod.send(
+            FutureRecord::<(), _>::to("short").payload(&value),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("produce");
+    }
+    let started_after_zero = {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let start = crate::harness::http(
+                &c.nodes[&leader].http,
+                "GET",
+                "/admin/topics/short",
+                &[],
+                "",
+            )
+            .1;
+            let v: Value = serde_json::from_str(&start).expect("topic json");
+            let s = v["partition_details"][0]["log_start_offset"]
+                .as_i64()
+                .unwrap_or(0);
+            if s > 0 || Instant::now() > deadline {
+                break s;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    assert!(
+        started_after_zero > 0,
+        "retention did not move the leader's log start"
+    );
+    // The follower returns with an empty log: it cannot fetch from 0 any more.
+    let node = c.node(victim);
+    std::fs::remove_dir_all(node.data_dir()).expect("wipe");
+    node.restart();
+    let lead = c.wait_partition(
+        leader,
+        "short",
+        0,
+        "follower restarted at the log start and back in the ISR",
+        |p| {
+            ids(&p["isr"]).contains(&victim)
+                && p["follower_lag"][victim.to_string()]["log_end_offset"] == p["log_end_offset"]
+        },
+    );
+    assert_eq!(lead["log_end_offset"].as_i64(), Some(120));
+    assert!(
+        c.nodes[&victim].wait_for_log("emptied and restarted at it"),
+        "{}",
+        c.nodes[&victim].log()
+    );
+}
