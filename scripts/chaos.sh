@@ -8,7 +8,9 @@
 #   SPATE_CHAOS_SEED=N scripts/chaos.sh   replays the fault schedule of seed N
 #   SPATE_CHAOS_KEEP=1                    keep node logs and data after a passing run too
 #   SPATE_CHAOS_FSYNC=always              run the nodes with --fsync always
-# The report (and the node logs of a failing run) end up in $TMPDIR/spate-chaos-<pid>-<seed>/.
+#   SPATE_CHAOS_MESSAGE_TIMEOUT_MS=6000   producers give up sooner: records fail during faults
+# The report is printed; a failing run keeps it (report.txt), the node logs and their data
+# in $TMPDIR/spate-chaos-<pid>-<seed>/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

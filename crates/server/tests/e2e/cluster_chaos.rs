@@ -7,7 +7,8 @@
 //! `#[ignore]`d: run it with `scripts/chaos.sh [SECONDS]` (needs root for the namespaces).
 //! Environment: `SPATE_CHAOS_SECONDS` (default 300), `SPATE_CHAOS_SEED` (replays a
 //! schedule), `SPATE_CHAOS_KEEP=1` (keep the node directories after a passing run too; a
-//! failing run always keeps them), `SPATE_CHAOS_FSYNC` (passed to the nodes as `--fsync`).
+//! failing run always keeps them), `SPATE_CHAOS_FSYNC` (passed to the nodes as `--fsync`),
+//! `SPATE_CHAOS_MESSAGE_TIMEOUT_MS` (the producers' message.timeout.ms, default 25000).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -42,8 +43,17 @@ const PRODUCERS: u32 = 2;
 const PRODUCE_RATE_PER_S: u64 = 100;
 /// Records a producer may have waiting for an acknowledgement.
 const PRODUCER_INFLIGHT_MAX: usize = 1_000;
-/// librdkafka gives up on a record after this long.
+/// librdkafka gives up on a record after this long (SPATE_CHAOS_MESSAGE_TIMEOUT_MS overrides:
+/// a short one makes records fail during faults, exercising the idempotent producer's epoch
+/// bumps and retries across failovers).
 const MESSAGE_TIMEOUT_MS: u64 = 25_000;
+
+fn message_timeout_ms() -> u64 {
+    std::env::var("SPATE_CHAOS_MESSAGE_TIMEOUT_MS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(MESSAGE_TIMEOUT_MS)
+}
 /// Bounds of the end phase.
 const READY_WITHIN: Duration = Duration::from_secs(120);
 const CONVERGE_WITHIN: Duration = Duration::from_secs(180);
@@ -490,7 +500,7 @@ fn chaos_producer(bootstrap: &str) -> FutureProducer {
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "5")
-        .set("message.timeout.ms", MESSAGE_TIMEOUT_MS.to_string())
+        .set("message.timeout.ms", message_timeout_ms().to_string())
         .set("request.timeout.ms", "5000")
         .set("retry.backoff.ms", "100")
         .set("topic.metadata.refresh.interval.ms", "5000")
@@ -1060,7 +1070,7 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
     let mut enqueue_refusals = 0;
     for p in producers {
         let r = tokio::time::timeout(
-            Duration::from_millis(MESSAGE_TIMEOUT_MS) + Duration::from_secs(30),
+            Duration::from_millis(message_timeout_ms()) + Duration::from_secs(30),
             p,
         )
         .await
@@ -1183,6 +1193,11 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
         r.push('\n');
     };
     line("==================== spate chaos report ====================".into());
+    line(format!(
+        "message.timeout.ms {}; --fsync {}",
+        message_timeout_ms(),
+        std::env::var("SPATE_CHAOS_FSYNC").unwrap_or_else(|_| "(default)".into())
+    ));
     line(format!(
         "seed {seed}; chaos phase {chaos_secs:.0}s (asked {}s); whole run {:.0}s",
         duration.as_secs(),
