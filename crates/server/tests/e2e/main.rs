@@ -5,6 +5,7 @@
 mod admin;
 mod bad_input;
 mod cluster;
+mod cluster_chaos;
 mod cluster_netns;
 mod durability;
 mod fetch;

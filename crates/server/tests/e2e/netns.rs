@@ -447,6 +447,57 @@ impl NsProcess {
         Self { child: Some(child) }
     }
 
+    /// The process id while it runs (`ip netns exec` execs the program, so it is the
+    /// program's).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends `signal` (a name `kill` understands: "STOP", "CONT", "TERM") to the process.
+    pub fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill")
+                .args([&format!("-{signal}"), &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within `grace`; reaps it. True when it
+    /// exited on its own after the SIGTERM.
+    pub fn terminate(&mut self, grace: Duration) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return true;
+        };
+        // A stopped process would only act on SIGTERM once continued.
+        let pid = c.id().to_string();
+        for sig in ["-TERM", "-CONT"] {
+            let _ = Command::new("kill")
+                .args([sig, &pid])
+                .stderr(Stdio::null())
+                .status();
+        }
+        let deadline = Instant::now() + grace;
+        loop {
+            if let Ok(Some(_)) = c.try_wait() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// True while the process runs (it may have exited on its own, e.g. on a failed start).
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
