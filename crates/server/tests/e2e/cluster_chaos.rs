@@ -29,7 +29,7 @@ use serde_json::Value;
 use spate_log::{Flusher, FsyncPolicy, Log, LogConfig};
 use spate_protocol::batch::Batches;
 
-use crate::harness::{admin, client_config, try_http};
+use crate::harness::{admin, client_config};
 use crate::netns::{self, Net, NsProcess};
 
 const KAFKA_PORT: u16 = 9092;
@@ -194,22 +194,13 @@ impl ChaosNode {
         self.process.as_mut().is_some_and(NsProcess::running)
     }
 
-    fn get(&self, path: &str) -> Option<(u16, String)> {
-        try_http(&self.http, "GET", path, &[], "", Duration::from_secs(3)).ok()
-    }
-
     fn ready(&self) -> bool {
-        self.get("/ready").is_some_and(|(code, _)| code == 200)
+        netns::node_ready(&self.http)
     }
 
+    /// This node's `/admin/cluster`.
     fn status(&self) -> Result<Value, String> {
-        let (code, body) = self
-            .get("/admin/cluster")
-            .ok_or_else(|| format!("node {}: /admin/cluster unreachable", self.id))?;
-        if code != 200 {
-            return Err(format!("node {}: /admin/cluster answered {code}", self.id));
-        }
-        serde_json::from_str(&body).map_err(|e| format!("node {}: {e}", self.id))
+        netns::node_status(&self.http, self.id)
     }
 
     fn log_tail(&self, lines: usize) -> String {

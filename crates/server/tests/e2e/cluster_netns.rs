@@ -14,7 +14,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use serde_json::Value;
 
 use crate::bad_input::{batch, produce};
-use crate::harness::{admin, client_config, consumer, producer, try_http, Raw};
+use crate::harness::{admin, client_config, consumer, producer, Raw};
 use crate::netns::{self, Net, NsProcess};
 
 const KAFKA_PORT: u16 = 9092;
@@ -66,23 +66,13 @@ impl Node {
         std::fs::read_to_string(self.dir.path().join("spate.log")).unwrap_or_default()
     }
 
-    fn get(&self, path: &str) -> Option<(u16, String)> {
-        try_http(&self.http, "GET", path, &[], "", Duration::from_secs(3)).ok()
-    }
-
     fn ready(&self) -> bool {
-        self.get("/ready").is_some_and(|(code, _)| code == 200)
+        netns::node_ready(&self.http)
     }
 
     /// This node's `/admin/cluster`.
     fn status(&self) -> Result<Value, String> {
-        let (code, body) = self
-            .get("/admin/cluster")
-            .ok_or_else(|| format!("node {}: /admin/cluster unreachable", self.id))?;
-        if code != 200 {
-            return Err(format!("node {}: /admin/cluster answered {code}", self.id));
-        }
-        serde_json::from_str(&body).map_err(|e| e.to_string())
+        netns::node_status(&self.http, self.id)
     }
 
     /// This node's view of the test partition in `/admin/cluster`.

@@ -512,3 +512,23 @@ impl Drop for NsProcess {
         self.kill();
     }
 }
+
+/// A GET on a node's HTTP listener with a short timeout; `None` when it cannot be reached.
+pub fn node_get(http: &str, path: &str) -> Option<(u16, String)> {
+    crate::harness::try_http(http, "GET", path, &[], "", Duration::from_secs(3)).ok()
+}
+
+/// Whether the node's `/ready` answers 200.
+pub fn node_ready(http: &str) -> bool {
+    node_get(http, "/ready").is_some_and(|(code, _)| code == 200)
+}
+
+/// Node `id`'s `/admin/cluster`, or why it could not be read.
+pub fn node_status(http: &str, id: u8) -> Result<serde_json::Value, String> {
+    let (code, body) = node_get(http, "/admin/cluster")
+        .ok_or_else(|| format!("node {id}: /admin/cluster unreachable"))?;
+    if code != 200 {
+        return Err(format!("node {id}: /admin/cluster answered {code}"));
+    }
+    serde_json::from_str(&body).map_err(|e| format!("node {id}: {e}"))
+}
