@@ -1103,6 +1103,27 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
         "high watermarks moved after producing stopped"
     );
 
+    // What each broker answered producers and consumers with, for explaining any anomaly:
+    // the error counters of Produce, Fetch and OffsetForLeaderEpoch from /metrics.
+    let answered: Vec<String> = cluster
+        .nodes
+        .iter()
+        .flat_map(|n| {
+            let text = netns::node_get(&n.http, "/metrics")
+                .map(|(_, b)| b)
+                .unwrap_or_default();
+            text.lines()
+                .filter(|l| {
+                    l.starts_with("spate_request_errors_total")
+                        && ["Produce", "Fetch", "OffsetForLeaderEpoch", "InitProducerId"]
+                            .iter()
+                            .any(|api| l.contains(&format!("api=\"{api}\"")))
+                })
+                .map(|l| format!("node {}: {l}", n.id))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+
     // Stop the nodes and compare their files.
     for n in &cluster.nodes {
         if let Some(p) = &n.process {
@@ -1237,6 +1258,10 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
     line(format!(
         "node stops (id, clean after SIGTERM): {clean_stops:?}"
     ));
+    line("errors the brokers answered (a restarted node counts from its restart):".into());
+    for a in &answered {
+        line(format!("  {a}"));
+    }
     for n in &replica_notes {
         line(format!("  replicas: {n}"));
     }
