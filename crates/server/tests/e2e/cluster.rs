@@ -689,3 +689,44 @@ async fn a_follower_behind_the_leaders_log_start_restarts_there_and_rejoins() {
         c.nodes[&victim].log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spate_cluster_status_says_healthy_then_not_when_a_node_is_down() {
+    let mut c = ThreeNodes::start(&[]);
+    create_replicated(&c.bootstrap(), "shown", 2, "2").await;
+    c.wait_partition(1, "shown", 1, "ISR of three", |p| ids(&p["isr"]).len() == 3);
+    let status = |http: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
+            .args(["cluster", "status", "--http", http])
+            .output()
+            .expect("run spate cluster status")
+    };
+    let http = c.nodes[&1].http.clone();
+    let ok = status(&http);
+    let text = String::from_utf8_lossy(&ok.stdout).to_string();
+    assert!(ok.status.success(), "{text}");
+    assert!(
+        text.contains("healthy: 0 under-replicated, 0 offline"),
+        "{text}"
+    );
+    // Both partitions, each with three replicas and three in sync.
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| l.starts_with("shown "))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    for r in &rows {
+        assert_eq!(r[4].split(',').count(), 3, "replicas in {r:?}");
+        assert_eq!(r[5].split(',').count(), 3, "ISR in {r:?}");
+    }
+    // One node down: its partitions shrink their ISR, and the command exits 1.
+    c.node(3).kill9();
+    c.wait_partition(1, "shown", 0, "ISR without node 3", |p| {
+        !ids(&p["isr"]).contains(&3)
+    });
+    let bad = status(&http);
+    let text = String::from_utf8_lossy(&bad.stdout).to_string();
+    assert_eq!(bad.status.code(), Some(1), "{text}");
+    assert!(text.contains("NOT healthy"), "{text}");
+}
