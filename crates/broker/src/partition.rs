@@ -421,16 +421,7 @@ impl Partition {
             .map_err(AppendError::Storage)?;
         self.log_end.send_replace(info.last_offset + 1);
         if let Ok(h) = BatchHeader::parse(batch) {
-            if h.has_producer_id() && !h.is_control() {
-                st.producers.record(
-                    h.producer_id,
-                    h.producer_epoch,
-                    h.base_sequence,
-                    h.last_sequence(),
-                    h.base_offset,
-                    h.last_offset(),
-                );
-            }
+            st.producers.record_batch(&h);
         }
         Ok(())
     }
@@ -649,15 +640,8 @@ fn rebuild_producers(
         Err(_) => (log.start_offset(), ProducerStates::default()),
     };
     log.for_each_batch(from.max(log.start_offset()), |h| {
-        if h.has_producer_id() && !h.is_control() && h.last_offset() >= from {
-            producers.record(
-                h.producer_id,
-                h.producer_epoch,
-                h.base_sequence,
-                h.last_sequence(),
-                h.base_offset,
-                h.last_offset(),
-            );
+        if h.last_offset() >= from {
+            producers.record_batch(h);
         }
     })?;
     Ok((from, producers))

@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use spate_protocol::batch::BatchHeader;
 use spate_protocol::ResponseError;
 
 /// How many recent batches per producer are remembered, as in Kafka (max.in.flight = 5).
@@ -168,6 +169,22 @@ impl ProducerStates {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.producers.len()
+    }
+
+    /// Records a stored batch's producer, sequences and offsets, as its header gives them
+    /// (replicated or replayed batches); batches without a producer and control batches
+    /// leave nothing to remember.
+    pub fn record_batch(&mut self, h: &BatchHeader) {
+        if h.has_producer_id() && !h.is_control() {
+            self.record(
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                h.last_sequence(),
+                h.base_offset,
+                h.last_offset(),
+            );
+        }
     }
 
     /// Records an appended batch (or one found during recovery).
