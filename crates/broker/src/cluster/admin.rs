@@ -19,12 +19,13 @@ use spate_protocol::messages::metadata_response::{
 };
 use spate_protocol::messages::{
     CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
-    DeleteTopicsRequest, DeleteTopicsResponse, MetadataRequest, MetadataResponse, TopicName,
+    DeleteTopicsRequest, DeleteTopicsResponse, MetadataRequest, MetadataResponse,
 };
 use spate_protocol::{ResponseError, StrBytes};
 use uuid::Uuid;
 
 use super::Cluster;
+use crate::handlers::metadata::{fill_cluster_fields, Shape};
 use crate::handlers::{msg, OPERATIONS_OMITTED, TOPIC_OPERATIONS};
 use crate::registry::{validate_topic_name, Topic, TopicError};
 use crate::topic_config::TopicConfig;
@@ -110,24 +111,13 @@ pub fn describe_metadata(
             node
         })
         .collect();
-    if version >= 2 {
-        resp.cluster_id = Some(StrBytes::from_string(cluster.cluster_id().to_owned()));
-    }
-    if version >= 1 {
-        resp.controller_id = cluster.controller_id().unwrap_or(-1).into();
-    }
-    if (8..=10).contains(&version) {
-        resp.cluster_authorized_operations = if req.include_cluster_authorized_operations {
-            crate::handlers::CLUSTER_OPERATIONS
-        } else {
-            OPERATIONS_OMITTED
-        };
-    }
-    let with_ops = version >= 8 && req.include_topic_authorized_operations;
-    let all = match &req.topics {
-        None => true,
-        Some(t) => version == 0 && t.is_empty(),
-    };
+    let Shape { with_ops, all } = fill_cluster_fields(
+        &mut resp,
+        version,
+        &req,
+        cluster.cluster_id(),
+        cluster.controller_id().unwrap_or(-1),
+    );
     if all {
         resp.topics = image
             .topics()
@@ -407,18 +397,9 @@ pub async fn delete_topics(
     let Some(cluster) = b.cluster().cloned() else {
         return resp;
     };
-    let wanted: Vec<(Option<TopicName>, Uuid)> = if version >= 6 {
-        req.topics
-            .into_iter()
-            .map(|t| (t.name, t.topic_id))
-            .collect()
-    } else {
-        req.topic_names
-            .into_iter()
-            .map(|n| (Some(n), Uuid::nil()))
-            .collect()
-    };
-    let wait = Duration::from_millis(req.timeout_ms.max(0) as u64).min(RECONCILE_WAIT_MAX);
+    let timeout_ms = req.timeout_ms;
+    let wanted = crate::handlers::topics::deletions(version, req);
+    let wait = Duration::from_millis(timeout_ms.max(0) as u64).min(RECONCILE_WAIT_MAX);
     for (name, id) in wanted {
         let mut r = DeletableTopicResult::default();
         let image = cluster.image();

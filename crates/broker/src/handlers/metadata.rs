@@ -22,25 +22,8 @@ pub fn handle(b: &Broker, version: i16, req: MetadataRequest) -> MetadataRespons
     node.host = StrBytes::from_string(b.config.advertised_host.clone());
     node.port = b.config.advertised_port;
     resp.brokers = vec![node];
-    if version >= 2 {
-        resp.cluster_id = Some(StrBytes::from_string(b.cluster_id.clone()));
-    }
-    if version >= 1 {
-        resp.controller_id = b.config.node_id.into();
-    }
-    if (8..=10).contains(&version) {
-        resp.cluster_authorized_operations = if req.include_cluster_authorized_operations {
-            CLUSTER_OPERATIONS
-        } else {
-            OPERATIONS_OMITTED
-        };
-    }
-    let with_ops = version >= 8 && req.include_topic_authorized_operations;
-    // v0 asks for all topics with an empty list; v1+ with null.
-    let all = match &req.topics {
-        None => true,
-        Some(t) => version == 0 && t.is_empty(),
-    };
+    let Shape { with_ops, all } =
+        fill_cluster_fields(&mut resp, version, &req, &b.cluster_id, b.config.node_id);
     let auto_create = b.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
     if all {
         resp.topics = b
@@ -65,6 +48,46 @@ pub fn handle(b: &Broker, version: i16, req: MetadataRequest) -> MetadataRespons
         }
     }
     resp
+}
+
+/// What a Metadata request asks for besides its topic names.
+pub(crate) struct Shape {
+    /// Topic authorized operations wanted.
+    pub with_ops: bool,
+    /// Every topic wanted.
+    pub all: bool,
+}
+
+/// Fills the cluster id, controller and cluster operations a version carries; returns the
+/// request's shape.
+pub(crate) fn fill_cluster_fields(
+    resp: &mut MetadataResponse,
+    version: i16,
+    req: &MetadataRequest,
+    cluster_id: &str,
+    controller_id: i32,
+) -> Shape {
+    if version >= 2 {
+        resp.cluster_id = Some(StrBytes::from_string(cluster_id.to_owned()));
+    }
+    if version >= 1 {
+        resp.controller_id = controller_id.into();
+    }
+    if (8..=10).contains(&version) {
+        resp.cluster_authorized_operations = if req.include_cluster_authorized_operations {
+            CLUSTER_OPERATIONS
+        } else {
+            OPERATIONS_OMITTED
+        };
+    }
+    Shape {
+        with_ops: version >= 8 && req.include_topic_authorized_operations,
+        // v0 asks for all topics with an empty list; v1+ with null.
+        all: match &req.topics {
+            None => true,
+            Some(t) => version == 0 && t.is_empty(),
+        },
+    }
 }
 
 /// The answer for a requested topic that cannot be described.

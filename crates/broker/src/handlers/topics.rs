@@ -150,10 +150,13 @@ pub(crate) fn config_entries(config: &TopicConfig) -> Vec<CreatableTopicConfigs>
         .collect()
 }
 
-/// Answers DeleteTopics (by name, or by id from v6).
-pub fn delete(b: &Broker, version: i16, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
-    let mut resp = DeleteTopicsResponse::default();
-    let wanted: Vec<(Option<TopicName>, uuid::Uuid)> = if version >= 6 {
+/// The topics a DeleteTopics request names: by name, or from v6 by name or id (nil when
+/// absent).
+pub(crate) fn deletions(
+    version: i16,
+    req: DeleteTopicsRequest,
+) -> Vec<(Option<TopicName>, uuid::Uuid)> {
+    if version >= 6 {
         req.topics
             .into_iter()
             .map(|t| (t.name, t.topic_id))
@@ -163,7 +166,13 @@ pub fn delete(b: &Broker, version: i16, req: DeleteTopicsRequest) -> DeleteTopic
             .into_iter()
             .map(|n| (Some(n), uuid::Uuid::nil()))
             .collect()
-    };
+    }
+}
+
+/// Answers DeleteTopics (by name, or by id from v6).
+pub fn delete(b: &Broker, version: i16, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
+    let mut resp = DeleteTopicsResponse::default();
+    let wanted = deletions(version, req);
     for (name, id) in wanted {
         let mut r = DeletableTopicResult::default();
         let name = match name {
