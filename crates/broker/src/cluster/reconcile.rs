@@ -27,9 +27,15 @@ pub(super) fn same_for_replication(a: &MetadataImage, b: &MetadataImage) -> bool
 
 /// Applies `image` to the local registry and partition roles.
 pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) {
+    let view = View {
+        now: b.clock.monotonic_ms().max(0) as u64,
+        fenced: Cluster::fenced(image),
+        may_lead: cluster.registered_in(image),
+        sync_acks: b.config.fsync.acks_wait_for_fsync(),
+    };
     for t in image.topics().values() {
         match ensure_topic(b, t) {
-            Ok(local) => set_roles(b, cluster, image, t, &local),
+            Ok(local) => set_roles(cluster, &view, t, &local),
             Err(e) => {
                 tracing::error!(topic = %t.name, error = %e, "cannot create the local replica of a topic");
             }
@@ -132,15 +138,25 @@ fn watch_durability(p: std::sync::Arc<crate::partition::Partition>, epoch: i32) 
     });
 }
 
+/// What every partition's role is decided on, taken once per image.
+struct View {
+    now: u64,
+    fenced: std::collections::BTreeSet<spate_cluster::metadata::BrokerId>,
+    may_lead: bool,
+    sync_acks: bool,
+}
+
 /// Sets each partition's role from the image: leader (with its ISR view), follower of the
 /// leader (fetching), or idle follower (no leader, or not a replica here).
-fn set_roles(b: &Broker, cluster: &Cluster, image: &MetadataImage, t: &TopicImage, local: &Topic) {
+fn set_roles(cluster: &Cluster, view: &View, t: &TopicImage, local: &Topic) {
     let me = cluster.broker_id;
-    let now = b.clock.monotonic_ms().max(0) as u64;
     let lag = cluster.settings.replica_lag_time_max_ms;
-    let fenced = Cluster::fenced(image);
-    let may_lead = cluster.registered_in(image);
-    let sync_acks = b.config.fsync.acks_wait_for_fsync();
+    let View {
+        now,
+        ref fenced,
+        may_lead,
+        sync_acks,
+    } = *view;
     for (index, ps) in t.partitions.iter().enumerate() {
         let Ok(index) = i32::try_from(index) else {
             continue;
