@@ -722,18 +722,9 @@ fn converged(c: &Cluster<'_>) -> Result<Vec<(u8, i64, i64)>, String> {
     Ok(out)
 }
 
-fn wait_for<T>(what: &str, within: Duration, mut probe: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        let last = match probe() {
-            Ok(v) => return v,
-            Err(e) => e,
-        };
-        if Instant::now() >= deadline {
-            panic!("waited {within:?} for {what}; last: {last}");
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+/// Polls `probe` every 250 ms until it gives a value (see `netns::wait_for`).
+fn wait_for<T>(what: &str, within: Duration, probe: impl FnMut() -> Result<T, String>) -> T {
+    netns::wait_for(what, within, Duration::from_millis(250), probe)
 }
 
 /// What the checker found; every list must be empty.

@@ -127,20 +127,9 @@ impl Drop for Node {
     }
 }
 
-/// Polls `probe` every 100 ms until it gives a value; panics with its last complaint after
-/// `within`.
-fn wait_for<T>(what: &str, within: Duration, mut probe: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        let last = match probe() {
-            Ok(v) => return v,
-            Err(e) => e,
-        };
-        if Instant::now() >= deadline {
-            panic!("waited {within:?} for {what}; last: {last}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// Polls `probe` every 100 ms until it gives a value (see `netns::wait_for`).
+fn wait_for<T>(what: &str, within: Duration, probe: impl FnMut() -> Result<T, String>) -> T {
+    netns::wait_for(what, within, Duration::from_millis(100), probe)
 }
 
 fn field_u8(v: &Value, key: &str) -> Option<u8> {

@@ -532,3 +532,24 @@ pub fn node_status(http: &str, id: u8) -> Result<serde_json::Value, String> {
     }
     serde_json::from_str(&body).map_err(|e| format!("node {id}: {e}"))
 }
+
+/// Polls `probe` every `every` until it gives a value; panics with its last complaint after
+/// `within`.
+pub fn wait_for<T>(
+    what: &str,
+    within: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        let last = match probe() {
+            Ok(v) => return v,
+            Err(e) => e,
+        };
+        if Instant::now() >= deadline {
+            panic!("waited {within:?} for {what}; last: {last}");
+        }
+        std::thread::sleep(every);
+    }
+}
