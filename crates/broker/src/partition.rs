@@ -280,7 +280,7 @@ impl Partition {
         if !self.sync_acks.load(Ordering::SeqCst) {
             return end;
         }
-        match *log.durable_offset().borrow() {
+        match log.durable_now() {
             Durability::Synced(o) => o.min(end),
             Durability::Failed => log.start_offset(),
         }

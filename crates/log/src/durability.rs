@@ -132,6 +132,11 @@ impl SyncState {
         self.failed.load(Ordering::Acquire)
     }
 
+    /// How far the log is on disk now.
+    pub(crate) fn durable_now(&self) -> Durability {
+        *self.durable.borrow()
+    }
+
     /// Subscribes to the durable offset.
     pub(crate) fn subscribe(&self) -> watch::Receiver<Durability> {
         self.durable.subscribe()

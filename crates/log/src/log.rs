@@ -467,6 +467,11 @@ impl Log {
         Ok(())
     }
 
+    /// How far the log is on disk now (no subscription: for a look on every append).
+    pub fn durable_now(&self) -> Durability {
+        self.sync.durable_now()
+    }
+
     /// Subscribes to how far the log is on disk.
     pub fn durable_offset(&self) -> watch::Receiver<Durability> {
         self.sync.subscribe()
