@@ -37,6 +37,10 @@ struct TopicFile {
     id: Uuid,
     partitions: i32,
     config: TopicConfig,
+    /// The partitions with a replica here, when not all of them: in a cluster a broker holds
+    /// only the replicas assigned to it. Absent (standalone) means every partition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hosted: Option<Vec<i32>>,
 }
 
 /// Traffic counters of one topic.
@@ -61,7 +65,10 @@ pub struct Topic {
     /// Topic id (KIP-516), stable for the topic's life.
     pub id: Uuid,
     dir: PathBuf,
-    partitions: RwLock<Vec<Arc<Partition>>>,
+    /// Indexed by partition number; `None` where this broker holds no replica (cluster mode).
+    partitions: RwLock<Vec<Option<Arc<Partition>>>>,
+    /// Whether only some partitions are held here (see [`TopicFile::hosted`]).
+    sparse: std::sync::atomic::AtomicBool,
     config: RwLock<TopicConfig>,
 }
 
@@ -76,16 +83,41 @@ impl std::fmt::Debug for Topic {
 }
 
 impl Topic {
-    /// The partition with this index, if it exists.
+    /// The partition with this index, if it exists and has a replica on this broker.
     pub fn partition(&self, index: i32) -> Option<Arc<Partition>> {
         usize::try_from(index)
             .ok()
-            .and_then(|i| self.partitions.read().get(i).cloned())
+            .and_then(|i| self.partitions.read().get(i).cloned().flatten())
     }
 
-    /// All partitions in index order.
+    /// The partition with this index, or the error a client gets for it: a partition number
+    /// the topic does not have is UNKNOWN_TOPIC_OR_PARTITION; one that exists but has no
+    /// replica here is NOT_LEADER_OR_FOLLOWER, which sends clients to refresh their metadata.
+    pub fn lookup(&self, index: i32) -> Result<Arc<Partition>, ResponseError> {
+        match self.partition(index) {
+            Some(p) => Ok(p),
+            None if self.has_partition(index) => Err(ResponseError::NotLeaderOrFollower),
+            None => Err(ResponseError::UnknownTopicOrPartition),
+        }
+    }
+
+    /// Whether the topic has a partition with this number (held here or not).
+    pub fn has_partition(&self, index: i32) -> bool {
+        index >= 0 && index < self.partition_count()
+    }
+
+    /// The partitions held on this broker, in index order.
     pub fn partitions(&self) -> Vec<Arc<Partition>> {
-        self.partitions.read().clone()
+        self.partitions.read().iter().flatten().cloned().collect()
+    }
+
+    fn is_sparse(&self) -> bool {
+        self.sparse.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The numbers of the partitions held on this broker.
+    pub fn hosted(&self) -> std::collections::BTreeSet<i32> {
+        self.partitions().iter().map(|p| p.index).collect()
     }
 
     /// Number of partitions.
@@ -108,6 +140,9 @@ impl Topic {
             id: self.id,
             partitions: self.partition_count(),
             config: self.config(),
+            hosted: self
+                .is_sparse()
+                .then(|| self.hosted().into_iter().collect()),
         };
         let json = serde_json::to_vec_pretty(&file).map_err(|e| BrokerError::CorruptMetadata {
             path: self.dir.clone(),
@@ -320,8 +355,20 @@ impl TopicRegistry {
         notes: &mut Vec<String>,
     ) -> Result<Arc<Topic>, BrokerError> {
         let log_config = file.config.log_config();
+        let hosted: Option<std::collections::BTreeSet<i32>> =
+            file.hosted.map(|h| h.into_iter().collect());
         let mut partitions = Vec::with_capacity(file.partitions.max(0) as usize);
         for p in 0..file.partitions {
+            if hosted.as_ref().is_some_and(|h| !h.contains(&p)) {
+                // Left behind by a crash while the replica was being moved away.
+                let stale = dir.join(p.to_string());
+                if stale.exists() {
+                    remove_quietly(&stale, notes);
+                    notes.push(format!("{name}-{p}: removed a replica no longer held here"));
+                }
+                partitions.push(None);
+                continue;
+            }
             let (partition, n) = Partition::open(
                 &dir.join(p.to_string()),
                 p,
@@ -329,7 +376,7 @@ impl TopicRegistry {
                 self.flusher.clone(),
             )?;
             notes.extend(n.into_iter().map(|n| format!("{name}-{p}: {n}")));
-            partitions.push(Arc::new(partition));
+            partitions.push(Some(Arc::new(partition)));
         }
         Ok(Arc::new(Topic {
             metrics: TopicMetrics::default(),
@@ -337,6 +384,7 @@ impl TopicRegistry {
             id: file.id,
             dir,
             partitions: RwLock::new(partitions),
+            sparse: std::sync::atomic::AtomicBool::new(hosted.is_some()),
             config: RwLock::new(file.config),
         }))
     }
@@ -374,8 +422,7 @@ impl TopicRegistry {
         self.create_with_id(name, Uuid::new_v4(), partitions, config, validate_only)
     }
 
-    /// Creates a topic with a given id: in a cluster every replica uses the id the metadata
-    /// quorum chose.
+    /// Creates a topic with a given id, holding every partition.
     pub fn create_with_id(
         &self,
         name: &str,
@@ -383,6 +430,38 @@ impl TopicRegistry {
         partitions: i32,
         config: TopicConfig,
         validate_only: bool,
+    ) -> Result<Option<Arc<Topic>>, TopicError> {
+        self.create_inner(name, id, partitions, config, validate_only, None)
+    }
+
+    /// Creates the local part of a cluster topic: the id the metadata quorum chose, and a
+    /// replica of only the `hosted` partitions (possibly none).
+    pub fn create_hosting(
+        &self,
+        name: &str,
+        id: Uuid,
+        partitions: i32,
+        config: TopicConfig,
+        hosted: &std::collections::BTreeSet<i32>,
+    ) -> Result<Arc<Topic>, TopicError> {
+        let hosted = hosted.iter().copied().collect();
+        self.create_inner(name, id, partitions, config, false, Some(hosted))?
+            .ok_or_else(|| {
+                TopicError::new(
+                    ResponseError::UnknownServerError,
+                    "creation returned no topic",
+                )
+            })
+    }
+
+    fn create_inner(
+        &self,
+        name: &str,
+        id: Uuid,
+        partitions: i32,
+        config: TopicConfig,
+        validate_only: bool,
+        hosted: Option<Vec<i32>>,
     ) -> Result<Option<Arc<Topic>>, TopicError> {
         validate_topic_name(name)
             .map_err(|m| TopicError::new(ResponseError::InvalidTopicException, m))?;
@@ -414,6 +493,7 @@ impl TopicRegistry {
             id,
             partitions,
             config,
+            hosted,
         };
         let mut notes = Vec::new();
         let topic = self.load_topic(name, dir, file, &mut notes)?;
@@ -479,17 +559,95 @@ impl TopicRegistry {
         let log_config = topic.config().log_config();
         let mut added = Vec::new();
         for p in current..count {
+            if topic.is_sparse() {
+                // A cluster topic grows first; `set_hosted` then adds the replicas assigned here.
+                added.push(None);
+                continue;
+            }
             let (partition, _) = Partition::open(
                 &topic.dir.join(p.to_string()),
                 p,
                 log_config.clone(),
                 self.flusher.clone(),
             )?;
-            added.push(Arc::new(partition));
+            added.push(Some(Arc::new(partition)));
         }
         topic.partitions.write().extend(added);
         topic.save()?;
         Ok(())
+    }
+
+    /// Makes the replicas held here for a cluster topic exactly `hosted`: opens (creating
+    /// empty logs for) the new ones and deletes the ones no longer assigned here, whose data
+    /// goes to the trash like a deleted topic's. Returns the partitions removed, so callers
+    /// can stop whatever served them.
+    pub fn set_hosted(
+        &self,
+        topic: &Topic,
+        hosted: &std::collections::BTreeSet<i32>,
+    ) -> Result<Vec<Arc<Partition>>, TopicError> {
+        let _guard = self.changes.lock();
+        let current = topic.hosted();
+        if &current == hosted && topic.is_sparse() {
+            return Ok(Vec::new());
+        }
+        // A topic created before brokers held only their assigned replicas becomes sparse.
+        topic
+            .sparse
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let count = topic.partition_count();
+        let log_config = topic.config().log_config();
+        let mut opened = Vec::new();
+        for &p in hosted.difference(&current) {
+            if p < 0 || p >= count {
+                return Err(TopicError::new(
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("topic '{}' has no partition {p}", topic.name),
+                ));
+            }
+            let (partition, _) = Partition::open(
+                &topic.dir.join(p.to_string()),
+                p,
+                log_config.clone(),
+                self.flusher.clone(),
+            )?;
+            opened.push(Arc::new(partition));
+        }
+        let mut removed = Vec::new();
+        {
+            let mut slots = topic.partitions.write();
+            for p in opened {
+                let i = p.index as usize;
+                slots[i] = Some(p);
+            }
+            for &p in current.difference(hosted) {
+                if let Some(gone) = usize::try_from(p).ok().and_then(|i| slots[i].take()) {
+                    gone.mark_deleted();
+                    removed.push(gone);
+                }
+            }
+        }
+        // Record the new set before moving data away: a crash in between leaves a directory
+        // the next start does not open, and the next reconcile removes it again.
+        topic.save()?;
+        for p in &removed {
+            let dir = topic.dir.join(p.index.to_string());
+            let aside = self.trash.join(format!(
+                "{}-{}-{}-{}",
+                topic.id.simple(),
+                topic.name,
+                p.index,
+                Uuid::new_v4().simple()
+            ));
+            std::fs::rename(&dir, &aside).map_err(io("rename", &dir))?;
+            sync_dir(&topic.dir)?;
+            std::thread::spawn(move || {
+                if let Err(e) = std::fs::remove_dir_all(&aside).or_else(not_found_is_done) {
+                    tracing::warn!(path = %aside.display(), error = %e, "removing a moved-away replica failed; retried on next start");
+                }
+            });
+        }
+        Ok(removed)
     }
 
     /// Replaces a topic's configuration and applies it to its logs.

@@ -27,7 +27,8 @@ pub fn assign_replicas(
     partitions: i32,
     replication_factor: i16,
 ) -> Result<Vec<Vec<BrokerId>>, CommandError> {
-    let live: Vec<BrokerId> = image.live_brokers().map(|b| b.id).collect();
+    // A broker being decommissioned gets nothing new.
+    let live: Vec<BrokerId> = image.placeable_brokers().collect();
     if partitions < 1 {
         return Err(CommandError::InvalidPartitions {
             reason: format!("{partitions} partitions requested, at least 1 is needed"),
@@ -347,8 +348,18 @@ pub fn elect_leaders(image: &MetadataImage) -> Vec<MetadataCommand> {
     cmds
 }
 
+/// What a controller pass does besides liveness and elections.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PassOptions {
+    /// Move leaderships back to preferred replicas past this imbalance (percent); `None`
+    /// when automatic rebalancing is off or not due in this pass.
+    pub rebalance_leaders: Option<u32>,
+}
+
 /// One controller pass: fence brokers that stopped heartbeating (or asked for a controlled
-/// shutdown), unfence brokers that heartbeat again, and elect leaders where needed.
+/// shutdown), unfence brokers that heartbeat again, elect leaders where needed, complete
+/// reassignments whose new replicas are in sync, move replicas off brokers being
+/// decommissioned and, when due, move leaderships back to preferred replicas.
 ///
 /// The commands are meant to be proposed together as one [`MetadataCommand::Batch`]; each was
 /// checked to apply on top of the previous ones. A returning broker is only unfenced: it
@@ -359,6 +370,7 @@ pub fn reconcile(
     tracker: &LivenessTracker,
     now_ms: u64,
     session_timeout_ms: u64,
+    options: PassOptions,
 ) -> Vec<MetadataCommand> {
     let mut scratch = image.clone();
     let mut cmds = Vec::new();
@@ -400,6 +412,17 @@ pub fn reconcile(
     }
     for cmd in elect_leaders(&scratch) {
         push(&mut scratch, cmd);
+    }
+    for cmd in crate::reassignment::complete_reassignments(&scratch) {
+        push(&mut scratch, cmd);
+    }
+    for cmd in crate::reassignment::decommission_moves(&scratch) {
+        push(&mut scratch, cmd);
+    }
+    if let Some(percent) = options.rebalance_leaders {
+        for cmd in crate::reassignment::preferred_leader_elections(&scratch, percent) {
+            push(&mut scratch, cmd);
+        }
     }
     cmds
 }
@@ -617,12 +640,12 @@ mod tests {
             heartbeat(&mut image, 1, now);
             heartbeat(&mut image, 2, now);
             tracker.observe(&image, now);
-            assert!(reconcile(&image, &tracker, now, TIMEOUT).is_empty());
+            assert!(reconcile(&image, &tracker, now, TIMEOUT, PassOptions::default()).is_empty());
         }
         heartbeat(&mut image, 1, 9_500);
         heartbeat(&mut image, 2, 9_500);
         tracker.observe(&image, 9_500);
-        let cmds = reconcile(&image, &tracker, 9_500, TIMEOUT);
+        let cmds = reconcile(&image, &tracker, 9_500, TIMEOUT, PassOptions::default());
         assert_eq!(
             cmds,
             vec![MetadataCommand::FenceBroker {
@@ -638,7 +661,7 @@ mod tests {
         let mut tracker = LivenessTracker::new();
         tracker.observe(&image, 100_000);
         tracker.mark_down(3);
-        let cmds = reconcile(&image, &tracker, 100_001, TIMEOUT);
+        let cmds = reconcile(&image, &tracker, 100_001, TIMEOUT, PassOptions::default());
         assert_eq!(
             cmds,
             vec![MetadataCommand::FenceBroker {
@@ -659,9 +682,23 @@ mod tests {
         // A controller that takes over at t=100_000 must not fence brokers whose last
         // heartbeat it simply never saw.
         tracker.observe(&image, 100_000);
-        assert!(reconcile(&image, &tracker, 100_000 + TIMEOUT, TIMEOUT).is_empty());
+        assert!(reconcile(
+            &image,
+            &tracker,
+            100_000 + TIMEOUT,
+            TIMEOUT,
+            PassOptions::default()
+        )
+        .is_empty());
         assert_eq!(
-            reconcile(&image, &tracker, 100_001 + TIMEOUT, TIMEOUT).len(),
+            reconcile(
+                &image,
+                &tracker,
+                100_001 + TIMEOUT,
+                TIMEOUT,
+                PassOptions::default()
+            )
+            .len(),
             2
         );
     }
@@ -718,7 +755,7 @@ mod tests {
         heartbeat(&mut image, 2, 10_000);
         heartbeat(&mut image, 3, 10_000);
         tracker.observe(&image, 10_000);
-        let cmds = reconcile(&image, &tracker, 10_000, TIMEOUT);
+        let cmds = reconcile(&image, &tracker, 10_000, TIMEOUT, PassOptions::default());
         apply_all(&mut image, cmds);
         assert!(image.broker(1).unwrap().fenced);
         assert_eq!(image.partition("t", 0).unwrap().isr, vec![2, 3]);
@@ -727,7 +764,7 @@ mod tests {
         heartbeat(&mut image, 2, 11_000);
         heartbeat(&mut image, 3, 11_000);
         tracker.observe(&image, 11_000);
-        let cmds = reconcile(&image, &tracker, 11_000, TIMEOUT);
+        let cmds = reconcile(&image, &tracker, 11_000, TIMEOUT, PassOptions::default());
         assert_eq!(
             cmds,
             vec![MetadataCommand::UnfenceBroker {
@@ -762,7 +799,7 @@ mod tests {
         tracker.observe(&image, 0);
         heartbeat(&mut image, 1, 1_000);
         tracker.observe(&image, 1_000);
-        let cmds = reconcile(&image, &tracker, 1_000, TIMEOUT);
+        let cmds = reconcile(&image, &tracker, 1_000, TIMEOUT, PassOptions::default());
         assert_eq!(cmds.len(), 2, "{cmds:?}");
         apply_all(&mut image, cmds);
         let p = image.partition("t", 0).unwrap();
@@ -785,7 +822,7 @@ mod tests {
             .unwrap();
         let mut tracker = LivenessTracker::new();
         tracker.observe(&image, 1);
-        let cmds = reconcile(&image, &tracker, 1, TIMEOUT);
+        let cmds = reconcile(&image, &tracker, 1, TIMEOUT, PassOptions::default());
         apply_all(&mut image, cmds);
         assert!(image.broker(2).unwrap().fenced);
         for t in image.topics().values() {
@@ -797,7 +834,7 @@ mod tests {
         // It is not unfenced while it keeps heartbeating with the shutdown flag.
         heartbeat_shutting_down(&mut image, 2, 2);
         tracker.observe(&image, 2);
-        assert!(reconcile(&image, &tracker, 2, TIMEOUT).is_empty());
+        assert!(reconcile(&image, &tracker, 2, TIMEOUT, PassOptions::default()).is_empty());
     }
 
     fn heartbeat_shutting_down(image: &mut MetadataImage, id: BrokerId, now_ms: u64) {

@@ -12,8 +12,10 @@
 //! - [`node`]: [`node::MetadataNode`], which wires it all and is what a broker uses.
 
 pub mod controller;
+pub mod membership;
 pub mod metadata;
 pub mod network;
 pub mod node;
 pub mod raft;
+pub mod reassignment;
 pub mod replication;

@@ -49,6 +49,10 @@ pub struct BrokerRegistration {
     /// Number of heartbeats applied for this registration; the controller's liveness tracker
     /// watches it change, so liveness never compares clocks of different machines.
     pub heartbeat_count: u64,
+    /// An operator asked for this broker to be emptied and removed: the controller moves its
+    /// replicas away and places nothing new on it.
+    #[serde(default)]
+    pub decommissioning: bool,
 }
 
 /// The replication state of one partition.
@@ -64,12 +68,43 @@ pub struct PartitionState {
     pub partition_epoch: i32,
     /// In-sync replicas, in the order they were given.
     pub isr: Vec<BrokerId>,
+    /// Replicas a reassignment in progress is adding (also in `replicas`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding: Vec<BrokerId>,
+    /// Replicas a reassignment in progress will drop once the new ones are in sync (also in
+    /// `replicas`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing: Vec<BrokerId>,
 }
 
 impl PartitionState {
     /// The leader as Kafka puts it on the wire: -1 when there is none.
     pub fn leader_or_no_leader(&self) -> BrokerId {
         self.leader.unwrap_or(NO_LEADER)
+    }
+
+    /// Whether a reassignment is in progress.
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding.is_empty() || !self.removing.is_empty()
+    }
+
+    /// The replica set a reassignment in progress moves to (the current one otherwise).
+    pub fn target_replicas(&self) -> Vec<BrokerId> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|b| !self.removing.contains(b))
+            .collect()
+    }
+
+    /// The replica set before the reassignment in progress started (the current one
+    /// otherwise): what cancelling goes back to.
+    pub fn original_replicas(&self) -> Vec<BrokerId> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|b| !self.adding.contains(b))
+            .collect()
     }
 }
 
@@ -107,8 +142,16 @@ pub struct ProducerIdBlock {
 /// The whole cluster metadata at one point of the log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetadataImage {
-    brokers: BTreeMap<BrokerId, BrokerRegistration>,
-    topics: BTreeMap<String, TopicImage>,
+    pub(crate) brokers: BTreeMap<BrokerId, BrokerRegistration>,
+    pub(crate) topics: BTreeMap<String, TopicImage>,
+    /// Dynamic broker configs (Kafka's `kafka-configs --entity-type brokers`), by resource
+    /// name: `""` is the cluster-wide default, `"3"` broker 3.
+    #[serde(default)]
+    pub(crate) broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Brokers removed by decommissioning: they may not register again until re-admitted
+    /// (`ReadmitBroker`, which adding a node proposes).
+    #[serde(default)]
+    pub(crate) retired: BTreeSet<BrokerId>,
     /// Start of the next producer-id block to hand out.
     next_producer_id: i64,
     /// Epoch the next registration gets; starts at 1 so that 0 never names a registration.
@@ -234,6 +277,64 @@ pub enum MetadataCommand {
         /// Its registration epoch.
         broker_epoch: i64,
     },
+    /// Start, change or (with `target: None`) cancel the reassignment of a partition
+    /// (Kafka's AlterPartitionReassignments). New replicas join at once, catch up through
+    /// replica fetch, and the old ones leave when the controller completes the move.
+    AlterReassignment {
+        /// Topic name.
+        topic: String,
+        /// Partition number.
+        partition: i32,
+        /// The replicas the partition should end with, preferred leader first; `None`
+        /// cancels the reassignment in progress.
+        target: Option<Vec<BrokerId>>,
+    },
+    /// The controller ends a reassignment whose target replicas are all in sync: the
+    /// replicas become the target, and leadership moves if the leader is being removed.
+    CompleteReassignment {
+        /// Topic name.
+        topic: String,
+        /// Partition number.
+        partition: i32,
+        /// The partition epoch the decision was made on.
+        partition_epoch: i32,
+    },
+    /// Elect a leader outside the ISR because no ISR member is live (Kafka's ElectLeaders,
+    /// type UNCLEAN): the first live replica leads, alone in the ISR. Records only it lacks
+    /// are lost; an operator asks for this explicitly.
+    ElectUncleanLeader {
+        /// Topic name.
+        topic: String,
+        /// Partition number.
+        partition: i32,
+    },
+    /// Start or stop emptying a broker for removal.
+    SetDecommissioning {
+        /// Broker id.
+        broker_id: BrokerId,
+        /// Whether it is being decommissioned.
+        decommissioning: bool,
+    },
+    /// Forget a broker that holds no replica (after decommissioning); it may not register
+    /// again until re-admitted.
+    UnregisterBroker {
+        /// Broker id.
+        broker_id: BrokerId,
+    },
+    /// Let a removed broker id register again (a node added back to the cluster).
+    ReadmitBroker {
+        /// Broker id.
+        broker_id: BrokerId,
+    },
+    /// Set and remove dynamic broker configs.
+    AlterBrokerConfigs {
+        /// `""` for the cluster default, or a broker id.
+        resource: String,
+        /// Keys to set.
+        set: BTreeMap<String, String>,
+        /// Keys to remove.
+        remove: Vec<String>,
+    },
     /// Several commands applied atomically: all or none.
     Batch(Vec<MetadataCommand>),
 }
@@ -290,6 +391,16 @@ pub enum CommandOutcome {
     },
     /// A fresh producer-id block.
     ProducerIdsAllocated(ProducerIdBlock),
+    /// Reassignment started, changed, cancelled or completed: the partition's state after it.
+    Reassigned(PartitionState),
+    /// Decommissioning flag set.
+    DecommissioningSet,
+    /// Broker forgotten.
+    BrokerUnregistered,
+    /// Broker id may register again.
+    BrokerReadmitted,
+    /// Broker configs changed.
+    BrokerConfigsAltered,
     /// Outcomes of a batch, in order.
     Batch(Vec<CommandOutcome>),
     /// A Raft-internal entry (blank or membership) with no metadata effect.
@@ -490,6 +601,36 @@ pub enum CommandError {
     /// The producer-id space is used up.
     #[error("producer ids are exhausted")]
     ProducerIdsExhausted,
+    /// Cancel of a partition that is not being reassigned.
+    #[error("{topic}-{partition}: no reassignment is in progress")]
+    NoReassignmentInProgress {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: i32,
+    },
+    /// The broker was decommissioned and removed from the cluster.
+    #[error("broker {broker_id} was decommissioned and removed from the cluster; add the node again to bring it back")]
+    BrokerRetired {
+        /// Broker id.
+        broker_id: BrokerId,
+    },
+    /// No replica of the partition can lead.
+    #[error("{topic}-{partition}: no live replica can lead")]
+    EligibleLeadersNotAvailable {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: i32,
+    },
+    /// The broker still holds replicas or is needed.
+    #[error("broker {broker_id} cannot be removed: {reason}")]
+    BrokerInUse {
+        /// Broker id.
+        broker_id: BrokerId,
+        /// Why.
+        reason: String,
+    },
     /// One command of a batch was refused, so none was applied.
     #[error("command {index} of the batch was refused: {source}")]
     InBatch {
@@ -524,6 +665,11 @@ impl CommandError {
             CommandError::IneligibleReplica { .. } => 107,
             CommandError::PreferredLeaderNotAvailable { .. } => 80,
             CommandError::ElectionNotNeeded { .. } => 84,
+            CommandError::NoReassignmentInProgress { .. } => 85,
+            CommandError::BrokerRetired { .. } => 102,
+            CommandError::EligibleLeadersNotAvailable { .. } => 83,
+            // BROKER_ID_NOT_REGISTERED is for unknown ids; a broker in use is an invalid request.
+            CommandError::BrokerInUse { .. } => 42,
             // UNKNOWN_SERVER_ERROR: Kafka has no dedicated code; it never happens in practice.
             CommandError::ProducerIdsExhausted => -1,
             CommandError::InBatch { source, .. } => source.kafka_error_code(),
@@ -566,6 +712,8 @@ impl MetadataImage {
         Self {
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
+            broker_configs: BTreeMap::new(),
+            retired: BTreeSet::new(),
             next_producer_id: 0,
             next_broker_epoch: 1,
         }
@@ -609,6 +757,21 @@ impl MetadataImage {
     /// One partition.
     pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionState> {
         self.topics.get(topic).and_then(|t| t.partition(partition))
+    }
+
+    /// Dynamic broker configs by resource (`""` cluster default, `"<id>"` one broker).
+    pub fn broker_configs(&self) -> &BTreeMap<String, BTreeMap<String, String>> {
+        &self.broker_configs
+    }
+
+    /// The dynamic value of broker config `key` for `broker`: its own, else the cluster
+    /// default, else `None` (the built-in default applies).
+    pub fn broker_config(&self, broker: Option<BrokerId>, key: &str) -> Option<&str> {
+        broker
+            .and_then(|b| self.broker_configs.get(&b.to_string()))
+            .and_then(|m| m.get(key))
+            .or_else(|| self.broker_configs.get("").and_then(|m| m.get(key)))
+            .map(String::as_str)
     }
 
     /// Start of the next producer-id block.
@@ -714,6 +877,42 @@ impl MetadataImage {
                     size: PRODUCER_ID_BLOCK_SIZE,
                 }))
             }
+            MetadataCommand::AlterReassignment {
+                topic,
+                partition,
+                target,
+            } => self.alter_reassignment(topic, *partition, target.as_deref()),
+            MetadataCommand::CompleteReassignment {
+                topic,
+                partition,
+                partition_epoch,
+            } => self.complete_reassignment(topic, *partition, *partition_epoch),
+            MetadataCommand::ElectUncleanLeader { topic, partition } => {
+                self.elect_unclean(topic, *partition)
+            }
+            MetadataCommand::SetDecommissioning {
+                broker_id,
+                decommissioning,
+            } => {
+                let broker =
+                    self.brokers
+                        .get_mut(broker_id)
+                        .ok_or(CommandError::BrokerNotRegistered {
+                            broker_id: *broker_id,
+                        })?;
+                broker.decommissioning = *decommissioning;
+                Ok(CommandOutcome::DecommissioningSet)
+            }
+            MetadataCommand::UnregisterBroker { broker_id } => self.unregister(*broker_id),
+            MetadataCommand::ReadmitBroker { broker_id } => {
+                self.retired.remove(broker_id);
+                Ok(CommandOutcome::BrokerReadmitted)
+            }
+            MetadataCommand::AlterBrokerConfigs {
+                resource,
+                set,
+                remove,
+            } => self.alter_broker_configs(resource, set, remove),
             MetadataCommand::Batch(cmds) => {
                 // All or nothing: work on a copy and keep it only if every command applied.
                 // Metadata images are small enough that the copy is cheap next to a Raft round.
@@ -750,6 +949,9 @@ impl MetadataImage {
         if broker_id < 0 {
             return Err(invalid(format!("broker id {broker_id} is negative")));
         }
+        if self.retired.contains(&broker_id) {
+            return Err(CommandError::BrokerRetired { broker_id });
+        }
         if inter_node_addr.is_empty() || kafka_host.is_empty() || kafka_port == 0 {
             return Err(invalid(format!(
                 "broker {broker_id}: inter-node address, Kafka host and Kafka port are all required"
@@ -773,6 +975,11 @@ impl MetadataImage {
                 });
             }
         }
+        // A restart does not end a decommissioning the operator asked for.
+        let decommissioning = self
+            .brokers
+            .get(&broker_id)
+            .is_some_and(|b| b.decommissioning);
         let epoch = self.next_broker_epoch;
         self.next_broker_epoch = epoch.saturating_add(1);
         self.brokers.insert(
@@ -789,6 +996,7 @@ impl MetadataImage {
                 shutting_down: false,
                 last_heartbeat_ms: now_ms,
                 heartbeat_count: 0,
+                decommissioning,
             },
         );
         Ok(CommandOutcome::BrokerRegistered {
@@ -956,6 +1164,8 @@ impl MetadataImage {
                 leader_epoch: 0,
                 partition_epoch: 0,
                 isr,
+                adding: Vec::new(),
+                removing: Vec::new(),
             });
         }
         Ok(partitions)
@@ -989,7 +1199,7 @@ impl MetadataImage {
         Ok(CommandOutcome::TopicConfigsAltered)
     }
 
-    fn partition_mut(
+    pub(crate) fn partition_mut(
         &mut self,
         topic: &str,
         partition: i32,
@@ -1009,7 +1219,11 @@ impl MetadataImage {
             })
     }
 
-    fn partition_ref(&self, topic: &str, partition: i32) -> Result<&PartitionState, CommandError> {
+    pub(crate) fn partition_ref(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<&PartitionState, CommandError> {
         let t = self
             .topics
             .get(topic)
@@ -1234,7 +1448,9 @@ fn invalid(reason: String) -> CommandError {
     CommandError::InvalidRequest { reason }
 }
 
-fn validate_config_keys<'a>(keys: impl Iterator<Item = &'a String>) -> Result<(), CommandError> {
+pub(crate) fn validate_config_keys<'a>(
+    keys: impl Iterator<Item = &'a String>,
+) -> Result<(), CommandError> {
     for key in keys {
         if key.trim().is_empty() {
             return Err(CommandError::InvalidConfig {

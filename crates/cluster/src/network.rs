@@ -34,6 +34,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::membership::{MembershipChange, MembershipError};
 use crate::metadata::MetadataCommand;
 use crate::raft::{MetadataRaft, NodeId, PeerNode, TypeConfig};
 
@@ -77,6 +78,7 @@ enum Request {
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
     ClientWrite(MetadataCommand),
     Hello,
+    Membership(MembershipChange),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -88,6 +90,7 @@ enum Response {
     ),
     ClientWrite(ClientWriteResult),
     Hello(HelloResponse),
+    Membership(Result<(), MembershipError>),
     /// The server would not handle the request; the reason says why.
     Refused(String),
 }
@@ -350,6 +353,20 @@ impl PeerClient {
         }
     }
 
+    /// Asks the peer to change the quorum's membership (it must be the leader to accept).
+    pub async fn change_membership(
+        &mut self,
+        change: MembershipChange,
+        timeout: Duration,
+    ) -> Result<Result<(), MembershipError>, TransportError> {
+        match self.call(Request::Membership(change), timeout).await? {
+            Response::Membership(r) => Ok(r),
+            _ => Err(TransportError::UnexpectedResponse {
+                target: self.target,
+            }),
+        }
+    }
+
     /// Asks the peer who it is and what peers it knows.
     pub async fn hello(&mut self, timeout: Duration) -> Result<HelloResponse, TransportError> {
         match self.call(Request::Hello, timeout).await? {
@@ -587,6 +604,9 @@ async fn handle(
         // Only the leader accepts; anyone else answers ForwardToLeader and the caller retries
         // there. No second hop: a stale leader view is fixed by the caller's retry loop.
         Request::ClientWrite(cmd) => Response::ClientWrite(raft.client_write(cmd).await),
+        Request::Membership(change) => {
+            Response::Membership(crate::membership::change_on_leader(raft, &change).await)
+        }
         Request::Hello => Response::Hello(HelloResponse {
             node_id,
             peers: peers.clone(),

@@ -16,7 +16,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use crate::controller::{reconcile, LivenessTracker};
+use crate::controller::{reconcile, LivenessTracker, PassOptions};
+use crate::membership::{Members, MembershipChange, MembershipError};
 use crate::metadata::{BrokerId, CommandError, CommandOutcome, MetadataCommand, MetadataImage};
 use crate::network::{serve, ClientWriteResult, NetworkFactory, PeerClient, PeerHealth};
 use crate::raft::{open_storage, MetadataRaft, NodeId, PeerNode, StorageError};
@@ -674,6 +675,46 @@ impl MetadataNode {
         }
     }
 
+    /// The quorum's voters and members as this node last applied them.
+    pub fn members(&self) -> Members {
+        crate::membership::members(&self.inner.raft)
+    }
+
+    /// Changes the quorum's membership from any node: the leader applies it (forwarded
+    /// there when this node does not lead), retrying leader changes for up to `timeout`.
+    pub async fn change_membership(
+        &self,
+        change: MembershipChange,
+        timeout: Duration,
+    ) -> Result<(), MembershipError> {
+        let deadline = Instant::now() + timeout;
+        let mut last = MembershipError::NotLeader { leader: None };
+        while Instant::now() < deadline {
+            let result = match crate::membership::change_on_leader(&self.inner.raft, &change).await
+            {
+                Err(MembershipError::NotLeader {
+                    leader: Some((id, addr)),
+                }) if id != self.inner.node_id => {
+                    let addr = self.inner.peers.get(&id).cloned().unwrap_or(addr);
+                    let remaining = deadline.saturating_duration_since(Instant::now());
+                    let mut client = PeerClient::new(self.inner.node_id, id, addr);
+                    match client.change_membership(change.clone(), remaining).await {
+                        Ok(r) => r,
+                        Err(e) => Err(MembershipError::Failed(e.to_string())),
+                    }
+                }
+                other => other,
+            };
+            match result {
+                Ok(()) => return Ok(()),
+                Err(e @ MembershipError::Refused(_)) => return Err(e),
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(last)
+    }
+
     /// Returns once this node knows of a leader other than `leader` (never if Raft stops).
     async fn leader_moves_from(&self, leader: NodeId) {
         let mut rx = self.inner.raft.metrics();
@@ -882,6 +923,11 @@ async fn broker_session(
                 epoch_tx.send_replace(Some(broker_epoch));
             }
             Ok(_) => {}
+            Err(ProposeError::Refused(e @ CommandError::BrokerRetired { .. })) => {
+                tracing::warn!(broker_id, error = %e, "this node was decommissioned: it no longer registers; stop it, or add it to the cluster again");
+                epoch_tx.send_replace(None);
+                return;
+            }
             Err(ProposeError::Refused(CommandError::DuplicateBrokerRegistration { .. })) => {
                 tracing::warn!(
                     broker_id,
@@ -996,6 +1042,8 @@ async fn run_controller(
     let started = Instant::now();
     let session_timeout_ms = session_timeout.as_millis() as u64;
     let mut tracker: Option<(u64, LivenessTracker)> = None;
+    // When this controller last moved leaderships back to preferred replicas (or started).
+    let mut last_rebalance_ms: Option<u64> = None;
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -1012,6 +1060,7 @@ async fn run_controller(
         };
         if state != ServerState::Leader {
             tracker = None;
+            last_rebalance_ms = None;
             continue;
         }
         // A leader no quorum has acknowledged yet (e.g. restored from its own vote after a
@@ -1042,7 +1091,18 @@ async fn run_controller(
                 tracker.mark_down(id);
             }
         }
-        let cmds = reconcile(&current, tracker, now_ms, session_timeout_ms);
+        let settings = RebalanceSettings::from_image(&current);
+        let rebalance_due = settings.enabled
+            && now_ms.saturating_sub(*last_rebalance_ms.get_or_insert(now_ms))
+                >= settings.interval_ms;
+        if rebalance_due {
+            last_rebalance_ms = Some(now_ms);
+        }
+        let options = PassOptions {
+            rebalance_leaders: rebalance_due.then_some(settings.imbalance_percent),
+        };
+        retire_decommissioned(&raft, &current, propose_timeout).await;
+        let cmds = reconcile(&current, tracker, now_ms, session_timeout_ms, options);
         if cmds.is_empty() {
             continue;
         }
@@ -1062,6 +1122,92 @@ async fn run_controller(
             }
             Ok(Err(e)) => tracing::info!(error = %e, "controller proposal not committed"),
             Err(_) => tracing::warn!("controller proposal timed out"),
+        }
+    }
+}
+
+/// Kafka's automatic leader rebalance settings, read from the dynamic broker configs.
+struct RebalanceSettings {
+    enabled: bool,
+    interval_ms: u64,
+    imbalance_percent: u32,
+}
+
+impl RebalanceSettings {
+    fn from_image(image: &MetadataImage) -> Self {
+        let get = |key: &str| image.broker_config(None, key);
+        Self {
+            enabled: get("auto.leader.rebalance.enable").is_none_or(|v| v != "false"),
+            interval_ms: get("leader.imbalance.check.interval.seconds")
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(300)
+                .saturating_mul(1000),
+            imbalance_percent: get("leader.imbalance.per.broker.percentage")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(10),
+        }
+    }
+}
+
+/// The last step of decommissioning: a broker that no longer holds any replica leaves the
+/// quorum, then its registration is removed (so it cannot register again unless re-added).
+async fn retire_decommissioned(raft: &MetadataRaft, image: &MetadataImage, timeout: Duration) {
+    let emptied: Vec<BrokerId> = image
+        .brokers()
+        .values()
+        .filter(|b| b.decommissioning)
+        .filter(|b| {
+            !image
+                .partitions_iter()
+                .any(|(_, _, p)| p.replicas.contains(&b.id))
+        })
+        .map(|b| b.id)
+        .collect();
+    for broker_id in emptied {
+        let Ok(node_id) = NodeId::try_from(broker_id) else {
+            continue;
+        };
+        if crate::membership::members(raft)
+            .nodes
+            .contains_key(&node_id)
+        {
+            let change = MembershipChange::Remove { node_id };
+            match tokio::time::timeout(timeout, crate::membership::change_on_leader(raft, &change))
+                .await
+            {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(broker_id, error = %e, "cannot remove a decommissioned node from the quorum yet");
+                    continue;
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        broker_id,
+                        "removing a decommissioned node from the quorum timed out"
+                    );
+                    continue;
+                }
+            }
+        }
+        match tokio::time::timeout(
+            timeout,
+            raft.client_write(MetadataCommand::UnregisterBroker { broker_id }),
+        )
+        .await
+        {
+            Ok(Ok(resp)) => match resp.data {
+                Ok(_) => tracing::info!(
+                    broker_id,
+                    "decommissioned: the node holds no replica and left the cluster"
+                ),
+                Err(e) => {
+                    tracing::info!(broker_id, error = %e, "decommissioned node not unregistered")
+                }
+            },
+            Ok(Err(e)) => {
+                tracing::info!(broker_id, error = %e, "unregistering a decommissioned node not committed")
+            }
+            Err(_) => tracing::warn!(broker_id, "unregistering a decommissioned node timed out"),
         }
     }
 }

@@ -34,7 +34,7 @@ pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) {
         sync_acks: b.config.fsync.acks_wait_for_fsync(),
     };
     for t in image.topics().values() {
-        match ensure_topic(b, t) {
+        match ensure_topic(b, cluster, t) {
             Ok(local) => set_roles(cluster, &view, t, &local),
             Err(e) => {
                 tracing::error!(topic = %t.name, error = %e, "cannot create the local replica of a topic");
@@ -74,9 +74,23 @@ pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) {
     }
 }
 
-/// The local topic matching `t` (same id, at least as many partitions, same configs),
-/// creating or completing it as needed.
-fn ensure_topic(b: &Broker, t: &TopicImage) -> Result<std::sync::Arc<Topic>, String> {
+/// The partitions of `t` with a replica assigned to `me` (reassignment targets included).
+fn assigned_to(t: &TopicImage, me: i32) -> std::collections::BTreeSet<i32> {
+    t.partitions
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.replicas.contains(&me))
+        .filter_map(|(i, _)| i32::try_from(i).ok())
+        .collect()
+}
+
+/// The local topic matching `t` (same id, at least as many partitions, same configs,
+/// replicas of exactly the partitions assigned here), creating or completing it as needed.
+fn ensure_topic(
+    b: &Broker,
+    cluster: &Cluster,
+    t: &TopicImage,
+) -> Result<std::sync::Arc<Topic>, String> {
     let config = TopicConfig::from_pairs(t.configs.iter().map(|(k, v)| (k.as_str(), Some(v.as_str()))))
         .unwrap_or_else(|e| {
             // The controller validates configs before they enter the log; an unknown key can
@@ -100,6 +114,19 @@ fn ensure_topic(b: &Broker, t: &TopicImage) -> Result<std::sync::Arc<Topic>, Str
             .add_partitions(&local, count, false)
             .map_err(|e| e.to_string())?;
     }
+    let hosted = assigned_to(t, cluster.broker_id);
+    let dropping: Vec<i32> = local.hosted().difference(&hosted).copied().collect();
+    // Stop fetching before the replica's files go away.
+    for &index in &dropping {
+        cluster.follows.unassign(&t.name, index);
+    }
+    for gone in b
+        .topics
+        .set_hosted(&local, &hosted)
+        .map_err(|e| e.to_string())?
+    {
+        tracing::info!(topic = %t.name, partition = gone.index, "removed the local replica: no longer assigned here");
+    }
     if local.config() != config {
         b.topics
             .set_config(&local, config)
@@ -114,12 +141,16 @@ fn create(
     count: i32,
     config: TopicConfig,
 ) -> Result<std::sync::Arc<Topic>, String> {
-    match b.topics.create_with_id(&t.name, t.id, count, config, false) {
-        Ok(Some(topic)) => {
-            tracing::info!(topic = %t.name, id = %t.id, partitions = count, "created local replica of topic");
+    // Replicas are added by `set_hosted` right after, so a creation and a later assignment
+    // take the same path.
+    match b
+        .topics
+        .create_hosting(&t.name, t.id, count, config, &Default::default())
+    {
+        Ok(topic) => {
+            tracing::info!(topic = %t.name, id = %t.id, partitions = count, "created local part of topic");
             Ok(topic)
         }
-        Ok(None) => Err("validation-only creation returned no topic".into()),
         Err(e) => Err(e.to_string()),
     }
 }

@@ -105,7 +105,8 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
             let partition = topic.as_ref().and_then(|t| t.partition(fp.partition));
             let error = match (&topic, &partition) {
                 (None, _) if version >= 13 => Some(ResponseError::UnknownTopicId),
-                (None, _) | (_, None) => Some(ResponseError::UnknownTopicOrPartition),
+                (None, _) => Some(ResponseError::UnknownTopicOrPartition),
+                (Some(t), None) => t.lookup(fp.partition).err(),
                 (Some(t), Some(p)) => admit(
                     b,
                     t,

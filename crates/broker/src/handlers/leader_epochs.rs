@@ -37,9 +37,13 @@ pub fn handle(
             out.leader_epoch = UNDEFINED_EPOCH;
             out.end_offset = UNDEFINED_OFFSET;
             let current = rp.current_leader_epoch;
-            match topic.as_ref().and_then(|t| t.partition(rp.partition)) {
-                None => out.error_code = ResponseError::UnknownTopicOrPartition.code(),
-                Some(p) => match lookup(b, &p, replica_id, current, rp.leader_epoch) {
+            match topic
+                .as_ref()
+                .ok_or(ResponseError::UnknownTopicOrPartition)
+                .and_then(|t| t.lookup(rp.partition))
+            {
+                Err(e) => out.error_code = e.code(),
+                Ok(p) => match lookup(b, &p, replica_id, current, rp.leader_epoch) {
                     Ok((epoch, end)) => {
                         out.leader_epoch = epoch;
                         out.end_offset = end;

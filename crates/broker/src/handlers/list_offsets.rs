@@ -26,14 +26,17 @@ pub fn handle(b: &Broker, version: i16, req: ListOffsetsRequest) -> ListOffsetsR
             pr.partition_index = rp.partition_index;
             pr.timestamp = -1;
             pr.offset = -1;
-            let partition = topic.as_ref().and_then(|t| t.partition(rp.partition_index));
+            let partition = topic
+                .as_ref()
+                .ok_or(ResponseError::UnknownTopicOrPartition)
+                .and_then(|t| t.lookup(rp.partition_index));
             let result = match partition {
-                None => Err(ResponseError::UnknownTopicOrPartition),
+                Err(e) => Err(e),
                 // In a cluster only the leader knows the high watermark consumers may see.
-                Some(p) if b.cluster().is_some() && p.role() != Role::Leader => {
+                Ok(p) if b.cluster().is_some() && p.role() != Role::Leader => {
                     Err(ResponseError::NotLeaderOrFollower)
                 }
-                Some(p) => lookup(&p, version, rp.current_leader_epoch, rp.timestamp),
+                Ok(p) => lookup(&p, version, rp.current_leader_epoch, rp.timestamp),
             };
             match result {
                 Ok((offset, timestamp, epoch)) => {

@@ -62,8 +62,7 @@ pub fn commit(
                 CommitCheck::Accept
                     if topic
                         .as_ref()
-                        .and_then(|t| t.partition(p.partition_index))
-                        .is_none() =>
+                        .is_none_or(|t| !t.has_partition(p.partition_index)) =>
                 {
                     Some(ResponseError::UnknownTopicOrPartition)
                 }
@@ -272,8 +271,7 @@ pub fn delete(b: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
             } else if b
                 .topics
                 .get(&t.name)
-                .and_then(|x| x.partition(p.partition_index))
-                .is_none()
+                .is_none_or(|x| !x.has_partition(p.partition_index))
             {
                 pr.error_code = ResponseError::UnknownTopicOrPartition.code();
             } else {

@@ -255,12 +255,14 @@ async fn replication(
 type Outcome = Result<(Appended, i64, Option<i64>), (ResponseError, String)>;
 
 fn append_one(t: &Topic, pd: PartitionProduceData, now_ms: i64, acks_all: bool) -> Outcome {
-    let Some(p) = t.partition(pd.index) else {
-        return Err((
-            ResponseError::UnknownTopicOrPartition,
-            format!("partition {} does not exist", pd.index),
-        ));
-    };
+    let p = t.lookup(pd.index).map_err(|e| {
+        let why = if e == ResponseError::NotLeaderOrFollower {
+            "has no replica on this broker"
+        } else {
+            "does not exist"
+        };
+        (e, format!("partition {} {why}", pd.index))
+    })?;
     let Some(records) = pd.records else {
         return Err((ResponseError::InvalidRecord, "no records".into()));
     };

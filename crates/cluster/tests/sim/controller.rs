@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
-use spate_cluster::controller::{create_topic_command, reconcile, LivenessTracker};
+use spate_cluster::controller::{create_topic_command, reconcile, LivenessTracker, PassOptions};
 use spate_cluster::metadata::{BrokerId, MetadataCommand, MetadataImage};
 use uuid::Uuid;
 
@@ -108,7 +108,13 @@ impl Controller {
         match timer {
             Timer::ControllerTick => {
                 self.tracker.observe(&self.image, now);
-                let cmds = reconcile(&self.image, &self.tracker, now, SESSION_TIMEOUT_MS);
+                let cmds = reconcile(
+                    &self.image,
+                    &self.tracker,
+                    now,
+                    SESSION_TIMEOUT_MS,
+                    PassOptions::default(),
+                );
                 if !cmds.is_empty() {
                     match self.image.apply(&MetadataCommand::Batch(cmds)) {
                         Ok(_) => self.changed(out),
