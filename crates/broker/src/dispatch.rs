@@ -324,6 +324,17 @@ impl Broker {
             Request::OffsetForLeaderEpoch(r) => {
                 ctx.now(&handlers::leader_epochs::handle(self, version, r))
             }
+            Request::AlterPartitionReassignments(r) => Ok(ctx.serial_async(
+                crate::cluster::alter_reassignments(self.clone(), version, r),
+            )),
+            Request::ListPartitionReassignments(r) => match self.cluster() {
+                Some(c) => ctx.now(&crate::cluster::list_reassignments(c, r)),
+                None => ctx
+                    .now(&spate_protocol::messages::ListPartitionReassignmentsResponse::default()),
+            },
+            Request::ElectLeaders(r) => {
+                Ok(ctx.serial_async(crate::cluster::elect_leaders(self.clone(), version, r)))
+            }
         };
         Ok(reply?)
     }

@@ -49,6 +49,37 @@ fn int_at_least(min: i64) -> impl Fn(&str) -> Result<(), String> {
     }
 }
 
+/// `*`, empty, or a comma-separated list of `partition:broker`.
+fn validate_throttled_replicas(v: &str) -> Result<(), String> {
+    let v = v.trim();
+    if v.is_empty() || v == "*" {
+        return Ok(());
+    }
+    for entry in v.split(',') {
+        let ok = entry.trim().split_once(':').is_some_and(|(p, b)| {
+            p.trim().parse::<u32>().is_ok() && b.trim().parse::<u32>().is_ok()
+        });
+        if !ok {
+            return Err(format!(
+                "'{}' is not partition:broker (for example 0:101), and the list is not *",
+                entry.trim()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the throttled-replicas list `value` names `partition` on `broker`.
+pub(crate) fn throttles(value: &str, partition: i32, broker: i32) -> bool {
+    let value = value.trim();
+    value == "*"
+        || value.split(',').any(|e| {
+            e.trim().split_once(':').is_some_and(|(p, b)| {
+                p.trim().parse() == Ok(partition) && b.trim().parse() == Ok(broker)
+            })
+        })
+}
+
 /// Every topic config spate knows, in name order.
 pub const DEFS: &[ConfigDef] = &[
     ConfigDef {
@@ -73,6 +104,20 @@ pub const DEFS: &[ConfigDef] = &[
             "producer" => Ok(()),
             _ => Err("spate stores batches as produced; only compression.type=producer is supported".into()),
         },
+    },
+    ConfigDef {
+        name: "follower.replication.throttled.replicas",
+        default: "",
+        kind: ConfigType::List,
+        doc: "Replicas (partition:broker, or *) whose fetching from the leader is limited to the follower broker's follower.replication.throttled.rate; set by kafka-reassign-partitions --throttle.",
+        validate: validate_throttled_replicas,
+    },
+    ConfigDef {
+        name: "leader.replication.throttled.replicas",
+        default: "",
+        kind: ConfigType::List,
+        doc: "Replicas (partition:broker, or *) whose leaders limit what they serve to followers to the leader broker's leader.replication.throttled.rate; set by kafka-reassign-partitions --throttle.",
+        validate: validate_throttled_replicas,
     },
     ConfigDef {
         name: "max.message.bytes",

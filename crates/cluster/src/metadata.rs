@@ -152,6 +152,10 @@ pub struct MetadataImage {
     /// (`ReadmitBroker`, which adding a node proposes).
     #[serde(default)]
     pub(crate) retired: BTreeSet<BrokerId>,
+    /// The cluster id every node reports, fixed once (see `SetClusterId`): it must not
+    /// change when nodes join or leave.
+    #[serde(default)]
+    cluster_id: Option<String>,
     /// Start of the next producer-id block to hand out.
     next_producer_id: i64,
     /// Epoch the next registration gets; starts at 1 so that 0 never names a registration.
@@ -320,6 +324,11 @@ pub enum MetadataCommand {
     UnregisterBroker {
         /// Broker id.
         broker_id: BrokerId,
+    },
+    /// Fix the cluster id; the first one applied wins and later ones change nothing.
+    SetClusterId {
+        /// The id.
+        cluster_id: String,
     },
     /// Let a removed broker id register again (a node added back to the cluster).
     ReadmitBroker {
@@ -714,6 +723,7 @@ impl MetadataImage {
             topics: BTreeMap::new(),
             broker_configs: BTreeMap::new(),
             retired: BTreeSet::new(),
+            cluster_id: None,
             next_producer_id: 0,
             next_broker_epoch: 1,
         }
@@ -757,6 +767,11 @@ impl MetadataImage {
     /// One partition.
     pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionState> {
         self.topics.get(topic).and_then(|t| t.partition(partition))
+    }
+
+    /// The cluster id, once fixed.
+    pub fn cluster_id(&self) -> Option<&str> {
+        self.cluster_id.as_deref()
     }
 
     /// Dynamic broker configs by resource (`""` cluster default, `"<id>"` one broker).
@@ -904,6 +919,12 @@ impl MetadataImage {
                 Ok(CommandOutcome::DecommissioningSet)
             }
             MetadataCommand::UnregisterBroker { broker_id } => self.unregister(*broker_id),
+            MetadataCommand::SetClusterId { cluster_id } => {
+                if self.cluster_id.is_none() && !cluster_id.is_empty() {
+                    self.cluster_id = Some(cluster_id.clone());
+                }
+                Ok(CommandOutcome::Noop)
+            }
             MetadataCommand::ReadmitBroker { broker_id } => {
                 self.retired.remove(broker_id);
                 Ok(CommandOutcome::BrokerReadmitted)

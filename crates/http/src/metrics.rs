@@ -117,6 +117,32 @@ pub async fn render_cluster(b: &Broker) -> String {
         &[],
         cluster.metrics.truncated_records.get() as f64,
     );
+    for (name, help, value) in [
+        (
+            "spate_cluster_throttled_replication_bytes_total",
+            "Bytes this node fetched as a follower for replicas under a replication throttle.",
+            cluster.metrics.throttled_bytes.get(),
+        ),
+        (
+            "spate_cluster_throttled_fetches_total",
+            "Replica fetches that left throttled replicas out because the throttle rate was used up.",
+            cluster.metrics.throttled_fetches.get(),
+        ),
+    ] {
+        w.family(name, "counter", help);
+        w.sample(name, &[], value as f64);
+    }
+    let image = cluster.image();
+    w.family(
+        "spate_cluster_reassigning_partitions",
+        "gauge",
+        "Partitions with a reassignment in progress.",
+    );
+    w.sample(
+        "spate_cluster_reassigning_partitions",
+        &[],
+        image.reassignments().count() as f64,
+    );
     w.family(
         "spate_cluster_follower_lag_records",
         "gauge",

@@ -49,6 +49,11 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::AlterConfigs, 0, 2),
     api(ApiKey::CreatePartitions, 0, 3),
     api(ApiKey::IncrementalAlterConfigs, 0, 1),
+    // v1 adds the election type (preferred or unclean); v2 is the flexible encoding.
+    api(ApiKey::ElectLeaders, 0, 2),
+    // v1 adds allowReplicationFactorChange.
+    api(ApiKey::AlterPartitionReassignments, 0, 1),
+    api(ApiKey::ListPartitionReassignments, 0, 0),
     api(ApiKey::OffsetDelete, 0, 0),
     api(ApiKey::DescribeCluster, 0, 1),
     // v0-1 were removed in Kafka 4; v2 carries the current leader epoch (fencing), v3 the

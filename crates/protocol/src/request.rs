@@ -36,6 +36,9 @@ pub enum Request {
     DeleteGroups(DeleteGroupsRequest),
     OffsetDelete(OffsetDeleteRequest),
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
+    ElectLeaders(ElectLeadersRequest),
+    AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
+    ListPartitionReassignments(ListPartitionReassignmentsRequest),
 }
 
 /// What a frame turned out to be.
@@ -108,6 +111,9 @@ impl Request {
             ApiKey::ListGroups => body!(ListGroups),
             ApiKey::DeleteGroups => body!(DeleteGroups),
             ApiKey::OffsetDelete => body!(OffsetDelete),
+            ApiKey::ElectLeaders => body!(ElectLeaders),
+            ApiKey::AlterPartitionReassignments => body!(AlterPartitionReassignments),
+            ApiKey::ListPartitionReassignments => body!(ListPartitionReassignments),
             ApiKey::OffsetForLeaderEpoch => body!(OffsetForLeaderEpoch),
             // The supported table lists a key this match does not know: answer, don't panic.
             _ => return Ok(Decoded::Unsupported(prefix)),

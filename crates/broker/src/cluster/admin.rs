@@ -115,7 +115,7 @@ pub fn describe_metadata(
         &mut resp,
         version,
         &req,
-        cluster.cluster_id(),
+        &cluster.cluster_id(),
         cluster.controller_id().unwrap_or(-1),
     );
     if all {
@@ -564,6 +564,30 @@ impl Cluster {
             })
             .await;
             Ok(())
+        })
+    }
+
+    /// Sets and removes dynamic broker configs through the quorum (`resource` is `""` for the
+    /// cluster default or a broker id). Runs on the blocking pool, like the topic version.
+    pub(crate) fn set_broker_configs(
+        &self,
+        resource: &str,
+        set: BTreeMap<String, String>,
+        remove: Vec<String>,
+    ) -> Result<(), TopicError> {
+        let cmd = MetadataCommand::AlterBrokerConfigs {
+            resource: resource.to_owned(),
+            set,
+            remove,
+        };
+        tokio::runtime::Handle::current().block_on(async {
+            self.propose(cmd).await.map(|_| ()).map_err(|e| {
+                TopicError::new(
+                    ResponseError::try_from_code(e.kafka_error_code())
+                        .unwrap_or(ResponseError::UnknownServerError),
+                    e.to_string(),
+                )
+            })
         })
     }
 

@@ -432,6 +432,51 @@ async fn fetch(
         return Ok(false);
     };
     let settings = cluster.settings();
+    // Replicas under a follower throttle sit out this fetch while its rate is used up.
+    let me = cluster.broker_id;
+    let rate = super::broker_configs::throttle_rate(
+        &cluster.image(),
+        me,
+        "follower.replication.throttled.rate",
+    );
+    let throttled = |topic: &str, index: i32| {
+        rate.is_some()
+            && b.topics.get(topic).is_some_and(|t| {
+                t.with_config(|c| {
+                    c.get("follower.replication.throttled.replicas")
+                        .is_some_and(|(v, _)| crate::topic_config::throttles(v, index, me))
+                })
+            })
+    };
+    let held_back = match rate {
+        Some(rate) => !cluster
+            .follower_throttle
+            .may_fetch(rate, std::time::Instant::now()),
+        None => false,
+    };
+    let work: Vec<(Key, Follow)> = if held_back {
+        let before = work.len();
+        let kept: Vec<(Key, Follow)> = work
+            .into_iter()
+            .filter(|((t, i), _)| !throttled(t, *i))
+            .collect();
+        if kept.len() < before {
+            cluster.metrics.throttled_fetches.inc();
+        }
+        if kept.is_empty() {
+            // Only throttled replicas: wait a little for the rate to pay back the debt.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            return Ok(false);
+        }
+        kept
+    } else {
+        work
+    };
+    let throttled_keys: std::collections::BTreeSet<Key> = work
+        .iter()
+        .filter(|((t, i), _)| throttled(t, *i))
+        .map(|(k, _)| k.clone())
+        .collect();
     let mut by_topic: BTreeMap<&str, (Uuid, Vec<FetchPartition>)> = BTreeMap::new();
     for ((topic, index), f) in &work {
         let mut p = FetchPartition::default();
@@ -441,6 +486,11 @@ async fn fetch(
         p.last_fetched_epoch = -1;
         p.log_start_offset = f.partition.log_start_offset();
         p.partition_max_bytes = settings.replica_fetch_max_bytes;
+        if let (Some(rate), true) = (rate, throttled_keys.contains(&(topic.clone(), *index))) {
+            // One response never borrows more than a second of the rate.
+            let cap = i32::try_from(rate).unwrap_or(i32::MAX).max(1);
+            p.partition_max_bytes = p.partition_max_bytes.min(cap);
+        }
         by_topic
             .entry(topic.as_str())
             .or_insert((f.topic_id, Vec::new()))
@@ -519,6 +569,10 @@ async fn fetch(
             }
             let mut appended = false;
             if let Some(records) = pd.records.as_ref().filter(|r| !r.is_empty()) {
+                if throttled_keys.contains(key) {
+                    cluster.follower_throttle.record(records.len());
+                    cluster.metrics.throttled_bytes.add(records.len() as u64);
+                }
                 for (pos, h) in Batches::new(records) {
                     let Some(batch) = records.get(pos..pos + h.total_len()) else {
                         break;

@@ -10,9 +10,12 @@
 //!   and expansions (followers that caught up) to the quorum.
 
 mod admin;
+pub mod broker_configs;
 mod fetcher;
+mod operations;
 mod peer;
 mod reconcile;
+mod throttle;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +36,7 @@ pub use admin::{
     metadata_may_create,
 };
 pub use fetcher::FollowerStatus;
+pub use operations::{alter_reassignments, elect_leaders, list_reassignments};
 pub use peer::{PeerConnection, PeerError};
 
 use crate::groups::OFFSETS_LOG;
@@ -82,6 +86,10 @@ pub struct ClusterMetrics {
     pub isr_expands: Counter,
     /// Records removed from follower logs by divergence truncation.
     pub truncated_records: Counter,
+    /// Bytes fetched for replicas under a follower replication throttle.
+    pub throttled_bytes: Counter,
+    /// Fetches that left throttled replicas out because the throttle rate was used up.
+    pub throttled_fetches: Counter,
 }
 
 /// An ISR change a leader wants committed.
@@ -97,7 +105,9 @@ pub struct Cluster {
     node: MetadataNode,
     broker_id: BrokerId,
     settings: ClusterSettings,
-    cluster_id: String,
+    derived_cluster_id: String,
+    /// A proposal fixing the cluster id is out.
+    setting_cluster_id: AtomicBool,
     session: Mutex<Option<BrokerSession>>,
     follows: fetcher::Follows,
     isr_tx: mpsc::UnboundedSender<IsrProposal>,
@@ -109,6 +119,8 @@ pub struct Cluster {
     creating_offsets_topic: AtomicBool,
     /// This node's producer-id block: next id and end (exclusive).
     producer_ids: Mutex<(i64, i64)>,
+    /// Follower-side replication throttle shared by this node's fetchers.
+    follower_throttle: throttle::ByteRate,
     /// Replication counters.
     pub metrics: ClusterMetrics,
 }
@@ -129,10 +141,12 @@ impl Cluster {
         &self.settings
     }
 
-    /// The cluster id every node reports: derived from the voter set, so all nodes agree
-    /// without a round through the quorum.
-    pub fn cluster_id(&self) -> &str {
-        &self.cluster_id
+    /// The cluster id every node reports: fixed in the metadata by the first controller
+    /// (derived from the founding peers, which is also the answer until then).
+    pub fn cluster_id(&self) -> String {
+        self.image()
+            .cluster_id()
+            .map_or_else(|| self.derived_cluster_id.clone(), str::to_owned)
     }
 
     /// The latest metadata image this node applied.
@@ -306,7 +320,8 @@ impl Broker {
         let (isr_tx, isr_rx) = mpsc::unbounded_channel();
         let cluster = Arc::new(Cluster {
             broker: Arc::downgrade(self),
-            cluster_id: cluster_id_for(&node),
+            derived_cluster_id: cluster_id_for(&node),
+            setting_cluster_id: AtomicBool::new(false),
             broker_id,
             follows: fetcher::Follows::new(),
             session: Mutex::new(None),
@@ -316,6 +331,7 @@ impl Broker {
             stopping: AtomicBool::new(false),
             creating_offsets_topic: AtomicBool::new(false),
             producer_ids: Mutex::new((0, 0)),
+            follower_throttle: throttle::ByteRate::new(),
             metrics: ClusterMetrics::default(),
             settings,
             node,
@@ -381,10 +397,32 @@ async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
         }
         cluster.reconciled.send_replace(Some(image.clone()));
         ensure_offsets_topic(&cluster, &image);
+        ensure_cluster_id(&cluster, &image);
         if images.changed().await.is_err() || cluster.stopping.load(Ordering::SeqCst) {
             return;
         }
     }
+}
+
+/// The controller fixes the cluster id in the metadata once, as the id derived from the
+/// founding peers, so it stays the same as nodes join and leave.
+fn ensure_cluster_id(cluster: &Arc<Cluster>, image: &MetadataImage) {
+    if image.cluster_id().is_some() || !cluster.node.is_leader() {
+        return;
+    }
+    if cluster.setting_cluster_id.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let c = cluster.clone();
+    tokio::spawn(async move {
+        let cmd = MetadataCommand::SetClusterId {
+            cluster_id: c.derived_cluster_id.clone(),
+        };
+        if let Err(e) = c.propose(cmd).await {
+            tracing::debug!(error = %e, "fixing the cluster id failed; retried on the next image");
+        }
+        c.setting_cluster_id.store(false, Ordering::SeqCst);
+    });
 }
 
 /// The controller creates the replicated offsets topic once enough brokers are up to give it

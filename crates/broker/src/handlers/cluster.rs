@@ -22,7 +22,7 @@ pub fn describe(b: &Broker, version: i16, req: DescribeClusterRequest) -> Descri
         }
     }
     if let Some(cluster) = b.cluster() {
-        resp.cluster_id = StrBytes::from_string(cluster.cluster_id().to_owned());
+        resp.cluster_id = StrBytes::from_string(cluster.cluster_id());
         resp.controller_id = cluster.controller_id().unwrap_or(-1).into();
         resp.brokers = cluster
             .image()

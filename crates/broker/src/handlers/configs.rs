@@ -138,6 +138,48 @@ fn broker_entries(b: &Broker) -> Vec<Entry> {
     v
 }
 
+/// A cluster broker's configs: its static settings (when it is this node) and the dynamic
+/// ones from the metadata image, with where each value comes from. `""` is the cluster-wide
+/// default.
+fn cluster_broker_entries(b: &Broker, name: &str) -> Result<Vec<Entry>, (ResponseError, String)> {
+    let Some(cluster) = b.cluster() else {
+        return Err((ResponseError::InvalidRequest, "not in cluster mode".into()));
+    };
+    let image = cluster.image();
+    let broker = if name.is_empty() {
+        None
+    } else {
+        match name.parse::<i32>() {
+            Ok(id) if image.broker(id).is_some() => Some(id),
+            _ => {
+                return Err((
+                    ResponseError::InvalidRequest,
+                    format!(
+                        "'{name}' is not a broker of this cluster (brokers: {:?})",
+                        image.brokers().keys().collect::<Vec<_>>()
+                    ),
+                ))
+            }
+        }
+    };
+    let mut entries = if broker == Some(cluster.broker_id()) {
+        broker_entries(b)
+    } else {
+        Vec::new()
+    };
+    for (def, value, source) in crate::cluster::broker_configs::effective(&image, broker) {
+        entries.push(Entry {
+            name: def.name.to_string(),
+            value,
+            source: source.code(),
+            read_only: false,
+            kind: def.kind,
+            doc: def.doc,
+        });
+    }
+    Ok(entries)
+}
+
 /// Answers DescribeConfigs.
 pub fn describe(b: &Broker, version: i16, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
     let mut resp = DescribeConfigsResponse::default();
@@ -153,6 +195,9 @@ pub fn describe(b: &Broker, version: i16, req: DescribeConfigsRequest) -> Descri
                     format!("topic '{}' does not exist", r.resource_name.as_str()),
                 )),
             },
+            RESOURCE_BROKER if b.cluster().is_some() => {
+                cluster_broker_entries(b, r.resource_name.as_str())
+            }
             RESOURCE_BROKER => {
                 let name = r.resource_name.as_str();
                 if name.is_empty() || name == b.config.node_id.to_string() {
@@ -274,6 +319,16 @@ pub fn incremental_alter(
 ) -> IncrementalAlterConfigsResponse {
     let mut resp = IncrementalAlterConfigsResponse::default();
     for r in req.resources {
+        if r.resource_type == RESOURCE_BROKER && b.cluster().is_some() {
+            let result = alter_broker_configs(b, &r, req.validate_only);
+            resp.responses.push(resource_response!(
+                IncrementalAlterResourceResponse,
+                r.resource_type,
+                r.resource_name,
+                result
+            ));
+            continue;
+        }
         let result = topic_for(b, r.resource_type, &r.resource_name).and_then(|t| {
             let mut config = t.config();
             for c in &r.configs {
@@ -345,4 +400,69 @@ pub fn incremental_alter(
         ));
     }
     resp
+}
+
+/// Dynamic broker configs of a cluster through the quorum: SET and DELETE per key.
+fn alter_broker_configs(
+    b: &Broker,
+    r: &spate_protocol::messages::incremental_alter_configs_request::AlterConfigsResource,
+    validate_only: bool,
+) -> Result<(), TopicError> {
+    let Some(cluster) = b.cluster() else {
+        return Err(TopicError::new(
+            ResponseError::InvalidRequest,
+            "not in cluster mode",
+        ));
+    };
+    let name = r.resource_name.as_str();
+    let image = cluster.image();
+    if !name.is_empty()
+        && name
+            .parse::<i32>()
+            .ok()
+            .and_then(|id| image.broker(id))
+            .is_none()
+    {
+        return Err(TopicError::new(
+            ResponseError::InvalidRequest,
+            format!("'{name}' is not a broker of this cluster"),
+        ));
+    }
+    let mut set = std::collections::BTreeMap::new();
+    let mut remove = Vec::new();
+    for c in &r.configs {
+        let key = c.name.as_str();
+        match c.config_operation {
+            OP_SET => {
+                let value = c.value.as_ref().map(|v| v.as_str()).ok_or_else(|| {
+                    TopicError::new(
+                        ResponseError::InvalidConfig,
+                        format!("{key}: no value given"),
+                    )
+                })?;
+                crate::cluster::broker_configs::validate(key, value)
+                    .map_err(|m| TopicError::new(ResponseError::InvalidConfig, m))?;
+                set.insert(key.to_owned(), value.trim().to_owned());
+            }
+            OP_DELETE => {
+                if crate::cluster::broker_configs::dynamic_def(key).is_none() {
+                    return Err(TopicError::new(
+                        ResponseError::InvalidConfig,
+                        format!("'{key}' is not a dynamic broker config"),
+                    ));
+                }
+                remove.push(key.to_owned());
+            }
+            op => {
+                return Err(TopicError::new(
+                    ResponseError::InvalidRequest,
+                    format!("operation {op} does not apply to broker configs (SET and DELETE do)"),
+                ))
+            }
+        }
+    }
+    if validate_only {
+        return Ok(());
+    }
+    cluster.set_broker_configs(name, set, remove)
 }

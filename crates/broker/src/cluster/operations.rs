@@ -1,0 +1,279 @@
+//! Cluster operations over the Kafka API: AlterPartitionReassignments,
+//! ListPartitionReassignments and ElectLeaders (what `kafka-reassign-partitions.sh` and
+//! `kafka-leader-election.sh` send), plus changing dynamic broker configs. Each change is one
+//! command through the quorum; the answer comes from its outcome.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use spate_cluster::metadata::{CommandError, MetadataCommand, MetadataImage};
+use spate_cluster::node::ProposeError;
+use spate_protocol::messages::alter_partition_reassignments_response::{
+    ReassignablePartitionResponse, ReassignableTopicResponse,
+};
+use spate_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
+use spate_protocol::messages::list_partition_reassignments_response::{
+    OngoingPartitionReassignment, OngoingTopicReassignment,
+};
+use spate_protocol::messages::{
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, BrokerId,
+    ElectLeadersRequest, ElectLeadersResponse, ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse, TopicName,
+};
+use spate_protocol::{ResponseError, StrBytes};
+
+use super::Cluster;
+use crate::handlers::msg;
+use crate::Broker;
+
+/// ElectLeaders election types.
+const PREFERRED: i8 = 0;
+const UNCLEAN: i8 = 1;
+
+fn code_of(e: &ProposeError) -> (i16, Option<StrBytes>) {
+    (e.kafka_error_code(), msg(e.to_string()))
+}
+
+/// AlterPartitionReassignments: start, replace or cancel (null replicas) each partition's move.
+pub async fn alter_reassignments(
+    b: Arc<Broker>,
+    version: i16,
+    req: AlterPartitionReassignmentsRequest,
+) -> AlterPartitionReassignmentsResponse {
+    let mut resp = AlterPartitionReassignmentsResponse::default();
+    if version >= 1 {
+        resp.allow_replication_factor_change = req.allow_replication_factor_change;
+    }
+    let Some(cluster) = b.cluster().cloned() else {
+        resp.responses = req
+            .topics
+            .into_iter()
+            .map(|t| standalone_reassignment(&b, t))
+            .collect();
+        return resp;
+    };
+    // Kafka refuses to change the replication factor unless asked (v1); v0 always allowed it.
+    let allow_rf_change = version == 0 || req.allow_replication_factor_change;
+    for t in req.topics {
+        let mut tr = ReassignableTopicResponse::default();
+        tr.name = t.name.clone();
+        for p in t.partitions {
+            let mut pr = ReassignablePartitionResponse::default();
+            pr.partition_index = p.partition_index;
+            let target: Option<Vec<i32>> =
+                p.replicas.map(|r| r.into_iter().map(|id| id.0).collect());
+            let image = cluster.image();
+            let rf_change = match (&target, image.partition(&t.name, p.partition_index)) {
+                (Some(target), Some(state)) => target.len() != state.target_replicas().len(),
+                _ => false,
+            };
+            if rf_change && !allow_rf_change {
+                pr.error_code = ResponseError::InvalidReplicationFactor.code();
+                pr.error_message = msg(format!(
+                    "{}-{}: the new replica list changes the replication factor; set allowReplicationFactorChange to do that",
+                    t.name.as_str(),
+                    p.partition_index
+                ));
+                tr.partitions.push(pr);
+                continue;
+            }
+            let cmd = MetadataCommand::AlterReassignment {
+                topic: t.name.to_string(),
+                partition: p.partition_index,
+                target,
+            };
+            if let Err(e) = cluster.propose(cmd).await {
+                (pr.error_code, pr.error_message) = code_of(&e);
+            }
+            tr.partitions.push(pr);
+        }
+        resp.responses.push(tr);
+    }
+    resp
+}
+
+/// A standalone broker holds the only replica of each partition: moving it anywhere else is
+/// refused, and "moving" it onto itself is already done.
+fn standalone_reassignment(
+    b: &Broker,
+    t: spate_protocol::messages::alter_partition_reassignments_request::ReassignableTopic,
+) -> ReassignableTopicResponse {
+    let topic = b.topics.get(t.name.as_str());
+    let mut tr = ReassignableTopicResponse::default();
+    for p in t.partitions {
+        let mut pr = ReassignablePartitionResponse::default();
+        pr.partition_index = p.partition_index;
+        let refusal = match (&topic, &p.replicas) {
+            (Some(t), _) if !t.has_partition(p.partition_index) => Some((
+                ResponseError::UnknownTopicOrPartition,
+                "no such partition".to_owned(),
+            )),
+            (None, _) => Some((
+                ResponseError::UnknownTopicOrPartition,
+                "no such topic".to_owned(),
+            )),
+            (_, None) => Some((
+                ResponseError::NoReassignmentInProgress,
+                "no reassignment is in progress".to_owned(),
+            )),
+            (_, Some(r)) if r.len() == 1 && r[0].0 == b.config.node_id => None,
+            (_, Some(_)) => Some((
+                ResponseError::InvalidReplicaAssignment,
+                format!(
+                    "a standalone broker holds the only replica (broker {}); start spate in cluster mode to move partitions",
+                    b.config.node_id
+                ),
+            )),
+        };
+        if let Some((code, message)) = refusal {
+            pr.error_code = code.code();
+            pr.error_message = msg(message);
+        }
+        tr.partitions.push(pr);
+    }
+    tr.name = t.name;
+    tr
+}
+
+/// ListPartitionReassignments: every move in progress, or those of the listed partitions.
+pub fn list_reassignments(
+    cluster: &Cluster,
+    req: ListPartitionReassignmentsRequest,
+) -> ListPartitionReassignmentsResponse {
+    let image = cluster.image();
+    let wanted: Option<BTreeMap<String, BTreeSet<i32>>> = req.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| {
+                (
+                    t.name.to_string(),
+                    t.partition_indexes.into_iter().collect(),
+                )
+            })
+            .collect()
+    });
+    let mut by_topic: BTreeMap<String, Vec<OngoingPartitionReassignment>> = BTreeMap::new();
+    for (topic, partition, p) in image.reassignments() {
+        if let Some(w) = &wanted {
+            if !w.get(topic).is_some_and(|ps| ps.contains(&partition)) {
+                continue;
+            }
+        }
+        let mut o = OngoingPartitionReassignment::default();
+        o.partition_index = partition;
+        o.replicas = p.replicas.iter().map(|&r| BrokerId(r)).collect();
+        o.adding_replicas = p.adding.iter().map(|&r| BrokerId(r)).collect();
+        o.removing_replicas = p.removing.iter().map(|&r| BrokerId(r)).collect();
+        by_topic.entry(topic.to_owned()).or_default().push(o);
+    }
+    let mut resp = ListPartitionReassignmentsResponse::default();
+    resp.topics = by_topic
+        .into_iter()
+        .map(|(name, partitions)| {
+            let mut t = OngoingTopicReassignment::default();
+            t.name = TopicName(StrBytes::from_string(name));
+            t.partitions = partitions;
+            t
+        })
+        .collect();
+    resp
+}
+
+/// The partitions an ElectLeaders request names; `None` (Kafka: every partition) expands to
+/// all partitions that need an election of that type.
+fn election_targets(
+    image: &MetadataImage,
+    election_type: i8,
+    req: &ElectLeadersRequest,
+) -> Vec<(String, i32)> {
+    match &req.topic_partitions {
+        Some(tps) => tps
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|&p| (t.topic.to_string(), p)))
+            .collect(),
+        None => image
+            .partitions_iter()
+            .filter(|(_, _, p)| match election_type {
+                PREFERRED => p.replicas.first().is_some_and(|&r| p.leader != Some(r)),
+                _ => p.leader.is_none_or(|l| !image.is_live(l)),
+            })
+            .map(|(t, i, _)| (t.to_owned(), i))
+            .collect(),
+    }
+}
+
+/// ElectLeaders: preferred (move leadership back to the first replica) or, only when asked,
+/// unclean (a live out-of-sync replica may lead a partition with no live in-sync one).
+pub async fn elect_leaders(
+    b: Arc<Broker>,
+    version: i16,
+    req: ElectLeadersRequest,
+) -> ElectLeadersResponse {
+    let mut resp = ElectLeadersResponse::default();
+    let Some(cluster) = b.cluster().cloned() else {
+        // A standalone broker leads every partition it has: no election is ever needed.
+        for t in req.topic_partitions.into_iter().flatten() {
+            let topic = b.topics.get(t.topic.as_str());
+            let mut e = ReplicaElectionResult::default();
+            e.partition_result = t
+                .partitions
+                .iter()
+                .map(|&p| {
+                    let mut r = PartitionResult::default();
+                    r.partition_id = p;
+                    let code = match &topic {
+                        Some(t) if t.has_partition(p) => ResponseError::ElectionNotNeeded,
+                        _ => ResponseError::UnknownTopicOrPartition,
+                    };
+                    r.error_code = code.code();
+                    r
+                })
+                .collect();
+            e.topic = t.topic;
+            resp.replica_election_results.push(e);
+        }
+        return resp;
+    };
+    let election_type = if version >= 1 {
+        req.election_type
+    } else {
+        PREFERRED
+    };
+    if election_type != PREFERRED && election_type != UNCLEAN {
+        resp.error_code = ResponseError::InvalidRequest.code();
+        return resp;
+    }
+    let image = cluster.image();
+    let mut results: BTreeMap<String, Vec<PartitionResult>> = BTreeMap::new();
+    for (topic, partition) in election_targets(&image, election_type, &req) {
+        let cmd = if election_type == PREFERRED {
+            MetadataCommand::ElectPreferredLeader {
+                topic: topic.clone(),
+                partition,
+            }
+        } else {
+            MetadataCommand::ElectUncleanLeader {
+                topic: topic.clone(),
+                partition,
+            }
+        };
+        let mut r = PartitionResult::default();
+        r.partition_id = partition;
+        match cluster.propose(cmd).await {
+            Ok(_) => {}
+            Err(ProposeError::Refused(CommandError::ElectionNotNeeded { .. }))
+                if req.topic_partitions.is_none() => {}
+            Err(e) => (r.error_code, r.error_message) = code_of(&e),
+        }
+        results.entry(topic).or_default().push(r);
+    }
+    resp.replica_election_results = results
+        .into_iter()
+        .map(|(topic, partition_result)| {
+            let mut e = ReplicaElectionResult::default();
+            e.topic = TopicName(StrBytes::from_string(topic));
+            e.partition_result = partition_result;
+            e
+        })
+        .collect();
+    resp
+}
