@@ -181,6 +181,7 @@ async fn cluster_status(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> 
                 "broker_epoch": r.epoch,
                 "fenced": r.fenced,
                 "shutting_down": r.shutting_down,
+                "decommissioning": r.decommissioning,
             })
         })
         .collect();
@@ -188,6 +189,8 @@ async fn cluster_status(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> 
     let mut partitions = Vec::new();
     let mut under_replicated = 0;
     let mut offline = 0;
+    let mut reassigning = 0;
+    let members = cluster.node().members();
     for t in image.topics().values() {
         for (index, ps) in t.partitions.iter().enumerate() {
             let index = index as i32;
@@ -205,6 +208,11 @@ async fn cluster_status(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> 
                 "replicas": ps.replicas,
                 "isr": ps.isr,
             });
+            if ps.is_reassigning() {
+                reassigning += 1;
+                p["adding"] = json!(ps.adding);
+                p["removing"] = json!(ps.removing);
+            }
             let local = b.topics.get(&t.name).and_then(|lt| lt.partition(index));
             if let Some(view) = local.as_ref().and_then(|lp| lp.leader_view()) {
                 let end = local.as_ref().map_or(0, |lp| lp.log_end_offset());
@@ -254,6 +262,9 @@ async fn cluster_status(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> 
             "applied_index": quorum.applied_index,
         },
         "nodes": nodes,
+        "voters": members.voters,
+        "quorum_members": members.nodes,
+        "reassigning_partitions": reassigning,
         "under_replicated_partitions": under_replicated,
         "offline_partitions": offline,
         "healthy": under_replicated == 0 && offline == 0,

@@ -2,6 +2,7 @@
 //! under `/admin`. Mutations need `Authorization: Bearer <token>` when a token is configured.
 
 mod admin;
+mod cluster_admin;
 mod metrics;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,6 +88,7 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .route("/ready", get(ready))
         .route("/metrics", get(metrics_text))
         .merge(admin::routes())
+        .merge(cluster_admin::routes())
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such endpoint")

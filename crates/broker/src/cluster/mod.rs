@@ -36,7 +36,9 @@ pub use admin::{
     metadata_may_create,
 };
 pub use fetcher::FollowerStatus;
-pub use operations::{alter_reassignments, elect_leaders, list_reassignments};
+pub use operations::{
+    alter_reassignments, elect_leaders, list_reassignments, Move, OperationError,
+};
 pub use peer::{PeerConnection, PeerError};
 
 use crate::groups::OFFSETS_LOG;

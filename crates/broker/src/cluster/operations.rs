@@ -277,3 +277,207 @@ pub async fn elect_leaders(
         .collect();
     resp
 }
+
+/// Why an operator's cluster change was refused or did not finish.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct OperationError {
+    /// Kafka's error code for it (0 when Kafka has none, e.g. a quorum change).
+    pub kafka_code: i16,
+    /// Whether retrying later may succeed (timeouts, no leader) rather than the request
+    /// being wrong.
+    pub retriable: bool,
+    /// What is wrong, for people.
+    pub message: String,
+}
+
+impl OperationError {
+    fn invalid(message: impl Into<String>) -> Self {
+        Self {
+            kafka_code: ResponseError::InvalidRequest.code(),
+            retriable: false,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ProposeError> for OperationError {
+    fn from(e: ProposeError) -> Self {
+        let retriable = !matches!(e, ProposeError::Refused(_));
+        Self {
+            kafka_code: e.kafka_error_code(),
+            retriable,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// One partition move: the replicas `topic`-`partition` should end with (`None` cancels).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Move {
+    /// Topic name.
+    pub topic: String,
+    /// Partition number.
+    pub partition: i32,
+    /// Target replicas, preferred leader first; `None` cancels the move in progress.
+    pub replicas: Option<Vec<i32>>,
+}
+
+/// How long adding a node may take (its catch-up with the metadata log included).
+const ADD_NODE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(40);
+
+impl Cluster {
+    /// Adds node `node_id`, reachable for inter-node traffic at `addr`, to the metadata
+    /// quorum as a voter; once its process registers it is eligible for replicas.
+    pub async fn add_node(&self, node_id: u64, addr: String) -> Result<(), OperationError> {
+        if addr.parse::<std::net::SocketAddr>().is_err() && !addr.contains(':') {
+            return Err(OperationError::invalid(format!(
+                "'{addr}' is not host:port"
+            )));
+        }
+        let change = spate_cluster::membership::MembershipChange::Add { node_id, addr };
+        self.node
+            .change_membership(change, ADD_NODE_TIMEOUT)
+            .await
+            .map_err(|e| OperationError {
+                kafka_code: 0,
+                retriable: !matches!(e, spate_cluster::membership::MembershipError::Refused(_)),
+                message: e.to_string(),
+            })
+    }
+
+    /// Starts (or with `cancel`, stops) decommissioning `broker`: the controller moves its
+    /// replicas to the other brokers, then removes it from the quorum and the cluster.
+    /// Refused when the rest of the cluster could not hold its replicas (replication factor,
+    /// min.insync.replicas) or the quorum would lose its majority.
+    pub async fn decommission(&self, broker: i32, cancel: bool) -> Result<(), OperationError> {
+        let image = self.image();
+        if image.broker(broker).is_none() {
+            return Err(OperationError {
+                kafka_code: ResponseError::BrokerNotAvailable.code(),
+                retriable: false,
+                message: format!(
+                    "broker {broker} is not registered (brokers: {:?})",
+                    image.brokers().keys().collect::<Vec<_>>()
+                ),
+            });
+        }
+        if !cancel {
+            let voters: BTreeSet<i32> = self
+                .node
+                .members()
+                .voters
+                .iter()
+                .filter_map(|&v| i32::try_from(v).ok())
+                .collect();
+            let mut leaving: BTreeSet<i32> = image
+                .brokers()
+                .values()
+                .filter(|b| b.decommissioning)
+                .map(|b| b.id)
+                .collect();
+            leaving.insert(broker);
+            if let Some(why) =
+                spate_cluster::reassignment::removal_blocker(&image, &voters, &leaving)
+            {
+                return Err(OperationError::invalid(format!(
+                    "cannot decommission broker {broker}: {why}"
+                )));
+            }
+        }
+        self.propose(MetadataCommand::SetDecommissioning {
+            broker_id: broker,
+            decommissioning: !cancel,
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Starts, replaces or cancels partition moves, one proposal each; the result of each in
+    /// order.
+    pub async fn reassign(&self, moves: Vec<Move>) -> Vec<(Move, Result<(), OperationError>)> {
+        let mut out = Vec::with_capacity(moves.len());
+        let mut seen = BTreeSet::new();
+        for m in moves {
+            if !seen.insert((m.topic.clone(), m.partition)) {
+                out.push((
+                    m,
+                    Err(OperationError::invalid("the partition is listed twice")),
+                ));
+                continue;
+            }
+            let cmd = MetadataCommand::AlterReassignment {
+                topic: m.topic.clone(),
+                partition: m.partition,
+                target: m.replicas.clone(),
+            };
+            let r = self.propose(cmd).await.map(|_| ()).map_err(Into::into);
+            out.push((m, r));
+        }
+        out
+    }
+
+    /// Moves that spread replicas and preferred leaderships evenly over the brokers.
+    pub fn balance_plan(&self) -> Vec<Move> {
+        spate_cluster::reassignment::balance_plan(&self.image())
+            .into_iter()
+            .map(|(topic, partition, replicas)| Move {
+                topic,
+                partition,
+                replicas: Some(replicas),
+            })
+            .collect()
+    }
+
+    /// Elects leaders: preferred (back to the first replica), or unclean (any live replica
+    /// of a partition with no live in-sync one). `None` means every partition needing it.
+    /// Returns each partition with its new leader or why not.
+    pub async fn elect(
+        &self,
+        unclean: bool,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Vec<((String, i32), Result<Option<i32>, OperationError>)> {
+        let image = self.image();
+        let all = partitions.is_none();
+        let targets = partitions.unwrap_or_else(|| {
+            image
+                .partitions_iter()
+                .filter(|(_, _, p)| {
+                    if unclean {
+                        p.leader.is_none_or(|l| !image.is_live(l))
+                    } else {
+                        p.replicas.first().is_some_and(|&r| p.leader != Some(r))
+                    }
+                })
+                .map(|(t, i, _)| (t.to_owned(), i))
+                .collect()
+        });
+        let mut out = Vec::new();
+        for (topic, partition) in targets {
+            let cmd = if unclean {
+                MetadataCommand::ElectUncleanLeader {
+                    topic: topic.clone(),
+                    partition,
+                }
+            } else {
+                MetadataCommand::ElectPreferredLeader {
+                    topic: topic.clone(),
+                    partition,
+                }
+            };
+            let r = match self.propose(cmd).await {
+                Ok(spate_cluster::metadata::CommandOutcome::LeaderChanged { leader, .. }) => {
+                    Ok(leader)
+                }
+                Ok(_) => Ok(None),
+                // Asked for "all": a partition that already has its leader is not a failure.
+                Err(ProposeError::Refused(CommandError::ElectionNotNeeded { .. })) if all => {
+                    continue
+                }
+                Err(e) => Err(e.into()),
+            };
+            out.push(((topic, partition), r));
+        }
+        out
+    }
+}

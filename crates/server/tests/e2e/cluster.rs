@@ -32,6 +32,7 @@ const FAST: [&str; 6] = [
 /// Three nodes of one cluster, each a real `spate` process.
 pub struct ThreeNodes {
     nodes: BTreeMap<u64, Spate>,
+    peers: String,
 }
 
 fn free_ports(n: usize) -> Vec<u16> {
@@ -61,9 +62,32 @@ impl ThreeNodes {
                 (id, Spate::start(&args))
             })
             .collect();
-        let c = Self { nodes };
+        let c = Self { nodes, peers };
         c.wait_ready(&[1, 2, 3]);
         c
+    }
+
+    /// Starts node `id` as a new process listing the founding peers and itself; it is not a
+    /// member of the cluster until added. Returns its inter-node address.
+    pub fn start_new_node(&mut self, id: u64, extra: &[&str]) -> String {
+        let port = free_ports(1)[0];
+        let addr = format!("127.0.0.1:{port}");
+        let peers = format!("{},{id}={addr}", self.peers);
+        let id_text = id.to_string();
+        let mut args = vec!["--node-id", &id_text, "--cluster-peers", &peers];
+        args.extend(FAST);
+        args.extend(extra);
+        self.nodes.insert(id, Spate::start(&args));
+        addr
+    }
+
+    /// Ids of the nodes whose processes run.
+    pub fn running(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.pid().is_some())
+            .map(|(&id, _)| id)
+            .collect()
     }
 
     /// A node by id.
@@ -146,7 +170,7 @@ impl ThreeNodes {
     }
 }
 
-fn find_partition(status: &Value, topic: &str, partition: i64) -> Option<Value> {
+pub fn find_partition(status: &Value, topic: &str, partition: i64) -> Option<Value> {
     status["partitions"]
         .as_array()?
         .iter()
@@ -154,13 +178,13 @@ fn find_partition(status: &Value, topic: &str, partition: i64) -> Option<Value> 
         .cloned()
 }
 
-fn ids(v: &Value) -> Vec<u64> {
+pub fn ids(v: &Value) -> Vec<u64> {
     v.as_array()
         .map(|a| a.iter().filter_map(Value::as_u64).collect())
         .unwrap_or_default()
 }
 
-async fn create_replicated(bootstrap: &str, name: &str, partitions: i32, min_isr: &str) {
+pub async fn create_replicated(bootstrap: &str, name: &str, partitions: i32, min_isr: &str) {
     let t = NewTopic::new(name, partitions, TopicReplication::Fixed(3))
         .set("min.insync.replicas", min_isr);
     let r = admin(bootstrap)

@@ -6,6 +6,7 @@ mod admin;
 mod bad_input;
 mod cluster;
 mod cluster_chaos;
+mod cluster_ops;
 mod cluster_netns;
 mod durability;
 mod fetch;
