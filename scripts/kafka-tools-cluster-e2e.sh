@@ -52,6 +52,63 @@ lag=$(echo "$desc" | awk '$1=="rf3-group" && $2=="rf3" {s+=$6} END{print s+0}')
 [[ "$committed" == 300 && "$lag" == 0 ]] || { echo "$desc"; fail "kafka-consumer-groups --describe: committed $committed, lag $lag"; }
 pass "kafka-consumer-groups --describe through node 1: 300 committed, lag 0"
 
+# Partition moves with kafka-reassign-partitions: a replication factor 2 topic placed by
+# hand, a --generate plan, an --execute with a throttle that moves partition 0 from
+# [1,2] to [3,1], and --verify until it completes (which also clears the throttles).
+tool topics --bootstrap-server "$B1" --create --topic rf2 --replica-assignment 1:2,2:3,3:1 \
+  | grep -q "Created topic rf2" || fail "kafka-topics --create --replica-assignment"
+for i in $(seq 1 200); do echo "v-$i"; done | klass org.apache.kafka.tools.ConsoleProducer \
+  --bootstrap-server "$B1" --topic rf2 --command-property acks=all || fail "producing to rf2"
+echo '{"version":1,"topics":[{"topic":"rf2"}]}' > "$WORK/topics.json"
+klass org.apache.kafka.tools.reassign.ReassignPartitionsCommand --bootstrap-server "$B2" --generate --topics-to-move-json-file "$WORK/topics.json" \
+  --broker-list 1,2,3 > "$WORK/generated" || { cat "$WORK/tool.err" >&2; fail "kafka-reassign-partitions --generate"; }
+grep -q "Proposed partition reassignment configuration" "$WORK/generated" || fail "--generate printed no plan"
+pass "kafka-reassign-partitions --generate"
+echo '{"version":1,"partitions":[{"topic":"rf2","partition":0,"replicas":[3,1]}]}' > "$WORK/plan.json"
+klass org.apache.kafka.tools.reassign.ReassignPartitionsCommand --bootstrap-server "$B2" --execute --reassignment-json-file "$WORK/plan.json" \
+  --throttle 50000000 > "$WORK/executed" || { cat "$WORK/executed" "$WORK/tool.err" >&2; fail "kafka-reassign-partitions --execute"; }
+grep -q "Successfully started partition reassignment" "$WORK/executed" || { cat "$WORK/executed" >&2; fail "--execute did not start the move"; }
+pass "kafka-reassign-partitions --execute --throttle"
+done_move=""
+for _ in $(seq 1 60); do
+  klass org.apache.kafka.tools.reassign.ReassignPartitionsCommand --bootstrap-server "$B3" --verify --reassignment-json-file "$WORK/plan.json" > "$WORK/verified" || true
+  if grep -q "Reassignment of partition rf2-0 is completed" "$WORK/verified"; then done_move=1; break; fi
+  sleep 1
+done
+[[ -n "$done_move" ]] || { cat "$WORK/verified" "$WORK/tool.err" >&2; fail "--verify never reported the move completed"; }
+grep -q "Clearing broker-level throttles" "$WORK/verified" || { cat "$WORK/verified" >&2; fail "--verify did not clear the throttles"; }
+pass "kafka-reassign-partitions --verify: completed, throttles cleared"
+desc=$(tool topics --bootstrap-server "$B1" --describe --topic rf2)
+echo "$desc" | grep -qE "Partition: 0	Leader: [13]	Replicas: 3,1	Isr: (3,1|1,3)" || { echo "$desc"; fail "rf2-0 is not on [3,1] after the move"; }
+pass "kafka-topics --describe shows rf2-0 on [3,1] in sync"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B1" --describe --entity-type brokers --entity-name 1 > "$WORK/brokercfg" \
+  || fail "kafka-configs --describe broker 1"
+grep -q "follower.replication.throttled.rate" "$WORK/brokercfg" && { cat "$WORK/brokercfg" >&2; fail "the throttle is still set on broker 1"; }
+pass "the replication throttle is gone from broker 1"
+
+# Leadership: a preferred election moves rf2-0's leadership to its first replica, 3.
+klass org.apache.kafka.tools.LeaderElectionCommand --bootstrap-server "$B1" --election-type PREFERRED --topic rf2 --partition 0 \
+  > "$WORK/elected" 2>&1 || grep -q "already elected" "$WORK/elected" || { cat "$WORK/elected" "$WORK/tool.err" >&2; fail "kafka-leader-election --election-type PREFERRED"; }
+for _ in $(seq 1 30); do
+  desc=$(tool topics --bootstrap-server "$B1" --describe --topic rf2)
+  echo "$desc" | grep -qE "Partition: 0	Leader: 3	" && break
+  sleep 0.5
+done
+echo "$desc" | grep -qE "Partition: 0	Leader: 3	" || { echo "$desc"; fail "rf2-0 is not led by its preferred replica 3"; }
+pass "kafka-leader-election PREFERRED: rf2-0 led by 3"
+klass org.apache.kafka.tools.LeaderElectionCommand --bootstrap-server "$B2" --election-type PREFERRED --all-topic-partitions > "$WORK/elected" 2>&1 \
+  || { cat "$WORK/elected" >&2; fail "kafka-leader-election --all-topic-partitions"; }
+pass "kafka-leader-election --all-topic-partitions"
+
+# Cluster-level settings with kafka-configs: the automatic leader rebalance interval.
+klass kafka.admin.ConfigCommand --bootstrap-server "$B1" --alter --entity-type brokers --entity-default \
+  --add-config leader.imbalance.check.interval.seconds=30 >/dev/null || { cat "$WORK/tool.err" >&2; fail "kafka-configs --alter --entity-default"; }
+klass kafka.admin.ConfigCommand --bootstrap-server "$B3" --describe --entity-type brokers --entity-default > "$WORK/defaults" || fail "kafka-configs --describe --entity-default"
+grep -q "leader.imbalance.check.interval.seconds=30" "$WORK/defaults" || { cat "$WORK/defaults" >&2; fail "the cluster default is not shown"; }
+klass kafka.admin.ConfigCommand --bootstrap-server "$B1" --alter --entity-type brokers --entity-default \
+  --add-config no.such.setting=1 >/dev/null 2>&1 && fail "an unknown broker config was accepted"
+pass "kafka-configs sets and shows a cluster-wide broker default; refuses unknown keys"
+
 echo "--- the single-broker tool checks, against the cluster"
 "$ROOT/scripts/kafka-tools-e2e.sh"
 echo "all Kafka tool checks against the cluster passed"

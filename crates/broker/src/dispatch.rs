@@ -332,6 +332,7 @@ impl Broker {
                 None => ctx
                     .now(&spate_protocol::messages::ListPartitionReassignmentsResponse::default()),
             },
+            Request::DescribeLogDirs(r) => ctx.now(&handlers::log_dirs::handle(self, r)),
             Request::ElectLeaders(r) => {
                 Ok(ctx.serial_async(crate::cluster::elect_leaders(self.clone(), version, r)))
             }

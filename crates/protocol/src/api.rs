@@ -45,6 +45,8 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::DeleteTopics, 1, 6),
     api(ApiKey::InitProducerId, 0, 5),
     api(ApiKey::DescribeConfigs, 1, 4),
+    // v1 is the oldest Kafka 4 accepts; v4 adds the dir's total and usable bytes.
+    api(ApiKey::DescribeLogDirs, 1, 4),
     api(ApiKey::DeleteGroups, 0, 2),
     api(ApiKey::AlterConfigs, 0, 2),
     api(ApiKey::CreatePartitions, 0, 3),

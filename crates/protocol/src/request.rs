@@ -39,6 +39,7 @@ pub enum Request {
     ElectLeaders(ElectLeadersRequest),
     AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
     ListPartitionReassignments(ListPartitionReassignmentsRequest),
+    DescribeLogDirs(DescribeLogDirsRequest),
 }
 
 /// What a frame turned out to be.
@@ -114,6 +115,7 @@ impl Request {
             ApiKey::ElectLeaders => body!(ElectLeaders),
             ApiKey::AlterPartitionReassignments => body!(AlterPartitionReassignments),
             ApiKey::ListPartitionReassignments => body!(ListPartitionReassignments),
+            ApiKey::DescribeLogDirs => body!(DescribeLogDirs),
             ApiKey::OffsetForLeaderEpoch => body!(OffsetForLeaderEpoch),
             // The supported table lists a key this match does not know: answer, don't panic.
             _ => return Ok(Decoded::Unsupported(prefix)),

@@ -55,6 +55,12 @@ pub const DYNAMIC: &[DynamicDef] = &[
         kind: ConfigType::Long,
         doc: "Bytes per second this broker serves, as a leader, to followers of replicas listed in a topic's leader.replication.throttled.replicas.",
     },
+    DynamicDef {
+        name: "replica.alter.log.dirs.io.max.bytes.per.second",
+        default: UNLIMITED,
+        kind: ConfigType::Long,
+        doc: "Accepted for Kafka's tools (kafka-reassign-partitions clears it); a spate broker has one log dir, so nothing moves between dirs and it has no effect.",
+    },
 ];
 
 /// Looks up a dynamic broker config.

@@ -7,6 +7,7 @@ pub mod fetch;
 pub mod groups;
 pub mod leader_epochs;
 pub mod list_offsets;
+pub mod log_dirs;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;

@@ -103,11 +103,7 @@ impl Load {
     }
 }
 
-type Pending = Vec<(
-    i32,
-    u64,
-    rdkafka::producer::DeliveryFuture,
-)>;
+type Pending = Vec<(i32, u64, rdkafka::producer::DeliveryFuture)>;
 
 async fn drain(acked: &Mutex<Acked>, pending: &mut Pending) {
     for (partition, value, f) in pending.drain(..) {
@@ -137,7 +133,11 @@ async fn drain(acked: &Mutex<Acked>, pending: &mut Pending) {
 /// in the order they were sent: nothing lost, duplicated or reordered.
 fn check_read_back(bootstrap: &str, topic: &str, acked: &Acked) {
     for partition in 0..TOPIC_PARTITIONS {
-        let want = acked.by_partition.get(&partition).cloned().unwrap_or_default();
+        let want = acked
+            .by_partition
+            .get(&partition)
+            .cloned()
+            .unwrap_or_default();
         let c = consumer(bootstrap, topic, &[partition], 0);
         let mut got: Vec<u64> = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -237,7 +237,11 @@ fn wait_status(c: &ThreeNodes, observer: u64, what: &str, check: impl Fn(&Value)
                 return s;
             }
         }
-        assert!(Instant::now() < deadline, "{what}: not within 90 s; last {:?}", c.status(observer));
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within 90 s; last {:?}",
+            c.status(observer)
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -259,7 +263,9 @@ async fn a_fourth_node_joins_takes_partitions_and_is_decommissioned_while_produc
     let bootstrap = c.bootstrap();
     create_replicated(&bootstrap, "moving", TOPIC_PARTITIONS, "2").await;
     for p in 0..TOPIC_PARTITIONS {
-        c.wait_partition(1, "moving", p.into(), "ISR of three", |p| ids(&p["isr"]).len() == 3);
+        c.wait_partition(1, "moving", p.into(), "ISR of three", |p| {
+            ids(&p["isr"]).len() == 3
+        });
     }
     let load = Load::start(&bootstrap, "moving", 20_000);
 
@@ -273,7 +279,11 @@ async fn a_fourth_node_joins_takes_partitions_and_is_decommissioned_while_produc
     );
     assert_eq!(code, 200, "{body}");
     let status = wait_status(&c, 1, "node 4 registered", |s| {
-        s["nodes"].as_array().into_iter().flatten().any(|n| n["id"] == 4 && n["fenced"] == false)
+        s["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|n| n["id"] == 4 && n["fenced"] == false)
             && ids(&s["voters"]).contains(&4)
     });
     // Move a third of the partitions onto node 4 with the Kafka API.
@@ -292,19 +302,27 @@ async fn a_fourth_node_joins_takes_partitions_and_is_decommissioned_while_produc
     });
     assert_eq!(moving(&c.node(2).addr), 0, "no move left in progress");
     let before_shrink = load.count();
-    assert!(before_shrink > 0, "the producer made progress during the move");
+    assert!(
+        before_shrink > 0,
+        "the producer made progress during the move"
+    );
 
     // Shrink: decommission node 4; its replica moves back to the others and it leaves.
     let (code, body) = post(&http1, "/admin/cluster/nodes/4/decommission", "");
     assert_eq!(code, 200, "{body}");
     let status = wait_status(&c, 1, "node 4 left the cluster", |s| {
-        !s["nodes"].as_array().into_iter().flatten().any(|n| n["id"] == 4)
+        !s["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|n| n["id"] == 4)
             && !ids(&s["voters"]).contains(&4)
     });
-    assert!(holds(&status, 4).is_empty(), "node 4 still holds replicas: {status}");
     assert!(
-        holds(&status, replaced).len() + holds(&status, 4).len() <= TOPIC_PARTITIONS as usize
+        holds(&status, 4).is_empty(),
+        "node 4 still holds replicas: {status}"
     );
+    assert!(holds(&status, replaced).len() + holds(&status, 4).len() <= TOPIC_PARTITIONS as usize);
     assert!(
         c.node(4).wait_for_log("decommissioned"),
         "node 4 says it was decommissioned:\n{}",
@@ -312,7 +330,11 @@ async fn a_fourth_node_joins_takes_partitions_and_is_decommissioned_while_produc
     );
 
     let acked = load.finish().await;
-    assert!(acked.failures.is_empty(), "failed deliveries: {:?}", acked.failures);
+    assert!(
+        acked.failures.is_empty(),
+        "failed deliveries: {:?}",
+        acked.failures
+    );
     check_read_back(&c.bootstrap(), "moving", &acked);
 }
 
@@ -322,7 +344,9 @@ async fn a_reassignment_completes_after_kill_9_of_the_controller_mid_move() {
     let bootstrap = c.bootstrap();
     create_replicated(&bootstrap, "moving", TOPIC_PARTITIONS, "2").await;
     for p in 0..TOPIC_PARTITIONS {
-        c.wait_partition(1, "moving", p.into(), "ISR of three", |p| ids(&p["isr"]).len() == 3);
+        c.wait_partition(1, "moving", p.into(), "ISR of three", |p| {
+            ids(&p["isr"]).len() == 3
+        });
     }
     // Some data to copy, then a slow follower throttle on node 4 so the move is still in
     // progress when the controller dies.
@@ -341,25 +365,46 @@ async fn a_reassignment_completes_after_kill_9_of_the_controller_mid_move() {
     );
     assert_eq!(code, 200, "{body}");
     wait_status(&c, 1, "node 4 registered", |s| {
-        s["nodes"].as_array().into_iter().flatten().any(|n| n["id"] == 4 && n["fenced"] == false)
+        s["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|n| n["id"] == 4 && n["fenced"] == false)
     });
     let mut admin = Raw::connect(&c.node(1).addr);
-    throttle(&mut admin, "4", "follower.replication.throttled.rate", "2000");
-    throttle_topic(&mut admin, "moving", "follower.replication.throttled.replicas", "*");
+    throttle(
+        &mut admin,
+        "4",
+        "follower.replication.throttled.rate",
+        "2000",
+    );
+    throttle_topic(
+        &mut admin,
+        "moving",
+        "follower.replication.throttled.replicas",
+        "*",
+    );
 
     let status = c.status(1).expect("status");
     let controller = status["controller"].as_u64().expect("controller");
     let p1 = find_partition(&status, "moving", 1).expect("partition 1");
     let mut target: Vec<i32> = ids(&p1["replicas"]).iter().map(|&b| b as i32).collect();
-    // Replace a replica that is not the controller, so the controller's death is not the
-    // only thing that moves the partition.
+    // Move the controller's replica to node 4: the target must not include the node about
+    // to die, since a move completes only once every target replica is in sync.
     let slot = target
         .iter()
-        .position(|&b| b as u64 != controller)
-        .expect("a non-controller replica");
+        .position(|&b| b as u64 == controller)
+        .expect("the controller holds a replica");
     target[slot] = 4;
-    let observer = c.running().into_iter().find(|&id| id != controller && id != 4).expect("observer");
-    let results = alter(&c.node(observer).addr, &[("moving", 1, Some(target.clone()))]);
+    let observer = c
+        .running()
+        .into_iter()
+        .find(|&id| id != controller && id != 4)
+        .expect("observer");
+    let results = alter(
+        &c.node(observer).addr,
+        &[("moving", 1, Some(target.clone()))],
+    );
     assert_eq!(results, vec![(1, 0, String::new())]);
     wait_status(&c, observer, "the move is in progress", |s| {
         find_partition(s, "moving", 1).is_some_and(|p| !p["adding"].is_null())
@@ -369,23 +414,36 @@ async fn a_reassignment_completes_after_kill_9_of_the_controller_mid_move() {
     // controller can complete it.
     let mut admin = Raw::connect(&c.node(observer).addr);
     throttle(&mut admin, "4", "follower.replication.throttled.rate", "");
-    wait_status(&c, observer, "the move completed under a new controller", |s| {
-        s["controller"].as_u64().is_some_and(|k| k != controller)
-            && find_partition(s, "moving", 1).is_some_and(|p| {
-                ids(&p["replicas"]) == target.iter().map(|&b| b as u64).collect::<Vec<_>>()
-                    && p["adding"].is_null()
-                    && ids(&p["isr"]).contains(&4)
-            })
-    });
+    wait_status(
+        &c,
+        observer,
+        "the move completed under a new controller",
+        |s| {
+            s["controller"].as_u64().is_some_and(|k| k != controller)
+                && find_partition(s, "moving", 1).is_some_and(|p| {
+                    ids(&p["replicas"]) == target.iter().map(|&b| b as u64).collect::<Vec<_>>()
+                        && p["adding"].is_null()
+                        && ids(&p["isr"]).contains(&4)
+                })
+        },
+    );
     check_read_back(&c.bootstrap(), "moving", &acked);
 }
 
 /// Sets (or with an empty value deletes) a dynamic config with IncrementalAlterConfigs.
-fn alter_config(raw: &mut Raw, resource_type: i8, name: &str, key: &str, value: &str) -> (i16, String) {
+fn alter_config(
+    raw: &mut Raw,
+    resource_type: i8,
+    name: &str,
+    key: &str,
+    value: &str,
+) -> (i16, String) {
     use kafka_protocol::messages::incremental_alter_configs_request::{
         AlterConfigsResource, AlterableConfig,
     };
-    use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
+    use kafka_protocol::messages::{
+        IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    };
     let mut cfg = AlterableConfig::default();
     cfg.name = StrBytes::from_string(key.to_owned());
     if value.is_empty() {
@@ -403,7 +461,10 @@ fn alter_config(raw: &mut Raw, resource_type: i8, name: &str, key: &str, value: 
     let r = &resp.responses[0];
     (
         r.error_code,
-        r.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default(),
+        r.error_message
+            .as_ref()
+            .map(|m| m.to_string())
+            .unwrap_or_default(),
     )
 }
 
@@ -422,7 +483,9 @@ async fn bad_operations_get_kafka_codes_or_clear_errors_and_change_nothing() {
     let mut c = ThreeNodes::start(&[]);
     let bootstrap = c.bootstrap();
     create_replicated(&bootstrap, "moving", TOPIC_PARTITIONS, "2").await;
-    c.wait_partition(1, "moving", 0, "ISR of three", |p| ids(&p["isr"]).len() == 3);
+    c.wait_partition(1, "moving", 0, "ISR of three", |p| {
+        ids(&p["isr"]).len() == 3
+    });
     let before = c.status(1).expect("status")["partitions"].clone();
     let addr = c.node(1).addr.clone();
 
@@ -439,7 +502,10 @@ async fn bad_operations_get_kafka_codes_or_clear_errors_and_change_nothing() {
     assert_eq!(bad[1].1, 39, "a replica listed twice: {:?}", bad[1]);
     assert_eq!(bad[2].1, 85, "cancelling nothing: {:?}", bad[2]);
     let gone = alter(&addr, &[("no-such-topic", 0, Some(vec![1, 2, 3]))]);
-    assert_eq!(gone[0].1, 3, "a topic that does not exist (or is being deleted)");
+    assert_eq!(
+        gone[0].1, 3,
+        "a topic that does not exist (or is being deleted)"
+    );
     let rf = {
         let mut raw = Raw::connect(&addr);
         let mut req = reassign_request(&[("moving", 0, Some(vec![1, 2]))]);
@@ -448,7 +514,10 @@ async fn bad_operations_get_kafka_codes_or_clear_errors_and_change_nothing() {
             raw.call(ApiKey::AlterPartitionReassignments, 1, &req);
         resp.responses[0].partitions[0].error_code
     };
-    assert_eq!(rf, 38, "changing the replication factor without allowing it");
+    assert_eq!(
+        rf, 38,
+        "changing the replication factor without allowing it"
+    );
 
     // Preferred leaders already lead: ELECTION_NOT_NEEDED.
     let mut raw = Raw::connect(&addr);
@@ -492,8 +561,16 @@ async fn bad_operations_get_kafka_codes_or_clear_errors_and_change_nothing() {
     assert_eq!(code, 40, "{message}");
 
     assert_eq!(
-        c.status(1).expect("status")["partitions"].as_array().map(|a| a.iter().map(|p| (p["replicas"].clone(), p["leader"].clone())).collect::<Vec<_>>()),
-        before.as_array().map(|a| a.iter().map(|p| (p["replicas"].clone(), p["leader"].clone())).collect::<Vec<_>>()),
+        c.status(1).expect("status")["partitions"]
+            .as_array()
+            .map(|a| a
+                .iter()
+                .map(|p| (p["replicas"].clone(), p["leader"].clone()))
+                .collect::<Vec<_>>()),
+        before.as_array().map(|a| a
+            .iter()
+            .map(|p| (p["replicas"].clone(), p["leader"].clone()))
+            .collect::<Vec<_>>()),
         "refused operations changed nothing"
     );
 }
@@ -504,7 +581,9 @@ async fn a_rolling_restart_of_every_node_fails_no_acks_all_delivery() {
     let bootstrap = c.bootstrap();
     create_replicated(&bootstrap, "moving", TOPIC_PARTITIONS, "2").await;
     for p in 0..TOPIC_PARTITIONS {
-        c.wait_partition(1, "moving", p.into(), "ISR of three", |p| ids(&p["isr"]).len() == 3);
+        c.wait_partition(1, "moving", p.into(), "ISR of three", |p| {
+            ids(&p["isr"]).len() == 3
+        });
     }
     let load = Load::start(&bootstrap, "moving", 30_000);
     for id in [1u64, 2, 3] {
@@ -516,7 +595,11 @@ async fn a_rolling_restart_of_every_node_fails_no_acks_all_delivery() {
         wait_status(&c, id, "healthy again", |s| s["healthy"] == true);
     }
     let acked = load.finish().await;
-    assert!(acked.failures.is_empty(), "failed deliveries: {:?}", acked.failures);
+    assert!(
+        acked.failures.is_empty(),
+        "failed deliveries: {:?}",
+        acked.failures
+    );
     assert!(acked.by_partition.values().map(Vec::len).sum::<usize>() > 0);
     check_read_back(&c.bootstrap(), "moving", &acked);
 }
