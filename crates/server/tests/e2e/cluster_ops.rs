@@ -560,6 +560,30 @@ async fn bad_operations_get_kafka_codes_or_clear_errors_and_change_nothing() {
     let (code, message) = alter_config(&mut raw, 4, "1", "leader.replication.throttled.rate", "-1");
     assert_eq!(code, 40, "{message}");
 
+    // The same refusals through `spate cluster`: a non-zero exit and the reason.
+    let (ok, out) = cli(&["decommission", "3", "--http", &http1]);
+    assert!(!ok && out.contains("replication factor 3"), "{out}");
+    let (ok, out) = cli(&[
+        "reassign",
+        "plan",
+        "--http",
+        &http1,
+        "--topics",
+        "moving",
+        "--brokers",
+        "1,9",
+    ]);
+    assert!(!ok && out.contains("broker 9 is not a node"), "{out}");
+    let (ok, out) = cli(&["reassign", "status", "--http", &http1]);
+    assert!(ok && out.contains("no reassignment in progress"), "{out}");
+    let (ok, out) = cli(&["balance", "--dry-run", "--http", &http1]);
+    assert!(
+        ok && out.contains("\"partitions\": []"),
+        "balanced already: {out}"
+    );
+    let (ok, out) = cli(&["elect-leaders", "--http", &http1, "--partition", "moving"]);
+    assert!(!ok && out.contains("topic:partition"), "{out}");
+
     assert_eq!(
         c.status(1).expect("status")["partitions"]
             .as_array()
@@ -602,4 +626,21 @@ async fn a_rolling_restart_of_every_node_fails_no_acks_all_delivery() {
     );
     assert!(acked.by_partition.values().map(Vec::len).sum::<usize>() > 0);
     check_read_back(&c.bootstrap(), "moving", &acked);
+}
+
+/// Runs `spate cluster <args>`; returns whether it exited 0, and its stdout and stderr.
+fn cli(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
+        .arg("cluster")
+        .args(args)
+        .output()
+        .expect("run spate cluster");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
 }
