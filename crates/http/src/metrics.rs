@@ -457,17 +457,20 @@ fn process_metrics(w: &mut Writer) {
     .sample("process_start_time_seconds", &[], p.start_time_seconds);
 }
 
+/// A per-partition search metric: name, type, help, and how to read it.
+type Family = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&spate_search::service::PartitionStats) -> f64,
+);
+
 /// Searchable topics: indexed records, indexing lag, index size per partition, commit and
 /// query latency.
 pub fn render_search(s: &spate_search::SearchService) -> String {
     let mut w = Writer::default();
     let stats = s.stats();
-    let families: [(
-        &str,
-        &str,
-        &str,
-        fn(&spate_search::service::PartitionStats) -> f64,
-    ); 4] = [
+    let families: [Family; 4] = [
         (
             "spate_search_indexed_records_total",
             "counter",

@@ -37,13 +37,15 @@ fn error(e: SearchError) -> Response {
     (status, Json(e.to_json())).into_response()
 }
 
-fn service(s: &HttpState) -> Result<Arc<SearchService>, Response> {
+fn service(s: &HttpState) -> Result<Arc<SearchService>, Box<Response>> {
     s.search().ok_or_else(|| {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({"error": {"type": "unavailable", "reason": "search is not running yet"}, "status": 503})),
+        Box::new(
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(serde_json::json!({"error": {"type": "unavailable", "reason": "search is not running yet"}, "status": 503})),
+            )
+                .into_response(),
         )
-            .into_response()
     })
 }
 
@@ -99,7 +101,7 @@ async fn run_search(
 ) -> Response {
     let service = match service(&s) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let req = match request(&params, &body) {
         Ok(r) => r,
@@ -119,7 +121,7 @@ async fn run_count(
 ) -> Response {
     let service = match service(&s) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let req = match request(&params, &body) {
         Ok(r) => r,

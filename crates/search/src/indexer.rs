@@ -45,6 +45,7 @@ pub struct Indexer {
 
 impl Indexer {
     /// Starts indexing `partition` into `index` from `resume_at` (the log start when `None`).
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         partition: Arc<Partition>,
         index: Arc<PartitionIndex>,

@@ -60,6 +60,15 @@ struct Entry {
     indexer: Option<Indexer>,
 }
 
+/// A partition that should have an indexer: topic name, settings fingerprint, partition,
+/// settings.
+type Wanted = (
+    String,
+    String,
+    Arc<Partition>,
+    spate_broker::search_config::SearchSettings,
+);
+
 /// Per-partition figures for `/metrics`.
 #[derive(Debug, Clone)]
 pub struct PartitionStats {
@@ -165,15 +174,7 @@ impl SearchService {
     /// Brings the indexers in line with the topics: one per partition of each searchable
     /// topic, rebuilt when the settings change, removed with the topic or the setting.
     pub fn reconcile(&self) {
-        let mut wanted: HashMap<
-            (Uuid, i32),
-            (
-                String,
-                String,
-                Arc<Partition>,
-                spate_broker::search_config::SearchSettings,
-            ),
-        > = HashMap::new();
+        let mut wanted: HashMap<(Uuid, i32), Wanted> = HashMap::new();
         for t in self.broker.topics.list() {
             let settings = t.with_config(|c| c.search());
             if !settings.enabled {

@@ -86,11 +86,10 @@ fn parse_counted(v: &Value, clauses: &mut usize) -> Result<Query, SearchError> {
         }
         "prefix" | "wildcard" | "regexp" => {
             let (field, inner) = single_field(kind, body)?;
-            let key = if kind == "prefix" { "value" } else { "value" };
             let text = match inner {
                 Value::String(s) => s.clone(),
                 Value::Object(m) => m
-                    .get(key)
+                    .get("value")
                     .or_else(|| m.get("wildcard"))
                     .and_then(Value::as_str)
                     .ok_or_else(|| SearchError::parsing(format!("[{kind}] query needs a [value]")))?
