@@ -380,7 +380,10 @@ pub fn filter_source(src: Value, f: &SourceFilter) -> Option<Value> {
                             path_matches(p, &path) || path_matches(&format!("{p}.*"), &path)
                         });
                     if included {
-                        out.insert(k, child);
+                        // Excludes may still reach inside.
+                        if let Some(c) = walk(child, &path, f) {
+                            out.insert(k, c);
+                        }
                     } else if f
                         .includes
                         .iter()
