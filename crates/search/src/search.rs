@@ -356,18 +356,33 @@ fn search_one(
     })
 }
 
-/// The record behind a hit: from the index when it stores records, else from the log.
-fn fetch_record(t: &Target, part: &PartResult, c: &Candidate) -> Option<LogRecord> {
+/// The record behind a hit: from the index when it stores records, else from the log. The
+/// last batch decoded per partition is kept in `cache`, as neighbouring hits often share it.
+fn fetch_record(
+    t: &Target,
+    part: &PartResult,
+    c: &Candidate,
+    cache: &mut std::collections::HashMap<usize, Vec<LogRecord>>,
+) -> Option<LogRecord> {
     if let Some(f) = t.index.schema.stored_record {
         let doc: TantivyDocument = part.searcher.doc(c.address).ok()?;
         let bytes = doc.get_first(f).and_then(|v| v.as_bytes())?.to_vec();
         return decode_stored(c.offset, &bytes).ok();
     }
+    let find = |records: &Vec<LogRecord>| {
+        records
+            .binary_search_by_key(&c.offset, |r| r.offset)
+            .ok()
+            .map(|i| records[i].clone())
+    };
+    if let Some(r) = cache.get(&c.target).and_then(find) {
+        return Some(r);
+    }
     let read = t.partition.read(c.offset, 64 * 1024, true).ok()?;
-    decode_batches(&read.records, c.offset)
-        .records
-        .into_iter()
-        .find(|r| r.offset == c.offset)
+    let records = decode_batches(&read.records, c.offset).records;
+    let found = find(&records);
+    cache.insert(c.target, records);
+    found
 }
 
 fn highlight(
@@ -465,6 +480,7 @@ pub fn run(
     let field_sort = matches!(req.sort.key, SortKey::Field(_));
     let mut hits = Vec::new();
     let mut max_score: Option<f32> = None;
+    let mut cache = std::collections::HashMap::new();
     for (pi, ci) in all.into_iter().skip(req.from).take(req.size) {
         let part = &parts[pi];
         let c = &part.hits[ci];
@@ -472,7 +488,12 @@ pub fn run(
         if let Some(s) = c.score {
             max_score = Some(max_score.map_or(s, |m| m.max(s)));
         }
-        let record = fetch_record(t, part, c);
+        // Without _source or highlights the record itself is not needed.
+        let record = if req.source.disabled && req.highlight.is_none() {
+            None
+        } else {
+            fetch_record(t, part, c, &mut cache)
+        };
         let mut hit = Map::new();
         hit.insert("_index".into(), Value::from(t.index.topic.as_str()));
         hit.insert(

@@ -536,9 +536,11 @@ async fn kill_9_mid_indexing_then_restart_gives_every_record_once() {
     let (_, v) = search(
         &spate,
         "/crash/_search",
-        &json!({"size": 10000, "_source": false, "sort": ["offset"]}),
+        &json!({"size": n, "_source": false, "sort": ["offset"]}),
     );
-    let hits = v["hits"]["hits"].as_array().unwrap();
+    let hits = v["hits"]["hits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no hits: {v}"));
     let unique: BTreeSet<&str> = hits.iter().map(|h| h["_id"].as_str().unwrap()).collect();
     assert_eq!((hits.len(), unique.len()), (n, n));
     let (_, v) = search(
