@@ -515,6 +515,3 @@ impl Compiler<'_> {
         out
     }
 }
-
-#[cfg(test)]
-mod tests;
