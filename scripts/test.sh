@@ -14,3 +14,5 @@ scripts/kafka-tools-e2e.sh
 scripts/kafka-tools-cluster-e2e.sh
 # spate-bench's end-to-end tests, every mode, against spate.
 scripts/with-spate.sh -- bash -c 'SPATE_BENCH_BOOTSTRAP=$SPATE_BOOTSTRAP exec scripts/bench-e2e.sh'
+# A real search client (opensearch-py) against searchable topics.
+scripts/search-client-e2e.sh

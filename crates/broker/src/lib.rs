@@ -15,6 +15,7 @@ mod partition;
 mod producer_ids;
 mod producer_state;
 mod registry;
+pub mod search_config;
 pub mod time;
 mod topic_config;
 

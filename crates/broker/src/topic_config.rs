@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use spate_log::LogConfig;
 use thiserror::Error;
 
+use crate::search_config::{self, SearchSettings};
+
 /// Kafka's config type codes (DescribeConfigs v3+).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigType {
@@ -16,6 +18,8 @@ pub enum ConfigType {
     Int = 3,
     /// 64-bit integer.
     Long = 5,
+    /// true or false.
+    Boolean = 1,
     /// Comma-separated list.
     List = 7,
 }
@@ -158,6 +162,34 @@ pub const DEFS: &[ConfigDef] = &[
         validate: |v| long_at_least(-1)(v),
     },
     ConfigDef {
+        name: "search.enabled",
+        default: "false",
+        kind: ConfigType::Boolean,
+        doc: "Index the topic's records for full-text search over HTTP (/{topic}/_search). Turning it on later indexes the existing log.",
+        validate: |v| search_config::parse_bool(v).map(|_| ()),
+    },
+    ConfigDef {
+        name: "search.fields",
+        default: "",
+        kind: ConfigType::List,
+        doc: "JSON fields to index by path and type: path:type,... with type text, keyword, number or date (e.g. user.name:keyword,amount:number).",
+        validate: |v| search_config::parse_fields(v).map(|_| ()),
+    },
+    ConfigDef {
+        name: "search.store.value",
+        default: "false",
+        kind: ConfigType::Boolean,
+        doc: "Keep key, value and headers in the search index; by default _source is read back from the log, so the index stays small.",
+        validate: |v| search_config::parse_bool(v).map(|_| ()),
+    },
+    ConfigDef {
+        name: "search.value.format",
+        default: "auto",
+        kind: ConfigType::String,
+        doc: "How values are read for search: text, json (a value that does not parse is indexed as text) or auto (JSON objects and arrays as JSON, the rest as text).",
+        validate: |v| search_config::ValueFormat::parse(v).map(|_| ()),
+    },
+    ConfigDef {
         name: "segment.bytes",
         default: "1073741824",
         kind: ConfigType::Int,
@@ -268,6 +300,18 @@ impl TopicConfig {
     /// Whether batches get the broker's timestamp.
     pub fn log_append_time(&self) -> bool {
         self.get("message.timestamp.type").map(|(v, _)| v) == Some("LogAppendTime")
+    }
+
+    /// The `search.*` settings; values were validated when they were set.
+    pub fn search(&self) -> SearchSettings {
+        let value = |k: &str| self.get(k).map(|(v, _)| v).unwrap_or("");
+        SearchSettings {
+            enabled: search_config::parse_bool(value("search.enabled")).unwrap_or(false),
+            format: search_config::ValueFormat::parse(value("search.value.format"))
+                .unwrap_or(search_config::ValueFormat::Auto),
+            fields: search_config::parse_fields(value("search.fields")).unwrap_or_default(),
+            store_value: search_config::parse_bool(value("search.store.value")).unwrap_or(false),
+        }
     }
 
     /// The settings the log needs.

@@ -1,9 +1,12 @@
 //! The HTTP listener: `/metrics` (Prometheus text), `/health`, `/ready`, and a JSON admin API
-//! under `/admin`. Mutations need `Authorization: Bearer <token>` when a token is configured.
+//! under `/admin`, and Elasticsearch-compatible `/{topics}/_search` and `_count` over
+//! searchable topics. Admin mutations need `Authorization: Bearer <token>` when a token is
+//! configured.
 
 mod admin;
 mod cluster_admin;
 mod metrics;
+mod search;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -23,6 +26,7 @@ pub struct HttpState {
     ready: AtomicBool,
     token: Option<String>,
     effective_config: serde_json::Value,
+    search: OnceLock<Arc<spate_search::SearchService>>,
 }
 
 impl HttpState {
@@ -33,7 +37,17 @@ impl HttpState {
             ready: AtomicBool::new(false),
             token,
             effective_config,
+            search: OnceLock::new(),
         })
+    }
+
+    /// Hands over the search service; `/_search` answers from then on.
+    pub fn set_search(&self, search: Arc<spate_search::SearchService>) {
+        let _ = self.search.set(search);
+    }
+
+    fn search(&self) -> Option<Arc<spate_search::SearchService>> {
+        self.search.get().cloned()
     }
 
     /// Hands over the recovered broker; `/ready` turns true.
@@ -89,6 +103,7 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .route("/metrics", get(metrics_text))
         .merge(admin::routes())
         .merge(cluster_admin::routes())
+        .merge(search::routes())
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such endpoint")
@@ -138,6 +153,9 @@ async fn metrics_text(State(s): State<Arc<HttpState>>) -> Response {
         Some(b) => {
             let mut text = metrics::render(b);
             text.push_str(&metrics::render_cluster(b).await);
+            if let Some(search) = s.search() {
+                text.push_str(&metrics::render_search(&search));
+            }
             text
         }
         None => metrics::render_process_only(),
@@ -154,7 +172,8 @@ async fn metrics_text(State(s): State<Arc<HttpState>>) -> Response {
 
 /// Mutating admin calls need the bearer token when one is configured.
 async fn require_token(State(s): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
-    let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
+        && !search::is_search_path(req.uri().path());
     if let (true, Some(token)) = (mutating, &s.token) {
         let given = req
             .headers()

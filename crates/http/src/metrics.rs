@@ -482,3 +482,88 @@ fn process_metrics(w: &mut Writer) {
     )
     .sample("process_start_time_seconds", &[], p.start_time_seconds);
 }
+
+/// A per-partition search metric: name, type, help, and how to read it.
+type Family = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&spate_search::service::PartitionStats) -> f64,
+);
+
+/// Searchable topics: indexed records, indexing lag, index size per partition, commit and
+/// query latency.
+pub fn render_search(s: &spate_search::SearchService) -> String {
+    let mut w = Writer::default();
+    let stats = s.stats();
+    let families: [Family; 4] = [
+        (
+            "spate_search_indexed_records_total",
+            "counter",
+            "Records added to a partition's search index since start.",
+            |p| p.indexed_records as f64,
+        ),
+        (
+            "spate_search_lag_records",
+            "gauge",
+            "Records below the high watermark not yet searchable.",
+            |p| p.lag_records as f64,
+        ),
+        (
+            "spate_search_lag_seconds",
+            "gauge",
+            "How long a partition's index has been behind its high watermark.",
+            |p| p.lag_seconds,
+        ),
+        (
+            "spate_search_index_size_bytes",
+            "gauge",
+            "Bytes a partition's search index takes on disk.",
+            |p| p.size_bytes as f64,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        w.family(name, kind, help);
+        for p in &stats {
+            let partition = p.partition.to_string();
+            w.sample(
+                name,
+                &[("topic", &p.topic), ("partition", &partition)],
+                value(p),
+            );
+        }
+    }
+    w.family(
+        "spate_search_commit_latency_seconds",
+        "histogram",
+        "Time to commit a search index (makes indexed records searchable).",
+    );
+    w.histogram(
+        "spate_search_commit_latency_seconds",
+        &[],
+        &s.metrics.commit_latency_us,
+        1e6,
+    );
+    w.family(
+        "spate_search_query_latency_seconds",
+        "histogram",
+        "Time to answer _search and _count requests.",
+    );
+    w.histogram(
+        "spate_search_query_latency_seconds",
+        &[],
+        &s.metrics.query_latency_us,
+        1e6,
+    );
+    w.family(
+        "spate_search_query_errors_total",
+        "counter",
+        "Searches answered with an error.",
+    );
+    w.sample(
+        "spate_search_query_errors_total",
+        &[],
+        s.metrics.query_errors.get() as f64,
+    );
+    w.finish()
+}

@@ -96,6 +96,24 @@ pub struct Args {
     )]
     pub max_producer_ids_per_partition: usize,
 
+    /// Indexing memory of each searchable partition's index writer, in bytes (at least
+    /// 15000000, tantivy's minimum).
+    #[arg(
+        long,
+        env = "SPATE_SEARCH_INDEXER_MEMORY_BYTES",
+        default_value_t = 32 << 20
+    )]
+    pub search_indexer_memory_bytes: usize,
+
+    /// Longest time indexed records wait for a search index commit, in milliseconds (how
+    /// soon a produced record becomes searchable).
+    #[arg(long, env = "SPATE_SEARCH_COMMIT_INTERVAL_MS", default_value_t = 200)]
+    pub search_commit_interval_ms: u64,
+
+    /// Longest a search may run before it is answered with an error, in milliseconds.
+    #[arg(long, env = "SPATE_SEARCH_TIMEOUT_MS", default_value_t = 10_000)]
+    pub search_timeout_ms: u64,
+
     /// How often retention deletes expired segments, in milliseconds.
     #[arg(
         long,

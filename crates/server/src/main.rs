@@ -88,6 +88,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let mut search_config = spate_search::SearchConfig::new(&broker.config.data_dir);
+    search_config.writer_memory_bytes = args.search_indexer_memory_bytes.max(15_000_000);
+    search_config.indexer.commit_interval =
+        std::time::Duration::from_millis(args.search_commit_interval_ms.clamp(10, 500));
+    search_config.query_timeout = std::time::Duration::from_millis(args.search_timeout_ms.max(1));
+    let search = spate_search::SearchService::start(broker.clone(), search_config)
+        .context("starting the search indexers")?;
+    http_state.set_search(search.clone());
     http_state.set_ready(broker.clone());
     println!(
         "spate listening on {bound} (advertised as {}:{}), http on {http_bound}, data in {}, fsync {}",
@@ -106,6 +114,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         c.leave(true).await;
         c.node().clone().shutdown().await;
     }
+    search.shutdown();
     broker.shutdown();
     Ok(())
 }

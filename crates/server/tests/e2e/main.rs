@@ -15,3 +15,4 @@ mod harness;
 mod netns;
 mod operations;
 mod produce_consume;
+mod search;

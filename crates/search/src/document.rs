@@ -1,0 +1,101 @@
+//! Record -> tantivy document for a partition's schema.
+
+use serde_json::Value;
+use spate_broker::search_config::{FieldKind, SearchSettings};
+use tantivy::{DateTime, TantivyDocument};
+
+use crate::dates::parse_date;
+use crate::record::{encode_stored, lossy, parse_value, values_at, LogRecord};
+use crate::schema::IndexSchema;
+
+/// Builds the document of one record. Values that are not UTF-8 are indexed as far as they
+/// decode; a JSON field whose value has the wrong type is left out of that record.
+pub fn build(
+    schema: &IndexSchema,
+    settings: &SearchSettings,
+    partition: i32,
+    r: &LogRecord,
+) -> TantivyDocument {
+    let mut doc = TantivyDocument::default();
+    doc.add_i64(schema.offset, r.offset);
+    doc.add_i64(schema.partition, partition as i64);
+    doc.add_date(
+        schema.timestamp,
+        DateTime::from_timestamp_millis(r.timestamp),
+    );
+    if let Some(k) = &r.key {
+        doc.add_text(schema.key, lossy(k));
+        doc.add_text(schema.present, "key");
+    }
+    for (name, v) in &r.headers {
+        let v = v.as_deref().map(lossy).unwrap_or_default();
+        doc.add_text(schema.headers, format!("{name}={v}"));
+        doc.add_text(schema.present, format!("headers.{name}"));
+    }
+    if let Some(v) = &r.value {
+        doc.add_text(schema.value, lossy(v));
+        doc.add_text(schema.present, "value");
+        if !schema.json.is_empty() {
+            if let Some(json) = parse_value(v, settings.format) {
+                add_json_fields(&mut doc, schema, &json, r.timestamp);
+            }
+        }
+    }
+    if let Some(f) = schema.stored_record {
+        doc.add_bytes(f, &encode_stored(r));
+    }
+    doc
+}
+
+fn add_json_fields(doc: &mut TantivyDocument, schema: &IndexSchema, json: &Value, ts: i64) {
+    for (path, kind, field, _) in &schema.json {
+        let mut any = false;
+        for v in values_at(json, path) {
+            let added = match (kind, v) {
+                (FieldKind::Text, Value::String(s)) => {
+                    doc.add_text(*field, s);
+                    true
+                }
+                (FieldKind::Text, Value::Number(_) | Value::Bool(_)) => {
+                    doc.add_text(*field, v.to_string());
+                    true
+                }
+                (FieldKind::Keyword, Value::String(s)) => {
+                    doc.add_text(*field, s);
+                    true
+                }
+                (FieldKind::Keyword, Value::Number(_) | Value::Bool(_)) => {
+                    doc.add_text(*field, v.to_string());
+                    true
+                }
+                (FieldKind::Number, Value::Number(n)) => match n.as_f64() {
+                    Some(f) => {
+                        doc.add_f64(*field, f);
+                        true
+                    }
+                    None => false,
+                },
+                (FieldKind::Number, Value::String(s)) => match s.trim().parse::<f64>() {
+                    Ok(f) if f.is_finite() => {
+                        doc.add_f64(*field, f);
+                        true
+                    }
+                    _ => false,
+                },
+                // `now` in a stored value means the record's own time.
+                (FieldKind::Date, _) => match parse_date(v, ts) {
+                    Some(ms) => {
+                        doc.add_date(*field, DateTime::from_timestamp_millis(ms));
+                        true
+                    }
+                    None => false,
+                },
+                _ => false,
+            };
+            any |= added;
+        }
+        if any {
+            doc.add_text(schema.present, path);
+        }
+    }
+}

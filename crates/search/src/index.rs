@@ -1,0 +1,212 @@
+//! One partition's index on disk (`<data>/search/<topic id>/<partition>/`). Its progress, the
+//! offset after the last record it holds, travels in each commit's payload, so a commit makes
+//! documents and progress durable together: after a crash the indexer resumes exactly where
+//! the last commit ended, with no record missing or indexed twice.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use serde::{Deserialize, Serialize};
+use spate_broker::search_config::SearchSettings;
+use tantivy::query::RangeQuery;
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+
+use crate::error::SearchError;
+use crate::schema::IndexSchema;
+
+/// Smallest indexing memory tantivy accepts for its one indexing thread.
+pub const MIN_WRITER_MEMORY_BYTES: usize = 15_000_000;
+
+/// What each commit records beside the documents.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Progress {
+    /// Offset of the next record to index.
+    pub next_offset: i64,
+    /// The settings the index was built under; another fingerprint means rebuild.
+    pub fingerprint: String,
+}
+
+/// A partition index: the searchable side (reader, schema) shared with queries.
+pub struct PartitionIndex {
+    /// Topic name (for `_index` in hits).
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The settings it was built under.
+    pub settings: SearchSettings,
+    /// Fields.
+    pub schema: IndexSchema,
+    /// Where it lives.
+    pub dir: PathBuf,
+    index: Index,
+    reader: IndexReader,
+    /// Offset after the last committed (searchable) record.
+    committed_offset: AtomicI64,
+}
+
+/// How an index was opened.
+pub struct Opened {
+    /// The index.
+    pub index: PartitionIndex,
+    /// Its writer, for the indexer.
+    pub writer: IndexWriter,
+    /// Where indexing resumes; `None` for a new index (start at the log start).
+    pub resume_at: Option<i64>,
+    /// Why it was rebuilt, if it was.
+    pub rebuilt: Option<String>,
+}
+
+fn progress_of(index: &Index) -> Option<Progress> {
+    let metas = index.load_metas().ok()?;
+    serde_json::from_str(metas.payload.as_deref()?).ok()
+}
+
+impl PartitionIndex {
+    /// Opens the index in `dir`, or creates it; an index that cannot be opened, has another
+    /// schema or was built under other settings is deleted and created empty (the indexer then
+    /// rebuilds it from the log).
+    pub fn open(
+        dir: &Path,
+        topic: &str,
+        partition: i32,
+        settings: &SearchSettings,
+        writer_memory_bytes: usize,
+    ) -> Result<Opened, SearchError> {
+        let schema = IndexSchema::build(settings);
+        let fingerprint = settings.fingerprint();
+        let mut rebuilt = None;
+        let mut existing = None;
+        if dir.join("meta.json").exists() {
+            match Index::open_in_dir(dir) {
+                Ok(index) if index.schema() != schema.schema => {
+                    rebuilt = Some("its schema differs from the topic's settings".to_string())
+                }
+                Ok(index) => match progress_of(&index) {
+                    Some(p) if p.fingerprint == fingerprint => existing = Some((index, p)),
+                    Some(_) => rebuilt = Some("the topic's search settings changed".into()),
+                    None if index
+                        .searchable_segment_metas()
+                        .map(|m| m.is_empty())
+                        .unwrap_or(false) =>
+                    {
+                        existing = None
+                    }
+                    None => rebuilt = Some("its progress record is missing".into()),
+                },
+                Err(e) => rebuilt = Some(format!("it cannot be opened ({e})")),
+            }
+        } else if dir.exists()
+            && std::fs::read_dir(dir)
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(false)
+        {
+            rebuilt = Some("its metadata file is missing".into());
+        }
+        if existing.is_none() && dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(|e| SearchError::Index {
+                reason: format!("removing {}: {e}", dir.display()),
+            })?;
+        }
+        let (index, resume_at) = match existing {
+            Some((index, p)) => (index, Some(p.next_offset)),
+            None => {
+                std::fs::create_dir_all(dir).map_err(|e| SearchError::Index {
+                    reason: format!("creating {}: {e}", dir.display()),
+                })?;
+                (Index::create_in_dir(dir, schema.schema.clone())?, None)
+            }
+        };
+        let writer =
+            index.writer_with_num_threads(1, writer_memory_bytes.max(MIN_WRITER_MEMORY_BYTES))?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(Opened {
+            index: PartitionIndex {
+                topic: topic.to_string(),
+                partition,
+                settings: settings.clone(),
+                schema,
+                dir: dir.to_path_buf(),
+                index,
+                reader,
+                committed_offset: AtomicI64::new(resume_at.unwrap_or(-1)),
+            },
+            writer,
+            resume_at,
+            rebuilt,
+        })
+    }
+
+    /// A searcher over the last commit.
+    pub fn searcher(&self) -> tantivy::Searcher {
+        self.reader.searcher()
+    }
+
+    /// The tantivy index (tokenizers, schema).
+    pub fn tantivy(&self) -> &Index {
+        &self.index
+    }
+
+    /// Offset after the last searchable record (-1 before the first commit).
+    pub fn committed_offset(&self) -> i64 {
+        self.committed_offset.load(Ordering::Acquire)
+    }
+
+    /// Commits what `writer` holds with `next_offset` as progress and makes it searchable.
+    pub fn commit(&self, writer: &mut IndexWriter, next_offset: i64) -> Result<(), SearchError> {
+        let payload = serde_json::to_string(&Progress {
+            next_offset,
+            fingerprint: self.settings.fingerprint(),
+        })
+        .map_err(|e| SearchError::Index {
+            reason: e.to_string(),
+        })?;
+        let mut prepared = writer.prepare_commit()?;
+        prepared.set_payload(&payload);
+        prepared.commit()?;
+        self.reader.reload()?;
+        self.committed_offset.store(next_offset, Ordering::Release);
+        Ok(())
+    }
+
+    /// Queues the deletion of every document with an offset below `offset` (retention).
+    pub fn delete_below(&self, writer: &IndexWriter, offset: i64) -> Result<(), SearchError> {
+        let q = RangeQuery::new(
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Excluded(Term::from_field_i64(self.schema.offset, offset)),
+        );
+        writer.delete_query(Box::new(q))?;
+        Ok(())
+    }
+
+    /// Queues the deletion of every document at or above `offset` (a truncated log).
+    pub fn delete_from(&self, writer: &IndexWriter, offset: i64) -> Result<(), SearchError> {
+        let q = RangeQuery::new(
+            std::ops::Bound::Included(Term::from_field_i64(self.schema.offset, offset)),
+            std::ops::Bound::Unbounded,
+        );
+        writer.delete_query(Box::new(q))?;
+        Ok(())
+    }
+
+    /// Adds one document.
+    pub fn add(&self, writer: &IndexWriter, doc: TantivyDocument) -> Result<(), SearchError> {
+        writer.add_document(doc)?;
+        Ok(())
+    }
+
+    /// Bytes the index takes on disk.
+    pub fn size_bytes(&self) -> u64 {
+        std::fs::read_dir(&self.dir)
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+}

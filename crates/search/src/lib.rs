@@ -1,0 +1,28 @@
+//! Searchable topics: a background indexer per searchable partition that tails the log into
+//! a tantivy index (never on the produce path, never past the high watermark), and the
+//! Elasticsearch query DSL subset answered over HTTP by `spate-http`.
+//!
+//! * [`record`]: decoding stored batches (every codec) and the `_source` of a hit.
+//! * [`schema`] / [`document`]: the index's fields and how a record fills them.
+//! * [`dsl`]: the query DSL, parsed and compiled to tantivy queries (pure).
+//! * [`request`]: the rest of a search request (from/size, sort, search_after, _source,
+//!   highlight, aggregations).
+//! * [`index`]: one partition's index on disk, with its progress in the commit payload.
+//! * [`indexer`]: the background task that keeps an index up to date with its partition.
+//! * [`service`]: every searchable partition of the broker, and searches across them.
+
+pub mod dates;
+pub mod document;
+pub mod dsl;
+pub mod error;
+pub mod index;
+pub mod indexer;
+pub mod metrics;
+pub mod record;
+pub mod request;
+pub mod schema;
+pub mod search;
+pub mod service;
+
+pub use error::SearchError;
+pub use service::{SearchConfig, SearchService};

@@ -1,0 +1,191 @@
+//! The tantivy schema of a searchable partition and the names queries use for its fields.
+
+use spate_broker::search_config::{FieldKind, SearchSettings};
+use tantivy::schema::{
+    DateOptions, DateTimePrecision, Field, IndexRecordOption, NumericOptions, Schema,
+    TextFieldIndexing, TextOptions, FAST, INDEXED, STORED, STRING,
+};
+
+/// Tokenizer for analysed text: split on non-alphanumerics, lowercase, drop very long tokens.
+pub const TEXT_TOKENIZER: &str = "default";
+
+/// What a query field name stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldRole {
+    /// The record's offset (i64).
+    Offset,
+    /// The record's partition (i64).
+    Partition,
+    /// The record's timestamp (date, milliseconds).
+    Timestamp,
+    /// The key as one exact term.
+    Key,
+    /// The whole value as analysed text.
+    Value,
+    /// One header, `headers.<name>`, as an exact term.
+    Header,
+    /// A configured JSON field.
+    Json(FieldKind),
+}
+
+/// A query field resolved against the schema.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The tantivy field.
+    pub field: Field,
+    /// Its tantivy name (for fast-field sorts and aggregations).
+    pub name: String,
+    /// What it holds.
+    pub role: FieldRole,
+    /// For headers: the header name (terms are `name=value`).
+    pub header: Option<String>,
+}
+
+/// The fields of a partition index.
+#[derive(Debug, Clone)]
+pub struct IndexSchema {
+    /// The tantivy schema.
+    pub schema: Schema,
+    /// Record offset.
+    pub offset: Field,
+    /// Partition index.
+    pub partition: Field,
+    /// Record timestamp.
+    pub timestamp: Field,
+    /// Key (exact).
+    pub key: Field,
+    /// Headers as `name=value` terms.
+    pub headers: Field,
+    /// Value as text.
+    pub value: Field,
+    /// Names of the fields a record has (`key`, `value`, `headers.<name>`, JSON paths), for
+    /// `exists`.
+    pub present: Field,
+    /// The whole record (key, value, headers) when `search.store.value` is on.
+    pub stored_record: Option<Field>,
+    /// Configured JSON fields: (path, kind, field, tantivy name).
+    pub json: Vec<(String, FieldKind, Field, String)>,
+}
+
+fn text_options(tokenizer: &str, positions: bool) -> TextOptions {
+    let option = if positions {
+        IndexRecordOption::WithFreqsAndPositions
+    } else {
+        IndexRecordOption::Basic
+    };
+    TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(tokenizer)
+            .set_index_option(option),
+    )
+}
+
+fn date_options() -> DateOptions {
+    DateOptions::default()
+        .set_indexed()
+        .set_fast()
+        .set_precision(DateTimePrecision::Milliseconds)
+}
+
+impl IndexSchema {
+    /// The schema for a topic's settings. JSON fields get positional names (`json_0`, ...)
+    /// so that dotted paths never meet tantivy's own path syntax.
+    pub fn build(settings: &SearchSettings) -> Self {
+        let mut b = Schema::builder();
+        let num = NumericOptions::default()
+            .set_indexed()
+            .set_fast()
+            .set_stored();
+        let offset = b.add_i64_field("offset", num.clone());
+        let partition = b.add_i64_field("partition", num);
+        let timestamp = b.add_date_field("timestamp", date_options().set_stored());
+        let key = b.add_text_field("key", STRING | FAST);
+        let headers = b.add_text_field("headers", STRING);
+        let value = b.add_text_field("value", text_options(TEXT_TOKENIZER, true));
+        let present = b.add_text_field("present", STRING);
+        let stored_record = settings
+            .store_value
+            .then(|| b.add_bytes_field("record", STORED));
+        let mut json = Vec::new();
+        for (i, f) in settings.fields.iter().enumerate() {
+            let name = format!("json_{i}");
+            let field = match f.kind {
+                FieldKind::Text => b.add_text_field(&name, text_options(TEXT_TOKENIZER, true)),
+                FieldKind::Keyword => b.add_text_field(&name, STRING | FAST),
+                FieldKind::Number => b.add_f64_field(&name, INDEXED | FAST),
+                FieldKind::Date => b.add_date_field(&name, date_options()),
+            };
+            json.push((f.path.clone(), f.kind, field, name));
+        }
+        Self {
+            schema: b.build(),
+            offset,
+            partition,
+            timestamp,
+            key,
+            headers,
+            value,
+            present,
+            stored_record,
+            json,
+        }
+    }
+
+    /// Resolves a field name from a query (`offset`, `timestamp`, `key`, `value`,
+    /// `headers.<name>`, or a configured JSON path); `None` for an unknown field, which
+    /// matches nothing (as an unmapped field does in Elasticsearch).
+    pub fn resolve(&self, name: &str) -> Option<Resolved> {
+        let fixed = |field: Field, n: &str, role| {
+            Some(Resolved {
+                field,
+                name: n.to_string(),
+                role,
+                header: None,
+            })
+        };
+        match name {
+            "offset" | "_offset" => return fixed(self.offset, "offset", FieldRole::Offset),
+            "partition" | "_partition" => {
+                return fixed(self.partition, "partition", FieldRole::Partition)
+            }
+            "timestamp" | "@timestamp" | "_timestamp" => {
+                return fixed(self.timestamp, "timestamp", FieldRole::Timestamp)
+            }
+            "key" | "key.keyword" => return fixed(self.key, "key", FieldRole::Key),
+            "value" | "_all" | "*" => return fixed(self.value, "value", FieldRole::Value),
+            _ => {}
+        }
+        if let Some(header) = name.strip_prefix("headers.") {
+            return Some(Resolved {
+                field: self.headers,
+                name: "headers".into(),
+                role: FieldRole::Header,
+                header: Some(header.to_string()),
+            });
+        }
+        // `path.keyword` is how Elasticsearch users address the exact form of a field.
+        let path = name.strip_suffix(".keyword").unwrap_or(name);
+        self.json
+            .iter()
+            .find(|(p, ..)| p == name || p == path)
+            .map(|(_, kind, field, n)| Resolved {
+                field: *field,
+                name: n.clone(),
+                role: FieldRole::Json(*kind),
+                header: None,
+            })
+    }
+
+    /// Fields `query_string` and `multi_match` search when none are named: the value and
+    /// every configured text field.
+    pub fn default_text_fields(&self) -> Vec<Field> {
+        let mut v = vec![self.value];
+        v.extend(
+            self.json
+                .iter()
+                .filter(|(_, k, ..)| *k == FieldKind::Text)
+                .map(|(_, _, f, _)| *f),
+        );
+        v
+    }
+}

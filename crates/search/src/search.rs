@@ -1,0 +1,581 @@
+//! Running a [`SearchRequest`] over partition indexes: each partition is searched on its own
+//! (like an Elasticsearch shard), then hits are merged by their sort values with partition and
+//! offset breaking ties, aggregations merged from their intermediate results, and `_source`
+//! read back from the log (or the index, under `search.store.value`).
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use spate_broker::Partition;
+use tantivy::aggregation::agg_req::Aggregations;
+use tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults;
+use tantivy::aggregation::{
+    AggContextParams, AggregationLimitsGuard, DistributedAggregationCollector,
+};
+use tantivy::collector::sort_key::{SortByErasedType, SortByStaticFastValue};
+use tantivy::collector::{Count, TopDocs};
+use tantivy::query::Query as TQuery;
+use tantivy::schema::{OwnedValue, Value as _};
+use tantivy::snippet::SnippetGenerator;
+use tantivy::{DocAddress, Order, Searcher, TantivyDocument};
+
+use crate::dsl::{compile, Bound, Limits, Query};
+use crate::error::SearchError;
+use crate::index::PartitionIndex;
+use crate::record::{
+    decode_batches, decode_stored, lossy, parse_value, source, values_at, LogRecord,
+};
+use crate::request::{filter_source, Direction, SearchRequest, SortKey};
+use crate::schema::{FieldRole, IndexSchema};
+
+/// One partition to search: its index, and its log for `_source`.
+#[derive(Clone)]
+pub struct Target {
+    /// The index.
+    pub index: Arc<PartitionIndex>,
+    /// The partition.
+    pub partition: Arc<Partition>,
+}
+
+/// Merged results before they become JSON.
+struct Candidate {
+    key: OwnedValue,
+    partition: i32,
+    offset: i64,
+    score: Option<f32>,
+    target: usize,
+    address: DocAddress,
+}
+
+fn compare_owned(a: &OwnedValue, b: &OwnedValue) -> Ordering {
+    use OwnedValue::*;
+    let num = |v: &OwnedValue| match v {
+        I64(i) => Some(*i as f64),
+        U64(u) => Some(*u as f64),
+        F64(f) => Some(*f),
+        Date(d) => Some(d.into_timestamp_millis() as f64),
+        Bool(b) => Some(*b as u8 as f64),
+        _ => None,
+    };
+    match (a, b) {
+        (Null, Null) => Ordering::Equal,
+        // Missing values sort last, as in Elasticsearch.
+        (Null, _) => Ordering::Greater,
+        (_, Null) => Ordering::Less,
+        (Str(x), Str(y)) => x.cmp(y),
+        _ => match (num(a), num(b)) {
+            (Some(x), Some(y)) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
+            _ => Ordering::Equal,
+        },
+    }
+}
+
+fn owned_to_json(v: &OwnedValue) -> Value {
+    match v {
+        OwnedValue::Null => Value::Null,
+        OwnedValue::Str(s) => Value::from(s.as_str()),
+        OwnedValue::I64(i) => Value::from(*i),
+        OwnedValue::U64(u) => Value::from(*u),
+        OwnedValue::F64(f) => Value::from(*f),
+        OwnedValue::Bool(b) => Value::from(*b),
+        OwnedValue::Date(d) => Value::from(d.into_timestamp_millis()),
+        _ => Value::Null,
+    }
+}
+
+/// The sort field's index name in `schema`, checked to be sortable.
+fn sort_field(schema: &IndexSchema, name: &str) -> Result<Option<String>, SearchError> {
+    let Some(r) = schema.resolve(name) else {
+        return Ok(None);
+    };
+    match r.role {
+        FieldRole::Offset | FieldRole::Partition | FieldRole::Timestamp | FieldRole::Key => Ok(Some(r.name)),
+        FieldRole::Json(k) if k != spate_broker::search_config::FieldKind::Text => Ok(Some(r.name)),
+        _ => Err(SearchError::illegal(format!(
+            "[sort] cannot sort on [{name}]: text fields are not sortable; use a keyword, number or date field"
+        ))),
+    }
+}
+
+/// The query narrowed to hits after `search_after` in this partition.
+fn after_query(
+    req: &SearchRequest,
+    field: &str,
+    partition: i32,
+) -> Result<Option<Query>, SearchError> {
+    let Some(after) = &req.search_after else {
+        return Ok(None);
+    };
+    let primary = after
+        .first()
+        .cloned()
+        .ok_or_else(|| SearchError::parsing("[search_after] is empty"))?;
+    let asc = req.sort.direction == Direction::Asc;
+    let strictly = |field: &str, v: Value| {
+        let b = Some(Bound {
+            value: v,
+            inclusive: false,
+        });
+        if asc {
+            Query::Range {
+                field: field.into(),
+                lower: b,
+                upper: None,
+            }
+        } else {
+            Query::Range {
+                field: field.into(),
+                lower: None,
+                upper: b,
+            }
+        }
+    };
+    let mut should = vec![strictly(field, primary.clone())];
+    let tie = match (
+        after.get(1).and_then(Value::as_i64),
+        after.get(2).and_then(Value::as_i64),
+    ) {
+        (Some(p), Some(o)) => {
+            let p = p as i32;
+            let partition_after = if asc { partition > p } else { partition < p };
+            if partition_after {
+                Some(Query::Term {
+                    field: field.into(),
+                    value: primary,
+                })
+            } else if partition == p {
+                Some(Query::Bool {
+                    must: vec![
+                        Query::Term {
+                            field: field.into(),
+                            value: primary,
+                        },
+                        strictly("offset", Value::from(o)),
+                    ],
+                    should: vec![],
+                    must_not: vec![],
+                    filter: vec![],
+                    minimum_should_match: None,
+                })
+            } else {
+                None
+            }
+        }
+        _ => None,
+    };
+    should.extend(tie);
+    Ok(Some(Query::Bool {
+        must: vec![],
+        should,
+        must_not: vec![],
+        filter: vec![],
+        minimum_should_match: None,
+    }))
+}
+
+const ALLOWED_AGGS: &[&str] = &[
+    "terms",
+    "date_histogram",
+    "histogram",
+    "range",
+    "avg",
+    "min",
+    "max",
+    "sum",
+    "stats",
+    "value_count",
+];
+
+/// Maps field names in an aggregation request to the index's names and checks the types.
+fn map_aggs(
+    aggs: &Map<String, Value>,
+    schema: &IndexSchema,
+) -> Result<Map<String, Value>, SearchError> {
+    let mut out = Map::new();
+    for (name, spec) in aggs {
+        let spec_obj = spec
+            .as_object()
+            .ok_or_else(|| SearchError::parsing(format!("[aggs] [{name}] must be an object")))?;
+        let mut mapped = Map::new();
+        for (kind, body) in spec_obj {
+            if kind == "aggs" || kind == "aggregations" {
+                let sub = body.as_object().ok_or_else(|| {
+                    SearchError::parsing(format!(
+                        "[aggs] [{name}] sub-aggregations must be an object"
+                    ))
+                })?;
+                mapped.insert(kind.clone(), Value::Object(map_aggs(sub, schema)?));
+                continue;
+            }
+            if !ALLOWED_AGGS.contains(&kind.as_str()) {
+                return Err(SearchError::parsing(format!(
+                    "[aggs] [{name}]: aggregation type [{kind}] is not supported ({})",
+                    ALLOWED_AGGS.join(", ")
+                )));
+            }
+            let mut body = body.as_object().cloned().ok_or_else(|| {
+                SearchError::parsing(format!("[aggs] [{name}] [{kind}] must be an object"))
+            })?;
+            if let Some(field) = body.get("field").and_then(Value::as_str) {
+                // An unknown field aggregates nothing; tantivy answers empty for a missing column.
+                let mapped_name = schema
+                    .resolve(field)
+                    .map(|r| r.name)
+                    .unwrap_or_else(|| format!("unmapped_{field}"));
+                body.insert("field".into(), Value::from(mapped_name));
+            }
+            if kind == "date_histogram" {
+                // Fixed lengths for the calendar units that have one.
+                if let Some(ci) = body.remove("calendar_interval") {
+                    let fixed = match ci.as_str().unwrap_or("") {
+                        "1s" | "second" => "1s",
+                        "1m" | "minute" => "1m",
+                        "1h" | "hour" => "1h",
+                        "1d" | "day" => "1d",
+                        "1w" | "week" => "7d",
+                        other => {
+                            return Err(SearchError::illegal(format!(
+                                "[date_histogram] calendar_interval [{other}] is not supported; use fixed_interval"
+                            )))
+                        }
+                    };
+                    body.insert("fixed_interval".into(), Value::from(fixed));
+                }
+                body.remove("time_zone");
+            }
+            mapped.insert(kind.clone(), Value::Object(body));
+        }
+        out.insert(name.clone(), Value::Object(mapped));
+    }
+    Ok(out)
+}
+
+fn parse_aggs(v: Map<String, Value>) -> Result<Aggregations, SearchError> {
+    serde_json::from_value(Value::Object(v))
+        .map_err(|e| SearchError::parsing(format!("[aggs] {e}")))
+}
+
+fn agg_context() -> AggContextParams {
+    AggContextParams::new(
+        AggregationLimitsGuard::new(Some(200_000_000), Some(65_000)),
+        tantivy::tokenizer::TokenizerManager::default(),
+    )
+}
+
+/// What one partition contributed.
+struct PartResult {
+    total: usize,
+    hits: Vec<Candidate>,
+    aggs: Option<IntermediateAggregationResults>,
+    searcher: Searcher,
+    query: Box<dyn TQuery>,
+}
+
+fn search_one(
+    t: &Target,
+    ti: usize,
+    req: &SearchRequest,
+    limits: &Limits,
+    now_ms: i64,
+    count_only: bool,
+) -> Result<PartResult, SearchError> {
+    let schema = &t.index.schema;
+    let searcher = t.index.searcher();
+    let mut query = compile(&req.query, schema, limits, now_ms)?;
+    let sort_name = match &req.sort.key {
+        SortKey::Score => None,
+        SortKey::Field(f) => match sort_field(schema, f)? {
+            Some(n) => Some(n),
+            None => Some(String::new()),
+        },
+    };
+    if let (Some(_), SortKey::Field(f)) = (&req.search_after, &req.sort.key) {
+        if let Some(after) = after_query(req, f, t.index.partition)? {
+            let narrowed = compile(&after, schema, limits, now_ms)?;
+            query = Box::new(tantivy::query::BooleanQuery::intersection(vec![
+                query, narrowed,
+            ]));
+        }
+    }
+    let total = searcher.search(&*query, &Count)?;
+    let window = req.from + req.size;
+    let mut hits = Vec::new();
+    if !count_only && window > 0 && total > 0 {
+        let order = match req.sort.direction {
+            Direction::Asc => Order::Asc,
+            Direction::Desc => Order::Desc,
+        };
+        let primary = match &sort_name {
+            None => SortByErasedType::for_score(),
+            // An unmapped sort field: every hit has no value; order by offset alone.
+            Some(n) if n.is_empty() => SortByErasedType::for_field("offset"),
+            Some(n) => SortByErasedType::for_field(n),
+        };
+        let collector = TopDocs::with_limit(window).order_by((
+            (primary, order),
+            (SortByStaticFastValue::<i64>::for_field("offset"), order),
+        ));
+        for ((key, offset), address) in searcher.search(&*query, &collector)? {
+            let score = match (&sort_name, &key) {
+                (None, OwnedValue::F64(f)) => Some(*f as f32),
+                _ => None,
+            };
+            hits.push(Candidate {
+                key,
+                partition: t.index.partition,
+                offset: offset.unwrap_or(-1),
+                score,
+                target: ti,
+                address,
+            });
+        }
+    }
+    let aggs = match (&req.aggs, count_only) {
+        (Some(a), false) => {
+            let mapped = parse_aggs(map_aggs(a, schema)?)?;
+            let collector = DistributedAggregationCollector::from_aggs(mapped, agg_context());
+            Some(searcher.search(&*query, &collector).map_err(|e| match e {
+                tantivy::TantivyError::AggregationError(a) => {
+                    SearchError::illegal(format!("[aggs] {a}"))
+                }
+                tantivy::TantivyError::InvalidArgument(a) => {
+                    SearchError::illegal(format!("[aggs] {a}"))
+                }
+                other => other.into(),
+            })?)
+        }
+        _ => None,
+    };
+    Ok(PartResult {
+        total,
+        hits,
+        aggs,
+        searcher,
+        query,
+    })
+}
+
+/// The record behind a hit: from the index when it stores records, else from the log. The
+/// last batch decoded per partition is kept in `cache`, as neighbouring hits often share it.
+fn fetch_record(
+    t: &Target,
+    part: &PartResult,
+    c: &Candidate,
+    cache: &mut std::collections::HashMap<usize, Vec<LogRecord>>,
+) -> Option<LogRecord> {
+    if let Some(f) = t.index.schema.stored_record {
+        let doc: TantivyDocument = part.searcher.doc(c.address).ok()?;
+        let bytes = doc.get_first(f).and_then(|v| v.as_bytes())?.to_vec();
+        return decode_stored(c.offset, &bytes).ok();
+    }
+    let find = |records: &Vec<LogRecord>| {
+        records
+            .binary_search_by_key(&c.offset, |r| r.offset)
+            .ok()
+            .map(|i| records[i].clone())
+    };
+    if let Some(r) = cache.get(&c.target).and_then(find) {
+        return Some(r);
+    }
+    let read = t.partition.read(c.offset, 64 * 1024, true).ok()?;
+    let records = decode_batches(&read.records, c.offset).records;
+    let found = find(&records);
+    cache.insert(c.target, records);
+    found
+}
+
+fn highlight(
+    t: &Target,
+    part: &PartResult,
+    r: &LogRecord,
+    h: &crate::request::Highlight,
+) -> Option<Value> {
+    let schema = &t.index.schema;
+    let mut out = Map::new();
+    let parsed = r
+        .value
+        .as_ref()
+        .and_then(|v| parse_value(v, t.index.settings.format));
+    for name in &h.fields {
+        let Some(res) = schema.resolve(name) else {
+            continue;
+        };
+        let texts: Vec<String> = match res.role {
+            FieldRole::Value => r.value.as_ref().map(|v| vec![lossy(v)]).unwrap_or_default(),
+            FieldRole::Key => r.key.as_ref().map(|v| vec![lossy(v)]).unwrap_or_default(),
+            FieldRole::Json(_) => {
+                let path = schema
+                    .json
+                    .iter()
+                    .find(|(_, _, f, _)| *f == res.field)
+                    .map(|(p, ..)| p.clone());
+                match (&parsed, path) {
+                    (Some(doc), Some(p)) => values_at(doc, &p)
+                        .into_iter()
+                        .map(|v| {
+                            v.as_str()
+                                .map(str::to_string)
+                                .unwrap_or_else(|| v.to_string())
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                }
+            }
+            _ => Vec::new(),
+        };
+        let Ok(mut generator) = SnippetGenerator::create(&part.searcher, &*part.query, res.field)
+        else {
+            continue;
+        };
+        generator.set_max_num_chars(h.fragment_size);
+        let fragments: Vec<Value> = texts
+            .iter()
+            .filter_map(|text| {
+                let mut s = generator.snippet(text);
+                if s.highlighted().is_empty() {
+                    return None;
+                }
+                s.set_snippet_prefix_postfix(&h.pre_tag, &h.post_tag);
+                Some(Value::from(s.to_html()))
+            })
+            .collect();
+        if !fragments.is_empty() {
+            out.insert(name.clone(), Value::Array(fragments));
+        }
+    }
+    (!out.is_empty()).then_some(Value::Object(out))
+}
+
+/// Runs `req` over `targets` and answers in Elasticsearch's shape (without `took`).
+pub fn run(
+    targets: &[Target],
+    req: &SearchRequest,
+    limits: &Limits,
+    now_ms: i64,
+) -> Result<Value, SearchError> {
+    let parts = targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| search_one(t, i, req, limits, now_ms, false))
+        .collect::<Result<Vec<_>, _>>()?;
+    let total: usize = parts.iter().map(|p| p.total).sum();
+    let mut all: Vec<(usize, usize)> = Vec::new();
+    for (pi, p) in parts.iter().enumerate() {
+        for ci in 0..p.hits.len() {
+            all.push((pi, ci));
+        }
+    }
+    let desc = req.sort.direction == Direction::Desc;
+    all.sort_by(|a, b| {
+        let (x, y) = (&parts[a.0].hits[a.1], &parts[b.0].hits[b.1]);
+        let primary = match (&x.key, &y.key) {
+            (OwnedValue::Null, _) | (_, OwnedValue::Null) => compare_owned(&x.key, &y.key),
+            _ if desc => compare_owned(&y.key, &x.key),
+            _ => compare_owned(&x.key, &y.key),
+        };
+        let tie = (x.partition, x.offset).cmp(&(y.partition, y.offset));
+        primary.then(if desc { tie.reverse() } else { tie })
+    });
+    let field_sort = matches!(req.sort.key, SortKey::Field(_));
+    let mut hits = Vec::new();
+    let mut max_score: Option<f32> = None;
+    let mut cache = std::collections::HashMap::new();
+    for (pi, ci) in all.into_iter().skip(req.from).take(req.size) {
+        let part = &parts[pi];
+        let c = &part.hits[ci];
+        let t = &targets[c.target];
+        if let Some(s) = c.score {
+            max_score = Some(max_score.map_or(s, |m| m.max(s)));
+        }
+        // Without _source or highlights the record itself is not needed.
+        let record = if req.source.disabled && req.highlight.is_none() {
+            None
+        } else {
+            fetch_record(t, part, c, &mut cache)
+        };
+        let mut hit = Map::new();
+        hit.insert("_index".into(), Value::from(t.index.topic.as_str()));
+        hit.insert(
+            "_id".into(),
+            Value::from(format!("{}-{}", c.partition, c.offset)),
+        );
+        hit.insert(
+            "_score".into(),
+            c.score
+                .map(|s| Value::from(s as f64))
+                .unwrap_or(Value::Null),
+        );
+        if let Some(r) = &record {
+            let src = source(r, c.partition, t.index.settings.format);
+            if let Some(s) = filter_source(src, &req.source) {
+                hit.insert("_source".into(), s);
+            }
+            if let Some(h) = &req.highlight {
+                if let Some(hl) = highlight(t, part, r, h) {
+                    hit.insert("highlight".into(), hl);
+                }
+            }
+        }
+        if field_sort {
+            hit.insert(
+                "sort".into(),
+                json!([owned_to_json(&c.key), c.partition, c.offset]),
+            );
+        }
+        hits.push(Value::Object(hit));
+    }
+    let mut body = json!({
+        "timed_out": false,
+        "_shards": {"total": targets.len(), "successful": targets.len(), "skipped": 0, "failed": 0},
+        "hits": {
+            "total": {"value": total, "relation": "eq"},
+            "max_score": if field_sort { Value::Null } else { max_score.map(|s| Value::from(s as f64)).unwrap_or(Value::Null) },
+            "hits": hits,
+        },
+    });
+    if let Some(a) = &req.aggs {
+        let mut merged: Option<IntermediateAggregationResults> = None;
+        for p in parts.into_iter() {
+            if let Some(r) = p.aggs {
+                match &mut merged {
+                    None => merged = Some(r),
+                    Some(m) => m.merge_fruits(r)?,
+                }
+            }
+        }
+        let request = match targets.first() {
+            Some(t) => parse_aggs(map_aggs(a, &t.index.schema)?)?,
+            None => parse_aggs(a.clone())?,
+        };
+        let result = match merged {
+            Some(m) => serde_json::to_value(
+                m.into_final_result(
+                    request,
+                    AggregationLimitsGuard::new(Some(200_000_000), Some(65_000)),
+                )
+                .map_err(|e| SearchError::illegal(format!("[aggs] {e}")))?,
+            )
+            .map_err(|e| SearchError::Index {
+                reason: e.to_string(),
+            })?,
+            None => json!({}),
+        };
+        body["aggregations"] = result;
+    }
+    Ok(body)
+}
+
+/// Counts the hits of `req` over `targets`.
+pub fn count(
+    targets: &[Target],
+    req: &SearchRequest,
+    limits: &Limits,
+    now_ms: i64,
+) -> Result<usize, SearchError> {
+    targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| search_one(t, i, req, limits, now_ms, true).map(|p| p.total))
+        .sum()
+}

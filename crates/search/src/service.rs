@@ -1,0 +1,427 @@
+//! Every searchable partition of this broker: a reconciler thread watches the topics and their
+//! `search.*` configs (creation, config changes, deletion, new partitions) and starts, rebuilds
+//! or stops indexers; searches resolve topic expressions (`t1,t2`, `logs-*`) to partition
+//! indexes and run on the blocking pool under a time limit.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use spate_broker::{Broker, Partition};
+use uuid::Uuid;
+
+use crate::dsl::Limits;
+use crate::error::SearchError;
+use crate::index::PartitionIndex;
+use crate::indexer::{Indexer, IndexerSettings};
+use crate::metrics::{IndexMetrics, SearchMetrics};
+use crate::request::{parse_request, SearchRequest};
+use crate::search::{self, Target};
+
+/// Settings of the search side of a broker.
+#[derive(Debug, Clone)]
+pub struct SearchConfig {
+    /// Where indexes live (`<data dir>/search`).
+    pub root: PathBuf,
+    /// Indexing memory of each partition's writer (at least tantivy's 15 MB minimum).
+    pub writer_memory_bytes: usize,
+    /// How indexers run.
+    pub indexer: IndexerSettings,
+    /// Longest a search may run before it is answered with an error.
+    pub query_timeout: Duration,
+    /// How often topic and config changes are looked for.
+    pub reconcile_interval: Duration,
+}
+
+impl SearchConfig {
+    /// Defaults for a broker whose data lives in `data_dir`.
+    pub fn new(data_dir: &std::path::Path) -> Self {
+        Self {
+            root: data_dir.join("search"),
+            writer_memory_bytes: 32 << 20,
+            indexer: IndexerSettings::default(),
+            query_timeout: Duration::from_secs(10),
+            reconcile_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+/// One searchable partition.
+struct Entry {
+    topic: String,
+    fingerprint: String,
+    index: Arc<PartitionIndex>,
+    partition: Arc<Partition>,
+    metrics: Arc<IndexMetrics>,
+    indexer: Option<Indexer>,
+}
+
+/// A partition that should have an indexer: topic name, settings fingerprint, partition,
+/// settings.
+type Wanted = (
+    String,
+    String,
+    Arc<Partition>,
+    spate_broker::search_config::SearchSettings,
+);
+
+/// Per-partition figures for `/metrics`.
+#[derive(Debug, Clone)]
+pub struct PartitionStats {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Records indexed since start.
+    pub indexed_records: u64,
+    /// Records below the high watermark not yet searchable.
+    pub lag_records: i64,
+    /// Seconds the index has been behind.
+    pub lag_seconds: f64,
+    /// Bytes on disk.
+    pub size_bytes: u64,
+}
+
+/// The search side of a broker.
+pub struct SearchService {
+    broker: Arc<Broker>,
+    config: SearchConfig,
+    entries: Mutex<HashMap<(Uuid, i32), Entry>>,
+    /// Broker-wide search metrics.
+    pub metrics: Arc<SearchMetrics>,
+    limits: Limits,
+    stopping: AtomicBool,
+    runtime: tokio::runtime::Handle,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl SearchService {
+    /// Starts the service and its reconciler; call from within a tokio runtime.
+    pub fn start(broker: Arc<Broker>, config: SearchConfig) -> std::io::Result<Arc<Self>> {
+        std::fs::create_dir_all(&config.root)?;
+        let service = Arc::new(Self {
+            broker,
+            config,
+            entries: Mutex::new(HashMap::new()),
+            metrics: Arc::new(SearchMetrics::default()),
+            limits: Limits::default(),
+            stopping: AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::current(),
+        });
+        service.remove_orphans();
+        let weak = Arc::downgrade(&service);
+        let interval = service.config.reconcile_interval;
+        std::thread::Builder::new()
+            .name("search-reconcile".into())
+            .spawn(move || loop {
+                let Some(s) = weak.upgrade() else { return };
+                if s.stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+                s.reconcile();
+                drop(s);
+                std::thread::sleep(interval);
+            })?;
+        Ok(service)
+    }
+
+    /// Stops every indexer after its last commit.
+    pub fn shutdown(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let entries: Vec<Entry> = self.entries.lock().drain().map(|(_, e)| e).collect();
+        for mut e in entries {
+            if let Some(i) = e.indexer.take() {
+                i.stop();
+            }
+        }
+    }
+
+    fn dir_of(&self, id: &Uuid, partition: i32) -> PathBuf {
+        self.config
+            .root
+            .join(id.simple().to_string())
+            .join(partition.to_string())
+    }
+
+    /// Removes indexes of topics that no longer exist (deleted while the broker was down).
+    fn remove_orphans(&self) {
+        let Ok(dirs) = std::fs::read_dir(&self.config.root) else {
+            return;
+        };
+        for d in dirs.flatten() {
+            let keep = d
+                .file_name()
+                .to_str()
+                .and_then(|n| Uuid::parse_str(n).ok())
+                .and_then(|id| self.broker.topics.get_by_id(&id))
+                .is_some_and(|t| t.with_config(|c| c.search().enabled));
+            if !keep {
+                let _ = std::fs::remove_dir_all(d.path());
+            }
+        }
+    }
+
+    /// Brings the indexers in line with the topics: one per partition of each searchable
+    /// topic, rebuilt when the settings change, removed with the topic or the setting.
+    pub fn reconcile(&self) {
+        let mut wanted: HashMap<(Uuid, i32), Wanted> = HashMap::new();
+        for t in self.broker.topics.list() {
+            let settings = t.with_config(|c| c.search());
+            if !settings.enabled {
+                continue;
+            }
+            for p in t.partitions() {
+                wanted.insert(
+                    (t.id, p.index),
+                    (t.name.clone(), settings.fingerprint(), p, settings.clone()),
+                );
+            }
+        }
+        let mut gone = Vec::new();
+        {
+            let mut entries = self.entries.lock();
+            let stale: Vec<(Uuid, i32)> = entries
+                .iter()
+                .filter(|(k, e)| wanted.get(*k).is_none_or(|w| w.1 != e.fingerprint))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in stale {
+                if let Some(e) = entries.remove(&k) {
+                    gone.push((k, e));
+                }
+            }
+        }
+        for ((id, p), mut e) in gone {
+            if let Some(i) = e.indexer.take() {
+                i.stop();
+            }
+            if !wanted.contains_key(&(id, p)) {
+                let dir = self.dir_of(&id, p);
+                drop(e);
+                let _ = std::fs::remove_dir_all(&dir);
+                if let Some(parent) = dir.parent() {
+                    // The topic's directory goes once its last partition has.
+                    let _ = std::fs::remove_dir(parent);
+                }
+            }
+        }
+        let missing: Vec<_> = {
+            let entries = self.entries.lock();
+            wanted
+                .into_iter()
+                .filter(|(k, _)| !entries.contains_key(k))
+                .collect()
+        };
+        for ((id, p), (topic, fingerprint, partition, settings)) in missing {
+            if self.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            let dir = self.dir_of(&id, p);
+            let opened = match PartitionIndex::open(
+                &dir,
+                &topic,
+                p,
+                &settings,
+                self.config.writer_memory_bytes,
+            ) {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::error!(%topic, partition = p, error = %e, "cannot open search index");
+                    continue;
+                }
+            };
+            if let Some(why) = &opened.rebuilt {
+                tracing::warn!(%topic, partition = p, "search index rebuilt from the log: {why}");
+            }
+            let index = Arc::new(opened.index);
+            let metrics = Arc::new(IndexMetrics::default());
+            let indexer = match Indexer::start(
+                partition.clone(),
+                index.clone(),
+                opened.writer,
+                opened.resume_at,
+                self.config.indexer,
+                metrics.clone(),
+                self.metrics.clone(),
+                self.runtime.clone(),
+            ) {
+                Ok(i) => i,
+                Err(e) => {
+                    tracing::error!(%topic, partition = p, error = %e, "cannot start search indexer");
+                    continue;
+                }
+            };
+            self.entries.lock().insert(
+                (id, p),
+                Entry {
+                    topic,
+                    fingerprint,
+                    index,
+                    partition,
+                    metrics,
+                    indexer: Some(indexer),
+                },
+            );
+        }
+    }
+
+    /// Figures of every searchable partition.
+    pub fn stats(&self) -> Vec<PartitionStats> {
+        let now = now_ms();
+        let mut v: Vec<PartitionStats> = self
+            .entries
+            .lock()
+            .values()
+            .map(|e| PartitionStats {
+                topic: e.topic.clone(),
+                partition: e.index.partition,
+                indexed_records: e.metrics.indexed_records.get(),
+                lag_records: e.metrics.lag_records.get(),
+                lag_seconds: e.metrics.lag_seconds(now),
+                size_bytes: e.index.size_bytes(),
+            })
+            .collect();
+        v.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        v
+    }
+
+    /// The partitions a topic expression names: comma-separated names, `*` wildcards, `_all`.
+    /// A named topic that does not exist is a 404, one that is not searchable a 400;
+    /// wildcards match only searchable topics.
+    pub fn targets(&self, expr: &str) -> Result<Vec<Target>, SearchError> {
+        let mut ids = Vec::new();
+        for part in expr.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if part == "_all" || part.contains('*') {
+                let pattern = if part == "_all" { "*" } else { part };
+                for t in self.broker.topics.list() {
+                    if glob(pattern, &t.name)
+                        && t.with_config(|c| c.search().enabled)
+                        && !ids.contains(&t.id)
+                    {
+                        ids.push(t.id);
+                    }
+                }
+                continue;
+            }
+            let t = self
+                .broker
+                .topics
+                .get(part)
+                .ok_or_else(|| SearchError::NoSuchTopic(part.to_string()))?;
+            if !t.with_config(|c| c.search().enabled) {
+                return Err(SearchError::NotSearchable(part.to_string()));
+            }
+            if !ids.contains(&t.id) {
+                ids.push(t.id);
+            }
+        }
+        let entries = self.entries.lock();
+        let mut targets: Vec<Target> = entries
+            .iter()
+            .filter(|((id, _), _)| ids.contains(id))
+            .map(|(_, e)| Target {
+                index: e.index.clone(),
+                partition: e.partition.clone(),
+            })
+            .collect();
+        targets.sort_by(|a, b| {
+            (&a.index.topic, a.index.partition).cmp(&(&b.index.topic, b.index.partition))
+        });
+        Ok(targets)
+    }
+
+    async fn run_limited<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> Result<T, SearchError> + Send + 'static,
+    ) -> Result<T, SearchError> {
+        let limit = self.config.query_timeout;
+        match tokio::time::timeout(limit, tokio::task::spawn_blocking(f)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(SearchError::Index {
+                reason: format!("search task failed: {e}"),
+            }),
+            Err(_) => Err(SearchError::Timeout(limit.as_millis() as u64)),
+        }
+    }
+
+    /// `_search`: parses the body, searches the topics `expr` names and answers in
+    /// Elasticsearch's shape.
+    pub async fn search(&self, expr: &str, req: SearchRequest) -> Result<Value, SearchError> {
+        let started = Instant::now();
+        let result = async {
+            let targets = self.targets(expr)?;
+            let limits = self.limits;
+            let mut body = self
+                .run_limited(move || search::run(&targets, &req, &limits, now_ms()))
+                .await?;
+            body["took"] = Value::from(started.elapsed().as_millis() as u64);
+            Ok(body)
+        }
+        .await;
+        self.observe(started, result.is_err());
+        result
+    }
+
+    /// `_count`.
+    pub async fn count(&self, expr: &str, req: SearchRequest) -> Result<Value, SearchError> {
+        let started = Instant::now();
+        let result = async {
+            let targets = self.targets(expr)?;
+            let shards = targets.len();
+            let limits = self.limits;
+            let n = self
+                .run_limited(move || search::count(&targets, &req, &limits, now_ms()))
+                .await?;
+            Ok(serde_json::json!({
+                "count": n,
+                "_shards": {"total": shards, "successful": shards, "skipped": 0, "failed": 0},
+            }))
+        }
+        .await;
+        self.observe(started, result.is_err());
+        result
+    }
+
+    fn observe(&self, started: Instant, failed: bool) {
+        self.metrics
+            .query_latency_us
+            .observe(started.elapsed().as_micros() as u64);
+        if failed {
+            self.metrics.query_errors.inc();
+        }
+    }
+
+    /// Parses a body (JSON text, possibly empty) into a request.
+    pub fn parse_body(body: &[u8]) -> Result<SearchRequest, SearchError> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return parse_request(None);
+        }
+        let v: Value = serde_json::from_slice(body).map_err(|e| SearchError::BadRequest {
+            kind: "x_content_parse_exception",
+            reason: format!("the request body is not valid JSON: {e}"),
+        })?;
+        parse_request(Some(&v))
+    }
+}
+
+fn glob(p: &str, s: &str) -> bool {
+    fn go(p: &[u8], s: &[u8]) -> bool {
+        match (p.first(), s.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => go(&p[1..], s) || (!s.is_empty() && go(p, &s[1..])),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &s[1..]),
+            _ => false,
+        }
+    }
+    go(p.as_bytes(), s.as_bytes())
+}

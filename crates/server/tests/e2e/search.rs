@@ -1,0 +1,738 @@
+//! Searchable topics end to end: records produced with librdkafka (every codec), searched over
+//! HTTP, and every query type checked hit for hit against a brute-force scan of what was
+//! produced. No timing thresholds: freshness is polled with a generous deadline and printed.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde_json::{json, Value};
+
+use crate::harness::{admin, http, producer, Spate};
+
+/// One produced record as the brute-force scan sees it.
+#[derive(Debug, Clone)]
+struct Produced {
+    id: String,
+    offset: i64,
+    key: String,
+    value: Vec<u8>,
+    header: String,
+}
+
+impl Produced {
+    fn json(&self) -> Option<Value> {
+        serde_json::from_slice(&self.value).ok()
+    }
+    fn words(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.value)
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect()
+    }
+    fn field(&self, name: &str) -> Option<Value> {
+        self.json().and_then(|j| j.get(name).cloned())
+    }
+}
+
+const WORDS: &[&str] = &["alpha", "beta", "gamma", "delta", "error", "warn"];
+
+async fn create(spate: &Spate, name: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let mut t = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        t = t.set(k, v);
+    }
+    let r = admin(&spate.addr)
+        .create_topics(&[t], &AdminOptions::new())
+        .await
+        .expect("create topic");
+    assert!(r[0].is_ok(), "{r:?}");
+}
+
+async fn send(
+    p: &FutureProducer,
+    topic: &str,
+    partition: i32,
+    key: &str,
+    value: &[u8],
+    header: &str,
+) -> Produced {
+    let headers = OwnedHeaders::new().insert(Header {
+        key: "trace",
+        value: Some(header),
+    });
+    let delivery = p
+        .send(
+            FutureRecord::to(topic)
+                .partition(partition)
+                .key(key)
+                .payload(value)
+                .headers(headers),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("acknowledged");
+    let (part, offset) = (delivery.partition, delivery.offset);
+    assert_eq!(part, partition);
+    Produced {
+        id: format!("{part}-{offset}"),
+        offset,
+        key: key.to_string(),
+        value: value.to_vec(),
+        header: header.to_string(),
+    }
+}
+
+/// Produces JSON records with every codec into a 2-partition topic, plus text, not-UTF-8 and
+/// not-JSON values.
+async fn fill(spate: &Spate, topic: &str) -> Vec<Produced> {
+    let mut out = Vec::new();
+    let mut n = 0usize;
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let p = producer(&spate.addr, &[("compression.type", codec)]);
+        for _ in 0..12 {
+            let w1 = WORDS[n % WORDS.len()];
+            let w2 = WORDS[(n / 2) % WORDS.len()];
+            let value = json!({
+                "user": format!("user{}", n % 4),
+                "amount": n as f64 * 1.5,
+                "msg": format!("{w1} {w2} message {n} via {codec}"),
+                "at": 1_700_000_000_000i64 + n as i64 * 60_000,
+            });
+            let bytes = serde_json::to_vec(&value).unwrap();
+            out.push(
+                send(
+                    &p,
+                    topic,
+                    (n % 2) as i32,
+                    &format!("k{n}"),
+                    &bytes,
+                    &format!("t{}", n % 3),
+                )
+                .await,
+            );
+            n += 1;
+        }
+    }
+    let p = producer(&spate.addr, &[]);
+    out.push(
+        send(
+            &p,
+            topic,
+            0,
+            "text",
+            b"plain alpha text that is not json",
+            "t0",
+        )
+        .await,
+    );
+    out.push(send(&p, topic, 1, "binary", b"\xff\xfe broken alpha \xc3", "t1").await);
+    out.push(
+        send(
+            &p,
+            topic,
+            0,
+            "broken",
+            b"{\"user\": \"user1\", \"msg\": alpha",
+            "t2",
+        )
+        .await,
+    );
+    out
+}
+
+fn search(spate: &Spate, path: &str, body: &Value) -> (u16, Value) {
+    let (status, text) = http(
+        &spate.http,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        &body.to_string(),
+    );
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}")),
+    )
+}
+
+fn ids(v: &Value) -> BTreeSet<String> {
+    v["hits"]["hits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no hits in {v}"))
+        .iter()
+        .map(|h| h["_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Polls `_count` until it reaches `n`; returns how long it took.
+fn wait_for_count(spate: &Spate, topic: &str, n: usize) -> Duration {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(60);
+    loop {
+        let (status, v) = search(spate, &format!("/{topic}/_count"), &json!({}));
+        if status == 200 && v["count"].as_u64() == Some(n as u64) {
+            return started.elapsed();
+        }
+        assert!(Instant::now() < deadline, "count never reached {n}: {v}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn expect(records: &[Produced], keep: impl Fn(&Produced) -> bool) -> BTreeSet<String> {
+    records
+        .iter()
+        .filter(|r| keep(r))
+        .map(|r| r.id.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn every_query_type_returns_exactly_the_records_a_brute_force_scan_finds() {
+    let spate = Spate::start(&[]);
+    create(
+        &spate,
+        "events",
+        2,
+        &[
+            ("search.enabled", "true"),
+            ("search.value.format", "json"),
+            (
+                "search.fields",
+                "user:keyword,amount:number,msg:text,at:date",
+            ),
+        ],
+    )
+    .await;
+    let records = fill(&spate, "events").await;
+    wait_for_count(&spate, "events", records.len());
+    let user = |r: &Produced| r.field("user").and_then(|v| v.as_str().map(str::to_string));
+    let amount = |r: &Produced| r.field("amount").and_then(|v| v.as_f64());
+    let msg_words = |r: &Produced| -> Vec<String> {
+        r.field("msg")
+            .and_then(|v| {
+                v.as_str()
+                    .map(|s| s.split(' ').map(str::to_lowercase).collect())
+            })
+            .unwrap_or_default()
+    };
+    let has = |ws: Vec<String>, w: &str| ws.iter().any(|x| x == w);
+    type Check<'a> = (Value, Box<dyn Fn(&Produced) -> bool + 'a>);
+    let checks: Vec<Check> = vec![
+        (json!({"match_all": {}}), Box::new(|_| true)),
+        (
+            json!({"match": {"value": "alpha"}}),
+            Box::new(|r| has(r.words(), "alpha")),
+        ),
+        (
+            json!({"match": {"msg": {"query": "alpha error", "operator": "and"}}}),
+            Box::new(move |r| has(msg_words(r), "alpha") && has(msg_words(r), "error")),
+        ),
+        (
+            json!({"match": {"msg": {"query": "alpha beta gamma", "minimum_should_match": 2}}}),
+            Box::new(move |r| {
+                ["alpha", "beta", "gamma"]
+                    .iter()
+                    .filter(|w| has(msg_words(r), w))
+                    .count()
+                    >= 2
+            }),
+        ),
+        (
+            json!({"match_phrase": {"msg": "message 7 via"}}),
+            Box::new(move |r| {
+                r.field("msg")
+                    .and_then(|m| m.as_str().map(|s| s.contains(" message 7 via ")))
+                    == Some(true)
+            }),
+        ),
+        (
+            json!({"multi_match": {"query": "snappy", "fields": ["msg", "user"]}}),
+            Box::new(move |r| has(msg_words(r), "snappy")),
+        ),
+        (
+            json!({"term": {"user": "user2"}}),
+            Box::new(move |r| user(r).as_deref() == Some("user2")),
+        ),
+        (
+            json!({"terms": {"user": ["user1", "user3"]}}),
+            Box::new(move |r| matches!(user(r).as_deref(), Some("user1" | "user3"))),
+        ),
+        (json!({"term": {"key": "k5"}}), Box::new(|r| r.key == "k5")),
+        (
+            json!({"term": {"headers.trace": "t1"}}),
+            Box::new(|r| r.header == "t1"),
+        ),
+        (
+            json!({"range": {"amount": {"gte": 15, "lt": 45}}}),
+            Box::new(move |r| amount(r).is_some_and(|a| (15.0..45.0).contains(&a))),
+        ),
+        (
+            json!({"range": {"offset": {"gt": 10, "lte": 20}}}),
+            Box::new(|r| r.offset > 10 && r.offset <= 20),
+        ),
+        (
+            json!({"range": {"at": {"gte": "2023-11-14T22:30:00Z"}}}),
+            Box::new(|r| {
+                r.field("at")
+                    .and_then(|v| v.as_i64())
+                    .is_some_and(|a| a >= 1_700_001_000_000)
+            }),
+        ),
+        (
+            json!({"range": {"timestamp": {"lte": "now+1d"}}}),
+            Box::new(|_| true),
+        ),
+        (
+            json!({"exists": {"field": "amount"}}),
+            Box::new(move |r| amount(r).is_some()),
+        ),
+        (
+            json!({"prefix": {"key": "k1"}}),
+            Box::new(|r| r.key.starts_with("k1")),
+        ),
+        (
+            json!({"wildcard": {"user": "us*r?"}}),
+            Box::new(move |r| user(r).is_some()),
+        ),
+        (
+            json!({"regexp": {"key": "k[0-2]"}}),
+            Box::new(|r| ["k0", "k1", "k2"].contains(&r.key.as_str())),
+        ),
+        (
+            json!({"query_string": {"query": "msg:gamma AND user:user0"}}),
+            Box::new(move |r| has(msg_words(r), "gamma") && user(r).as_deref() == Some("user0")),
+        ),
+        (
+            json!({"bool": {
+            "must": [{"match": {"value": "alpha"}}],
+            "filter": [{"range": {"amount": {"gte": 0}}}],
+            "must_not": [{"term": {"user": "user0"}}]}}),
+            Box::new(move |r| {
+                has(r.words(), "alpha")
+                    && amount(r).is_some()
+                    && user(r).as_deref() != Some("user0")
+            }),
+        ),
+        (
+            json!({"bool": {"should": [{"term": {"user": "user1"}}, {"match": {"msg": "delta"}}, {"term": {"headers.trace": "t2"}}],
+            "minimum_should_match": 2}}),
+            Box::new(move |r| {
+                [
+                    user(r).as_deref() == Some("user1"),
+                    has(msg_words(r), "delta"),
+                    r.header == "t2",
+                ]
+                .iter()
+                .filter(|b| **b)
+                .count()
+                    >= 2
+            }),
+        ),
+        (
+            json!({"bool": {"must_not": [{"match": {"value": "alpha"}}]}}),
+            Box::new(|r| !has(r.words(), "alpha")),
+        ),
+        (
+            json!({"ids": {"values": [records[3].id, records[4].id]}}),
+            Box::new(|r| r.id == records[3].id || r.id == records[4].id),
+        ),
+    ];
+    for (query, keep) in &checks {
+        let (status, v) = search(
+            &spate,
+            "/events/_search",
+            &json!({"query": query, "size": 1000}),
+        );
+        assert_eq!(status, 200, "{query}: {v}");
+        let want = expect(&records, keep);
+        assert_eq!(ids(&v), want, "{query}");
+        assert_eq!(
+            v["hits"]["total"]["value"].as_u64(),
+            Some(want.len() as u64),
+            "{query}"
+        );
+        let (_, c) = search(&spate, "/events/_count", &json!({"query": query}));
+        assert_eq!(
+            c["count"].as_u64(),
+            Some(want.len() as u64),
+            "count of {query}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn sort_search_after_source_highlight_and_aggregations_answer_in_elasticsearchs_shape() {
+    let spate = Spate::start(&[]);
+    create(
+        &spate,
+        "shape",
+        2,
+        &[
+            ("search.enabled", "true"),
+            ("search.fields", "user:keyword,amount:number,msg:text"),
+        ],
+    )
+    .await;
+    let records = fill(&spate, "shape").await;
+    wait_for_count(&spate, "shape", records.len());
+    // Deep paging with search_after visits every record once, in amount order.
+    let mut seen = Vec::new();
+    let mut after: Option<Value> = None;
+    for _ in 0..100 {
+        let mut body = json!({"query": {"exists": {"field": "amount"}}, "size": 7, "sort": [{"amount": "desc"}]});
+        if let Some(a) = &after {
+            body["search_after"] = a.clone();
+        }
+        let (status, v) = search(&spate, "/shape/_search", &body);
+        assert_eq!(status, 200, "{v}");
+        let hits = v["hits"]["hits"].as_array().unwrap().clone();
+        if hits.is_empty() {
+            break;
+        }
+        for h in &hits {
+            seen.push(h["_source"]["value"]["amount"].as_f64().unwrap());
+        }
+        after = Some(hits.last().unwrap()["sort"].clone());
+    }
+    let mut want: Vec<f64> = records
+        .iter()
+        .filter_map(|r| r.field("amount").and_then(|v| v.as_f64()))
+        .collect();
+    want.sort_by(|a, b| b.partial_cmp(a).unwrap());
+    assert_eq!(seen, want);
+
+    let (_, v) = search(
+        &spate,
+        "/shape/_search",
+        &json!({
+            "query": {"match": {"msg": "gamma"}},
+            "_source": ["key", "value.user"],
+            "highlight": {"fields": {"msg": {}}},
+            "aggs": {"users": {"terms": {"field": "user"}}, "per_hour": {"date_histogram": {"field": "timestamp", "fixed_interval": "1h"}}},
+            "size": 1
+        }),
+    );
+    let hit = &v["hits"]["hits"][0];
+    assert_eq!(hit["_index"], "shape");
+    assert!(
+        hit["_source"]["key"].is_string() && hit["_source"]["value"]["user"].is_string(),
+        "{hit}"
+    );
+    assert!(hit["_source"].get("offset").is_none(), "{hit}");
+    assert!(
+        hit["highlight"]["msg"][0]
+            .as_str()
+            .unwrap()
+            .contains("<em>gamma</em>"),
+        "{hit}"
+    );
+    let total = v["hits"]["total"]["value"].as_u64().unwrap();
+    let buckets = v["aggregations"]["users"]["buckets"].as_array().unwrap();
+    let summed: u64 = buckets
+        .iter()
+        .map(|b| b["doc_count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(summed, total, "{v}");
+    let hours: u64 = v["aggregations"]["per_hour"]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["doc_count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(hours, total);
+
+    // GET with ?q= and multi-topic / wildcard targets.
+    create(&spate, "shape2", 1, &[("search.enabled", "true")]).await;
+    let p = producer(&spate.addr, &[]);
+    send(&p, "shape2", 0, "x", b"gamma in another topic", "t0").await;
+    wait_for_count(&spate, "shape2", 1);
+    let (status, text) = http(
+        &spate.http,
+        "GET",
+        "/shape,shape2/_search?q=gamma&size=100",
+        &[],
+        "",
+    );
+    assert_eq!(status, 200);
+    let both: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(both["hits"]["total"]["value"].as_u64(), Some(total + 1));
+    let (_, text) = http(&spate.http, "GET", "/shape*/_count?q=gamma", &[], "");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["count"].as_u64(),
+        Some(total + 1)
+    );
+}
+
+#[tokio::test]
+async fn a_produced_record_becomes_searchable_without_any_other_traffic() {
+    let spate = Spate::start(&[]);
+    create(&spate, "fresh", 1, &[("search.enabled", "true")]).await;
+    let p = producer(&spate.addr, &[]);
+    let mut waits = Vec::new();
+    for i in 0..5 {
+        send(
+            &p,
+            "fresh",
+            0,
+            "k",
+            format!("needle{i} here").as_bytes(),
+            "t",
+        )
+        .await;
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(30);
+        loop {
+            let (_, v) = search(
+                &spate,
+                "/fresh/_count",
+                &json!({"query": {"match": {"value": format!("needle{i}")}}}),
+            );
+            if v["count"].as_u64() == Some(1) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "needle{i} never became searchable"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        waits.push(started.elapsed());
+    }
+    // Reported, not asserted: CI machines are too noisy for timing thresholds.
+    eprintln!("time to searchable after the ack: {waits:?}");
+}
+
+#[tokio::test]
+async fn kill_9_mid_indexing_then_restart_gives_every_record_once() {
+    let mut spate = Spate::start(&[]);
+    create(&spate, "crash", 1, &[("search.enabled", "true")]).await;
+    let p = producer(&spate.addr, &[("linger.ms", "20")]);
+    let n = 3000;
+    let sends: Vec<_> = (0..n)
+        .map(|i| {
+            let value = format!("record number{i} crash test");
+            let p = p.clone();
+            async move {
+                p.send(
+                    FutureRecord::to("crash")
+                        .partition(0)
+                        .key("k")
+                        .payload(&value),
+                    Duration::from_secs(20),
+                )
+                .await
+                .expect("acknowledged")
+            }
+        })
+        .collect();
+    futures::future::join_all(sends).await;
+    // Killed while the indexer is (most likely) still behind: whatever it committed must
+    // survive and the rest must be indexed exactly once after the restart.
+    spate.restart();
+    wait_for_count(&spate, "crash", n);
+    let (_, v) = search(
+        &spate,
+        "/crash/_search",
+        &json!({"size": n, "_source": false, "sort": ["offset"]}),
+    );
+    let hits = v["hits"]["hits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no hits: {v}"));
+    let unique: BTreeSet<&str> = hits.iter().map(|h| h["_id"].as_str().unwrap()).collect();
+    assert_eq!((hits.len(), unique.len()), (n, n));
+    let (_, v) = search(
+        &spate,
+        "/crash/_count",
+        &json!({"query": {"match": {"value": "number1234"}}}),
+    );
+    assert_eq!(v["count"].as_u64(), Some(1));
+}
+
+#[tokio::test]
+async fn enabling_search_on_an_existing_topic_indexes_its_history() {
+    let spate = Spate::start(&[]);
+    create(&spate, "later", 1, &[]).await;
+    let p = producer(&spate.addr, &[("compression.type", "zstd")]);
+    for i in 0..50 {
+        send(&p, "later", 0, "k", format!("history {i}").as_bytes(), "t").await;
+    }
+    let (status, v) = search(&spate, "/later/_search", &json!({}));
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not searchable"),
+        "{v}"
+    );
+    let alter = AlterConfig::new(ResourceSpecifier::Topic("later")).set("search.enabled", "true");
+    let r = admin(&spate.addr)
+        .alter_configs(&[alter], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
+    wait_for_count(&spate, "later", 50);
+    let (_, v) = search(
+        &spate,
+        "/later/_count",
+        &json!({"query": {"match": {"value": "history"}}}),
+    );
+    assert_eq!(v["count"].as_u64(), Some(50));
+}
+
+#[tokio::test]
+async fn retention_removes_the_hits_of_deleted_segments() {
+    let spate = Spate::start(&["--retention-check-interval-ms", "200"]);
+    create(
+        &spate,
+        "aging",
+        1,
+        &[
+            ("search.enabled", "true"),
+            ("segment.bytes", "1024"),
+            ("retention.ms", "600000"),
+        ],
+    )
+    .await;
+    let p = producer(&spate.addr, &[("linger.ms", "0")]);
+    let old = chrono_ms() - 3_600_000;
+    for i in 0..30 {
+        p.send(
+            FutureRecord::to("aging")
+                .partition(0)
+                .key("k")
+                .payload(&format!("old record {i} padding padding padding"))
+                .timestamp(old),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("acknowledged");
+    }
+    for i in 0..5 {
+        send(
+            &p,
+            "aging",
+            0,
+            "k",
+            format!("new record {i}").as_bytes(),
+            "t",
+        )
+        .await;
+    }
+    // Retention deletes the segments holding only old records; the hits are exactly the
+    // records from the log start offset on.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, topic) = http(&spate.http, "GET", "/admin/topics/aging", &[], "");
+        let topic: Value = serde_json::from_str(&topic).unwrap();
+        let start = topic["partition_details"][0]["log_start_offset"]
+            .as_i64()
+            .unwrap();
+        let (_, v) = search(
+            &spate,
+            "/aging/_count",
+            &json!({"query": {"match": {"value": "old"}}}),
+        );
+        let (_, n) = search(
+            &spate,
+            "/aging/_count",
+            &json!({"query": {"match": {"value": "new"}}}),
+        );
+        let old_left = (start..30).count() as u64;
+        if start > 0 && v["count"].as_u64() == Some(old_left) && n["count"].as_u64() == Some(5) {
+            let (_, first) = search(
+                &spate,
+                "/aging/_search",
+                &json!({"size": 1, "sort": ["offset"]}),
+            );
+            assert_eq!(
+                first["hits"]["hits"][0]["_source"]["offset"].as_i64(),
+                Some(start)
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "hits never matched the log from {start}: old {v}, new {n}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn chrono_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_elasticsearch_shaped_error_and_never_a_crash() {
+    let spate = Spate::start(&[]);
+    create(
+        &spate,
+        "strict",
+        1,
+        &[
+            ("search.enabled", "true"),
+            ("search.value.format", "json"),
+            ("search.fields", "user:keyword"),
+        ],
+    )
+    .await;
+    create(&spate, "plain", 1, &[]).await;
+    let p = producer(&spate.addr, &[]);
+    send(&p, "strict", 0, "a", b"\xff\xfe not utf8 needle", "t").await;
+    send(&p, "strict", 0, "b", b"{\"user\": oops needle", "t").await;
+    send(
+        &p,
+        "strict",
+        0,
+        "c",
+        b"{\"user\": \"ok\", \"m\": \"needle\"}",
+        "t",
+    )
+    .await;
+    wait_for_count(&spate, "strict", 3);
+    let (_, v) = search(
+        &spate,
+        "/strict/_count",
+        &json!({"query": {"match": {"value": "needle"}}}),
+    );
+    assert_eq!(
+        v["count"].as_u64(),
+        Some(3),
+        "values that are not UTF-8 or not JSON are still indexed as text"
+    );
+
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("/strict/_search", "{\"query\": ".into(), "x_content_parse_exception"),
+        ("/strict/_search", json!({"query": {"fuzzy_wuzzy": {}}}).to_string(), "parsing_exception"),
+        ("/strict/_search", json!({"size": 10_000_000}).to_string(), "illegal_argument_exception"),
+        ("/strict/_search", json!({"query": {"wildcard": {"user": "*a*b*c*d*e*f*g*h*i*j*"}}}).to_string(), "illegal_argument_exception"),
+        ("/strict/_search", json!({"query": {"regexp": {"key": "(a|b)*a(a|b)(a|b)(a|b)(a|b)(a|b)(a|b)(a|b)(a|b)(a|b)(a|b)(a|b)(a|b)(a|b)(a|b)(a|b)"}}}).to_string(), "too_complex_to_determinize_exception"),
+        ("/plain/_search", json!({}).to_string(), "illegal_argument_exception"),
+    ];
+    for (path, body, kind) in cases {
+        let (status, text) = http(
+            &spate.http,
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            &body,
+        );
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
+        assert_eq!(status, 400, "{body}: {v}");
+        assert_eq!(v["error"]["type"], kind, "{body}: {v}");
+        assert_eq!(v["status"], 400);
+        assert!(v["error"]["reason"].as_str().is_some_and(|r| !r.is_empty()));
+    }
+    let (status, _) = http(&spate.http, "GET", "/missing/_search", &[], "");
+    assert_eq!(status, 404);
+    // Still serving.
+    let (_, v) = search(&spate, "/strict/_count", &json!({}));
+    assert_eq!(v["count"].as_u64(), Some(3));
+}
