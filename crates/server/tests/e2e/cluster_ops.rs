@@ -600,7 +600,8 @@ async fn bad_operations_get_kafka_codes_or_clear_errors_and_change_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rolling_restart_of_every_node_fails_no_acks_all_delivery() {
+async fn a_rolling_restart_of_every_node_fails_no_acks_all_delivery_and_leaders_return_to_preferred(
+) {
     let mut c = ThreeNodes::start(&[]);
     let bootstrap = c.bootstrap();
     create_replicated(&bootstrap, "moving", TOPIC_PARTITIONS, "2").await;
@@ -609,6 +610,9 @@ async fn a_rolling_restart_of_every_node_fails_no_acks_all_delivery() {
             ids(&p["isr"]).len() == 3
         });
     }
+    // Check for leader imbalance every second instead of Kafka's 300 s default.
+    let mut raw = Raw::connect(&c.node(1).addr);
+    throttle(&mut raw, "", "leader.imbalance.check.interval.seconds", "1");
     let load = Load::start(&bootstrap, "moving", 30_000);
     for id in [1u64, 2, 3] {
         // SIGTERM: a controlled shutdown moves the node's leaderships away first.
@@ -618,6 +622,13 @@ async fn a_rolling_restart_of_every_node_fails_no_acks_all_delivery() {
         // What a rolling restart waits for before the next node: no under-replicated partition.
         wait_status(&c, id, "healthy again", |s| s["healthy"] == true);
     }
+    // Automatic preferred-leader rebalancing gave every partition back to its first replica.
+    wait_status(&c, 1, "every partition led by its preferred replica", |s| {
+        s["partitions"].as_array().into_iter().flatten().all(|p| {
+            p["leader"].as_u64().is_some()
+                && ids(&p["replicas"]).first() == p["leader"].as_u64().as_ref()
+        })
+    });
     let acked = load.finish().await;
     assert!(
         acked.failures.is_empty(),
