@@ -486,15 +486,9 @@ pub fn balance_plan(image: &MetadataImage) -> Vec<(String, i32, Vec<BrokerId>)> 
         .collect();
     // Bounded: each move lowers the spread between the fullest and emptiest broker.
     for _ in 0..plan.len().saturating_mul(4) {
-        let (Some((&max_b, &max_n)), Some((&min_b, &min_n))) = (
-            load.iter().max_by_key(|(&b, &n)| (n, std::cmp::Reverse(b))),
-            load.iter().min_by_key(|(&b, &n)| (n, b)),
-        ) else {
+        let Some((max_b, min_b)) = uneven(&load) else {
             break;
         };
-        if max_n <= min_n + 1 {
-            break;
-        }
         // Prefer moving a follower replica, so leadership does not move with the data.
         let pick = plan
             .iter()
@@ -517,15 +511,9 @@ pub fn balance_plan(image: &MetadataImage) -> Vec<(String, i32, Vec<BrokerId>)> 
         *load.entry(min_b).or_default() += 1;
     }
     for _ in 0..plan.len().saturating_mul(4) {
-        let (Some((&max_b, &max_n)), Some((&min_b, &min_n))) = (
-            lead.iter().max_by_key(|(&b, &n)| (n, std::cmp::Reverse(b))),
-            lead.iter().min_by_key(|(&b, &n)| (n, b)),
-        ) else {
+        let Some((max_b, min_b)) = uneven(&lead) else {
             break;
         };
-        if max_n <= min_n + 1 {
-            break;
-        }
         let pick = plan
             .iter()
             .find(|(_, r)| r.first() == Some(&max_b) && r.contains(&min_b))
@@ -543,6 +531,15 @@ pub fn balance_plan(image: &MetadataImage) -> Vec<(String, i32, Vec<BrokerId>)> 
         .filter(|((t, i), r)| image.partition(t, *i).is_some_and(|p| &p.replicas != r))
         .map(|((t, i), r)| (t, i, r))
         .collect()
+}
+
+/// The most and the least loaded broker of `counts` while they differ by more than one.
+fn uneven(counts: &BTreeMap<BrokerId, usize>) -> Option<(BrokerId, BrokerId)> {
+    let (&max_b, &max_n) = counts
+        .iter()
+        .max_by_key(|(&b, &n)| (n, std::cmp::Reverse(b)))?;
+    let (&min_b, &min_n) = counts.iter().min_by_key(|(&b, &n)| (n, b))?;
+    (max_n > min_n + 1).then_some((max_b, min_b))
 }
 
 /// Why removing `leaving` would hurt the cluster, if it would: a partition that could not

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use spate_cluster::metadata::{CommandError, MetadataCommand, MetadataImage};
+use spate_cluster::metadata::{CommandError, MetadataCommand};
 use spate_cluster::node::ProposeError;
 use spate_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
@@ -178,29 +178,6 @@ pub fn list_reassignments(
     resp
 }
 
-/// The partitions an ElectLeaders request names; `None` (Kafka: every partition) expands to
-/// all partitions that need an election of that type.
-fn election_targets(
-    image: &MetadataImage,
-    election_type: i8,
-    req: &ElectLeadersRequest,
-) -> Vec<(String, i32)> {
-    match &req.topic_partitions {
-        Some(tps) => tps
-            .iter()
-            .flat_map(|t| t.partitions.iter().map(|&p| (t.topic.to_string(), p)))
-            .collect(),
-        None => image
-            .partitions_iter()
-            .filter(|(_, _, p)| match election_type {
-                PREFERRED => p.replicas.first().is_some_and(|&r| p.leader != Some(r)),
-                _ => p.leader.is_none_or(|l| !image.is_live(l)),
-            })
-            .map(|(t, i, _)| (t.to_owned(), i))
-            .collect(),
-    }
-}
-
 /// ElectLeaders: preferred (move leadership back to the first replica) or, only when asked,
 /// unclean (a live out-of-sync replica may lead a partition with no live in-sync one).
 pub async fn elect_leaders(
@@ -242,27 +219,18 @@ pub async fn elect_leaders(
         resp.error_code = ResponseError::InvalidRequest.code();
         return resp;
     }
-    let image = cluster.image();
+    let partitions = req.topic_partitions.map(|tps| {
+        tps.iter()
+            .flat_map(|t| t.partitions.iter().map(|&p| (t.topic.to_string(), p)))
+            .collect()
+    });
     let mut results: BTreeMap<String, Vec<PartitionResult>> = BTreeMap::new();
-    for (topic, partition) in election_targets(&image, election_type, &req) {
-        let cmd = if election_type == PREFERRED {
-            MetadataCommand::ElectPreferredLeader {
-                topic: topic.clone(),
-                partition,
-            }
-        } else {
-            MetadataCommand::ElectUncleanLeader {
-                topic: topic.clone(),
-                partition,
-            }
-        };
+    for ((topic, partition), outcome) in cluster.elect(election_type == UNCLEAN, partitions).await {
         let mut r = PartitionResult::default();
         r.partition_id = partition;
-        match cluster.propose(cmd).await {
-            Ok(_) => {}
-            Err(ProposeError::Refused(CommandError::ElectionNotNeeded { .. }))
-                if req.topic_partitions.is_none() => {}
-            Err(e) => (r.error_code, r.error_message) = code_of(&e),
+        if let Err(e) = outcome {
+            r.error_code = e.kafka_code;
+            r.error_message = msg(e.message);
         }
         results.entry(topic).or_default().push(r);
     }
