@@ -116,9 +116,13 @@ fn ensure_topic(
     }
     let hosted = assigned_to(t, cluster.broker_id);
     let dropping: Vec<i32> = local.hosted().difference(&hosted).copied().collect();
-    // Stop fetching before the replica's files go away.
+    // Stop fetching, and stop leading (waiting acks=all produces learn the leadership is
+    // gone), before the replica's files go away.
     for &index in &dropping {
         cluster.follows.unassign(&t.name, index);
+        if let Some(p) = local.partition(index) {
+            p.set_role(Role::Follower, p.leader_epoch());
+        }
     }
     for gone in b
         .topics
