@@ -73,7 +73,7 @@ run_suite() {
     done
     wait "$prod" || true
     if [[ -n "$done_at" ]]; then
-      echo "$name $phase move: $(echo "$done_at - $t0" | bc) s" | tee "$OUT/$name-$phase-time.txt"
+      echo "$name $phase move: $(awk "BEGIN{printf \"%.1f\", $done_at - $t0}") s" | tee "$OUT/$name-$phase-time.txt"
     else
       echo "$name $phase move: did not complete within 15 min" | tee "$OUT/$name-$phase-time.txt"
     fi

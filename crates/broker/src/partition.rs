@@ -203,6 +203,9 @@ impl Partition {
         self.role.store(role as u8, Ordering::SeqCst);
         if role != Role::Leader {
             *self.replication.lock() = None;
+            // acks=all produces waiting on the high watermark look again and learn that the
+            // leadership is gone, instead of waiting out their timeout.
+            self.high_watermark.send_modify(|_| {});
         }
     }
 
