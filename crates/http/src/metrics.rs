@@ -124,6 +124,11 @@ pub async fn render_cluster(b: &Broker) -> String {
             cluster.metrics.throttled_bytes.get(),
         ),
         (
+            "spate_cluster_leader_throttled_replication_bytes_total",
+            "Bytes this node served as a leader to followers of replicas under a replication throttle.",
+            cluster.metrics.leader_throttled_bytes.get(),
+        ),
+        (
             "spate_cluster_throttled_fetches_total",
             "Replica fetches that left throttled replicas out because the throttle rate was used up.",
             cluster.metrics.throttled_fetches.get(),

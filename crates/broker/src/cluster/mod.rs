@@ -92,6 +92,8 @@ pub struct ClusterMetrics {
     pub throttled_bytes: Counter,
     /// Fetches that left throttled replicas out because the throttle rate was used up.
     pub throttled_fetches: Counter,
+    /// Bytes this node served as a leader to followers of replicas under a leader throttle.
+    pub leader_throttled_bytes: Counter,
 }
 
 /// An ISR change a leader wants committed.
@@ -123,6 +125,8 @@ pub struct Cluster {
     producer_ids: Mutex<(i64, i64)>,
     /// Follower-side replication throttle shared by this node's fetchers.
     follower_throttle: throttle::ByteRate,
+    /// Leader-side replication throttle over what this node serves to followers.
+    leader_throttle: throttle::ByteRate,
     /// Replication counters.
     pub metrics: ClusterMetrics,
 }
@@ -149,6 +153,42 @@ impl Cluster {
         self.image()
             .cluster_id()
             .map_or_else(|| self.derived_cluster_id.clone(), str::to_owned)
+    }
+
+    /// The leader-side replication throttle for a replica fetch of `topic`-`partition`:
+    /// `None` when the partition is not throttled here, else how many bytes the fetch may
+    /// take now (0 while the rate is used up).
+    pub(crate) fn leader_throttle_budget(
+        &self,
+        topic: &crate::registry::Topic,
+        partition: i32,
+    ) -> Option<usize> {
+        let rate = broker_configs::throttle_rate(
+            &self.image(),
+            self.broker_id,
+            "leader.replication.throttled.rate",
+        )?;
+        let listed = topic.with_config(|c| {
+            c.get("leader.replication.throttled.replicas")
+                .is_some_and(|(v, _)| crate::topic_config::throttles(v, partition, self.broker_id))
+        });
+        if !listed {
+            return None;
+        }
+        if self
+            .leader_throttle
+            .may_fetch(rate, std::time::Instant::now())
+        {
+            Some(usize::try_from(rate).unwrap_or(usize::MAX).max(1))
+        } else {
+            Some(0)
+        }
+    }
+
+    /// Counts bytes served under the leader-side throttle.
+    pub(crate) fn record_leader_throttled(&self, bytes: usize) {
+        self.leader_throttle.record(bytes);
+        self.metrics.leader_throttled_bytes.add(bytes as u64);
     }
 
     /// The latest metadata image this node applied.
@@ -334,6 +374,7 @@ impl Broker {
             creating_offsets_topic: AtomicBool::new(false),
             producer_ids: Mutex::new((0, 0)),
             follower_throttle: throttle::ByteRate::new(),
+            leader_throttle: throttle::ByteRate::new(),
             metrics: ClusterMetrics::default(),
             settings,
             node,

@@ -43,6 +43,10 @@ struct Slot {
     current_leader_epoch: i32,
     /// A follower's fetch: reads up to the log end, not the high watermark.
     replica: bool,
+    /// A follower's fetch of a replica under the leader-side replication throttle.
+    throttled: bool,
+    /// Throttled with the rate used up: answered without records this time.
+    held: bool,
     /// Error found while resolving (unknown topic or partition).
     error: Option<ResponseError>,
 }
@@ -118,14 +122,24 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
                 ),
             };
             partition_max.push(fp.partition_max_bytes);
+            let mut max_bytes = clamp_limit(fp.partition_max_bytes, fetch_max);
+            let budget = match (replica, b.cluster(), &topic) {
+                (Some(_), Some(c), Some(t)) => c.leader_throttle_budget(t, fp.partition),
+                _ => None,
+            };
+            if let Some(budget) = budget {
+                max_bytes = max_bytes.min(budget);
+            }
             slots.push(Slot {
                 topic: ti,
                 partition,
                 index: fp.partition,
                 fetch_offset: fp.fetch_offset,
-                max_bytes: clamp_limit(fp.partition_max_bytes, fetch_max),
+                max_bytes,
                 current_leader_epoch: fp.current_leader_epoch,
                 replica: replica.is_some(),
+                throttled: budget.is_some(),
+                held: budget == Some(0),
                 error,
             });
         }
@@ -302,6 +316,15 @@ async fn read_and_wait(
                 // Keep what was read (more than reserved only for KIP-74's one big batch).
                 p.resize(bytes);
             }
+            let throttled: usize = slots
+                .iter()
+                .zip(&parts)
+                .filter(|(s, _)| s.throttled)
+                .map(|(_, (_, pd))| pd.records.as_ref().map_or(0, Bytes::len))
+                .sum();
+            if let (true, Some(c)) = (throttled > 0, b.cluster()) {
+                c.record_leader_throttled(throttled);
+            }
             return (assemble(topics, &handles, parts), memory, waited);
         }
         // Not enough yet: keep the memory (it stays accounted) and wait for appends.
@@ -315,6 +338,7 @@ async fn read_and_wait(
 /// True when the slot's partition has records past the fetch position to read.
 fn has_data(s: &Slot) -> bool {
     s.error.is_none()
+        && !s.held
         && s.partition.as_ref().is_some_and(|p| {
             let end = if s.replica {
                 p.log_end_offset()
@@ -386,6 +410,9 @@ fn read_all(
                     Some(ResponseError::UnknownLeaderEpoch)
                 } else if s.current_leader_epoch >= 0 && s.current_leader_epoch < epoch {
                     Some(ResponseError::FencedLeaderEpoch)
+                } else if s.held {
+                    // Under a leader throttle whose rate is used up: no records this time.
+                    None
                 } else {
                     // KIP-74: the first partition with data may exceed the remaining budget by
                     // one batch so that progress is always possible.

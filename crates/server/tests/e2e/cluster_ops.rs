@@ -372,16 +372,25 @@ async fn a_reassignment_completes_after_kill_9_of_the_controller_mid_move() {
             .any(|n| n["id"] == 4 && n["fenced"] == false)
     });
     let mut admin = Raw::connect(&c.node(1).addr);
+    // Both sides, as kafka-reassign-partitions --throttle sets them: node 4 fetches at most
+    // 2000 B/s, and every leader serves throttled replicas at most 4000 B/s.
     throttle(
         &mut admin,
         "4",
         "follower.replication.throttled.rate",
         "2000",
     );
+    throttle(&mut admin, "", "leader.replication.throttled.rate", "4000");
     throttle_topic(
         &mut admin,
         "moving",
         "follower.replication.throttled.replicas",
+        "*",
+    );
+    throttle_topic(
+        &mut admin,
+        "moving",
+        "leader.replication.throttled.replicas",
         "*",
     );
 
@@ -409,11 +418,43 @@ async fn a_reassignment_completes_after_kill_9_of_the_controller_mid_move() {
     wait_status(&c, observer, "the move is in progress", |s| {
         find_partition(s, "moving", 1).is_some_and(|p| !p["adding"].is_null())
     });
+    // The throttles are in force: node 4 counts throttled fetch bytes, and some leader counts
+    // throttled bytes served.
+    let counter = |c: &mut ThreeNodes, id: u64, name: &str| -> f64 {
+        let addr = c.node(id).http.clone();
+        let (_, text) = http(&addr, "GET", "/metrics", &[], "");
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let fetched = counter(&mut c, 4, "spate_cluster_throttled_replication_bytes_total");
+        let mut served = 0.0;
+        for id in c.running() {
+            served += counter(
+                &mut c,
+                id,
+                "spate_cluster_leader_throttled_replication_bytes_total",
+            );
+        }
+        if fetched > 0.0 && served > 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "throttled bytes: fetched {fetched}, served {served}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     c.node(controller).kill9();
     // Lift the throttle through a surviving node: the move may now finish, and only a new
     // controller can complete it.
     let mut admin = Raw::connect(&c.node(observer).addr);
     throttle(&mut admin, "4", "follower.replication.throttled.rate", "");
+    throttle(&mut admin, "", "leader.replication.throttled.rate", "");
     wait_status(
         &c,
         observer,
