@@ -91,27 +91,11 @@ impl MetadataImage {
             .filter(|b| !target.contains(b))
             .collect();
         let replicas: Vec<BrokerId> = target.iter().chain(&removing).copied().collect();
-        let isr: Vec<BrokerId> = state
-            .isr
-            .iter()
-            .copied()
-            .filter(|b| replicas.contains(b))
-            .collect();
-        if isr.is_empty() {
+        let Some(next) = self.with_replicas(&state, replicas.clone(), adding, removing) else {
             return Err(bad(format!(
                 "{topic}-{partition}: no replica of {replicas:?} would be left in sync (ISR {:?})",
                 state.isr
             )));
-        }
-        let leader = self.keep_or_elect(state.leader, &replicas, &isr);
-        let next = PartitionState {
-            leader_epoch: bump_if(state.leader_epoch, leader != state.leader),
-            partition_epoch: state.partition_epoch.saturating_add(1),
-            replicas,
-            leader,
-            isr,
-            adding,
-            removing,
         };
         // Nothing to copy (a reorder, or only replicas leaving whose remaining ones are in
         // sync): done in the same step, as Kafka does.
@@ -137,29 +121,14 @@ impl MetadataImage {
             });
         }
         let replicas = state.original_replicas();
-        let isr: Vec<BrokerId> = state
-            .isr
-            .iter()
-            .copied()
-            .filter(|b| replicas.contains(b))
-            .collect();
-        if isr.is_empty() {
+        let Some(next) = self.with_replicas(&state, replicas.clone(), Vec::new(), Vec::new())
+        else {
             return Err(CommandError::InvalidReplicaAssignment {
                 reason: format!(
                     "{topic}-{partition}: cannot cancel, none of the original replicas {replicas:?} is in sync (ISR {:?})",
                     state.isr
                 ),
             });
-        }
-        let leader = self.keep_or_elect(state.leader, &replicas, &isr);
-        let next = PartitionState {
-            leader_epoch: bump_if(state.leader_epoch, leader != state.leader),
-            partition_epoch: state.partition_epoch.saturating_add(1),
-            replicas,
-            leader,
-            isr,
-            adding: Vec::new(),
-            removing: Vec::new(),
         };
         *self.partition_mut(topic, partition)? = next.clone();
         Ok(CommandOutcome::Reassigned(next))
@@ -221,6 +190,37 @@ impl MetadataImage {
             adding: Vec::new(),
             removing: Vec::new(),
         }
+    }
+
+    /// `state` with a new replica set (and reassignment sets): the ISR keeps only members of
+    /// it and the leader moves if it left; the partition epoch is bumped. `None` when no ISR
+    /// member would remain.
+    fn with_replicas(
+        &self,
+        state: &PartitionState,
+        replicas: Vec<BrokerId>,
+        adding: Vec<BrokerId>,
+        removing: Vec<BrokerId>,
+    ) -> Option<PartitionState> {
+        let isr: Vec<BrokerId> = state
+            .isr
+            .iter()
+            .copied()
+            .filter(|b| replicas.contains(b))
+            .collect();
+        if isr.is_empty() {
+            return None;
+        }
+        let leader = self.keep_or_elect(state.leader, &replicas, &isr);
+        Some(PartitionState {
+            leader_epoch: bump_if(state.leader_epoch, leader != state.leader),
+            partition_epoch: state.partition_epoch.saturating_add(1),
+            replicas,
+            leader,
+            isr,
+            adding,
+            removing,
+        })
     }
 
     /// The current leader if it stays a live replica, else the first live in-sync replica

@@ -256,10 +256,9 @@ fn holds(status: &Value, broker: u64) -> Vec<i64> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fourth_node_joins_takes_partitions_and_is_decommissioned_while_producing_loses_nothing()
-{
-    let mut c = ThreeNodes::start(&[]);
+/// Three nodes and the topic "moving" (RF 3, min.insync.replicas 2) fully in sync.
+async fn three_nodes_with_moving_topic() -> (ThreeNodes, String) {
+    let c = ThreeNodes::start(&[]);
     let bootstrap = c.bootstrap();
     create_replicated(&bootstrap, "moving", TOPIC_PARTITIONS, "2").await;
     for p in 0..TOPIC_PARTITIONS {
@@ -267,6 +266,13 @@ async fn a_fourth_node_joins_takes_partitions_and_is_decommissioned_while_produc
             ids(&p["isr"]).len() == 3
         });
     }
+    (c, bootstrap)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fourth_node_joins_takes_partitions_and_is_decommissioned_while_producing_loses_nothing()
+{
+    let (mut c, bootstrap) = three_nodes_with_moving_topic().await;
     let load = Load::start(&bootstrap, "moving", 20_000);
 
     // Grow: node 4 starts, is added through the admin API, and registers as a broker.
@@ -340,14 +346,7 @@ async fn a_fourth_node_joins_takes_partitions_and_is_decommissioned_while_produc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reassignment_completes_after_kill_9_of_the_controller_mid_move() {
-    let mut c = ThreeNodes::start(&[]);
-    let bootstrap = c.bootstrap();
-    create_replicated(&bootstrap, "moving", TOPIC_PARTITIONS, "2").await;
-    for p in 0..TOPIC_PARTITIONS {
-        c.wait_partition(1, "moving", p.into(), "ISR of three", |p| {
-            ids(&p["isr"]).len() == 3
-        });
-    }
+    let (mut c, bootstrap) = three_nodes_with_moving_topic().await;
     // Some data to copy, then a slow follower throttle on node 4 so the move is still in
     // progress when the controller dies.
     let load = Load::start(&bootstrap, "moving", 3_000);
@@ -643,14 +642,7 @@ async fn bad_operations_get_kafka_codes_or_clear_errors_and_change_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_of_every_node_fails_no_acks_all_delivery_and_leaders_return_to_preferred(
 ) {
-    let mut c = ThreeNodes::start(&[]);
-    let bootstrap = c.bootstrap();
-    create_replicated(&bootstrap, "moving", TOPIC_PARTITIONS, "2").await;
-    for p in 0..TOPIC_PARTITIONS {
-        c.wait_partition(1, "moving", p.into(), "ISR of three", |p| {
-            ids(&p["isr"]).len() == 3
-        });
-    }
+    let (mut c, bootstrap) = three_nodes_with_moving_topic().await;
     // Check for leader imbalance every second instead of Kafka's 300 s default.
     let mut raw = Raw::connect(&c.node(1).addr);
     throttle(&mut raw, "", "leader.imbalance.check.interval.seconds", "1");
