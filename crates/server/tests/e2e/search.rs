@@ -736,3 +736,69 @@ async fn bad_input_gets_a_clear_elasticsearch_shaped_error_and_never_a_crash() {
     let (_, v) = search(&spate, "/strict/_count", &json!({}));
     assert_eq!(v["count"].as_u64(), Some(3));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_every_replica_indexes_and_search_survives_kill_9_of_the_leader() {
+    use crate::cluster::{find_partition, ThreeNodes};
+    let mut c = ThreeNodes::start(&[]);
+    let bootstrap = c.bootstrap();
+    let t = NewTopic::new("found", 2, TopicReplication::Fixed(3))
+        .set("min.insync.replicas", "2")
+        .set("search.enabled", "true");
+    let r = admin(&bootstrap)
+        .create_topics(&[t], &AdminOptions::new())
+        .await
+        .expect("create_topics");
+    assert!(r[0].is_ok(), "{r:?}");
+    for p in 0..2 {
+        c.wait_partition(1, "found", p, "ISR of three", |p| {
+            p["isr"].as_array().is_some_and(|a| a.len() == 3)
+        });
+    }
+    let p = producer(&bootstrap, &[]);
+    let n = 300;
+    let mut acked = BTreeSet::new();
+    for i in 0..n {
+        let value = format!("record number{i} in the cluster");
+        let d = p
+            .send(
+                FutureRecord::<(), _>::to("found")
+                    .partition(i % 2)
+                    .payload(&value),
+                Duration::from_secs(20),
+            )
+            .await
+            .expect("acknowledged");
+        acked.insert(format!("{}-{}", d.partition, d.offset));
+    }
+    // Every replica indexes its own log up to the high watermark.
+    for id in [1, 2, 3] {
+        wait_for_count(c.node(id), "found", n as usize);
+    }
+    let status = c.status(1).expect("status");
+    let leader = find_partition(&status, "found", 0).expect("partition 0")["leader"]
+        .as_u64()
+        .expect("a leader");
+    c.node(leader).kill9();
+    let survivor = [1, 2, 3]
+        .into_iter()
+        .find(|&id| id != leader)
+        .expect("survivor");
+    let (status, v) = search(
+        c.node(survivor),
+        "/found/_search",
+        &json!({"size": n, "_source": false}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        ids(&v),
+        acked,
+        "every acknowledged record, once, after the leader died"
+    );
+    let (_, v) = search(
+        c.node(survivor),
+        "/found/_count",
+        &json!({"query": {"match": {"value": "number123"}}}),
+    );
+    assert_eq!(v["count"].as_u64(), Some(1));
+}
