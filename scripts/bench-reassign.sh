@@ -62,7 +62,8 @@ run_suite() {
       --throughput "$RATE" --command-property acks=all > "$OUT/$name-$phase-producer.txt" 2>&1 &
     local prod=$!
     local t0; t0=$(date +%s.%N)
-    reassign "$bs" --execute --reassignment-json-file "$OUT/$name-$phase-plan.json" "${extra[@]}" > "$OUT/$name-$phase-execute.txt"
+    reassign "$bs" --execute --reassignment-json-file "$OUT/$name-$phase-plan.json" "${extra[@]}" > "$OUT/$name-$phase-execute.txt" \
+      || { kill "$prod" 2>/dev/null; cat "$OUT/$name-$phase-execute.txt" >&2; return 1; }
     local done_at=""
     for _ in $(seq 1 1800); do
       if reassign "$bs" --verify --reassignment-json-file "$OUT/$name-$phase-plan.json" > "$OUT/$name-$phase-verify.txt" 2>&1 \
@@ -107,12 +108,14 @@ if [[ "${BENCH_ONLY:-}" != kafka ]]; then
       > "$SDIR/node-$i.out" 2> "$SDIR/node-$i.log" &
     pids+=($!)
   done
-  trap 'kill -9 "${pids[@]}" 2>/dev/null || true; rm -rf "$SDIR"' EXIT
+  trap 'kill -9 "${pids[@]}" 2>/dev/null || true; cp "$SDIR"/node-*.log "$OUT"/ 2>/dev/null; rm -rf "$SDIR"' EXIT
   for i in 1 2 3; do
     for _ in $(seq 1 120); do curl -sf "127.0.0.1:1970$i/ready" >/dev/null && break; sleep 0.5; done
   done
   "$SPATE_BIN" cluster add-node --http 127.0.0.1:19701 --node-id 4 --addr 127.0.0.1:19604
-  for _ in $(seq 1 120); do curl -sf 127.0.0.1:19704/ready >/dev/null && break; sleep 0.5; done
+  ready=""
+  for _ in $(seq 1 120); do curl -sf 127.0.0.1:19704/ready >/dev/null && { ready=1; break; }; sleep 0.5; done
+  [[ -n "$ready" ]] || { echo "node 4 did not become ready; its log is in $OUT/node-4.log" >&2; exit 1; }
   run_suite spate 127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094,127.0.0.1:19095
 fi
 
