@@ -92,7 +92,10 @@ if [[ "${BENCH_ONLY:-}" != spate ]]; then
     KAFKA_EXTRA_PROPS="process.roles=broker listeners=PLAINTEXT://127.0.0.1:19095" \
     "$ANCHOR/start.sh" >> "$OUT/kafka-start.log"
   run_suite kafka 127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094,127.0.0.1:19095 || echo "kafka suite failed" >&2
-  kill "$(cat "$KDIR/node-4/kafka.pid")" 2>/dev/null || true
+  # Wait for the broker-only node to exit: spate's node 4 takes its port next.
+  k4="$(cat "$KDIR/node-4/kafka.pid")"
+  kill "$k4" 2>/dev/null || true
+  for _ in $(seq 1 120); do kill -0 "$k4" 2>/dev/null || break; sleep 0.5; done
   KAFKA_CLUSTER_DIR="$KDIR" "$ANCHOR/stop-cluster.sh" >/dev/null 2>&1 || true
   rm -rf "$KDIR"
 fi
