@@ -679,6 +679,60 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_topic_holds_only_its_assigned_replicas_across_moves_and_reopen() {
+        use std::collections::BTreeSet;
+        let dir = tempfile::tempdir().unwrap();
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+        let (reg, _) = TopicRegistry::open(dir.path(), flusher.clone()).unwrap();
+        let id = Uuid::new_v4();
+        let t = reg
+            .create_hosting(
+                "moving",
+                id,
+                3,
+                TopicConfig::default(),
+                &BTreeSet::from([0]),
+            )
+            .unwrap();
+        assert_eq!(t.hosted(), BTreeSet::from([0]));
+        assert!(dir.path().join("topics/moving/0").exists());
+        assert!(!dir.path().join("topics/moving/1").exists());
+        assert!(reg
+            .set_hosted(&t, &BTreeSet::from([0, 2]))
+            .unwrap()
+            .is_empty());
+        assert_eq!(t.hosted(), BTreeSet::from([0, 2]));
+        let gone = reg.set_hosted(&t, &BTreeSet::from([2])).unwrap();
+        assert_eq!(gone.iter().map(|p| p.index).collect::<Vec<_>>(), vec![0]);
+        assert!(
+            !dir.path().join("topics/moving/0").exists(),
+            "moved to the trash"
+        );
+        // Not held here: NOT_LEADER_OR_FOLLOWER; not in the topic at all: UNKNOWN.
+        assert_eq!(t.lookup(0).err(), Some(ResponseError::NotLeaderOrFollower));
+        assert_eq!(
+            t.lookup(3).err(),
+            Some(ResponseError::UnknownTopicOrPartition)
+        );
+        assert!(t.lookup(2).is_ok());
+        // Growing keeps the new partitions unheld until assigned.
+        reg.add_partitions(&t, 4, false).unwrap();
+        assert_eq!((t.partition_count(), t.hosted()), (4, BTreeSet::from([2])));
+        drop((t, gone, reg));
+        let (reg, notes) = TopicRegistry::open(dir.path(), flusher).unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
+        let t = reg.get("moving").unwrap();
+        assert_eq!(
+            (t.id, t.partition_count(), t.hosted()),
+            (id, 4, BTreeSet::from([2]))
+        );
+        assert!(
+            !dir.path().join("topics/moving/1").exists(),
+            "unheld partitions have no files"
+        );
+    }
+
+    #[test]
     fn topics_survive_reopen_and_deletion_frees_the_name() {
         let dir = tempfile::tempdir().unwrap();
         let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
