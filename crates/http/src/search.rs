@@ -93,31 +93,19 @@ fn request(params: &HashMap<String, String>, body: &Bytes) -> Result<SearchReque
     Ok(req)
 }
 
-async fn run_search(
-    s: Arc<HttpState>,
-    topics: &str,
-    params: HashMap<String, String>,
-    body: Bytes,
-) -> Response {
-    let service = match service(&s) {
-        Ok(x) => x,
-        Err(r) => return *r,
-    };
-    let req = match request(&params, &body) {
-        Ok(r) => r,
-        Err(e) => return error(e),
-    };
-    match service.search(topics, req).await {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => error(e),
-    }
+/// What a search endpoint answers.
+#[derive(Clone, Copy)]
+enum Answer {
+    Hits,
+    Count,
 }
 
-async fn run_count(
+async fn run(
     s: Arc<HttpState>,
     topics: &str,
     params: HashMap<String, String>,
     body: Bytes,
+    answer: Answer,
 ) -> Response {
     let service = match service(&s) {
         Ok(x) => x,
@@ -127,7 +115,11 @@ async fn run_count(
         Ok(r) => r,
         Err(e) => return error(e),
     };
-    match service.count(topics, req).await {
+    let result = match answer {
+        Answer::Hits => service.search(topics, req).await,
+        Answer::Count => service.count(topics, req).await,
+    };
+    match result {
         Ok(v) => Json(v).into_response(),
         Err(e) => error(e),
     }
@@ -139,7 +131,7 @@ async fn search(
     Query(params): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Response {
-    run_search(s, &topics, params, body).await
+    run(s, &topics, params, body, Answer::Hits).await
 }
 
 async fn search_all(
@@ -147,7 +139,7 @@ async fn search_all(
     Query(params): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Response {
-    run_search(s, "_all", params, body).await
+    run(s, "_all", params, body, Answer::Hits).await
 }
 
 async fn count(
@@ -156,7 +148,7 @@ async fn count(
     Query(params): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Response {
-    run_count(s, &topics, params, body).await
+    run(s, &topics, params, body, Answer::Count).await
 }
 
 async fn count_all(
@@ -164,5 +156,5 @@ async fn count_all(
     Query(params): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Response {
-    run_count(s, "_all", params, body).await
+    run(s, "_all", params, body, Answer::Count).await
 }
