@@ -439,26 +439,30 @@ pub fn offline_replicas(image: &MetadataImage, replicas: &[BrokerId]) -> Vec<Bro
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::metadata::CommandOutcome;
 
     const TIMEOUT: u64 = 9_000;
 
-    fn image_with_brokers(ids: &[BrokerId]) -> MetadataImage {
+    /// Registration of broker `id` by process `incarnation`, on test addresses.
+    pub(crate) fn register_command(id: BrokerId, incarnation: u128) -> MetadataCommand {
+        MetadataCommand::RegisterBroker {
+            broker_id: id,
+            incarnation: Uuid::from_u128(incarnation),
+            inter_node_addr: format!("127.0.0.1:{}", 9100 + id),
+            kafka_host: "127.0.0.1".to_owned(),
+            kafka_port: 9092,
+            rack: None,
+            now_ms: 0,
+        }
+    }
+
+    /// An image with brokers `ids` registered and live.
+    pub(crate) fn image_with_brokers(ids: &[BrokerId]) -> MetadataImage {
         let mut image = MetadataImage::new();
         for &id in ids {
-            image
-                .apply(&MetadataCommand::RegisterBroker {
-                    broker_id: id,
-                    incarnation: Uuid::from_u128(id as u128),
-                    inter_node_addr: format!("127.0.0.1:{}", 9100 + id),
-                    kafka_host: "127.0.0.1".to_owned(),
-                    kafka_port: 9092,
-                    rack: None,
-                    now_ms: 0,
-                })
-                .unwrap();
+            image.apply(&register_command(id, id as u128)).unwrap();
         }
         image
     }

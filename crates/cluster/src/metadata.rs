@@ -1306,14 +1306,7 @@ impl MetadataImage {
         isr: &[BrokerId],
     ) -> CommandResult {
         let state = self.partition_ref(topic, partition)?;
-        if state.partition_epoch != partition_epoch {
-            return Err(CommandError::StalePartitionEpoch {
-                topic: topic.to_owned(),
-                partition,
-                given: partition_epoch,
-                current: state.partition_epoch,
-            });
-        }
+        check_partition_epoch(topic, partition, state, partition_epoch)?;
         self.check_isr_members(topic, partition, state, isr)?;
         if let Some(l) = leader {
             if !isr.contains(&l) {
@@ -1419,14 +1412,7 @@ impl MetadataImage {
                 leader: state.leader,
             });
         }
-        if partition_epoch != state.partition_epoch {
-            return Err(CommandError::StalePartitionEpoch {
-                topic: topic.to_owned(),
-                partition,
-                given: partition_epoch,
-                current: state.partition_epoch,
-            });
-        }
+        check_partition_epoch(topic, partition, state, partition_epoch)?;
         if !isr.contains(&leader) {
             return Err(CommandError::InvalidIsr {
                 topic: topic.to_owned(),
@@ -1467,6 +1453,24 @@ impl Default for MetadataImage {
 
 fn invalid(reason: String) -> CommandError {
     CommandError::InvalidRequest { reason }
+}
+
+/// Refuses a change decided on another partition epoch than the current one.
+pub(crate) fn check_partition_epoch(
+    topic: &str,
+    partition: i32,
+    state: &PartitionState,
+    given: i32,
+) -> Result<(), CommandError> {
+    if state.partition_epoch == given {
+        return Ok(());
+    }
+    Err(CommandError::StalePartitionEpoch {
+        topic: topic.to_owned(),
+        partition,
+        given,
+        current: state.partition_epoch,
+    })
 }
 
 pub(crate) fn validate_config_keys<'a>(

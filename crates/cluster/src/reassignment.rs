@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::metadata::{
-    validate_config_keys, BrokerId, CommandError, CommandOutcome, CommandResult, MetadataCommand,
-    MetadataImage, PartitionState,
+    check_partition_epoch, validate_config_keys, BrokerId, CommandError, CommandOutcome,
+    CommandResult, MetadataCommand, MetadataImage, PartitionState,
 };
 
 impl MetadataImage {
@@ -141,14 +141,7 @@ impl MetadataImage {
         partition_epoch: i32,
     ) -> CommandResult {
         let state = self.partition_ref(topic, partition)?.clone();
-        if state.partition_epoch != partition_epoch {
-            return Err(CommandError::StalePartitionEpoch {
-                topic: topic.to_owned(),
-                partition,
-                given: partition_epoch,
-                current: state.partition_epoch,
-            });
-        }
+        check_partition_epoch(topic, partition, &state, partition_epoch)?;
         if !state.is_reassigning() {
             return Err(CommandError::NoReassignmentInProgress {
                 topic: topic.to_owned(),
@@ -606,25 +599,8 @@ pub fn removal_blocker(
 mod tests {
     use super::*;
     use crate::controller::create_topic_command;
+    use crate::controller::tests::{image_with_brokers as image_with, register_command};
     use uuid::Uuid;
-
-    fn image_with(brokers: &[BrokerId]) -> MetadataImage {
-        let mut image = MetadataImage::new();
-        for &id in brokers {
-            image
-                .apply(&MetadataCommand::RegisterBroker {
-                    broker_id: id,
-                    incarnation: Uuid::from_u128(id as u128),
-                    inter_node_addr: format!("127.0.0.1:{}", 9100 + id),
-                    kafka_host: "127.0.0.1".to_owned(),
-                    kafka_port: 9092,
-                    rack: None,
-                    now_ms: 0,
-                })
-                .unwrap();
-        }
-        image
-    }
 
     fn topic(image: &mut MetadataImage, name: &str, assignment: Vec<Vec<BrokerId>>) {
         image
@@ -855,15 +831,7 @@ mod tests {
         image
             .apply(&MetadataCommand::UnregisterBroker { broker_id: 4 })
             .unwrap();
-        let again = image.apply(&MetadataCommand::RegisterBroker {
-            broker_id: 4,
-            incarnation: Uuid::from_u128(44),
-            inter_node_addr: "127.0.0.1:9104".to_owned(),
-            kafka_host: "127.0.0.1".to_owned(),
-            kafka_port: 9092,
-            rack: None,
-            now_ms: 0,
-        });
+        let again = image.apply(&register_command(4, 44));
         assert!(matches!(
             again,
             Err(CommandError::BrokerRetired { broker_id: 4 })
@@ -871,17 +839,7 @@ mod tests {
         image
             .apply(&MetadataCommand::ReadmitBroker { broker_id: 4 })
             .unwrap();
-        assert!(image
-            .apply(&MetadataCommand::RegisterBroker {
-                broker_id: 4,
-                incarnation: Uuid::from_u128(44),
-                inter_node_addr: "127.0.0.1:9104".to_owned(),
-                kafka_host: "127.0.0.1".to_owned(),
-                kafka_port: 9092,
-                rack: None,
-                now_ms: 0,
-            })
-            .is_ok());
+        assert!(image.apply(&register_command(4, 44)).is_ok());
     }
 
     #[test]
@@ -926,17 +884,7 @@ mod tests {
         );
         let mut image = {
             let mut with4 = image.clone();
-            with4
-                .apply(&MetadataCommand::RegisterBroker {
-                    broker_id: 4,
-                    incarnation: Uuid::from_u128(4),
-                    inter_node_addr: "127.0.0.1:9104".to_owned(),
-                    kafka_host: "127.0.0.1".to_owned(),
-                    kafka_port: 9092,
-                    rack: None,
-                    now_ms: 0,
-                })
-                .unwrap();
+            with4.apply(&register_command(4, 4)).unwrap();
             with4
         };
         let plan = balance_plan(&image);
