@@ -439,14 +439,20 @@ async fn fetch(
         me,
         "follower.replication.throttled.rate",
     );
-    let throttled = |topic: &str, index: i32| {
-        rate.is_some()
-            && b.topics.get(topic).is_some_and(|t| {
-                t.with_config(|c| {
-                    c.get("follower.replication.throttled.replicas")
-                        .is_some_and(|(v, _)| crate::topic_config::throttles(v, index, me))
+    let mut throttled_keys: std::collections::BTreeSet<Key> = match rate {
+        None => Default::default(),
+        Some(_) => work
+            .iter()
+            .filter(|((topic, index), _)| {
+                b.topics.get(topic).is_some_and(|t| {
+                    t.with_config(|c| {
+                        c.get("follower.replication.throttled.replicas")
+                            .is_some_and(|(v, _)| crate::topic_config::throttles(v, *index, me))
+                    })
                 })
             })
+            .map(|(k, _)| k.clone())
+            .collect(),
     };
     let held_back = match rate {
         Some(rate) => !cluster
@@ -454,29 +460,23 @@ async fn fetch(
             .may_fetch(rate, std::time::Instant::now()),
         None => false,
     };
-    let work: Vec<(Key, Follow)> = if held_back {
-        let before = work.len();
+    let work: Vec<(Key, Follow)> = if held_back && !throttled_keys.is_empty() {
+        cluster.metrics.throttled_fetches.inc();
         let kept: Vec<(Key, Follow)> = work
             .into_iter()
-            .filter(|((t, i), _)| !throttled(t, *i))
+            .filter(|(k, _)| !throttled_keys.contains(k))
             .collect();
-        if kept.len() < before {
-            cluster.metrics.throttled_fetches.inc();
-        }
         if kept.is_empty() {
             // Only throttled replicas: wait a little for the rate to pay back the debt.
             tokio::time::sleep(Duration::from_millis(100)).await;
             return Ok(false);
         }
+        // What is left is not throttled.
+        throttled_keys.clear();
         kept
     } else {
         work
     };
-    let throttled_keys: std::collections::BTreeSet<Key> = work
-        .iter()
-        .filter(|((t, i), _)| throttled(t, *i))
-        .map(|(k, _)| k.clone())
-        .collect();
     let mut by_topic: BTreeMap<&str, (Uuid, Vec<FetchPartition>)> = BTreeMap::new();
     for ((topic, index), f) in &work {
         let mut p = FetchPartition::default();

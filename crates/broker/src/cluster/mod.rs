@@ -155,19 +155,25 @@ impl Cluster {
             .map_or_else(|| self.derived_cluster_id.clone(), str::to_owned)
     }
 
-    /// The leader-side replication throttle for a replica fetch of `topic`-`partition`:
-    /// `None` when the partition is not throttled here, else how many bytes the fetch may
-    /// take now (0 while the rate is used up).
-    pub(crate) fn leader_throttle_budget(
-        &self,
-        topic: &crate::registry::Topic,
-        partition: i32,
-    ) -> Option<usize> {
-        let rate = broker_configs::throttle_rate(
+    /// This node's leader-side replication throttle rate (bytes per second), when one is set;
+    /// read once per replica fetch.
+    pub(crate) fn leader_throttle_rate(&self) -> Option<u64> {
+        broker_configs::throttle_rate(
             &self.image(),
             self.broker_id,
             "leader.replication.throttled.rate",
-        )?;
+        )
+    }
+
+    /// Under a leader throttle of `rate`, how many bytes a replica fetch of
+    /// `topic`-`partition` may take now (0 while the rate is used up); `None` when the
+    /// topic does not list this replica as throttled.
+    pub(crate) fn leader_throttle_budget(
+        &self,
+        rate: u64,
+        topic: &crate::registry::Topic,
+        partition: i32,
+    ) -> Option<usize> {
         let listed = topic.with_config(|c| {
             c.get("leader.replication.throttled.replicas")
                 .is_some_and(|(v, _)| crate::topic_config::throttles(v, partition, self.broker_id))

@@ -90,6 +90,10 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
         req.replica_id.0
     };
     let replica = (replica_id >= 0).then_some(replica_id);
+    // A follower's fetch in a cluster with a leader-side replication throttle set.
+    let leader_throttle = replica
+        .and(b.cluster())
+        .and_then(|c| Some((c, c.leader_throttle_rate()?)));
     let now_ms = b.clock.monotonic_ms().max(0) as u64;
     for (ti, ft) in req.topics.iter().enumerate() {
         if refused.is_some() {
@@ -123,8 +127,8 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
             };
             partition_max.push(fp.partition_max_bytes);
             let mut max_bytes = clamp_limit(fp.partition_max_bytes, fetch_max);
-            let budget = match (replica, b.cluster(), &topic) {
-                (Some(_), Some(c), Some(t)) => c.leader_throttle_budget(t, fp.partition),
+            let budget = match (leader_throttle, &topic) {
+                (Some((c, rate)), Some(t)) => c.leader_throttle_budget(rate, t, fp.partition),
                 _ => None,
             };
             if let Some(budget) = budget {
