@@ -256,6 +256,27 @@ fn holds(status: &Value, broker: u64) -> Vec<i64> {
         .collect()
 }
 
+/// Starts node 4, adds it through the admin API of node 1, and waits until it is a live
+/// broker and a voter; returns node 1's status then.
+fn add_fourth_node(c: &mut ThreeNodes) -> Value {
+    let addr4 = c.start_new_node(4, &[]);
+    let http1 = c.node(1).http.clone();
+    let (code, body) = post(
+        &http1,
+        "/admin/cluster/nodes",
+        &format!(r#"{{"node_id":4,"addr":"{addr4}"}}"#),
+    );
+    assert_eq!(code, 200, "{body}");
+    wait_status(c, 1, "node 4 registered", |s| {
+        s["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|n| n["id"] == 4 && n["fenced"] == false)
+            && ids(&s["voters"]).contains(&4)
+    })
+}
+
 /// Three nodes and the topic "moving" (RF 3, min.insync.replicas 2) fully in sync.
 async fn three_nodes_with_moving_topic() -> (ThreeNodes, String) {
     let c = ThreeNodes::start(&[]);
@@ -276,22 +297,8 @@ async fn a_fourth_node_joins_takes_partitions_and_is_decommissioned_while_produc
     let load = Load::start(&bootstrap, "moving", 20_000);
 
     // Grow: node 4 starts, is added through the admin API, and registers as a broker.
-    let addr4 = c.start_new_node(4, &[]);
+    let status = add_fourth_node(&mut c);
     let http1 = c.node(1).http.clone();
-    let (code, body) = post(
-        &http1,
-        "/admin/cluster/nodes",
-        &format!(r#"{{"node_id":4,"addr":"{addr4}"}}"#),
-    );
-    assert_eq!(code, 200, "{body}");
-    let status = wait_status(&c, 1, "node 4 registered", |s| {
-        s["nodes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|n| n["id"] == 4 && n["fenced"] == false)
-            && ids(&s["voters"]).contains(&4)
-    });
     // Move a third of the partitions onto node 4 with the Kafka API.
     let p0 = find_partition(&status, "moving", 0).expect("partition 0");
     let mut target = ids(&p0["replicas"]);
@@ -355,21 +362,7 @@ async fn a_reassignment_completes_after_kill_9_of_the_controller_mid_move() {
     }
     let acked = load.finish().await;
     assert!(acked.failures.is_empty(), "{:?}", acked.failures);
-    let addr4 = c.start_new_node(4, &[]);
-    let http1 = c.node(1).http.clone();
-    let (code, body) = post(
-        &http1,
-        "/admin/cluster/nodes",
-        &format!(r#"{{"node_id":4,"addr":"{addr4}"}}"#),
-    );
-    assert_eq!(code, 200, "{body}");
-    wait_status(&c, 1, "node 4 registered", |s| {
-        s["nodes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|n| n["id"] == 4 && n["fenced"] == false)
-    });
+    add_fourth_node(&mut c);
     let mut admin = Raw::connect(&c.node(1).addr);
     // Both sides, as kafka-reassign-partitions --throttle sets them: node 4 fetches at most
     // 2000 B/s, and every leader serves throttled replicas at most 4000 B/s.
