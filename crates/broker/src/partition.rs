@@ -834,15 +834,18 @@ mod tests {
             flusher.clone(),
         )
         .unwrap();
-        append(&p, &idempotent(0, 1)).unwrap();
-        disk.fail_fsync(true);
-        append(&p, &idempotent(1, 1)).unwrap();
-        let mut rx = p.durable_offset();
-        let waited = tokio::runtime::Builder::new_current_thread()
+        let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
-            .unwrap()
-            .block_on(spate_log::wait_durable(&mut rx, 2));
+            .unwrap();
+        let mut rx = p.durable_offset();
+        append(&p, &idempotent(0, 1)).unwrap();
+        // The flusher syncs in the background: let the first record reach disk before the
+        // disk starts failing, so only the second one meets the failure.
+        assert_eq!(rt.block_on(spate_log::wait_durable(&mut rx, 1)), Ok(()));
+        disk.fail_fsync(true);
+        append(&p, &idempotent(1, 1)).unwrap();
+        let waited = rt.block_on(spate_log::wait_durable(&mut rx, 2));
         assert_eq!(waited, Err(spate_log::DurabilityError::FsyncFailed));
         assert!(p.is_offline());
         assert!(matches!(
