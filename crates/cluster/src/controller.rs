@@ -454,6 +454,7 @@ pub(crate) mod tests {
             kafka_host: "127.0.0.1".to_owned(),
             kafka_port: 9092,
             rack: None,
+            http_addr: None,
             now_ms: 0,
         }
     }

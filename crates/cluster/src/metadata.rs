@@ -53,6 +53,10 @@ pub struct BrokerRegistration {
     /// replicas away and places nothing new on it.
     #[serde(default)]
     pub decommissioning: bool,
+    /// The HTTP address other nodes use for node-to-node HTTP (search fan-out, ingest
+    /// routing); absent for brokers registered before it existed.
+    #[serde(default)]
+    pub http_addr: Option<String>,
 }
 
 /// The replication state of one partition.
@@ -179,6 +183,9 @@ pub enum MetadataCommand {
         kafka_port: u16,
         /// Optional rack.
         rack: Option<String>,
+        /// Advertised HTTP address for node-to-node HTTP.
+        #[serde(default)]
+        http_addr: Option<String>,
         /// Time as given by the proposer.
         now_ms: u64,
     },
@@ -804,6 +811,7 @@ impl MetadataImage {
                 kafka_host,
                 kafka_port,
                 rack,
+                http_addr,
                 now_ms,
             } => self.register_broker(
                 *broker_id,
@@ -812,6 +820,7 @@ impl MetadataImage {
                 kafka_host,
                 *kafka_port,
                 rack.as_deref(),
+                http_addr.as_deref(),
                 *now_ms,
             ),
             MetadataCommand::BrokerHeartbeat {
@@ -965,6 +974,7 @@ impl MetadataImage {
         kafka_host: &str,
         kafka_port: u16,
         rack: Option<&str>,
+        http_addr: Option<&str>,
         now_ms: u64,
     ) -> CommandResult {
         if broker_id < 0 {
@@ -1018,6 +1028,7 @@ impl MetadataImage {
                 last_heartbeat_ms: now_ms,
                 heartbeat_count: 0,
                 decommissioning,
+                http_addr: http_addr.map(str::to_owned),
             },
         );
         Ok(CommandOutcome::BrokerRegistered {
@@ -1502,6 +1513,7 @@ mod tests {
             kafka_host: "127.0.0.1".to_owned(),
             kafka_port: 9092,
             rack: None,
+            http_addr: None,
             now_ms: 1_000,
         }
     }

@@ -391,6 +391,8 @@ pub struct BrokerInfo {
     pub kafka_port: u16,
     /// Optional rack.
     pub rack: Option<String>,
+    /// Advertised HTTP address, for node-to-node HTTP.
+    pub http_addr: Option<String>,
 }
 
 struct Inner {
@@ -903,6 +905,7 @@ async fn broker_session(
                 kafka_host: info.kafka_host.clone(),
                 kafka_port: info.kafka_port,
                 rack: info.rack.clone(),
+                http_addr: info.http_addr.clone(),
                 now_ms: wall_clock_ms(),
             },
             Some(broker_epoch) => MetadataCommand::BrokerHeartbeat {
@@ -1299,6 +1302,7 @@ mod tests {
             kafka_host: "127.0.0.1".to_owned(),
             kafka_port: 9092,
             rack: None,
+            http_addr: None,
             now_ms: 0,
         }
     }

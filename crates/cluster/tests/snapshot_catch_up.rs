@@ -38,6 +38,7 @@ async fn scenario() {
                 kafka_host: "127.0.0.1".to_owned(),
                 kafka_port: 9092,
                 rack: None,
+                http_addr: None,
                 now_ms: 0,
             })
             .await

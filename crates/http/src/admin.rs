@@ -178,6 +178,7 @@ async fn cluster_status(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> 
                 "id": r.id,
                 "kafka": format!("{}:{}", r.kafka_host, r.kafka_port),
                 "inter_node": r.inter_node_addr,
+                "http": r.http_addr,
                 "broker_epoch": r.epoch,
                 "fenced": r.fenced,
                 "shutting_down": r.shutting_down,

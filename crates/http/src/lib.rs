@@ -6,6 +6,7 @@
 mod admin;
 mod cluster_admin;
 mod metrics;
+pub mod peer;
 mod search;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,6 +45,11 @@ impl HttpState {
     /// Hands over the search service; `/_search` answers from then on.
     pub fn set_search(&self, search: Arc<spate_search::SearchService>) {
         let _ = self.search.set(search);
+    }
+
+    /// The admin token, which node-to-node calls present too.
+    fn token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 
     fn search(&self) -> Option<Arc<spate_search::SearchService>> {

@@ -2,22 +2,30 @@
 //! and `/{topics}/_count` (GET with `?q=` or a body, POST with a body), where `{topics}` is a
 //! name, a comma-separated list or a wildcard pattern; `/_search` searches every searchable
 //! topic. Answers and errors have Elasticsearch's shape.
+//!
+//! In a cluster the node asked plans which node answers each partition (its leader, else
+//! another in-sync replica), asks them in parallel over [`PARTIAL_PATH`], retries a
+//! partition on its next replica when a node fails, and merges: every partition once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 use spate_search::dsl::{Operator, Query as DslQuery};
 use spate_search::request::{check_window, parse_sort, SearchRequest};
+use spate_search::search::{self, Partial};
+use spate_search::service::{PlannedPartition, Preference, Source};
 use spate_search::{SearchError, SearchService};
 
-use crate::HttpState;
+use crate::{peer, HttpState};
 
 pub fn routes() -> Router<Arc<HttpState>> {
     Router::new()
@@ -25,11 +33,13 @@ pub fn routes() -> Router<Arc<HttpState>> {
         .route("/_count", get(count_all).post(count_all))
         .route("/{topics}/_search", get(search).post(search))
         .route("/{topics}/_count", get(count).post(count))
+        .route(PARTIAL_PATH, post(partial_call))
 }
 
-/// True for paths a search client may POST to without the admin token.
+/// True for paths a search client may POST to without the admin token (they read, like a
+/// GET; the internal call answers what `_search` would).
 pub fn is_search_path(path: &str) -> bool {
-    path.ends_with("/_search") || path.ends_with("/_count")
+    path.ends_with("/_search") || path.ends_with("/_count") || path == PARTIAL_PATH
 }
 
 fn error(e: SearchError) -> Response {
@@ -94,10 +104,202 @@ fn request(params: &HashMap<String, String>, body: &Bytes) -> Result<SearchReque
 }
 
 /// What a search endpoint answers.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Answer {
     Hits,
     Count,
+}
+
+/// The internal call a node makes to search some of another node's partitions.
+#[derive(Serialize, Deserialize)]
+struct PartialCall {
+    /// Partitions to search, as `[topic, partition]`.
+    partitions: Vec<(String, i32)>,
+    /// The client's URL parameters.
+    params: HashMap<String, String>,
+    /// The client's body, as sent.
+    body: String,
+    /// `_count` rather than `_search`.
+    count: bool,
+}
+
+/// What a node answers to a [`PartialCall`].
+#[derive(Serialize, Deserialize)]
+struct PartialAnswer {
+    partial: Partial,
+    /// Partitions named in the call that this node has no index for.
+    missing: Vec<(String, i32)>,
+}
+
+/// A partition no node could answer, as Elasticsearch lists shard failures.
+struct Failure {
+    topic: String,
+    partition: i32,
+    node: Option<i32>,
+    reason: String,
+}
+
+/// A partition still to be answered: the source to try next, and why the last one failed.
+struct Attempt {
+    partition: PlannedPartition,
+    next: usize,
+    last: Option<(Option<i32>, String)>,
+}
+
+/// What a search gathered: answers, and partitions no source could answer.
+struct Gathered {
+    partials: Vec<Partial>,
+    failures: Vec<Failure>,
+}
+
+/// Asks `source` for `partitions`; `Err` carries the partitions to try elsewhere and why.
+async fn ask(
+    s: &HttpState,
+    service: &SearchService,
+    source: &Source,
+    partitions: Vec<(String, i32)>,
+    call: &PartialCall,
+    req: &SearchRequest,
+) -> Result<PartialAnswer, SearchError> {
+    match source {
+        Source::Local => {
+            let (partial, missing) = service.partial(partitions, req.clone(), call.count).await?;
+            Ok(PartialAnswer { partial, missing })
+        }
+        Source::Node { addr, .. } => {
+            let body = serde_json::to_vec(&PartialCall {
+                partitions,
+                params: call.params.clone(),
+                body: call.body.clone(),
+                count: call.count,
+            })
+            .map_err(|e| SearchError::Index {
+                reason: e.to_string(),
+            })?;
+            // A node needs up to its own time limit; allow for the trip on top.
+            let limit = service.query_timeout() + Duration::from_secs(2);
+            let answer = peer::post_json(addr, PARTIAL_PATH, body, s.token(), limit)
+                .await
+                .map_err(|e| SearchError::Index {
+                    reason: e.to_string(),
+                })?;
+            if answer.status != 200 {
+                return Err(remote_error(answer.status, &answer.body));
+            }
+            serde_json::from_slice(&answer.body).map_err(|e| SearchError::Index {
+                reason: format!("node at {addr} answered something unreadable: {e}"),
+            })
+        }
+    }
+}
+
+/// The error another node answered, kept as the client's error when it is about the request.
+fn remote_error(status: u16, body: &[u8]) -> SearchError {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let reason = v["error"]["reason"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    if status == 400 {
+        SearchError::illegal(reason)
+    } else {
+        SearchError::Index {
+            reason: format!("another node answered {status}: {reason}"),
+        }
+    }
+}
+
+/// Runs a search over every planned partition, each on the first source that answers, and
+/// merges. Partitions no source could answer are listed as shard failures.
+async fn gather(
+    s: &HttpState,
+    service: &SearchService,
+    plan: Vec<PlannedPartition>,
+    call: &PartialCall,
+    req: &SearchRequest,
+) -> Result<Gathered, SearchError> {
+    let mut gathered = Gathered {
+        partials: Vec::new(),
+        failures: Vec::new(),
+    };
+    let mut pending: Vec<Attempt> = plan
+        .into_iter()
+        .map(|partition| Attempt {
+            partition,
+            next: 0,
+            last: None,
+        })
+        .collect();
+    while !pending.is_empty() {
+        let mut by_source: Vec<(Source, Vec<Attempt>)> = Vec::new();
+        for a in pending.drain(..) {
+            let Some(source) = a.partition.sources.get(a.next).cloned() else {
+                let p = a.partition;
+                let (node, reason) = a.last.unwrap_or((
+                    None,
+                    "no live replica of this partition has a search index".to_owned(),
+                ));
+                gathered.failures.push(Failure {
+                    topic: p.topic,
+                    partition: p.partition,
+                    node,
+                    reason,
+                });
+                continue;
+            };
+            match by_source.iter_mut().find(|(s, _)| *s == source) {
+                Some((_, v)) => v.push(a),
+                None => by_source.push((source, vec![a])),
+            }
+        }
+        let calls = by_source.into_iter().map(|(source, parts)| async move {
+            let names = parts
+                .iter()
+                .map(|a| (a.partition.topic.clone(), a.partition.partition))
+                .collect();
+            let result = ask(s, service, &source, names, call, req).await;
+            (source, parts, result)
+        });
+        for (source, parts, result) in futures::future::join_all(calls).await {
+            let node = match &source {
+                Source::Local => None,
+                Source::Node { id, .. } => Some(*id),
+            };
+            match result {
+                Ok(answer) => {
+                    gathered.partials.push(answer.partial);
+                    for a in parts {
+                        let p = &a.partition;
+                        if answer
+                            .missing
+                            .iter()
+                            .any(|(t, n)| *t == p.topic && *n == p.partition)
+                        {
+                            pending.push(Attempt {
+                                next: a.next + 1,
+                                last: Some((node, "the node has no index for it (yet)".into())),
+                                partition: a.partition,
+                            });
+                        }
+                    }
+                }
+                // A bad request is the client's to see, whichever node noticed it.
+                Err(e @ (SearchError::BadRequest { .. } | SearchError::Timeout(_))) => {
+                    return Err(e)
+                }
+                Err(e) => {
+                    tracing::debug!(?source, error = %e, "a search source failed; trying the next");
+                    let why = e.to_string();
+                    pending.extend(parts.into_iter().map(|a| Attempt {
+                        next: a.next + 1,
+                        last: Some((node, why.clone())),
+                        partition: a.partition,
+                    }));
+                }
+            }
+        }
+    }
+    Ok(gathered)
 }
 
 async fn run(
@@ -111,16 +313,100 @@ async fn run(
         Ok(x) => x,
         Err(r) => return *r,
     };
-    let req = match request(&params, &body) {
+    let started = Instant::now();
+    let result = search_everywhere(&s, &service, topics, params, &body, answer).await;
+    service.observe(started, result.is_err());
+    match result {
+        Ok(mut v) => {
+            if answer == Answer::Hits {
+                v["took"] = Value::from(started.elapsed().as_millis() as u64);
+            }
+            Json(v).into_response()
+        }
+        Err(e) => error(e),
+    }
+}
+
+async fn search_everywhere(
+    s: &HttpState,
+    service: &SearchService,
+    topics: &str,
+    params: HashMap<String, String>,
+    body: &Bytes,
+    answer: Answer,
+) -> Result<Value, SearchError> {
+    let req = request(&params, body)?;
+    let preference = Preference::parse(params.get("preference").map(String::as_str));
+    let plan = service.plan(topics, preference)?;
+    let shards = plan.len();
+    let call = PartialCall {
+        partitions: Vec::new(),
+        params,
+        body: String::from_utf8_lossy(body).into_owned(),
+        count: answer == Answer::Count,
+    };
+    let gathered = gather(s, service, plan, &call, &req).await?;
+    let failed = gathered.failures.len();
+    if shards > 0 && failed == shards {
+        let reasons: Vec<String> = gathered
+            .failures
+            .iter()
+            .map(|f| format!("{}[{}]: {}", f.topic, f.partition, f.reason))
+            .collect();
+        return Err(SearchError::Index {
+            reason: format!("all shards failed: {}", reasons.join("; ")),
+        });
+    }
+    let shard_info = json!({
+        "total": shards,
+        "successful": shards - failed,
+        "skipped": 0,
+        "failed": failed,
+        "failures": gathered.failures.iter().map(|f| json!({
+            "index": f.topic,
+            "shard": f.partition,
+            "node": f.node.map(|n| n.to_string()),
+            "reason": {"type": "search_phase_execution_exception", "reason": f.reason},
+        })).collect::<Vec<_>>(),
+    });
+    let mut v = match answer {
+        Answer::Count => json!({
+            "count": gathered.partials.iter().map(|p| p.total).sum::<usize>(),
+        }),
+        Answer::Hits => search::merge(gathered.partials, &req)?,
+    };
+    if failed == 0 {
+        // Elasticsearch lists failures only when there are some.
+        v["_shards"] = json!({"total": shards, "successful": shards, "skipped": 0, "failed": 0});
+    } else {
+        v["_shards"] = shard_info;
+    }
+    Ok(v)
+}
+
+/// Where a node asks another to search some of its partitions.
+pub const PARTIAL_PATH: &str = "/_internal/search/partial";
+
+/// Another node's [`PartialCall`]: searches the partitions named, never forwards further.
+async fn partial_call(State(s): State<Arc<HttpState>>, body: Bytes) -> Response {
+    let service = match service(&s) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let call: PartialCall = match serde_json::from_slice(&body) {
+        Ok(c) => c,
+        Err(e) => {
+            return error(SearchError::parsing(format!(
+                "not a partial search call: {e}"
+            )))
+        }
+    };
+    let req = match request(&call.params, &Bytes::from(call.body.into_bytes())) {
         Ok(r) => r,
         Err(e) => return error(e),
     };
-    let result = match answer {
-        Answer::Hits => service.search(topics, req).await,
-        Answer::Count => service.count(topics, req).await,
-    };
-    match result {
-        Ok(v) => Json(v).into_response(),
+    match service.partial(call.partitions, req, call.count).await {
+        Ok((partial, missing)) => Json(PartialAnswer { partial, missing }).into_response(),
         Err(e) => error(e),
     }
 }

@@ -6,6 +6,7 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use spate_broker::Partition;
 use tantivy::aggregation::agg_req::Aggregations;
@@ -46,29 +47,6 @@ struct Candidate {
     score: Option<f32>,
     target: usize,
     address: DocAddress,
-}
-
-fn compare_owned(a: &OwnedValue, b: &OwnedValue) -> Ordering {
-    use OwnedValue::*;
-    let num = |v: &OwnedValue| match v {
-        I64(i) => Some(*i as f64),
-        U64(u) => Some(*u as f64),
-        F64(f) => Some(*f),
-        Date(d) => Some(d.into_timestamp_millis() as f64),
-        Bool(b) => Some(*b as u8 as f64),
-        _ => None,
-    };
-    match (a, b) {
-        (Null, Null) => Ordering::Equal,
-        // Missing values sort last, as in Elasticsearch.
-        (Null, _) => Ordering::Greater,
-        (_, Null) => Ordering::Less,
-        (Str(x), Str(y)) => x.cmp(y),
-        _ => match (num(a), num(b)) {
-            (Some(x), Some(y)) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
-            _ => Ordering::Equal,
-        },
-    }
 }
 
 fn owned_to_json(v: &OwnedValue) -> Value {
@@ -447,47 +425,135 @@ fn highlight(
     (!out.is_empty()).then_some(Value::Object(out))
 }
 
-/// Runs `req` over `targets` and answers in Elasticsearch's shape (without `took`).
-pub fn run(
+/// One hit as a node hands it to the node that merges results: rendered, with what it sorts by.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PartialHit {
+    /// The primary sort value (the score when sorting by score); null when missing.
+    pub key: Value,
+    /// Topic, the last tie-breaker between searches of several topics.
+    pub topic: String,
+    /// Partition, the first tie-breaker.
+    pub partition: i32,
+    /// Offset, the second tie-breaker.
+    pub offset: i64,
+    /// Score, when sorting by score.
+    pub score: Option<f32>,
+    /// The hit in Elasticsearch's shape.
+    pub hit: Value,
+}
+
+/// What some partitions answer to a search before it is merged with the rest: the top
+/// `from + size` hits, the total, and aggregations in their mergeable intermediate form.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Partial {
+    /// Hits matched.
+    pub total: usize,
+    /// Partitions searched.
+    pub shards: usize,
+    /// The best `from + size` hits, rendered.
+    pub hits: Vec<PartialHit>,
+    /// Tantivy's intermediate aggregation results, postcard-encoded then base64 (they do not
+    /// survive JSON).
+    pub aggs: Option<String>,
+    /// The aggregation request with field names mapped to the index's, to finish `aggs` with.
+    pub aggs_request: Option<Value>,
+}
+
+fn encode_aggs(aggs: &IntermediateAggregationResults) -> Result<String, SearchError> {
+    use base64::Engine as _;
+    let bytes = postcard::to_allocvec(aggs).map_err(|e| SearchError::Index {
+        reason: format!("encoding aggregations: {e}"),
+    })?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+fn decode_aggs(text: &str) -> Result<IntermediateAggregationResults, SearchError> {
+    use base64::Engine as _;
+    let bad = |e: String| SearchError::Index {
+        reason: format!("decoding a node's aggregations: {e}"),
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| bad(e.to_string()))?;
+    postcard::from_bytes(&bytes).map_err(|e| bad(e.to_string()))
+}
+
+/// Orders sort values as Elasticsearch does: numbers by value, strings lexically, missing last.
+fn compare_json(a: &Value, b: &Value) -> Ordering {
+    match (a, b) {
+        (Value::Null, Value::Null) => Ordering::Equal,
+        (Value::Null, _) => Ordering::Greater,
+        (_, Value::Null) => Ordering::Less,
+        (Value::String(x), Value::String(y)) => x.cmp(y),
+        _ => match (a.as_f64(), b.as_f64()) {
+            (Some(x), Some(y)) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
+            _ => Ordering::Equal,
+        },
+    }
+}
+
+/// Hit order for `req`: the primary sort value (missing last in either direction), then
+/// partition, offset and topic.
+fn hit_order(req: &SearchRequest, x: &PartialHit, y: &PartialHit) -> Ordering {
+    let desc = req.sort.direction == Direction::Desc;
+    let primary = match (&x.key, &y.key) {
+        (Value::Null, _) | (_, Value::Null) => compare_json(&x.key, &y.key),
+        _ if desc => compare_json(&y.key, &x.key),
+        _ => compare_json(&x.key, &y.key),
+    };
+    let tie = (x.partition, x.offset, &x.topic).cmp(&(y.partition, y.offset, &y.topic));
+    primary.then(if desc { tie.reverse() } else { tie })
+}
+
+/// Searches `targets` (partitions of this node) and keeps the best `from + size` hits,
+/// rendered, for [`merge`] to combine with other nodes' partials.
+pub fn partial(
     targets: &[Target],
     req: &SearchRequest,
     limits: &Limits,
     now_ms: i64,
-) -> Result<Value, SearchError> {
+    count_only: bool,
+) -> Result<Partial, SearchError> {
     let parts = targets
         .iter()
         .enumerate()
-        .map(|(i, t)| search_one(t, i, req, limits, now_ms, false))
+        .map(|(i, t)| search_one(t, i, req, limits, now_ms, count_only))
         .collect::<Result<Vec<_>, _>>()?;
     let total: usize = parts.iter().map(|p| p.total).sum();
-    let mut all: Vec<(usize, usize)> = Vec::new();
+    if count_only {
+        return Ok(Partial {
+            total,
+            shards: targets.len(),
+            ..Partial::default()
+        });
+    }
+    let field_sort = matches!(req.sort.key, SortKey::Field(_));
+    let mut all: Vec<(usize, usize, PartialHit)> = Vec::new();
     for (pi, p) in parts.iter().enumerate() {
-        for ci in 0..p.hits.len() {
-            all.push((pi, ci));
+        for (ci, c) in p.hits.iter().enumerate() {
+            let key = owned_to_json(&c.key);
+            all.push((
+                pi,
+                ci,
+                PartialHit {
+                    key,
+                    topic: targets[c.target].index.topic.clone(),
+                    partition: c.partition,
+                    offset: c.offset,
+                    score: c.score,
+                    hit: Value::Null,
+                },
+            ));
         }
     }
-    let desc = req.sort.direction == Direction::Desc;
-    all.sort_by(|a, b| {
-        let (x, y) = (&parts[a.0].hits[a.1], &parts[b.0].hits[b.1]);
-        let primary = match (&x.key, &y.key) {
-            (OwnedValue::Null, _) | (_, OwnedValue::Null) => compare_owned(&x.key, &y.key),
-            _ if desc => compare_owned(&y.key, &x.key),
-            _ => compare_owned(&x.key, &y.key),
-        };
-        let tie = (x.partition, x.offset).cmp(&(y.partition, y.offset));
-        primary.then(if desc { tie.reverse() } else { tie })
-    });
-    let field_sort = matches!(req.sort.key, SortKey::Field(_));
-    let mut hits = Vec::new();
-    let mut max_score: Option<f32> = None;
+    all.sort_by(|a, b| hit_order(req, &a.2, &b.2));
+    all.truncate(req.from + req.size);
     let mut cache = std::collections::HashMap::new();
-    for (pi, ci) in all.into_iter().skip(req.from).take(req.size) {
+    let mut hits = Vec::with_capacity(all.len());
+    for (pi, ci, mut h) in all {
         let part = &parts[pi];
         let c = &part.hits[ci];
         let t = &targets[c.target];
-        if let Some(s) = c.score {
-            max_score = Some(max_score.map_or(s, |m| m.max(s)));
-        }
         // Without _source or highlights the record itself is not needed.
         let record = if req.source.disabled && req.highlight.is_none() {
             None
@@ -511,23 +577,81 @@ pub fn run(
             if let Some(s) = filter_source(src, &req.source) {
                 hit.insert("_source".into(), s);
             }
-            if let Some(h) = &req.highlight {
-                if let Some(hl) = highlight(t, part, r, h) {
-                    hit.insert("highlight".into(), hl);
-                }
+            if let Some(hl) = req
+                .highlight
+                .as_ref()
+                .and_then(|h| highlight(t, part, r, h))
+            {
+                hit.insert("highlight".into(), hl);
             }
         }
         if field_sort {
-            hit.insert(
-                "sort".into(),
-                json!([owned_to_json(&c.key), c.partition, c.offset]),
-            );
+            hit.insert("sort".into(), json!([h.key.clone(), c.partition, c.offset]));
         }
-        hits.push(Value::Object(hit));
+        h.hit = Value::Object(hit);
+        hits.push(h);
     }
+    let (aggs, aggs_request) = match (&req.aggs, targets.first()) {
+        (Some(a), Some(t)) => {
+            let mut merged: Option<IntermediateAggregationResults> = None;
+            for p in parts {
+                if let Some(r) = p.aggs {
+                    match &mut merged {
+                        None => merged = Some(r),
+                        Some(m) => m.merge_fruits(r)?,
+                    }
+                }
+            }
+            let encoded = merged.as_ref().map(encode_aggs).transpose()?;
+            (encoded, Some(Value::Object(map_aggs(a, &t.index.schema)?)))
+        }
+        _ => (None, None),
+    };
+    Ok(Partial {
+        total,
+        shards: targets.len(),
+        hits,
+        aggs,
+        aggs_request,
+    })
+}
+
+/// Combines partials (of this node and others) into the answer in Elasticsearch's shape
+/// (without `took` and `_shards`).
+pub fn merge(partials: Vec<Partial>, req: &SearchRequest) -> Result<Value, SearchError> {
+    let total: usize = partials.iter().map(|p| p.total).sum();
+    let field_sort = matches!(req.sort.key, SortKey::Field(_));
+    let mut all: Vec<PartialHit> = Vec::new();
+    let mut merged: Option<IntermediateAggregationResults> = None;
+    let mut aggs_request = None;
+    for p in partials {
+        all.extend(p.hits);
+        if let Some(a) = &p.aggs {
+            let r = decode_aggs(a)?;
+            match &mut merged {
+                None => merged = Some(r),
+                Some(m) => m.merge_fruits(r)?,
+            }
+        }
+        if aggs_request.is_none() {
+            aggs_request = p.aggs_request;
+        }
+    }
+    all.sort_by(|a, b| hit_order(req, a, b));
+    let mut max_score: Option<f32> = None;
+    let hits: Vec<Value> = all
+        .into_iter()
+        .skip(req.from)
+        .take(req.size)
+        .map(|h| {
+            if let Some(s) = h.score {
+                max_score = Some(max_score.map_or(s, |m| m.max(s)));
+            }
+            h.hit
+        })
+        .collect();
     let mut body = json!({
         "timed_out": false,
-        "_shards": {"total": targets.len(), "successful": targets.len(), "skipped": 0, "failed": 0},
         "hits": {
             "total": {"value": total, "relation": "eq"},
             "max_score": if field_sort { Value::Null } else { max_score.map(|s| Value::from(s as f64)).unwrap_or(Value::Null) },
@@ -535,18 +659,9 @@ pub fn run(
         },
     });
     if let Some(a) = &req.aggs {
-        let mut merged: Option<IntermediateAggregationResults> = None;
-        for p in parts.into_iter() {
-            if let Some(r) = p.aggs {
-                match &mut merged {
-                    None => merged = Some(r),
-                    Some(m) => m.merge_fruits(r)?,
-                }
-            }
-        }
-        let request = match targets.first() {
-            Some(t) => parse_aggs(map_aggs(a, &t.index.schema)?)?,
-            None => parse_aggs(a.clone())?,
+        let request = match aggs_request {
+            Some(Value::Object(m)) => parse_aggs(m)?,
+            _ => parse_aggs(a.clone())?,
         };
         let result = match merged {
             Some(m) => serde_json::to_value(
@@ -563,6 +678,21 @@ pub fn run(
         };
         body["aggregations"] = result;
     }
+    Ok(body)
+}
+
+/// Runs `req` over `targets` of this node alone and answers in Elasticsearch's shape
+/// (without `took`).
+pub fn run(
+    targets: &[Target],
+    req: &SearchRequest,
+    limits: &Limits,
+    now_ms: i64,
+) -> Result<Value, SearchError> {
+    let p = partial(targets, req, limits, now_ms, false)?;
+    let shards = p.shards;
+    let mut body = merge(vec![p], req)?;
+    body["_shards"] = json!({"total": shards, "successful": shards, "skipped": 0, "failed": 0});
     Ok(body)
 }
 

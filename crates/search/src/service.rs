@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::Value;
-use spate_broker::{Broker, Partition};
+use spate_broker::{Broker, Partition, Topic};
 use uuid::Uuid;
 
 use crate::dsl::Limits;
@@ -20,7 +20,7 @@ use crate::index::PartitionIndex;
 use crate::indexer::{Indexer, IndexerSettings};
 use crate::metrics::{IndexMetrics, SearchMetrics};
 use crate::request::{parse_request, SearchRequest};
-use crate::search::{self, Target};
+use crate::search::{self, Partial, Target};
 
 /// Settings of the search side of a broker.
 #[derive(Debug, Clone)]
@@ -84,6 +84,55 @@ pub struct PartitionStats {
     pub lag_seconds: f64,
     /// Bytes on disk.
     pub size_bytes: u64,
+}
+
+/// Where one partition's part of a search can run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// This node's index.
+    Local,
+    /// Another node's, at its advertised HTTP address.
+    Node {
+        /// Broker id.
+        id: i32,
+        /// HTTP address.
+        addr: String,
+    },
+}
+
+/// Which copies of a partition a search prefers (Elasticsearch's `preference` parameter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Preference {
+    /// The leader's index, the freshest.
+    #[default]
+    Leader,
+    /// This node's index when it has one (`_local`).
+    Local,
+    /// Only this node's indexes; partitions it does not hold are left out (`_only_local`).
+    OnlyLocal,
+}
+
+impl Preference {
+    /// From the `preference` URL parameter; other values (custom routing strings) are the
+    /// default.
+    pub fn parse(v: Option<&str>) -> Self {
+        match v {
+            Some("_local") => Self::Local,
+            Some("_only_local") => Self::OnlyLocal,
+            _ => Self::Leader,
+        }
+    }
+}
+
+/// One partition a search covers, with where it can be answered, best first.
+#[derive(Debug, Clone)]
+pub struct PlannedPartition {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Where to ask, best first; empty when no node can answer.
+    pub sources: Vec<Source>,
 }
 
 /// The search side of a broker.
@@ -295,20 +344,22 @@ impl SearchService {
         v
     }
 
-    /// The partitions a topic expression names: comma-separated names, `*` wildcards, `_all`.
+    /// The topics a topic expression names: comma-separated names, `*` wildcards, `_all`.
     /// A named topic that does not exist is a 404, one that is not searchable a 400;
     /// wildcards match only searchable topics.
-    pub fn targets(&self, expr: &str) -> Result<Vec<Target>, SearchError> {
-        let mut ids = Vec::new();
+    fn resolve(&self, expr: &str) -> Result<Vec<Arc<Topic>>, SearchError> {
+        let mut topics: Vec<Arc<Topic>> = Vec::new();
+        let mut add = |t: Arc<Topic>| {
+            if !topics.iter().any(|x| x.id == t.id) {
+                topics.push(t);
+            }
+        };
         for part in expr.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             if part == "_all" || part.contains('*') {
                 let pattern = if part == "_all" { "*" } else { part };
                 for t in self.broker.topics.list() {
-                    if glob(pattern, &t.name)
-                        && t.with_config(|c| c.search().enabled)
-                        && !ids.contains(&t.id)
-                    {
-                        ids.push(t.id);
+                    if glob(pattern, &t.name) && t.with_config(|c| c.search().enabled) {
+                        add(t);
                     }
                 }
                 continue;
@@ -321,23 +372,116 @@ impl SearchService {
             if !t.with_config(|c| c.search().enabled) {
                 return Err(SearchError::NotSearchable(part.to_string()));
             }
-            if !ids.contains(&t.id) {
-                ids.push(t.id);
+            add(t);
+        }
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(topics)
+    }
+
+    /// Which partitions a search over `expr` covers, each once, and where each can be
+    /// answered, best first. Standalone, that is this node's indexes. In a cluster each
+    /// replica indexes its own log up to its high watermark, so a partition is answered by
+    /// its leader (the freshest index), else another in-sync replica, else this node's copy.
+    pub fn plan(
+        &self,
+        expr: &str,
+        preference: Preference,
+    ) -> Result<Vec<PlannedPartition>, SearchError> {
+        let topics = self.resolve(expr)?;
+        let entries = self.entries.lock();
+        let indexed = |t: &Topic, p: i32| entries.contains_key(&(t.id, p));
+        let Some(cluster) = self.broker.cluster() else {
+            return Ok(topics
+                .iter()
+                .flat_map(|t| {
+                    (0..t.partition_count())
+                        .filter(|p| indexed(t, *p))
+                        .map(|p| PlannedPartition {
+                            topic: t.name.clone(),
+                            partition: p,
+                            sources: vec![Source::Local],
+                        })
+                })
+                .collect());
+        };
+        let image = cluster.image();
+        let me = cluster.broker_id();
+        let node = |id: i32| {
+            image
+                .broker(id)
+                .filter(|b| !b.fenced && id != me)
+                .and_then(|b| b.http_addr.clone())
+                .map(|addr| Source::Node { id, addr })
+        };
+        let mut planned = Vec::new();
+        for t in &topics {
+            for p in 0..t.partition_count() {
+                let local = indexed(t, p);
+                let state = image.partition(&t.name, p);
+                let leader = state.and_then(|s| s.leader);
+                let mut sources = Vec::new();
+                let local_first = leader == Some(me) || preference != Preference::Leader;
+                if preference == Preference::OnlyLocal && !local {
+                    continue;
+                }
+                if local && local_first {
+                    sources.push(Source::Local);
+                } else {
+                    sources.extend(leader.and_then(node));
+                    if let Some(s) = state {
+                        sources.extend(
+                            s.isr
+                                .iter()
+                                .filter(|r| Some(**r) != leader)
+                                .filter_map(|r| node(*r)),
+                        );
+                    }
+                    if local {
+                        sources.push(Source::Local);
+                    }
+                }
+                planned.push(PlannedPartition {
+                    topic: t.name.clone(),
+                    partition: p,
+                    sources,
+                });
             }
         }
-        let entries = self.entries.lock();
-        let mut targets: Vec<Target> = entries
-            .iter()
-            .filter(|((id, _), _)| ids.contains(id))
-            .map(|(_, e)| Target {
-                index: e.index.clone(),
-                partition: e.partition.clone(),
-            })
-            .collect();
-        targets.sort_by(|a, b| {
-            (&a.index.topic, a.index.partition).cmp(&(&b.index.topic, b.index.partition))
-        });
-        Ok(targets)
+        Ok(planned)
+    }
+
+    /// Searches the named partitions of this node and keeps the best `from + size` hits
+    /// (see [`search::partial`]); also answers which of them this node has no index for.
+    pub async fn partial(
+        &self,
+        partitions: Vec<(String, i32)>,
+        req: SearchRequest,
+        count_only: bool,
+    ) -> Result<(Partial, Vec<(String, i32)>), SearchError> {
+        let mut targets = Vec::new();
+        let mut missing = Vec::new();
+        {
+            let entries = self.entries.lock();
+            for (topic, p) in partitions {
+                let entry = self
+                    .broker
+                    .topics
+                    .get(&topic)
+                    .and_then(|t| entries.get(&(t.id, p)));
+                match entry {
+                    Some(e) => targets.push(Target {
+                        index: e.index.clone(),
+                        partition: e.partition.clone(),
+                    }),
+                    None => missing.push((topic, p)),
+                }
+            }
+        }
+        let limits = self.limits;
+        let partial = self
+            .run_limited(move || search::partial(&targets, &req, &limits, now_ms(), count_only))
+            .await?;
+        Ok((partial, missing))
     }
 
     async fn run_limited<T: Send + 'static>(
@@ -354,45 +498,13 @@ impl SearchService {
         }
     }
 
-    /// `_search`: parses the body, searches the topics `expr` names and answers in
-    /// Elasticsearch's shape.
-    pub async fn search(&self, expr: &str, req: SearchRequest) -> Result<Value, SearchError> {
-        let started = Instant::now();
-        let result = async {
-            let targets = self.targets(expr)?;
-            let limits = self.limits;
-            let mut body = self
-                .run_limited(move || search::run(&targets, &req, &limits, now_ms()))
-                .await?;
-            body["took"] = Value::from(started.elapsed().as_millis() as u64);
-            Ok(body)
-        }
-        .await;
-        self.observe(started, result.is_err());
-        result
+    /// How long a search may run; a node asking others waits a little longer than that.
+    pub fn query_timeout(&self) -> Duration {
+        self.config.query_timeout
     }
 
-    /// `_count`.
-    pub async fn count(&self, expr: &str, req: SearchRequest) -> Result<Value, SearchError> {
-        let started = Instant::now();
-        let result = async {
-            let targets = self.targets(expr)?;
-            let shards = targets.len();
-            let limits = self.limits;
-            let n = self
-                .run_limited(move || search::count(&targets, &req, &limits, now_ms()))
-                .await?;
-            Ok(serde_json::json!({
-                "count": n,
-                "_shards": {"total": shards, "successful": shards, "skipped": 0, "failed": 0},
-            }))
-        }
-        .await;
-        self.observe(started, result.is_err());
-        result
-    }
-
-    fn observe(&self, started: Instant, failed: bool) {
+    /// Records one answered search (its latency, and whether it failed) in the metrics.
+    pub fn observe(&self, started: Instant, failed: bool) {
         self.metrics
             .query_latency_us
             .observe(started.elapsed().as_micros() as u64);

@@ -41,6 +41,12 @@ pub struct Args {
     #[arg(long, env = "SPATE_ADVERTISED_ADDRESS")]
     pub advertised_address: Option<String>,
 
+    /// HOST:PORT other cluster nodes reach this node's HTTP listener at (search fan-out,
+    /// ingest routing). Defaults to the HTTP listening address, or the advertised host with
+    /// the HTTP port when listening on all interfaces.
+    #[arg(long, env = "SPATE_ADVERTISED_HTTP_ADDRESS")]
+    pub advertised_http_address: Option<String>,
+
     /// Directory holding all topics, partitions and broker state.
     #[arg(long, env = "SPATE_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
@@ -392,6 +398,15 @@ impl Args {
             ..Default::default()
         };
         Ok(Some(ClusterArgs { node, settings }))
+    }
+
+    /// The HTTP address other nodes use, for an HTTP listener bound to `bound`.
+    pub fn advertised_http(&self, bound: SocketAddr, advertised_host: &str) -> String {
+        match &self.advertised_http_address {
+            Some(a) => a.clone(),
+            None if bound.ip().is_unspecified() => format!("{advertised_host}:{}", bound.port()),
+            None => bound.to_string(),
+        }
     }
 
     /// The broker configuration for a listener bound to `bound`.

@@ -52,7 +52,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let bound = listener.local_addr().context("reading the bound address")?;
     let config = args.broker_config(bound)?;
-    let cluster_args = args.cluster_args()?;
+    let mut cluster_args = args.cluster_args()?;
     let effective = args.effective_json();
     tracing::debug!(config = %effective, "effective configuration");
     // HTTP first, so /health answers and /ready says "not yet" while logs recover.
@@ -60,6 +60,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen for HTTP on {}", args.http_listen))?;
     let http_bound = http.local_addr().context("reading the HTTP address")?;
+    if let Some(c) = cluster_args.as_mut() {
+        c.settings.advertised_http =
+            Some(args.advertised_http(http_bound, &config.advertised_host));
+    }
     let http_state = spate_http::HttpState::new(args.admin_token.clone(), effective);
     let serving = http_state.clone();
     tokio::spawn(async move {

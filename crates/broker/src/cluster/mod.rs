@@ -64,6 +64,8 @@ pub struct ClusterSettings {
     pub replica_fetch_max_bytes: i32,
     /// Most bytes in one replica fetch response.
     pub replica_fetch_response_max_bytes: i32,
+    /// The HTTP address other nodes reach this one at (search fan-out, ingest routing).
+    pub advertised_http: Option<String>,
 }
 
 impl Default for ClusterSettings {
@@ -75,6 +77,7 @@ impl Default for ClusterSettings {
             replica_fetch_wait_max_ms: 500,
             replica_fetch_max_bytes: 1 << 20,
             replica_fetch_response_max_bytes: 10 << 20,
+            advertised_http: None,
         }
     }
 }
@@ -394,6 +397,7 @@ impl Broker {
             kafka_host: self.config.advertised_host.clone(),
             kafka_port: u16::try_from(self.config.advertised_port).unwrap_or(0),
             rack: None,
+            http_addr: cluster.settings.advertised_http.clone(),
         };
         self.groups.set_clustered();
         let session = cluster

@@ -259,6 +259,7 @@ mod tests {
                 kafka_host: "127.0.0.1".into(),
                 kafka_port: 9092,
                 rack: None,
+                http_addr: None,
                 now_ms: 0,
             })
             .unwrap();

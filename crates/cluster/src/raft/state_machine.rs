@@ -328,6 +328,7 @@ mod tests {
                 kafka_host: "localhost".to_owned(),
                 kafka_port: 9092,
                 rack: None,
+                http_addr: None,
                 now_ms: 0,
             }),
         }

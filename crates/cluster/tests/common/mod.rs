@@ -76,6 +76,7 @@ impl Cluster {
                     kafka_host: "127.0.0.1".to_owned(),
                     kafka_port: 19092 + id as u16,
                     rack: None,
+                    http_addr: None,
                 },
                 HEARTBEAT,
             )

@@ -182,6 +182,7 @@ fn register(id: BrokerId, incarnation: Uuid, now: u64) -> MetadataCommand {
         kafka_host: format!("b{id}"),
         kafka_port: 9092,
         rack: None,
+        http_addr: None,
         now_ms: now,
     }
 }

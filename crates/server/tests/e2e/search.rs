@@ -169,10 +169,15 @@ fn ids(v: &Value) -> BTreeSet<String> {
 
 /// Polls `_count` until it reaches `n`; returns how long it took.
 fn wait_for_count(spate: &Spate, topic: &str, n: usize) -> Duration {
+    wait_for_count_at(spate, &format!("/{topic}/_count"), n)
+}
+
+/// Polls a `_count` path until it reaches `n`; returns how long it took.
+fn wait_for_count_at(spate: &Spate, path: &str, n: usize) -> Duration {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(60);
     loop {
-        let (status, v) = search(spate, &format!("/{topic}/_count"), &json!({}));
+        let (status, v) = search(spate, path, &json!({}));
         if status == 200 && v["count"].as_u64() == Some(n as u64) {
             return started.elapsed();
         }
@@ -771,9 +776,14 @@ async fn in_a_cluster_every_replica_indexes_and_search_survives_kill_9_of_the_le
             .expect("acknowledged");
         acked.insert(format!("{}-{}", d.partition, d.offset));
     }
-    // Every replica indexes its own log up to the high watermark.
+    // Every replica indexes its own log up to the high watermark: each node's own indexes
+    // alone (`_only_local`) count every record.
     for id in [1, 2, 3] {
-        wait_for_count(c.node(id), "found", n as usize);
+        wait_for_count_at(
+            c.node(id),
+            "/found/_count?preference=_only_local",
+            n as usize,
+        );
     }
     let status = c.status(1).expect("status");
     let leader = find_partition(&status, "found", 0).expect("partition 0")["leader"]
@@ -801,4 +811,185 @@ async fn in_a_cluster_every_replica_indexes_and_search_survives_kill_9_of_the_le
         &json!({"query": {"match": {"value": "number123"}}}),
     );
     assert_eq!(v["count"].as_u64(), Some(1));
+}
+
+/// The ids, in order, of every page of `body` read with `search_after` from one node.
+fn page_through(spate: &Spate, path: &str, body: &Value, pages: usize) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut after: Option<Value> = None;
+    for _ in 0..pages {
+        let mut b = body.clone();
+        if let Some(a) = &after {
+            b["search_after"] = a.clone();
+        }
+        let (status, v) = search(spate, path, &b);
+        assert_eq!(status, 200, "{v}");
+        let hits = v["hits"]["hits"].as_array().expect("hits").clone();
+        let Some(last) = hits.last() else { break };
+        after = Some(last["sort"].clone());
+        seen.extend(hits.iter().map(|h| h["_id"].as_str().unwrap().to_string()));
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_any_node_answers_for_every_partition_once_by_fanning_out() {
+    use crate::cluster::ThreeNodes;
+    let mut c = ThreeNodes::start(&[]);
+    let bootstrap = c.bootstrap();
+    // One replica per partition: most partitions live on other nodes than the one asked.
+    let t = NewTopic::new("spread", 6, TopicReplication::Fixed(1))
+        .set("search.enabled", "true")
+        .set("search.fields", "level:keyword,n:number");
+    let r = admin(&bootstrap)
+        .create_topics(&[t], &AdminOptions::new())
+        .await
+        .expect("create_topics");
+    assert!(r[0].is_ok(), "{r:?}");
+    for p in 0..6 {
+        c.wait_partition(1, "spread", p, "a leader", |p| p["leader"].is_u64());
+    }
+    let levels = ["info", "warn", "error"];
+    let p = producer(&bootstrap, &[]);
+    let n = 240;
+    // id -> (level, n)
+    let mut produced = std::collections::BTreeMap::new();
+    for i in 0..n {
+        let level = levels[i % 3];
+        let value = json!({"level": level, "n": i, "msg": format!("item{i} {level}")}).to_string();
+        let d = p
+            .send(
+                FutureRecord::<(), _>::to("spread")
+                    .partition((i % 6) as i32)
+                    .payload(&value),
+                Duration::from_secs(20),
+            )
+            .await
+            .expect("acknowledged");
+        produced.insert(format!("{}-{}", d.partition, d.offset), (level, i));
+    }
+    let every: BTreeSet<String> = produced.keys().cloned().collect();
+    let mut by_n: Vec<(usize, String)> = produced
+        .iter()
+        .map(|(id, (_, i))| (*i, id.clone()))
+        .collect();
+    by_n.sort();
+    let by_n: Vec<String> = by_n.into_iter().map(|(_, id)| id).collect();
+    for id in [1, 2, 3] {
+        let node = c.node(id);
+        wait_for_count(node, "spread", n);
+        // No node holds all six partitions, yet each finds every record once.
+        let (status, v) = search(
+            node,
+            "/spread/_search",
+            &json!({"size": n, "_source": false}),
+        );
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(ids(&v), every, "node {id}");
+        assert_eq!(v["_shards"]["total"], 6, "{}", v["_shards"]);
+        assert_eq!(v["_shards"]["failed"], 0, "{}", v["_shards"]);
+        let (_, local) = search(node, "/spread/_count?preference=_only_local", &json!({}));
+        assert!(
+            local["count"].as_u64().unwrap() < n as u64,
+            "node {id} alone holds only some partitions: {local}"
+        );
+        // Sorted paging merges across nodes in order.
+        let paged = page_through(
+            node,
+            "/spread/_search",
+            &json!({"size": 25, "sort": [{"n": "asc"}], "_source": false}),
+            20,
+        );
+        assert_eq!(
+            paged, by_n,
+            "node {id}: search_after over every node in n order"
+        );
+        let (_, v) = search(
+            node,
+            "/spread/_search",
+            &json!({"from": 100, "size": 10, "sort": [{"n": "desc"}], "_source": ["value.n"]}),
+        );
+        let got: Vec<u64> = v["hits"]["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["_source"]["value"]["n"].as_u64().unwrap())
+            .collect();
+        let want: Vec<u64> = (0..n as u64).rev().skip(100).take(10).collect();
+        assert_eq!(got, want, "node {id}: from/size over every node");
+        // Aggregations merge from every node's partial results.
+        let (_, v) = search(
+            node,
+            "/spread/_search",
+            &json!({"size": 0, "query": {"range": {"n": {"gte": 30}}}, "aggs": {
+                "levels": {"terms": {"field": "level"}},
+                "total": {"sum": {"field": "n"}}
+            }}),
+        );
+        let mut counts = std::collections::BTreeMap::new();
+        for b in v["aggregations"]["levels"]["buckets"].as_array().unwrap() {
+            counts.insert(
+                b["key"].as_str().unwrap().to_string(),
+                b["doc_count"].as_u64().unwrap(),
+            );
+        }
+        let mut want = std::collections::BTreeMap::new();
+        for (level, i) in produced.values() {
+            if *i >= 30 {
+                *want.entry(level.to_string()).or_insert(0u64) += 1;
+            }
+        }
+        assert_eq!(counts, want, "node {id}: {v}");
+        let sum: f64 = (30..n).map(|i| i as f64).sum();
+        assert_eq!(
+            v["aggregations"]["total"]["value"].as_f64(),
+            Some(sum),
+            "node {id}"
+        );
+    }
+    // A node that dies takes its only replicas with it: the answer says which partitions
+    // failed, in Elasticsearch's shape, and returns the rest.
+    c.node(3).kill9();
+    let started = Instant::now();
+    let (status, v) = loop {
+        let (status, v) = search(
+            c.node(1),
+            "/spread/_search",
+            &json!({"size": n, "_source": false}),
+        );
+        // Until node 3 is fenced its partitions may still be planned on it: either way they fail.
+        if status == 200 && v["_shards"]["failed"].as_u64() > Some(0) {
+            break (status, v);
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{status} {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(status, 200);
+    let failed: BTreeSet<i64> = v["_shards"]["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["shard"].as_i64().unwrap())
+        .collect();
+    let status = c.status(1).expect("status");
+    let on_3: BTreeSet<i64> = (0..6)
+        .filter(|p| {
+            crate::cluster::find_partition(&status, "spread", *p)
+                .is_some_and(|s| s["replicas"] == json!([3]))
+        })
+        .collect();
+    assert_eq!(failed, on_3, "exactly node 3's partitions failed: {v}");
+    let rest: BTreeSet<String> = every
+        .iter()
+        .filter(|id| {
+            let p: i64 = id.split('-').next().unwrap().parse().unwrap();
+            !on_3.contains(&p)
+        })
+        .cloned()
+        .collect();
+    assert_eq!(
+        ids(&v),
+        rest,
+        "every record of the partitions that answered"
+    );
 }
