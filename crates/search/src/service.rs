@@ -35,6 +35,8 @@ pub struct SearchConfig {
     pub query_timeout: Duration,
     /// How often topic and config changes are looked for.
     pub reconcile_interval: Duration,
+    /// Niceness of indexing threads (0 = the broker's priority).
+    pub indexer_nice: i32,
 }
 
 impl SearchConfig {
@@ -46,6 +48,7 @@ impl SearchConfig {
             indexer: IndexerSettings::default(),
             query_timeout: Duration::from_secs(10),
             reconcile_interval: Duration::from_millis(250),
+            indexer_nice: 10,
         }
     }
 }
@@ -170,16 +173,22 @@ impl SearchService {
         service.remove_orphans();
         let weak = Arc::downgrade(&service);
         let interval = service.config.reconcile_interval;
+        let nice = service.config.indexer_nice;
         std::thread::Builder::new()
             .name("search-reconcile".into())
-            .spawn(move || loop {
-                let Some(s) = weak.upgrade() else { return };
-                if s.stopping.load(Ordering::SeqCst) {
-                    return;
+            .spawn(move || {
+                // Every indexing thread (ours, and tantivy's writer and merge threads) is
+                // started from this one and inherits its lower priority.
+                lower_priority(nice);
+                loop {
+                    let Some(s) = weak.upgrade() else { return };
+                    if s.stopping.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    s.reconcile();
+                    drop(s);
+                    std::thread::sleep(interval);
                 }
-                s.reconcile();
-                drop(s);
-                std::thread::sleep(interval);
             })?;
         Ok(service)
     }
@@ -523,6 +532,25 @@ impl SearchService {
             reason: format!("the request body is not valid JSON: {e}"),
         })?;
         parse_request(Some(&v))
+    }
+}
+
+/// Lowers the calling thread's scheduling priority by `nice`; threads it starts inherit it.
+fn lower_priority(nice: i32) {
+    if nice <= 0 {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // On Linux the nice value belongs to the thread (its tid), not the process.
+        // SAFETY: plain syscalls on the calling thread's own id, no memory involved.
+        let rc = unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, tid, nice)
+        };
+        if rc != 0 {
+            tracing::warn!(nice, error = %std::io::Error::last_os_error(), "cannot lower the search indexers' priority");
+        }
     }
 }
 

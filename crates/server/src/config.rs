@@ -116,6 +116,12 @@ pub struct Args {
     #[arg(long, env = "SPATE_SEARCH_COMMIT_INTERVAL_MS", default_value_t = 200)]
     pub search_commit_interval_ms: u64,
 
+    /// Scheduling niceness of search indexing threads (0-19; 0 = same as the broker). Indexing
+    /// yields the CPU to producers and consumers: under overload the index lags, producers
+    /// do not slow down.
+    #[arg(long, env = "SPATE_SEARCH_INDEXER_NICE", default_value_t = 10)]
+    pub search_indexer_nice: i32,
+
     /// Longest a search may run before it is answered with an error, in milliseconds.
     #[arg(long, env = "SPATE_SEARCH_TIMEOUT_MS", default_value_t = 10_000)]
     pub search_timeout_ms: u64,
