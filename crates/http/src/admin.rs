@@ -297,13 +297,70 @@ async fn describe_topic(
 struct NewTopic {
     name: String,
     partitions: Option<i32>,
+    /// Cluster mode only; the cluster default when absent.
+    replication_factor: Option<i16>,
     #[serde(default)]
     configs: BTreeMap<String, String>,
+}
+
+/// How long an admin call waits for the quorum to apply a topic change.
+const QUORUM_WAIT_MS: i32 = 30_000;
+
+/// The error of a Kafka-API result, if any.
+fn kafka_result(code: i16, message: Option<&spate_protocol::StrBytes>) -> Result<()> {
+    if code == 0 {
+        return Ok(());
+    }
+    let e = ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError);
+    Err(kafka_error(
+        e,
+        message
+            .map(|m| m.to_string())
+            .unwrap_or_else(|| format!("{e:?}")),
+    ))
+}
+
+/// CreateTopics through the quorum: in a cluster a topic exists once the controller placed it.
+async fn create_in_cluster(b: &Arc<Broker>, req: NewTopic) -> Result<Arc<Topic>> {
+    use spate_protocol::messages::create_topics_request::{
+        CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
+    };
+    let mut t = CreatableTopic::default();
+    t.name = spate_protocol::StrBytes::from_string(req.name.clone()).into();
+    t.num_partitions = req.partitions.unwrap_or(-1);
+    t.replication_factor = req.replication_factor.unwrap_or(-1);
+    for (k, v) in &req.configs {
+        let mut c = CreatableTopicConfig::default();
+        c.name = spate_protocol::StrBytes::from_string(k.clone());
+        c.value = Some(spate_protocol::StrBytes::from_string(v.clone()));
+        t.configs.push(c);
+    }
+    let mut r = CreateTopicsRequest::default();
+    r.topics.push(t);
+    r.timeout_ms = QUORUM_WAIT_MS;
+    let resp = spate_broker::cluster::create_topics(b.clone(), 7, r).await;
+    let result = resp
+        .topics
+        .first()
+        .ok_or_else(|| kafka_error(ResponseError::UnknownServerError, "no result for the topic"))?;
+    kafka_result(result.error_code, result.error_message.as_ref())?;
+    topic(b, &req.name)
 }
 
 async fn create_topic(State(s): State<Arc<HttpState>>, raw: Bytes) -> Result<Response> {
     let b = s.broker()?;
     let req: NewTopic = body(&raw)?;
+    if b.cluster().is_some() {
+        let t = create_in_cluster(b, req).await?;
+        tracing::info!(topic = %t.name, "created topic (admin API)");
+        return Ok((StatusCode::CREATED, Json(topic_json(&t, true))).into_response());
+    }
+    if req.replication_factor.is_some_and(|rf| rf != 1) {
+        return Err(kafka_error(
+            ResponseError::InvalidReplicationFactor,
+            "a standalone broker holds one replica: replication_factor must be 1",
+        ));
+    }
     let config = TopicConfig::from_pairs(
         req.configs
             .iter()
@@ -327,6 +384,23 @@ async fn delete_topic(
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
     let b = s.broker()?;
+    if b.cluster().is_some() {
+        use spate_protocol::messages::delete_topics_request::{
+            DeleteTopicState, DeleteTopicsRequest,
+        };
+        let mut t = DeleteTopicState::default();
+        t.name = Some(spate_protocol::StrBytes::from_string(name.clone()).into());
+        let mut r = DeleteTopicsRequest::default();
+        r.topics.push(t);
+        r.timeout_ms = QUORUM_WAIT_MS;
+        let resp = spate_broker::cluster::delete_topics(b.clone(), 6, r).await;
+        let result = resp.responses.first().ok_or_else(|| {
+            kafka_error(ResponseError::UnknownServerError, "no result for the topic")
+        })?;
+        kafka_result(result.error_code, result.error_message.as_ref())?;
+        tracing::info!(topic = %name, "deleted topic (admin API)");
+        return Ok(StatusCode::NO_CONTENT);
+    }
     let n = name.clone();
     on_disk(b, move |b| b.topics.delete(&n)).await?;
     tracing::info!(topic = %name, "deleted topic (admin API)");
@@ -351,7 +425,8 @@ async fn alter_configs(
         r.map_err(|e| kafka_error(ResponseError::InvalidConfig, e.to_string()))?;
     }
     let changed = t.clone();
-    on_disk(b, move |b| b.topics.set_config(&changed, config)).await?;
+    // In a cluster the change goes through the quorum to every replica.
+    on_disk(b, move |b| b.set_topic_config(&changed, config)).await?;
     Ok(Json(configs_json(&t.config())))
 }
 
@@ -369,6 +444,25 @@ async fn add_partitions(
     let b = s.broker()?;
     let t = topic(b, &name)?;
     let req: PartitionCount = body(&raw)?;
+    if b.cluster().is_some() {
+        use spate_protocol::messages::create_partitions_request::{
+            CreatePartitionsRequest, CreatePartitionsTopic,
+        };
+        let mut pt = CreatePartitionsTopic::default();
+        pt.name = spate_protocol::StrBytes::from_string(name.clone()).into();
+        pt.count = req.count;
+        pt.assignments = None;
+        let mut r = CreatePartitionsRequest::default();
+        r.topics.push(pt);
+        r.timeout_ms = QUORUM_WAIT_MS;
+        let resp = spate_broker::cluster::create_partitions(b.clone(), r).await;
+        let result = resp.results.first().ok_or_else(|| {
+            kafka_error(ResponseError::UnknownServerError, "no result for the topic")
+        })?;
+        kafka_result(result.error_code, result.error_message.as_ref())?;
+        let grown = topic(b, &name)?;
+        return Ok(Json(topic_json(&grown, true)));
+    }
     let grown = t.clone();
     on_disk(b, move |b| {
         b.topics.add_partitions(&grown, req.count, false)

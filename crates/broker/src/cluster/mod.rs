@@ -346,7 +346,7 @@ impl Broker {
     }
 
     /// Replaces a topic's config: locally when standalone, through the quorum in a cluster.
-    pub(crate) fn set_topic_config(
+    pub fn set_topic_config(
         &self,
         topic: &crate::registry::Topic,
         config: crate::topic_config::TopicConfig,

@@ -754,3 +754,87 @@ async fn spate_cluster_status_says_healthy_then_not_when_a_node_is_down() {
     assert_eq!(bad.status.code(), Some(1), "{text}");
     assert!(text.contains("NOT healthy"), "{text}");
 }
+
+#[test]
+fn the_admin_http_api_changes_topics_through_the_quorum_on_every_node() {
+    let mut c = ThreeNodes::start(&[]);
+    let json = [("Content-Type", "application/json")];
+    let http2 = c.node(2).http.clone();
+    let (code, body) = http(
+        &http2,
+        "POST",
+        "/admin/topics",
+        &json,
+        r#"{"name":"via-http","partitions":2,"replication_factor":3,"configs":{"retention.ms":"3600000"}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    for p in 0..2 {
+        c.wait_partition(1, "via-http", p, "three replicas, seen from node 1", |p| {
+            ids(&p["replicas"]).len() == 3
+        });
+    }
+    // A config change on one node reaches the others through the metadata log.
+    let (code, body) = http(
+        &c.node(3).http.clone(),
+        "PATCH",
+        "/admin/topics/via-http/configs",
+        &json,
+        r#"{"retention.ms":"7200000"}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, body) = http(
+            &c.node(1).http.clone(),
+            "GET",
+            "/admin/topics/via-http",
+            &[],
+            "",
+        );
+        let v: Value = serde_json::from_str(&body).expect("JSON");
+        if v["configs"]["retention.ms"]["value"] == "7200000" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "config never reached node 1: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, body) = http(
+        &http2,
+        "POST",
+        "/admin/topics/via-http/partitions",
+        &json,
+        r#"{"count":3}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    c.wait_partition(
+        3,
+        "via-http",
+        2,
+        "the new partition, seen from node 3",
+        |p| ids(&p["replicas"]).len() == 3,
+    );
+    // Refusals keep Kafka's meaning.
+    let (code, body) = http(
+        &http2,
+        "POST",
+        "/admin/topics",
+        &json,
+        r#"{"name":"too-wide","partitions":1,"replication_factor":5}"#,
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("INVALID_REPLICATION_FACTOR"), "{body}");
+    let (code, body) = http(&http2, "DELETE", "/admin/topics/via-http", &[], "");
+    assert_eq!(code, 204, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c
+        .status(1)
+        .and_then(|s| find_partition(&s, "via-http", 0))
+        .is_some()
+    {
+        assert!(Instant::now() < deadline, "the topic stayed on node 1");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
