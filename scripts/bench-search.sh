@@ -41,7 +41,7 @@ log_bytes() {
 produce() { # produce TOPIC: prints "msg/s p50_ms p99_ms"
   "$BENCH" -b "$SPATE_BOOTSTRAP" -t "$1" -p 4 -c 1 -s 512 -n "$RECORDS" -w 0s --acks 1 \
     --payload-pattern text --no-progress --json-output "/tmp/sbs-$1.json" >/dev/null 2>&1
-  python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["produce"]; l=p["latency_us"]; print(f"{p[\"msgs_per_sec\"]:.0f} {l[\"p50_us\"]/1000:.1f} {l[\"p99_us\"]/1000:.1f}")' "/tmp/sbs-$1.json"
+  python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["produce"]; l=p["latency_us"]; print("%.0f %.1f %.1f" % (p["msgs_per_sec"], l["p50_us"]/1000, l["p99_us"]/1000))' "/tmp/sbs-$1.json"
 }
 delete() { curl -sf -XDELETE "$SPATE_HTTP/admin/topics/$1" >/dev/null || true; sleep 2; }
 for round in $(seq 1 "$ROUNDS"); do
