@@ -333,6 +333,16 @@ impl Broker {
                     .now(&spate_protocol::messages::ListPartitionReassignmentsResponse::default()),
             },
             Request::DescribeLogDirs(r) => ctx.now(&handlers::log_dirs::handle(self, r)),
+            Request::AlterReplicaLogDirs(r) => ctx.now(&handlers::log_dirs::alter(self, r)),
+            Request::DeleteRecords(r) => {
+                Ok(ctx.serial(self, move |b| handlers::delete_records::handle(b, r)))
+            }
+            Request::DescribeTopicPartitions(r) => {
+                ctx.now(&handlers::topic_partitions::handle(self, r))
+            }
+            Request::ListConfigResources(r) => {
+                ctx.now(&handlers::config_resources::handle(self, version, r))
+            }
             Request::ElectLeaders(r) => {
                 Ok(ctx.serial_async(crate::cluster::elect_leaders(self.clone(), version, r)))
             }

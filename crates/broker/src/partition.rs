@@ -488,6 +488,42 @@ impl Partition {
         Ok(end)
     }
 
+    /// Moves the log start to `offset` for DeleteRecords on the leader (or a standalone
+    /// broker): `-1` means the high watermark. Returns the log start afterwards. An offset
+    /// past the high watermark or below -1 is OFFSET_OUT_OF_RANGE, a follower answers
+    /// NOT_LEADER_OR_FOLLOWER.
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64, AppendError> {
+        let mut st = self.state.write();
+        if self.role() == Role::Follower {
+            return Err(AppendError::Refused(ResponseError::NotLeaderOrFollower));
+        }
+        if self.deleted.load(Ordering::SeqCst) {
+            return Err(AppendError::Refused(ResponseError::UnknownTopicOrPartition));
+        }
+        let hw = self.high_watermark();
+        let offset = if offset == -1 { hw } else { offset };
+        if !(0..=hw).contains(&offset) {
+            return Err(AppendError::Refused(ResponseError::OffsetOutOfRange));
+        }
+        st.log.advance_start(offset).map_err(AppendError::Storage)
+    }
+
+    /// A follower takes the leader's log start (learned from its fetch responses), as far
+    /// as its own log reaches, so records deleted on the leader go here too. `false` when
+    /// nothing moved or the partition moved on to another epoch or role.
+    pub fn follow_log_start(&self, leader_start: i64, leader_epoch: i32) -> Result<bool, LogError> {
+        if leader_start <= self.log_start_offset() {
+            return Ok(false);
+        }
+        let mut st = self.state.write();
+        if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
+            return Ok(false);
+        }
+        let before = st.log.start_offset();
+        let target = leader_start.min(st.log.end_offset());
+        Ok(st.log.advance_start(target)? > before)
+    }
+
     /// Marks the partition deleted: later appends are refused.
     pub fn mark_deleted(&self) {
         self.deleted.store(true, Ordering::SeqCst);

@@ -10,6 +10,7 @@ mod index;
 mod log;
 mod segment;
 pub mod sim;
+mod start_offset;
 pub mod storage;
 
 pub use config::{FsyncPolicy, LogConfig};

@@ -15,6 +15,7 @@ use crate::durability::{Durability, Flusher, SyncState};
 use crate::epochs::{EpochEntry, LeaderEpochCache};
 use crate::error::{IoContext, LogError};
 use crate::segment::{self, SealJob, SealedIndexes, Segment};
+use crate::start_offset::StartCheckpoint;
 use crate::storage::{FsStorage, Storage};
 
 /// Where an append landed.
@@ -54,6 +55,10 @@ pub struct Log {
     /// Segments rolled but not yet sealed by the flusher thread.
     seals: Vec<Arc<SealSlot>>,
     epochs: LeaderEpochCache,
+    /// The first offset served when DeleteRecords moved it past the first segment's base;
+    /// never below that base (see [`Log::start_offset`]).
+    start: i64,
+    start_checkpoint: StartCheckpoint,
 }
 
 /// A roll's sealing work, run by the flusher thread or, when the log needs it done now
@@ -211,6 +216,11 @@ impl Log {
                 LeaderEpochCache::rebuilt(&storage, dir, found)?
             }
         };
+        let start_checkpoint = StartCheckpoint::new(&storage, dir);
+        let first = segments[0].base_offset;
+        // A checkpoint past the end means the log lost its tail (a power loss before the
+        // segments' fsync): serve what is left rather than nothing.
+        let start = start_checkpoint.load()?.unwrap_or(first).clamp(first, end);
         let log = Self {
             dir: dir.to_path_buf(),
             config,
@@ -220,6 +230,8 @@ impl Log {
             storage,
             seals: Vec::new(),
             epochs,
+            start,
+            start_checkpoint,
         };
         Ok((log, notes))
     }
@@ -244,9 +256,47 @@ impl Log {
         &self.segments[self.segments.len() - 1]
     }
 
-    /// First offset still stored.
+    /// First offset served: the first segment's base, or further on where DeleteRecords
+    /// moved it.
     pub fn start_offset(&self) -> i64 {
-        self.segments[0].base_offset
+        self.start.max(self.segments[0].base_offset)
+    }
+
+    /// Moves the log start to `offset` (DeleteRecords): records below it are no longer
+    /// served, and every segment wholly below it is deleted. The new start is on disk before
+    /// this returns. Returns the log start afterwards; an offset at or below the current start
+    /// changes nothing, one past the end is refused.
+    pub fn advance_start(&mut self, offset: i64) -> Result<i64, LogError> {
+        if self.sync.failed() {
+            return Err(LogError::Failed {
+                path: self.dir.clone(),
+            });
+        }
+        let (start, end) = (self.start_offset(), self.end_offset());
+        if offset > end {
+            return Err(LogError::OffsetOutOfRange { offset, start, end });
+        }
+        if offset <= start {
+            return Ok(start);
+        }
+        self.start_checkpoint.store(offset)?;
+        self.start = offset;
+        self.adopt_finished_seals();
+        // The active segment stays even when wholly below: appends continue in it.
+        let last = self.segments.len() - 1;
+        let remove = self.segments[..last]
+            .iter()
+            .take_while(|s| s.next_offset <= offset)
+            .count();
+        if remove > 0 {
+            for seg in self.segments.drain(..remove) {
+                seg.delete()?;
+            }
+            self.storage
+                .sync_dir(&self.dir)
+                .ctx("fsync log dir", &self.dir)?;
+        }
+        Ok(offset)
     }
 
     /// Offset the next record will get.
@@ -584,7 +634,13 @@ impl Log {
         if let Some(e) = failure {
             return Err(e);
         }
-        Ok(found)
+        // A record below a start moved by DeleteRecords is no longer served: the first one
+        // that is comes next.
+        let start_offset = self.start_offset();
+        Ok(found.map(|f: TimestampLookup| TimestampLookup {
+            offset: f.offset.max(start_offset),
+            ..f
+        }))
     }
 
     /// The record with the largest timestamp (ListOffsets MAX_TIMESTAMP); the earliest such
@@ -674,6 +730,7 @@ impl Log {
             self.storage
                 .sync_dir(&self.dir)
                 .ctx("fsync log dir", &self.dir)?;
+            self.start = offset;
             self.epochs.clear()
         })();
         if result.is_err() {

@@ -43,8 +43,12 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::ApiVersions, 0, 4),
     api(ApiKey::CreateTopics, 2, 7),
     api(ApiKey::DeleteTopics, 1, 6),
+    api(ApiKey::DeleteRecords, 0, 2),
     api(ApiKey::InitProducerId, 0, 5),
     api(ApiKey::DescribeConfigs, 1, 4),
+    // v0 was removed in Kafka 4; a spate broker has one log dir, so a move is a no-op or
+    // refused (see handlers::log_dirs).
+    api(ApiKey::AlterReplicaLogDirs, 1, 2),
     // v1 is the oldest Kafka 4 accepts; v4 adds the dir's total and usable bytes.
     api(ApiKey::DescribeLogDirs, 1, 4),
     api(ApiKey::DeleteGroups, 0, 2),
@@ -61,6 +65,10 @@ pub const SUPPORTED: &[Supported] = &[
     // v0-1 were removed in Kafka 4; v2 carries the current leader epoch (fencing), v3 the
     // replica id followers send.
     api(ApiKey::OffsetForLeaderEpoch, 2, 4),
+    // v1 (KIP-1142) lists every config resource type, v0 only client metrics subscriptions.
+    api(ApiKey::ListConfigResources, 0, 1),
+    // KIP-966: Kafka 4's kafka-topics --describe asks this first.
+    api(ApiKey::DescribeTopicPartitions, 0, 0),
 ];
 
 /// Looks up the advertised range for a raw API key.

@@ -40,6 +40,10 @@ pub enum Request {
     AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
     ListPartitionReassignments(ListPartitionReassignmentsRequest),
     DescribeLogDirs(DescribeLogDirsRequest),
+    DeleteRecords(DeleteRecordsRequest),
+    AlterReplicaLogDirs(AlterReplicaLogDirsRequest),
+    DescribeTopicPartitions(DescribeTopicPartitionsRequest),
+    ListConfigResources(ListConfigResourcesRequest),
 }
 
 /// What a frame turned out to be.
@@ -117,6 +121,10 @@ impl Request {
             ApiKey::ListPartitionReassignments => body!(ListPartitionReassignments),
             ApiKey::DescribeLogDirs => body!(DescribeLogDirs),
             ApiKey::OffsetForLeaderEpoch => body!(OffsetForLeaderEpoch),
+            ApiKey::DeleteRecords => body!(DeleteRecords),
+            ApiKey::AlterReplicaLogDirs => body!(AlterReplicaLogDirs),
+            ApiKey::DescribeTopicPartitions => body!(DescribeTopicPartitions),
+            ApiKey::ListConfigResources => body!(ListConfigResources),
             // The supported table lists a key this match does not know: answer, don't panic.
             _ => return Ok(Decoded::Unsupported(prefix)),
         };

@@ -35,8 +35,10 @@ pub struct SearchConfig {
     pub query_timeout: Duration,
     /// How often topic and config changes are looked for.
     pub reconcile_interval: Duration,
-    /// Niceness of indexing threads (0 = the broker's priority).
+    /// Niceness of indexing threads (0 = the broker's priority) when not under SCHED_IDLE.
     pub indexer_nice: i32,
+    /// Run indexing threads under SCHED_IDLE (Linux): CPU only when nothing else wants it.
+    pub indexer_idle: bool,
 }
 
 impl SearchConfig {
@@ -49,6 +51,7 @@ impl SearchConfig {
             query_timeout: Duration::from_secs(10),
             reconcile_interval: Duration::from_millis(250),
             indexer_nice: 10,
+            indexer_idle: true,
         }
     }
 }
@@ -174,12 +177,13 @@ impl SearchService {
         let weak = Arc::downgrade(&service);
         let interval = service.config.reconcile_interval;
         let nice = service.config.indexer_nice;
+        let idle = service.config.indexer_idle;
         std::thread::Builder::new()
             .name("search-reconcile".into())
             .spawn(move || {
                 // Every indexing thread (ours, and tantivy's writer and merge threads) is
                 // started from this one and inherits its lower priority.
-                lower_priority(nice);
+                lower_priority(idle, nice);
                 loop {
                     let Some(s) = weak.upgrade() else { return };
                     if s.stopping.load(Ordering::SeqCst) {
@@ -535,13 +539,24 @@ impl SearchService {
     }
 }
 
-/// Lowers the calling thread's scheduling priority by `nice`; threads it starts inherit it.
-fn lower_priority(nice: i32) {
-    if nice <= 0 {
-        return;
-    }
+/// Lowers the calling thread's scheduling priority; threads it starts inherit it. Under
+/// SCHED_IDLE the thread runs only on CPU time nothing else wants, so a saturated broker
+/// makes the index lag instead of producers slow; otherwise it is niced by `nice`.
+fn lower_priority(idle: bool, nice: i32) {
     #[cfg(target_os = "linux")]
     {
+        if idle {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: a plain syscall on the calling thread (pid 0), reading `param` only.
+            let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+            if rc == 0 {
+                return;
+            }
+            tracing::warn!(error = %std::io::Error::last_os_error(), "cannot run the search indexers under SCHED_IDLE; nicing them instead");
+        }
+        if nice <= 0 {
+            return;
+        }
         // On Linux the nice value belongs to the thread (its tid), not the process.
         // SAFETY: plain syscalls on the calling thread's own id, no memory involved.
         let rc = unsafe {
@@ -552,6 +567,8 @@ fn lower_priority(nice: i32) {
             tracing::warn!(nice, error = %std::io::Error::last_os_error(), "cannot lower the search indexers' priority");
         }
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (idle, nice);
 }
 
 fn glob(p: &str, s: &str) -> bool {

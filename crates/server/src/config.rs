@@ -116,9 +116,14 @@ pub struct Args {
     #[arg(long, env = "SPATE_SEARCH_COMMIT_INTERVAL_MS", default_value_t = 200)]
     pub search_commit_interval_ms: u64,
 
-    /// Scheduling niceness of search indexing threads (0-19; 0 = same as the broker). Indexing
-    /// yields the CPU to producers and consumers: under overload the index lags, producers
-    /// do not slow down.
+    /// Run search indexing threads under SCHED_IDLE (Linux): they get only CPU time that
+    /// producers and consumers leave idle, so under overload the index lags and producers do
+    /// not slow down. `false` nices them by --search-indexer-nice instead.
+    #[arg(long, env = "SPATE_SEARCH_INDEXER_IDLE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub search_indexer_idle: bool,
+
+    /// Scheduling niceness of search indexing threads when not under SCHED_IDLE (0-19; 0 =
+    /// same as the broker).
     #[arg(long, env = "SPATE_SEARCH_INDEXER_NICE", default_value_t = 10)]
     pub search_indexer_nice: i32,
 

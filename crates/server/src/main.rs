@@ -97,6 +97,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     search_config.indexer.commit_interval =
         std::time::Duration::from_millis(args.search_commit_interval_ms.clamp(10, 500));
     search_config.indexer_nice = args.search_indexer_nice.clamp(0, 19);
+    search_config.indexer_idle = args.search_indexer_idle;
     search_config.query_timeout = std::time::Duration::from_millis(args.search_timeout_ms.max(1));
     let search = spate_search::SearchService::start(broker.clone(), search_config)
         .context("starting the search indexers")?;

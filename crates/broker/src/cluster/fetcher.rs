@@ -608,6 +608,13 @@ async fn fetch(
                 }
             }
             p.set_high_watermark(pd.high_watermark.min(end));
+            if pd.log_start_offset > p.log_start_offset() {
+                // DeleteRecords (or retention) moved the leader's start: follow it.
+                let start = pd.log_start_offset;
+                if let Err(e) = tokio::task::block_in_place(|| p.follow_log_start(start, f.epoch)) {
+                    tracing::error!(topic = %key.0, partition = key.1, error = %e, "cannot move the replica's log start to the leader's");
+                }
+            }
             let hw = pd.high_watermark;
             cluster
                 .follows

@@ -3,12 +3,19 @@
 //! `kafka-reassign-partitions.sh` expect.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
+use spate_protocol::messages::alter_replica_log_dirs_response::{
+    AlterReplicaLogDirPartitionResult, AlterReplicaLogDirTopicResult,
+};
 use spate_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
-use spate_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
-use spate_protocol::StrBytes;
+use spate_protocol::messages::{
+    AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, DescribeLogDirsRequest,
+    DescribeLogDirsResponse, TopicName,
+};
+use spate_protocol::{ResponseError, StrBytes};
 
 use crate::Broker;
 
@@ -61,4 +68,44 @@ pub fn handle(b: &Broker, req: DescribeLogDirsRequest) -> DescribeLogDirsRespons
     let mut resp = DescribeLogDirsResponse::default();
     resp.results = vec![dir];
     resp
+}
+
+/// Answers AlterReplicaLogDirs as Kafka does for a broker with one log dir: a move into the
+/// data dir, where every replica already is, succeeds without moving anything; any other
+/// dir is LOG_DIR_NOT_FOUND.
+pub fn alter(b: &Broker, req: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse {
+    let here = canonical(&b.config.data_dir);
+    let mut resp = AlterReplicaLogDirsResponse::default();
+    for dir in req.dirs {
+        let same_dir = canonical(Path::new(dir.path.as_str())) == here;
+        for t in dir.topics {
+            let topic = b.topics.get(&t.name);
+            let mut tr = AlterReplicaLogDirTopicResult::default();
+            tr.topic_name = t.name.clone();
+            for index in t.partitions {
+                let code = match &topic {
+                    _ if !same_dir => ResponseError::LogDirNotFound.code(),
+                    None => ResponseError::UnknownTopicOrPartition.code(),
+                    Some(topic) => match topic.lookup(index) {
+                        Ok(_) => 0,
+                        Err(ResponseError::NotLeaderOrFollower) => {
+                            ResponseError::ReplicaNotAvailable.code()
+                        }
+                        Err(e) => e.code(),
+                    },
+                };
+                let mut pr = AlterReplicaLogDirPartitionResult::default();
+                pr.partition_index = index;
+                pr.error_code = code;
+                tr.partitions.push(pr);
+            }
+            resp.results.push(tr);
+        }
+    }
+    resp
+}
+
+/// The path with symlinks and `..` resolved, so `/data/./x` names the same dir as `/data/x`.
+fn canonical(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }

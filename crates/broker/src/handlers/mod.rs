@@ -2,7 +2,9 @@
 
 pub mod api_versions;
 pub mod cluster;
+pub mod config_resources;
 pub mod configs;
+pub mod delete_records;
 pub mod fetch;
 pub mod groups;
 pub mod leader_epochs;
@@ -12,6 +14,7 @@ pub mod metadata;
 pub mod offsets;
 pub mod produce;
 pub mod producer_ids;
+pub mod topic_partitions;
 pub mod topics;
 
 use spate_protocol::StrBytes;

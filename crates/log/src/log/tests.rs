@@ -352,3 +352,51 @@ fn a_stale_shutdown_marker_falls_back_to_the_scan() {
     assert!(notes.is_empty(), "{notes:?}");
     assert_eq!(log.end_offset(), 8, "the scan found the late batch too");
 }
+
+#[test]
+fn advancing_the_start_hides_records_below_it_deletes_whole_segments_and_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), small_segments());
+    fill(&mut log, 20, 5);
+    let segments_before = log.segment_count();
+    assert!(segments_before > 3);
+    // 37 falls inside the batch holding 35..=39.
+    assert_eq!(log.advance_start(37).unwrap(), 37);
+    assert_eq!(log.start_offset(), 37);
+    assert!(log.segment_count() < segments_before);
+    assert!(matches!(
+        log.read(36, 1 << 20, 100, true),
+        Err(LogError::OffsetOutOfRange { start: 37, .. })
+    ));
+    // A read at the start returns the whole batch holding it; clients skip what is below.
+    let r = log.read(37, 1 << 20, 100, true).unwrap();
+    assert_eq!(offsets(&r)[0], (35, 39));
+    // Moving backwards changes nothing; past the end is refused.
+    assert_eq!(log.advance_start(10).unwrap(), 37);
+    assert!(matches!(
+        log.advance_start(101),
+        Err(LogError::OffsetOutOfRange { offset: 101, .. })
+    ));
+    let ts = log.offset_for_timestamp(0).unwrap().unwrap();
+    assert_eq!(ts.offset, 37);
+    drop(log);
+    let log = open(dir.path(), small_segments());
+    assert_eq!(log.start_offset(), 37);
+    assert_eq!(log.end_offset(), 100);
+}
+
+#[test]
+fn advancing_the_start_to_the_end_keeps_the_active_segment_for_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), small_segments());
+    fill(&mut log, 10, 5);
+    assert_eq!(log.advance_start(50).unwrap(), 50);
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.read(50, 1 << 20, 50, true).unwrap().records.len(), 0);
+    let a = log.append(&batch(2, 5_000, 10), 3, None, 0).unwrap();
+    assert_eq!(a.base_offset, 50);
+    assert_eq!(
+        offsets(&log.read(50, 1 << 20, 52, true).unwrap()),
+        vec![(50, 51)]
+    );
+}

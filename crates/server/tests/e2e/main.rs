@@ -3,6 +3,7 @@
 //! well-behaved client sends.
 
 mod admin;
+mod admin_apis;
 mod bad_input;
 mod cluster;
 mod cluster_chaos;
