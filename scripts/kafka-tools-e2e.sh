@@ -91,6 +91,32 @@ n=$(klass org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$B" --topic 
 [[ "$n" == 100000 ]] || fail "perf topic holds $n records, expected 100000"
 pass "producer perf test: 100000 records acknowledged and stored"
 
+# kafka-delete-records (DeleteRecords), then ListOffsets earliest sees the new start.
+cat > "$WORK/delete.json" <<'JSON'
+{"version": 1, "partitions": [{"topic": "cli-perf", "partition": 0, "offset": 1000}]}
+JSON
+klass org.apache.kafka.tools.DeleteRecordsCommand --bootstrap-server "$B" --offset-json-file "$WORK/delete.json" \
+  | grep -q "partition: cli-perf-0.*low_watermark: 1000" || fail "kafka-delete-records"
+earliest=$(klass org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$B" --topic cli-perf --partitions 0 --time -2)
+[[ "$earliest" == "cli-perf:0:1000" ]] || fail "earliest offset after delete-records is '$earliest'"
+echo '{"version": 1, "partitions": [{"topic": "cli-perf", "partition": 0, "offset": 999999999}]}' > "$WORK/delete.json"
+klass org.apache.kafka.tools.DeleteRecordsCommand --bootstrap-server "$B" --offset-json-file "$WORK/delete.json" 2>&1 \
+  | grep -q "OffsetOutOfRange" || fail "kafka-delete-records past the high watermark was not refused"
+pass "kafka-delete-records moves the log start; past the high watermark is OFFSET_OUT_OF_RANGE"
+
+# kafka-log-dirs (DescribeLogDirs): one log dir holding the perf topic.
+klass org.apache.kafka.tools.LogDirsCommand --bootstrap-server "$B" --describe --topic-list cli-perf \
+  | grep -q '"partition":"cli-perf-0","size":[1-9]' || fail "kafka-log-dirs"
+pass "kafka-log-dirs --describe"
+
+# kafka-topics --describe in Kafka 4 goes through DescribeTopicPartitions; kafka-configs
+# --describe without a name lists resources with ListConfigResources.
+tool topics --bootstrap-server "$B" --describe --topic cli-perf | grep -q "Partition: 0.*Leader: .*Elr:" \
+  || fail "kafka-topics --describe (DescribeTopicPartitions)"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --entity-type topics --describe \
+  | grep -q "configs for topic cli-perf are" || fail "kafka-configs --describe of every topic"
+pass "DescribeTopicPartitions and ListConfigResources through kafka-topics and kafka-configs"
+
 # Delete
 tool topics --bootstrap-server "$B" --delete --topic cli-orders >/dev/null || fail "kafka-topics --delete"
 tool topics --bootstrap-server "$B" --list | grep -qx "cli-orders" && fail "topic still listed after delete"
