@@ -10,7 +10,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
-use rdkafka::consumer::BaseConsumer;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::FutureRecord;
@@ -837,4 +837,65 @@ fn the_admin_http_api_changes_topics_through_the_quorum_on_every_node() {
         assert!(Instant::now() < deadline, "the topic stayed on node 1");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_records_on_the_leader_moves_every_replicas_start_and_holds_after_kill_9_of_the_leader(
+) {
+    let mut c = ThreeNodes::start(&[]);
+    create_replicated(&c.bootstrap(), "trimmed", 1, "2").await;
+    let p = c.wait_partition(1, "trimmed", 0, "ISR of three", |p| {
+        ids(&p["isr"]).len() == 3
+    });
+    let leader = p["leader"].as_u64().expect("leader");
+    let prod = producer(&c.bootstrap(), &[]);
+    for i in 0..40u64 {
+        let v = i.to_string();
+        prod.send(
+            FutureRecord::<(), _>::to("trimmed").payload(&v),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("produce");
+    }
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset("trimmed", 0, rdkafka::Offset::Offset(30))
+        .expect("tpl");
+    let done = admin(&c.bootstrap())
+        .delete_records(&tpl, &AdminOptions::new())
+        .await
+        .expect("delete_records");
+    assert!(done.elements()[0].error().is_ok(), "{:?}", done.elements());
+    // Every follower learns the new start from its next fetch.
+    for node in (1..=3).filter(|&n| n != leader) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let body = http(
+                &c.nodes[&node].http,
+                "GET",
+                "/admin/topics/trimmed",
+                &[],
+                "",
+            )
+            .1;
+            let v: Value = serde_json::from_str(&body).expect("topic json");
+            if v["partition_details"][0]["log_start_offset"].as_i64() == Some(30) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {node} kept its start: {v}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    c.node(leader).kill9();
+    let survivor = (1..=3).find(|&n| n != leader).expect("a survivor");
+    c.wait_partition(survivor, "trimmed", 0, "a new leader", |p| {
+        p["leader"].as_u64().is_some_and(|l| l != leader)
+    });
+    // The new leader serves from 30 and still holds every record after it.
+    let cons = consumer(&c.bootstrap(), "trimmed", &[0], 30);
+    let (low, high) = cons
+        .fetch_watermarks("trimmed", 0, Duration::from_secs(10))
+        .expect("watermarks");
+    assert_eq!((low, high), (30, 40));
+    assert_eq!(read_values(&cons, 10), (30..40).collect::<Vec<_>>());
 }
