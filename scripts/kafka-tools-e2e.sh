@@ -117,6 +117,11 @@ klass kafka.admin.ConfigCommand --bootstrap-server "$B" --entity-type topics --d
   | grep -q "configs for topic cli-perf are" || fail "kafka-configs --describe of every topic"
 pass "DescribeTopicPartitions and ListConfigResources through kafka-topics and kafka-configs"
 
+# kafka-features (ApiVersions v3+ features): metadata.version finalized at Kafka 4.3's level.
+klass org.apache.kafka.tools.FeatureCommand --bootstrap-server "$B" describe \
+  | grep -q "metadata.version.*FinalizedVersionLevel: 4.3-IV0" || fail "kafka-features describe"
+pass "kafka-features describe: metadata.version 4.3-IV0"
+
 # Delete
 tool topics --bootstrap-server "$B" --delete --topic cli-orders >/dev/null || fail "kafka-topics --delete"
 tool topics --bootstrap-server "$B" --list | grep -qx "cli-orders" && fail "topic still listed after delete"

@@ -238,7 +238,7 @@ impl Broker {
         // Handlers that change topics or reserve producer ids touch the disk: they run on the
         // blocking pool so async workers never wait for it.
         let reply = match req {
-            Request::ApiVersions(r) => ctx.now(&handlers::api_versions::handle(r)),
+            Request::ApiVersions(r) => ctx.now(&handlers::api_versions::handle(version, r)),
             Request::Metadata(r) if self.cluster().is_some() => match self.cluster() {
                 Some(c) if crate::cluster::metadata_may_create(self, c, version, &r) => {
                     Ok(ctx.serial_async(crate::cluster::metadata(self.clone(), version, r)))

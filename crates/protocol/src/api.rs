@@ -24,11 +24,15 @@ const fn api(key: ApiKey, min: i16, max: i16) -> Supported {
 pub const SUPPORTED: &[Supported] = &[
     // v3 is the first version carrying RecordBatch v2 (magic 2); v13 names topics by id.
     api(ApiKey::Produce, 3, 13),
-    // v4 is the first with isolation level and last stable offset; v13+ name topics by id.
-    api(ApiKey::Fetch, 4, 17),
-    // v9+ would add the "earliest tiered" / remote storage timestamps spate has no use for.
-    api(ApiKey::ListOffsets, 1, 8),
-    api(ApiKey::Metadata, 0, 12),
+    // v4 is the first with isolation level and last stable offset; v13+ name topics by id;
+    // v18's replica high watermark (KIP-1166) is a hint a leader may ignore.
+    api(ApiKey::Fetch, 4, 18),
+    // v9's latest-tiered timestamp answers "nothing tiered" (spate keeps every segment
+    // local); v10's remote-read timeout has nothing to wait for. Kafka 4.3's v11 needs a
+    // newer protocol crate.
+    api(ApiKey::ListOffsets, 1, 10),
+    // v13 adds a top-level error code (REBOOTSTRAP_REQUIRED), never needed here.
+    api(ApiKey::Metadata, 0, 13),
     // v0-1 were removed in Kafka 4; v10 names topics by id.
     api(ApiKey::OffsetCommit, 2, 9),
     api(ApiKey::OffsetFetch, 1, 9),
@@ -61,7 +65,8 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::AlterPartitionReassignments, 0, 1),
     api(ApiKey::ListPartitionReassignments, 0, 0),
     api(ApiKey::OffsetDelete, 0, 0),
-    api(ApiKey::DescribeCluster, 0, 1),
+    // v2 can include fenced brokers, flagged.
+    api(ApiKey::DescribeCluster, 0, 2),
     // v0-1 were removed in Kafka 4; v2 carries the current leader epoch (fencing), v3 the
     // replica id followers send.
     api(ApiKey::OffsetForLeaderEpoch, 2, 4),

@@ -1,9 +1,47 @@
 //! ApiVersions: what this broker speaks.
 
 use spate_protocol::api::SUPPORTED;
-use spate_protocol::messages::api_versions_response::ApiVersion;
+use spate_protocol::messages::api_versions_response::{
+    ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+};
 use spate_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
-use spate_protocol::ResponseError;
+use spate_protocol::{ResponseError, StrBytes};
+
+/// `metadata.version` levels: 3.3-IV3, the oldest Kafka 4 accepts, up to 4.3-IV0, the Kafka
+/// release whose behaviour spate follows. Finalized at the latest.
+const METADATA_VERSION_MIN: i16 = 7;
+const METADATA_VERSION_MAX: i16 = 30;
+
+/// The epoch of the finalized features: they never change while a broker runs.
+const FEATURES_EPOCH: i64 = 1;
+
+/// The features this broker supports (min, max) and the level each is finalized at. Only
+/// what spate implements: `group.version` 1 (KIP-848), `transaction.version` and
+/// `share.version` stay unadvertised until those protocols exist, so clients that read
+/// features do not take them for granted.
+const FEATURES: &[(&str, i16, i16, i16)] = &[(
+    "metadata.version",
+    METADATA_VERSION_MIN,
+    METADATA_VERSION_MAX,
+    METADATA_VERSION_MAX,
+)];
+
+/// Fills the v3+ feature fields (KIP-584), as `kafka-features.sh describe` reads them.
+fn features(resp: &mut ApiVersionsResponse) {
+    for &(name, min, max, finalized) in FEATURES {
+        let mut s = SupportedFeatureKey::default();
+        s.name = StrBytes::from_static_str(name);
+        s.min_version = min;
+        s.max_version = max;
+        resp.supported_features.push(s);
+        let mut f = FinalizedFeatureKey::default();
+        f.name = StrBytes::from_static_str(name);
+        f.min_version_level = finalized;
+        f.max_version_level = finalized;
+        resp.finalized_features.push(f);
+    }
+    resp.finalized_features_epoch = FEATURES_EPOCH;
+}
 
 fn ranges() -> Vec<ApiVersion> {
     SUPPORTED
@@ -28,10 +66,13 @@ fn valid_software_field(s: &str) -> bool {
             && b.iter().all(ok))
 }
 
-/// Answers an ApiVersions request.
-pub fn handle(req: ApiVersionsRequest) -> ApiVersionsResponse {
+/// Answers an ApiVersions request; the feature fields exist from v3 on.
+pub fn handle(version: i16, req: ApiVersionsRequest) -> ApiVersionsResponse {
     let mut resp = ApiVersionsResponse::default();
     resp.api_keys = ranges();
+    if version >= 3 {
+        features(&mut resp);
+    }
     if !valid_software_field(&req.client_software_name)
         || !valid_software_field(&req.client_software_version)
     {
@@ -51,6 +92,26 @@ pub fn unsupported() -> ApiVersionsResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn features_are_advertised_from_v3_with_metadata_version_finalized_at_kafka_4_3() {
+        let old = handle(2, ApiVersionsRequest::default());
+        assert!(old.supported_features.is_empty() && old.finalized_features.is_empty());
+        let new = handle(3, ApiVersionsRequest::default());
+        let mv = new
+            .supported_features
+            .iter()
+            .find(|f| f.name.as_str() == "metadata.version")
+            .expect("metadata.version supported");
+        assert_eq!((mv.min_version, mv.max_version), (7, 30));
+        let fin = &new.finalized_features[0];
+        assert_eq!((fin.min_version_level, fin.max_version_level), (30, 30));
+        assert_eq!(new.finalized_features_epoch, 1);
+        // Features of protocols spate lacks are not claimed.
+        assert!(!new.supported_features.iter().any(
+            |f| f.name.as_str() == "group.version" || f.name.as_str() == "transaction.version"
+        ));
+    }
 
     #[test]
     fn software_names_follow_kip_511() {

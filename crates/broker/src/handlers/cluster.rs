@@ -24,15 +24,20 @@ pub fn describe(b: &Broker, version: i16, req: DescribeClusterRequest) -> Descri
     if let Some(cluster) = b.cluster() {
         resp.cluster_id = StrBytes::from_string(cluster.cluster_id());
         resp.controller_id = cluster.controller_id().unwrap_or(-1).into();
+        // v2 may ask for fenced (registered but not live) brokers too, flagged as such.
+        let with_fenced = version >= 2 && req.include_fenced_brokers;
         resp.brokers = cluster
             .image()
-            .live_brokers()
+            .brokers()
+            .values()
+            .filter(|reg| with_fenced || !reg.fenced)
             .map(|reg| {
                 let mut node = DescribeClusterBroker::default();
                 node.broker_id = reg.id.into();
                 node.host = StrBytes::from_string(reg.kafka_host.clone());
                 node.port = i32::from(reg.kafka_port);
                 node.rack = reg.rack.clone().map(StrBytes::from_string);
+                node.is_fenced = reg.fenced;
                 node
             })
             .collect();

@@ -13,6 +13,8 @@ const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
+/// The last offset copied to tiered storage (KIP-1005, v9+).
+const LATEST_TIERED: i64 = -5;
 
 /// Answers ListOffsets.
 pub fn handle(b: &Broker, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
@@ -79,6 +81,8 @@ fn lookup(
         EARLIEST | EARLIEST_LOCAL if ts == EARLIEST || version >= 8 => {
             Ok((p.log_start_offset(), -1, epoch))
         }
+        // Nothing is ever tiered: Kafka's answer for a topic without remote storage.
+        LATEST_TIERED if version >= 9 => Ok((-1, -1, -1)),
         MAX_TIMESTAMP if version >= 7 => Ok(match p.max_timestamp().map_err(storage)? {
             Some(hit) => (hit.offset, hit.timestamp, epoch),
             None => (-1, -1, -1),
