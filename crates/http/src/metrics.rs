@@ -225,6 +225,58 @@ pub async fn render_cluster(b: &Broker) -> String {
     w.finish()
 }
 
+/// Client quota usage per quota entity: Kafka's per-user / per-client-id byte-rate,
+/// throttle-time and request-time metrics.
+fn render_quotas(w: &mut Writer, b: &Broker) {
+    let stats = b.quotas.stats();
+    let families = [
+        (
+            "spate_quota_usage_total",
+            "counter",
+            "Usage counted against client quotas: bytes (produce, fetch) or percent-milliseconds of handler time (request).",
+        ),
+        (
+            "spate_quota_rate",
+            "gauge",
+            "Measured rate of each quota entity over the quota windows (bytes/s or percent).",
+        ),
+        ("spate_quota_limit", "gauge", "The quota in force for each entity."),
+        (
+            "spate_quota_throttle_time_ms_total",
+            "counter",
+            "Throttle time handed to clients over their quota, in milliseconds.",
+        ),
+        (
+            "spate_quota_throttled_responses_total",
+            "counter",
+            "Responses that carried a quota throttle time.",
+        ),
+    ];
+    for (i, (name, kind, help)) in families.into_iter().enumerate() {
+        w.family(name, kind, help);
+        for s in &stats {
+            let user = s.key.user.as_deref().unwrap_or("");
+            let client = s.key.client_id.as_deref().unwrap_or("");
+            let value = match i {
+                0 => s.total,
+                1 => s.rate,
+                2 => s.quota,
+                3 => s.throttle_ms_total as f64,
+                _ => s.throttled as f64,
+            };
+            w.sample(
+                name,
+                &[
+                    ("quota", s.key.kind.as_str()),
+                    ("user", user),
+                    ("client_id", client),
+                ],
+                value,
+            );
+        }
+    }
+}
+
 /// The full scrape.
 pub fn render(b: &Broker) -> String {
     let m = &b.metrics;
@@ -269,6 +321,8 @@ pub fn render(b: &Broker) -> String {
             );
         }
     }
+
+    render_quotas(&mut w, b);
 
     let topics = b.topics.list();
     for (name, help, get) in [

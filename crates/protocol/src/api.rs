@@ -65,6 +65,9 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::AlterPartitionReassignments, 0, 1),
     api(ApiKey::ListPartitionReassignments, 0, 0),
     api(ApiKey::OffsetDelete, 0, 0),
+    // Byte-rate quotas answer with throttle_time_ms and mute the connection (KIP-219).
+    api(ApiKey::DescribeClientQuotas, 0, 1),
+    api(ApiKey::AlterClientQuotas, 0, 1),
     // v2 can include fenced brokers, flagged.
     api(ApiKey::DescribeCluster, 0, 2),
     // v0-1 were removed in Kafka 4; v2 carries the current leader epoch (fencing), v3 the

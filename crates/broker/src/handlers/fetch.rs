@@ -198,6 +198,15 @@ fn admit(
     }
 }
 
+/// The record bytes a fetch response carries: what a consumer byte-rate quota counts.
+pub fn records_bytes(resp: &FetchResponse) -> usize {
+    resp.responses
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+        .sum()
+}
+
 /// Serves a prepared fetch, waiting as the request allows. `memory` is what the connection
 /// took for it ([`Prepared::memory_wanted`]) and `throttle_ms` how long the request waited
 /// for memory so far. Returns the response and the memory its records hold, which must stay

@@ -1,6 +1,7 @@
 //! One module per Kafka API family.
 
 pub mod api_versions;
+pub mod client_quotas;
 pub mod cluster;
 pub mod config_resources;
 pub mod configs;
