@@ -117,6 +117,25 @@ klass kafka.admin.ConfigCommand --bootstrap-server "$B" --entity-type topics --d
   | grep -q "configs for topic cli-perf are" || fail "kafka-configs --describe of every topic"
 pass "DescribeTopicPartitions and ListConfigResources through kafka-topics and kafka-configs"
 
+# kafka-configs for client quotas (AlterClientQuotas / DescribeClientQuotas).
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --alter --entity-type clients --entity-name cli-app \
+  --add-config producer_byte_rate=1048576,consumer_byte_rate=2097152 >/dev/null || fail "kafka-configs --alter clients"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --alter --entity-type users --entity-default \
+  --add-config request_percentage=200 >/dev/null || fail "kafka-configs --alter users --entity-default"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --describe --entity-type clients --entity-name cli-app \
+  | grep -q "consumer_byte_rate=2097152.0, producer_byte_rate=1048576.0" || fail "kafka-configs --describe clients"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --describe --entity-type users \
+  | grep -q "default user-principal are request_percentage=200.0" || fail "kafka-configs --describe users"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --alter --entity-type clients --entity-name cli-app \
+  --add-config producer_byte_rate=-5 >/dev/null 2>&1 && fail "a negative quota was accepted"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --alter --entity-type clients --entity-name cli-app \
+  --delete-config producer_byte_rate,consumer_byte_rate >/dev/null || fail "kafka-configs --delete-config clients"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --describe --entity-type clients --entity-name cli-app \
+  | grep -q "byte_rate" && fail "deleted quotas still described"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --alter --entity-type users --entity-default \
+  --delete-config request_percentage >/dev/null || fail "kafka-configs --delete-config users"
+pass "kafka-configs --entity-type clients|users: quotas set, described, refused when negative, deleted"
+
 # kafka-features (ApiVersions v3+ features): metadata.version finalized at Kafka 4.3's level.
 klass org.apache.kafka.tools.FeatureCommand --bootstrap-server "$B" describe \
   | grep -q "metadata.version.*FinalizedVersionLevel: 4.3-IV0" || fail "kafka-features describe"

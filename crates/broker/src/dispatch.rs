@@ -384,6 +384,9 @@ impl Broker {
             Request::DescribeClientQuotas(r) => {
                 ctx.now(&handlers::client_quotas::describe(self, r))
             }
+            Request::DescribeUserScramCredentials(r) => {
+                ctx.now(&handlers::client_quotas::describe_scram(r))
+            }
             Request::AlterClientQuotas(r) => {
                 Ok(ctx.serial(self, move |b| handlers::client_quotas::alter(b, r)))
             }

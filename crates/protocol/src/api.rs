@@ -68,6 +68,8 @@ pub const SUPPORTED: &[Supported] = &[
     // Byte-rate quotas answer with throttle_time_ms and mute the connection (KIP-219).
     api(ApiKey::DescribeClientQuotas, 0, 1),
     api(ApiKey::AlterClientQuotas, 0, 1),
+    // There are no SCRAM credentials to describe until SASL exists; kafka-configs asks.
+    api(ApiKey::DescribeUserScramCredentials, 0, 0),
     // v2 can include fenced brokers, flagged.
     api(ApiKey::DescribeCluster, 0, 2),
     // v0-1 were removed in Kafka 4; v2 carries the current leader epoch (fencing), v3 the

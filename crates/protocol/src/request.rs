@@ -46,6 +46,7 @@ pub enum Request {
     ListConfigResources(ListConfigResourcesRequest),
     DescribeClientQuotas(DescribeClientQuotasRequest),
     AlterClientQuotas(AlterClientQuotasRequest),
+    DescribeUserScramCredentials(DescribeUserScramCredentialsRequest),
 }
 
 /// What a frame turned out to be.
@@ -129,6 +130,7 @@ impl Request {
             ApiKey::ListConfigResources => body!(ListConfigResources),
             ApiKey::DescribeClientQuotas => body!(DescribeClientQuotas),
             ApiKey::AlterClientQuotas => body!(AlterClientQuotas),
+            ApiKey::DescribeUserScramCredentials => body!(DescribeUserScramCredentials),
             // The supported table lists a key this match does not know: answer, don't panic.
             _ => return Ok(Decoded::Unsupported(prefix)),
         };

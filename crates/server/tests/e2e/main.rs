@@ -16,4 +16,5 @@ mod harness;
 mod netns;
 mod operations;
 mod produce_consume;
+mod quotas;
 mod search;
