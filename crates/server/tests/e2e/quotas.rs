@@ -18,9 +18,12 @@ use crate::harness::{producer, Raw, Spate};
 use crate::operations::scrape;
 use crate::produce_consume::create_topic;
 
+/// A quota entity as (type, name) parts; `None` names the default.
+type Entity<'a> = &'a [(&'a str, Option<&'a str>)];
+
 fn alter(
     raw: &mut Raw,
-    entity: &[(&str, Option<&str>)],
+    entity: Entity,
     ops: &[(&str, f64, bool)],
     validate_only: bool,
 ) -> (i16, Option<String>) {
@@ -110,7 +113,7 @@ async fn quotas_are_set_described_refused_when_bad_and_kept_across_a_restart() {
         0
     );
     // Bad input: Kafka's INVALID_REQUEST (42) with a reason, and nothing changes.
-    let bad: [(&[(&str, Option<&str>)], (&str, f64)); 5] = [
+    let bad: [(Entity, (&str, f64)); 5] = [
         (&app, ("no_such_rate", 1.0)),
         (&app, ("producer_byte_rate", -5.0)),
         (&app, ("producer_byte_rate", 1.5)),
