@@ -244,6 +244,17 @@ impl Broker {
             version,
             correlation_id: header.correlation_id,
         };
+        // A client over its controller mutation rate changes no topics (KIP-599).
+        if let handlers::mutation_quota::Gate::Refuse(refusal) =
+            handlers::mutation_quota::gate(self, &header, &req, rc.mute)
+        {
+            use handlers::mutation_quota::Refusal;
+            return Ok(match refusal {
+                Refusal::CreateTopics(r) => ctx.now(&r)?,
+                Refusal::CreatePartitions(r) => ctx.now(&r)?,
+                Refusal::DeleteTopics(r) => ctx.now(&r)?,
+            });
+        }
         // Handlers that change topics or reserve producer ids touch the disk: they run on the
         // blocking pool so async workers never wait for it.
         let reply = match req {

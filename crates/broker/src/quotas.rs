@@ -37,6 +37,8 @@ pub enum QuotaKind {
     Fetch,
     /// Request handling time, in percent of one thread.
     Request,
+    /// Partitions created or deleted.
+    ControllerMutation,
 }
 
 impl QuotaKind {
@@ -45,6 +47,7 @@ impl QuotaKind {
             QuotaKind::Produce => QuotaKey::ProducerByteRate,
             QuotaKind::Fetch => QuotaKey::ConsumerByteRate,
             QuotaKind::Request => QuotaKey::RequestPercentage,
+            QuotaKind::ControllerMutation => QuotaKey::ControllerMutationRate,
         }
     }
 
@@ -54,6 +57,7 @@ impl QuotaKind {
             QuotaKind::Produce => "produce",
             QuotaKind::Fetch => "fetch",
             QuotaKind::Request => "request",
+            QuotaKind::ControllerMutation => "controller_mutation",
         }
     }
 }
@@ -227,6 +231,27 @@ impl ClientQuotas {
             s.throttled += 1;
         }
         throttle
+    }
+
+    /// How long `client_id` (of `user`) must still wait before its `kind` usage is back
+    /// within quota, without recording anything (0 when within quota or unlimited).
+    pub fn throttle_of(&self, kind: QuotaKind, user: &str, client_id: &str) -> u64 {
+        if !self.active.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let resolved = {
+            let t = self.table.read();
+            t.resolve(user, client_id, kind.key())
+                .map(|(entity, quota)| (sensor_key(kind, entity, user, client_id), quota))
+        };
+        let Some((key, quota)) = resolved else {
+            return 0;
+        };
+        let now = self.now_ms();
+        self.sensors
+            .lock()
+            .get(&key)
+            .map_or(0, |s| s.rate.throttle_ms(quota, now))
     }
 
     /// Every sensor's numbers, for /metrics.

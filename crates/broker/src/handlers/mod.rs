@@ -12,6 +12,7 @@ pub mod leader_epochs;
 pub mod list_offsets;
 pub mod log_dirs;
 pub mod metadata;
+pub mod mutation_quota;
 pub mod offsets;
 pub mod produce;
 pub mod producer_ids;

@@ -289,3 +289,43 @@ fn a_quota_set_on_one_cluster_node_is_described_and_kept_by_every_node() {
         }
     }
 }
+
+#[test]
+fn a_client_over_its_controller_mutation_rate_gets_throttling_quota_exceeded() {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse, TopicName};
+    let spate = Spate::start(&[]);
+    let mut admin = Raw::connect(&spate.addr);
+    // Every raw connection is client id "e2e-raw".
+    let (code, _) = alter(
+        &mut admin,
+        &[("client-id", Some("e2e-raw"))],
+        &[("controller_mutation_rate", 1.0, false)],
+        false,
+    );
+    assert_eq!(code, 0);
+    let create = |raw: &mut Raw, name: &str| {
+        let mut t = CreatableTopic::default();
+        t.name = TopicName(StrBytes::from_string(name.to_string()));
+        t.num_partitions = 20;
+        t.replication_factor = 1;
+        let mut req = CreateTopicsRequest::default();
+        req.topics = vec![t];
+        req.timeout_ms = 10_000;
+        let resp: CreateTopicsResponse = raw.call(ApiKey::CreateTopics, 7, &req);
+        (resp.topics[0].error_code, resp.throttle_time_ms)
+    };
+    // Within quota when it arrives: created, and 20 partitions put the client over 1/s.
+    assert_eq!(create(&mut admin, "mutations-1").0, 0);
+    // The first connection is muted now; another one of the same client is refused.
+    let mut other = Raw::connect(&spate.addr);
+    let (code, throttle_ms) = create(&mut other, "mutations-2");
+    assert_eq!(code, 89, "THROTTLING_QUOTA_EXCEEDED");
+    assert!(throttle_ms > 0);
+    let (status, body) = crate::harness::http(&spate.http, "GET", "/admin/topics", &[], "");
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("mutations-1") && !body.contains("mutations-2"),
+        "{body}"
+    );
+}
