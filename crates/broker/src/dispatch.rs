@@ -384,6 +384,9 @@ impl Broker {
                 None => ctx
                     .now(&spate_protocol::messages::ListPartitionReassignmentsResponse::default()),
             },
+            Request::DescribeLogDirs(r) if version >= 5 => ctx.now(
+                &spate_protocol::newer::DescribeLogDirsV5(handlers::log_dirs::handle(self, r)),
+            ),
             Request::DescribeLogDirs(r) => ctx.now(&handlers::log_dirs::handle(self, r)),
             Request::AlterReplicaLogDirs(r) => ctx.now(&handlers::log_dirs::alter(self, r)),
             Request::DeleteRecords(r) => {

@@ -89,9 +89,11 @@ impl Request {
         let version = prefix.api_version;
         let mut body = frame;
         let header = decode_header(key, version, &mut body)?;
+        // Versions newer than the codec's schemas but identical on the wire decode as those.
+        let schema = crate::newer::schema_version(key, version);
         macro_rules! body {
             ($variant:ident) => {
-                Request::$variant(decode_body(key, version, &mut body)?)
+                Request::$variant(decode_body(key, schema, &mut body)?)
             };
         }
         let req = match key {
