@@ -97,6 +97,8 @@ pub struct Broker {
     pub metrics: Arc<Registry>,
     /// Client quotas and their usage.
     pub quotas: crate::quotas::ClientQuotas,
+    /// Metrics clients push (KIP-714).
+    pub telemetry: spate_telemetry::TelemetryStore,
     /// Memory for requests and responses in flight.
     pub budget: Arc<MemoryBudget>,
     /// Where every part of the broker reads time: wall time for timestamps and retention,
@@ -134,6 +136,11 @@ impl Broker {
         let (topics, notes) = TopicRegistry::open(&dir, flusher.clone())?;
         let producer_ids = ProducerIds::open(&dir)?;
         let quotas = crate::quotas::ClientQuotas::open(&dir)?;
+        let telemetry = spate_telemetry::TelemetryStore::new(
+            config.telemetry_metrics.clone(),
+            config.telemetry_push_interval_ms,
+            TELEMETRY_MAX_BYTES,
+        );
         let groups = Arc::new(GroupService::open(
             &dir,
             config.groups.clone(),
@@ -147,6 +154,7 @@ impl Broker {
             groups,
             metrics,
             quotas,
+            telemetry,
             budget,
             clock,
             producer_ids,
@@ -398,6 +406,10 @@ impl Broker {
             Request::DescribeClientQuotas(r) => {
                 ctx.now(&handlers::client_quotas::describe(self, r))
             }
+            Request::GetTelemetrySubscriptions(r) => {
+                ctx.now(&handlers::telemetry::subscriptions(self, r))
+            }
+            Request::PushTelemetry(r) => ctx.now(&handlers::telemetry::push(self, r)),
             Request::DescribeUserScramCredentials(r) => {
                 ctx.now(&handlers::client_quotas::describe_scram(r))
             }
@@ -439,6 +451,9 @@ impl Broker {
             })
     }
 }
+
+/// Largest telemetry push accepted (Kafka's default `telemetry.max.bytes`).
+const TELEMETRY_MAX_BYTES: u32 = 1 << 20;
 
 /// A throttle time as the protocol's i32 milliseconds.
 fn clamp_ms(ms: u64) -> i32 {

@@ -225,6 +225,65 @@ pub async fn render_cluster(b: &Broker) -> String {
     w.finish()
 }
 
+/// One pushed metric's family: whether it is a counter, and its (labels, value) samples.
+type ClientFamily = (bool, Vec<(Vec<(String, String)>, f64)>);
+
+/// Metrics clients pushed (KIP-714): each OTLP metric becomes `spate_client_<name>` (dots
+/// and other characters Prometheus does not allow become `_`), labelled with the client's
+/// instance id and the data point's attributes.
+fn render_client_telemetry(w: &mut Writer, b: &Broker) {
+    let now = b.clock.monotonic_ms().max(0) as u64;
+    let mut families: std::collections::BTreeMap<String, ClientFamily> =
+        std::collections::BTreeMap::new();
+    for (client, points) in b.telemetry.snapshot(now) {
+        for p in points {
+            let name = format!("spate_client_{}", sanitize(&p.name));
+            let mut labels = vec![("client_instance_id".to_owned(), client.to_string())];
+            labels.extend(
+                p.attributes
+                    .iter()
+                    .filter(|(k, _)| sanitize(k) != "client_instance_id")
+                    .map(|(k, v)| (sanitize(k), v.clone())),
+            );
+            let family = families.entry(name).or_insert((p.counter, Vec::new()));
+            family.1.push((labels, p.value));
+        }
+    }
+    for (name, (counter, samples)) in families {
+        let kind = if counter { "counter" } else { "gauge" };
+        w.family(
+            &name,
+            kind,
+            "Pushed by Kafka clients (KIP-714 client telemetry).",
+        );
+        for (labels, value) in samples {
+            let pairs: Vec<(&str, &str)> = labels
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            w.sample(&name, &pairs, value);
+        }
+    }
+}
+
+/// A metric or label name as Prometheus allows it: `[a-zA-Z0-9_]`, not starting with a digit.
+fn sanitize(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    out
+}
+
 /// Client quota usage per quota entity: Kafka's per-user / per-client-id byte-rate,
 /// throttle-time and request-time metrics.
 fn render_quotas(w: &mut Writer, b: &Broker) {
@@ -323,6 +382,7 @@ pub fn render(b: &Broker) -> String {
     }
 
     render_quotas(&mut w, b);
+    render_client_telemetry(&mut w, b);
 
     let topics = b.topics.list();
     for (name, help, get) in [

@@ -76,6 +76,9 @@ pub const SUPPORTED: &[Supported] = &[
     // v0-1 were removed in Kafka 4; v2 carries the current leader epoch (fencing), v3 the
     // replica id followers send.
     api(ApiKey::OffsetForLeaderEpoch, 2, 4),
+    // KIP-714 client telemetry: uncompressed OTLP pushes under a configured subscription.
+    api(ApiKey::GetTelemetrySubscriptions, 0, 0),
+    api(ApiKey::PushTelemetry, 0, 0),
     // v1 (KIP-1142) lists every config resource type, v0 only client metrics subscriptions.
     api(ApiKey::ListConfigResources, 0, 1),
     // KIP-966: Kafka 4's kafka-topics --describe asks this first.

@@ -47,6 +47,8 @@ pub enum Request {
     DescribeClientQuotas(DescribeClientQuotasRequest),
     AlterClientQuotas(AlterClientQuotasRequest),
     DescribeUserScramCredentials(DescribeUserScramCredentialsRequest),
+    GetTelemetrySubscriptions(GetTelemetrySubscriptionsRequest),
+    PushTelemetry(PushTelemetryRequest),
 }
 
 /// What a frame turned out to be.
@@ -133,6 +135,8 @@ impl Request {
             ApiKey::DescribeClientQuotas => body!(DescribeClientQuotas),
             ApiKey::AlterClientQuotas => body!(AlterClientQuotas),
             ApiKey::DescribeUserScramCredentials => body!(DescribeUserScramCredentials),
+            ApiKey::GetTelemetrySubscriptions => body!(GetTelemetrySubscriptions),
+            ApiKey::PushTelemetry => body!(PushTelemetry),
             // The supported table lists a key this match does not know: answer, don't panic.
             _ => return Ok(Decoded::Unsupported(prefix)),
         };

@@ -16,6 +16,7 @@ pub mod mutation_quota;
 pub mod offsets;
 pub mod produce;
 pub mod producer_ids;
+pub mod telemetry;
 pub mod topic_partitions;
 pub mod topics;
 

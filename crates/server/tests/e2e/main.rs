@@ -18,3 +18,4 @@ mod operations;
 mod produce_consume;
 mod quotas;
 mod search;
+mod telemetry;
