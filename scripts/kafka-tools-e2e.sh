@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Drives Apache Kafka's own CLI tools (from ../shared/anchors/kafka) against a fresh spate:
+# Drives Apache Kafka's own CLI tools (Kafka 4.3.1 from Maven Central, scripts/kafka) against a fresh spate:
 # kafka-topics create/describe/list/alter/delete, kafka-configs, the console producer
 # (idempotent by default) and console consumer, GetOffsetShell, and the producer perf test
 # with default settings. Exits non-zero on the first mismatch.
@@ -7,18 +7,17 @@
 #   SPATE_BOOTSTRAP=host:port scripts/kafka-tools-e2e.sh     against a running broker
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/anchor.sh"
-[[ -n "$ANCHOR" ]] || { echo "Kafka anchor not found (set SPATE_KAFKA_ANCHOR to shared/anchors/kafka)" >&2; exit 2; }
+KAFKA_KIT="$ROOT/scripts/kafka"
 # Without a broker given, run against a throw-away one.
 [[ -n "${SPATE_BOOTSTRAP:-}" ]] || exec "$ROOT/scripts/with-spate.sh" -- "$0" "$@"
-"$ANCHOR/install.sh" >/dev/null
+"$KAFKA_KIT/fetch.sh" >/dev/null
 B="$SPATE_BOOTSTRAP"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
 fail() { echo "FAIL: $*" >&2; [[ -f "${SPATE_LOG:-}" ]] && { echo "--- spate log" >&2; tail -50 "$SPATE_LOG" >&2; }; exit 1; }
 pass() { echo "ok: $*"; }
-tool() { timeout 120 "$ANCHOR/perf.sh" "$@" 2>"$WORK/tool.err"; }
+tool() { timeout 120 "$KAFKA_KIT/tool.sh" "$@" 2>"$WORK/tool.err"; }
 klass() { tool class "$@"; }
 
 # kafka-topics
