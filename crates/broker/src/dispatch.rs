@@ -397,6 +397,9 @@ impl Broker {
             ),
             Request::DescribeLogDirs(r) => ctx.now(&handlers::log_dirs::handle(self, r)),
             Request::AlterReplicaLogDirs(r) => ctx.now(&handlers::log_dirs::alter(self, r)),
+            Request::DeleteRecords(r) if self.cluster().is_some() => {
+                Ok(ctx.serial_async(handlers::delete_records::handle_replicated(self.clone(), r)))
+            }
             Request::DeleteRecords(r) => {
                 Ok(ctx.serial(self, move |b| handlers::delete_records::handle(b, r)))
             }
