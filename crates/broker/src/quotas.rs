@@ -189,27 +189,31 @@ impl ClientQuotas {
         self.epoch.elapsed().as_millis() as u64
     }
 
+    /// The sensor and quota that apply to `client_id` (of `user`) for `kind`; `None` when no
+    /// quota limits it (or none is configured at all, the hot path's early exit).
+    fn resolve(&self, kind: QuotaKind, user: &str, client_id: &str) -> Option<(SensorKey, f64)> {
+        if !self.active.load(Ordering::Relaxed) {
+            return None;
+        }
+        let t = self.table.read();
+        t.resolve(user, client_id, kind.key())
+            .map(|(entity, quota)| (sensor_key(kind, entity, user, client_id), quota))
+    }
+
     /// Records `amount` of `kind` for `client_id` (of `user`) and returns how long its
     /// connection must be throttled, in milliseconds (0 when within quota or unlimited).
     pub fn record(&self, kind: QuotaKind, user: &str, client_id: &str, amount: f64) -> u64 {
-        if !self.active.load(Ordering::Relaxed) {
-            return 0;
-        }
-        let resolved = {
-            let t = self.table.read();
-            t.resolve(user, client_id, kind.key())
-                .map(|(entity, quota)| (sensor_key(kind, entity, user, client_id), quota))
-        };
-        let Some((key, quota)) = resolved else {
+        let Some((key, quota)) = self.resolve(kind, user, client_id) else {
             return 0;
         };
         let now = self.now_ms();
         let mut sensors = self.sensors.lock();
         if sensors.len() >= MAX_SENSORS && !sensors.contains_key(&key) {
-            let idle = Instant::now() - SENSOR_IDLE.min(Instant::now() - self.epoch);
-            sensors.retain(|_, s| s.last_used > idle);
+            let cutoff = Instant::now().checked_sub(SENSOR_IDLE);
+            sensors.retain(|_, s| cutoff.is_none_or(|c| s.last_used > c));
             if sensors.len() >= MAX_SENSORS {
-                // Every sensor is busy: this client is measured alone, untracked.
+                // Every sensor is in use: this client goes unmeasured (and unthrottled) until
+                // one expires, rather than memory growing with client-chosen ids.
                 return 0;
             }
         }
@@ -236,15 +240,7 @@ impl ClientQuotas {
     /// How long `client_id` (of `user`) must still wait before its `kind` usage is back
     /// within quota, without recording anything (0 when within quota or unlimited).
     pub fn throttle_of(&self, kind: QuotaKind, user: &str, client_id: &str) -> u64 {
-        if !self.active.load(Ordering::Relaxed) {
-            return 0;
-        }
-        let resolved = {
-            let t = self.table.read();
-            t.resolve(user, client_id, kind.key())
-                .map(|(entity, quota)| (sensor_key(kind, entity, user, client_id), quota))
-        };
-        let Some((key, quota)) = resolved else {
+        let Some((key, quota)) = self.resolve(kind, user, client_id) else {
             return 0;
         };
         let now = self.now_ms();
