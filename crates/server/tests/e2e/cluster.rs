@@ -657,7 +657,12 @@ async fn a_follower_behind_the_leaders_log_start_restarts_there_and_rejoins() {
     let victim = (2..=3).find(|&n| n != leader).expect("a follower");
     c.node(victim).kill9();
     // Enough 200-byte records, one batch each, for retention to delete the first segments.
-    let prod = producer(&c.bootstrap(), &[("linger.ms", "0")]);
+    // The first waits for the ISR to drop the killed follower, which takes longer than the
+    // default 20 s delivery timeout on a loaded machine.
+    let prod = producer(
+        &c.bootstrap(),
+        &[("linger.ms", "0"), ("message.timeout.ms", "60000")],
+    );
     let value = "x".repeat(200);
     for _ in 0..120 {
         prod.send(
