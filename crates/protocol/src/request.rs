@@ -44,6 +44,8 @@ pub enum Request {
     AlterReplicaLogDirs(AlterReplicaLogDirsRequest),
     DescribeTopicPartitions(DescribeTopicPartitionsRequest),
     ListConfigResources(ListConfigResourcesRequest),
+    ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
+    ConsumerGroupDescribe(ConsumerGroupDescribeRequest),
 }
 
 /// What a frame turned out to be.
@@ -125,6 +127,8 @@ impl Request {
             ApiKey::AlterReplicaLogDirs => body!(AlterReplicaLogDirs),
             ApiKey::DescribeTopicPartitions => body!(DescribeTopicPartitions),
             ApiKey::ListConfigResources => body!(ListConfigResources),
+            ApiKey::ConsumerGroupHeartbeat => body!(ConsumerGroupHeartbeat),
+            ApiKey::ConsumerGroupDescribe => body!(ConsumerGroupDescribe),
             // The supported table lists a key this match does not know: answer, don't panic.
             _ => return Ok(Decoded::Unsupported(prefix)),
         };

@@ -4,6 +4,7 @@ pub mod api_versions;
 pub mod cluster;
 pub mod config_resources;
 pub mod configs;
+pub mod consumer_groups;
 pub mod delete_records;
 pub mod fetch;
 pub mod groups;
