@@ -295,3 +295,73 @@ async fn a_restarted_broker_keeps_members_epochs_and_assignments() {
     assert_eq!(f.groups[0].error_code, 0);
     assert_eq!(f.groups[0].topics[0].partitions[0].committed_offset, 42);
 }
+
+/// Heartbeats each running node until one coordinates the group (the others answer
+/// NOT_COORDINATOR); gives up after 30 s.
+fn heartbeat_coordinator(
+    c: &mut crate::cluster::ThreeNodes,
+    req: &ConsumerGroupHeartbeatRequest,
+) -> ConsumerGroupHeartbeatResponse {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        for id in c.running() {
+            let addr = c.node(id).addr.clone();
+            let r = heartbeat(&mut Raw::connect(&addr), req);
+            if r.error_code != code(ResponseError::NotCoordinator) {
+                return r;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no node coordinates the group"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_group_survives_kill_9_of_its_coordinator_with_epochs_and_assignments() {
+    let mut c = crate::cluster::ThreeNodes::start(&[]);
+    crate::cluster::create_replicated(&c.bootstrap(), "cg-failover", 4, "2").await;
+    let offsets = c.wait_partition(
+        1,
+        "__consumer_offsets",
+        0,
+        "offsets topic replicated",
+        |p| crate::cluster::ids(&p["isr"]).len() == 3,
+    );
+    let a = heartbeat_coordinator(&mut c, &join("g-failover", "a", &["cg-failover"]));
+    assert_eq!((a.error_code, partitions(&a)), (0, 4));
+    let b = heartbeat_coordinator(&mut c, &join("g-failover", "b", &["cg-failover"]));
+    assert_eq!((b.error_code, b.member_epoch), (0, 2));
+    let a2 = heartbeat_coordinator(&mut c, &beat("g-failover", "a", 1, Some(owned(&a))));
+    assert_eq!((a2.member_epoch, partitions(&a2)), (1, 2), "a revokes two");
+
+    let coordinator = offsets["leader"].as_u64().expect("coordinator");
+    c.node(coordinator).kill9();
+
+    // The new coordinator knows both members: a confirms its revocation at its old epoch,
+    // b then gets the two partitions a gave up, and no partition is given twice.
+    let a3 = heartbeat_coordinator(&mut c, &beat("g-failover", "a", 1, Some(owned(&a2))));
+    assert_eq!(a3.error_code, 0, "{:?}", a3.error_message);
+    assert!(a3.member_epoch > 1);
+    let a_parts = owned(&a3);
+    let a_parts = if a3.assignment.is_some() {
+        a_parts
+    } else {
+        owned(&a2)
+    };
+    let b2 = heartbeat_coordinator(&mut c, &beat("g-failover", "b", 2, Some(Vec::new())));
+    assert_eq!(b2.error_code, 0, "{:?}", b2.error_message);
+    let mut all: Vec<i32> = a_parts
+        .iter()
+        .chain(owned(&b2).iter())
+        .flat_map(|t| t.partitions.clone())
+        .collect();
+    all.sort();
+    assert_eq!(
+        all,
+        vec![0, 1, 2, 3],
+        "each partition owned once across the failover"
+    );
+}
