@@ -97,7 +97,7 @@ struct CompactionPlan {
 pub struct GroupService {
     settings: GroupSettings,
     coordinator: Mutex<Coordinator>,
-    /// KIP-848 consumer groups. Lock order: `log`, then `coordinator`, then `consumer`.
+    /// KIP-848 consumer groups. Lock order: `log`, `coordinator`, `consumer`, `offsets`.
     consumer: Mutex<ConsumerGroups>,
     waiters: Mutex<HashMap<Token, oneshot::Sender<Reply>>>,
     next_token: AtomicU64,
@@ -520,6 +520,7 @@ impl GroupService {
                 Err(e) => tracing::warn!(group = %g, error = ?e, "offset expiry failed"),
             }
         }
+        self.forget_empty_consumer_groups();
         if let Err(e) = self.compact_if_worthwhile() {
             tracing::error!(error = %e, "compacting {OFFSETS_LOG} failed");
         }
@@ -546,8 +547,8 @@ impl GroupService {
         let size = guard.log.size_bytes();
         // Taken under the log lock: `write` applies to the store under it too, so the store
         // is exactly the log up to `upto`.
-        let store = self.offsets.lock();
         let consumer = self.consumer.lock().records();
+        let store = self.offsets.lock();
         let live = (store.len() + consumer.len()) as u64 * 128;
         if size < self.compact_from_bytes || size < live.saturating_mul(4) {
             return None;
@@ -1047,5 +1048,86 @@ mod tests {
         drop(svc);
         let svc = open(dir.path(), &flusher);
         assert_eq!(offset_of(&svc, "a", 49), Some(3949));
+    }
+
+    fn consumer_join(svc: &GroupService, group: &str, member: &str) -> i32 {
+        use spate_groups::consumer_group::{HeartbeatRequest, TopicPartitions, TopicsView};
+        let topics =
+            TopicsView::from([("topic".to_string(), (uuid::Uuid::from_bytes([1; 16]), 4))]);
+        let (answer, end) = svc.consumer_heartbeat(
+            &topics,
+            HeartbeatRequest {
+                version: 1,
+                group_id: group.into(),
+                member_id: member.into(),
+                member_epoch: 0,
+                rebalance_timeout_ms: 10_000,
+                subscribed_topic_names: Some(vec!["topic".into()]),
+                owned: Some(TopicPartitions::new()),
+                ..HeartbeatRequest::default()
+            },
+        );
+        assert!(end.is_some(), "a join is written to the offsets log");
+        answer.expect("joined").member_epoch
+    }
+
+    #[test]
+    fn consumer_groups_survive_a_rewrite_of_the_offsets_log_and_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+        let mut svc = open(dir.path(), &flusher);
+        svc.compact_from_bytes = 1;
+        assert_eq!(consumer_join(&svc, "cg", "m"), 1);
+        commit_many(&svc, "a", 40);
+        let before = svc.log.lock().log.size_bytes();
+        svc.maintain();
+        assert!(svc.log.lock().log.size_bytes() < before / 4, "compacted");
+        drop(svc);
+        let svc = open(dir.path(), &flusher);
+        let d = svc.consumer(|c| c.describe("cg")).expect("group rebuilt");
+        assert_eq!(d.members.len(), 1);
+        assert_eq!(d.members[0].member.epoch, 1);
+        assert_eq!(
+            d.members[0]
+                .member
+                .assigned
+                .values()
+                .map(|p| p.len())
+                .sum::<usize>(),
+            4
+        );
+    }
+
+    #[test]
+    fn empty_consumer_groups_without_offsets_are_forgotten_and_others_kept() {
+        use spate_groups::consumer_group::{HeartbeatRequest, LEAVE_EPOCH};
+        let dir = tempfile::tempdir().unwrap();
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+        let svc = open(dir.path(), &flusher);
+        for g in ["gone", "kept"] {
+            consumer_join(&svc, g, "m");
+            let (left, _) = svc.consumer_heartbeat(
+                &Default::default(),
+                HeartbeatRequest {
+                    version: 1,
+                    group_id: g.into(),
+                    member_id: "m".into(),
+                    member_epoch: LEAVE_EPOCH,
+                    ..HeartbeatRequest::default()
+                },
+            );
+            assert_eq!(left.unwrap().member_epoch, LEAVE_EPOCH);
+        }
+        svc.write("kept", &[("topic".into(), 0, committed(3))])
+            .unwrap();
+        svc.maintain();
+        assert!(!svc.consumer(|c| c.contains("gone")));
+        assert!(svc.consumer(|c| c.contains("kept")));
+        drop(svc);
+        let svc = open(dir.path(), &flusher);
+        assert!(
+            !svc.consumer(|c| c.contains("gone")),
+            "the deletion is durable"
+        );
     }
 }

@@ -88,4 +88,24 @@ impl GroupService {
     pub fn has_members(&self, group: &str) -> bool {
         self.coordinator.lock().has_members(group) || self.consumer.lock().has_members(group)
     }
+
+    /// Deletes consumer groups with neither members nor committed offsets (as Kafka's
+    /// group metadata expiry does), so ids of groups long gone do not pile up.
+    pub(super) fn forget_empty_consumer_groups(&self) {
+        let idle: Vec<String> = {
+            let consumer = self.consumer.lock();
+            let offsets = self.offsets.lock();
+            consumer
+                .list()
+                .into_iter()
+                .filter(|(id, _, members)| *members == 0 && !offsets.has_group(id))
+                .map(|(id, ..)| id)
+                .collect()
+        };
+        for id in idle {
+            if let Err(e) = self.delete_consumer_group(&id) {
+                tracing::warn!(group = %id, error = ?e, "forgetting an empty consumer group failed");
+            }
+        }
+    }
 }
