@@ -10,6 +10,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo build --workspace --all-targets
 cargo test --workspace
 scripts/kafka-tools-e2e.sh
+# KIP-848 consumer groups with Kafka's Java consumer: members join, leave, die; nothing owned twice.
+scripts/kip848-e2e.sh
 # The same tools against a throw-away 3-node cluster, plus replication-factor checks.
 scripts/kafka-tools-cluster-e2e.sh
 # spate-bench's end-to-end tests, every mode, against spate.

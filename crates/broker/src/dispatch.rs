@@ -381,6 +381,15 @@ impl Broker {
             Request::ListGroups(r) => ctx.now(&handlers::groups::list(self, version, r)),
             Request::DeleteGroups(r) => ctx.now(&handlers::groups::delete(self, r)),
             Request::OffsetDelete(r) => ctx.now(&handlers::offsets::delete(self, r)),
+            Request::ConsumerGroupHeartbeat(r) => {
+                let client_id = header.client_id.as_deref().unwrap_or("");
+                ctx.later(handlers::consumer_groups::heartbeat(
+                    self, version, client_id, rc.peer, r,
+                ))
+            }
+            Request::ConsumerGroupDescribe(r) => {
+                ctx.now(&handlers::consumer_groups::describe(self, version, r))
+            }
             Request::OffsetForLeaderEpoch(r) => {
                 ctx.now(&handlers::leader_epochs::handle(self, version, r))
             }

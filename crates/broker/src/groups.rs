@@ -19,6 +19,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use spate_groups::consumer_group::{ConsumerGroupConfig, ConsumerGroups, StateRecord};
+use spate_groups::record::consumer::{self as consumer_record, AnyKey};
 use spate_groups::record::{decode_value, encode_value, OffsetKey, RecordError};
 use spate_groups::{Committed, Coordinator, CoordinatorConfig, OffsetStore, Reply, Token};
 use spate_log::{wait_durable, Flusher, Log, LogConfig};
@@ -32,6 +34,8 @@ use crate::error::{io, BrokerError};
 use crate::partition::{AppendError, Appended, Partition, Role};
 use crate::time::SharedClock;
 
+mod consumer;
+
 /// Name of the internal offsets log, as in Kafka.
 pub const OFFSETS_LOG: &str = "__consumer_offsets";
 /// Rewrite the offsets log once it is this large and mostly superseded.
@@ -44,6 +48,8 @@ const TICK: Duration = Duration::from_millis(100);
 pub struct GroupSettings {
     /// The coordinator's timeouts and limits.
     pub coordinator: CoordinatorConfig,
+    /// KIP-848 consumer groups' session timeout, heartbeat interval and size cap.
+    pub consumer: ConsumerGroupConfig,
     /// Committed offsets of groups without members expire after this long.
     pub offsets_retention_ms: i64,
     /// Largest metadata string accepted with a commit (offset.metadata.max.bytes).
@@ -54,6 +60,7 @@ impl Default for GroupSettings {
     fn default() -> Self {
         Self {
             coordinator: CoordinatorConfig::default(),
+            consumer: ConsumerGroupConfig::default(),
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             max_metadata_bytes: 4096,
         }
@@ -80,6 +87,7 @@ pub enum OffsetsEncodeError {
 /// taken. Commits at and after `upto` are copied over at the swap.
 struct CompactionPlan {
     store: OffsetStore,
+    consumer: Vec<StateRecord>,
     upto: i64,
     size_before: u64,
     dir: PathBuf,
@@ -89,6 +97,8 @@ struct CompactionPlan {
 pub struct GroupService {
     settings: GroupSettings,
     coordinator: Mutex<Coordinator>,
+    /// KIP-848 consumer groups. Lock order: `log`, `coordinator`, `consumer`, `offsets`.
+    consumer: Mutex<ConsumerGroups>,
     waiters: Mutex<HashMap<Token, oneshot::Sender<Reply>>>,
     next_token: AtomicU64,
     offsets: Mutex<OffsetStore>,
@@ -121,13 +131,13 @@ impl GroupService {
             tracing::warn!("recovery: {OFFSETS_LOG}: {n}");
         }
         let mut store = OffsetStore::default();
-        replay(&log, &mut store)?;
-        let nonce = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
+        let nonce = nonce();
+        let mut consumer = ConsumerGroups::new(settings.consumer.clone(), nonce);
+        replay(&log, &mut store, &mut consumer)?;
+        consumer.restored(clock.monotonic_ms());
         Ok(Self {
             coordinator: Mutex::new(Coordinator::new(settings.coordinator.clone(), nonce)),
+            consumer: Mutex::new(consumer),
             settings,
             waiters: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(1),
@@ -175,6 +185,7 @@ impl GroupService {
             return Ok(());
         }
         let mut store = OffsetStore::default();
+        let mut consumer = ConsumerGroups::new(self.settings.consumer.clone(), nonce());
         let (start, end) = (partition.log_start_offset(), partition.log_end_offset());
         replay_chunks(
             start,
@@ -182,12 +193,15 @@ impl GroupService {
             |o| partition.read_replica(o, 1 << 20, true),
             Path::new(OFFSETS_LOG),
             &mut store,
+            &mut consumer,
         )?;
+        consumer.restored(self.clock.monotonic_ms());
         let groups = store.group_ids().count();
         // Under the log lock, like every write, so no commit interleaves with the swap.
         let _order = self.log.lock();
         *self.offsets.lock() = store;
         self.reset_coordinator();
+        *self.consumer.lock() = consumer;
         *self.replicated.lock() = Some((partition, epoch));
         tracing::info!(
             epoch,
@@ -205,16 +219,13 @@ impl GroupService {
             let _order = self.log.lock();
             *self.offsets.lock() = OffsetStore::default();
             self.reset_coordinator();
+            *self.consumer.lock() = ConsumerGroups::new(self.settings.consumer.clone(), nonce());
             tracing::info!("no longer coordinating consumer groups");
         }
     }
 
     fn reset_coordinator(&self) {
-        let nonce = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        *self.coordinator.lock() = Coordinator::new(self.settings.coordinator.clone(), nonce);
+        *self.coordinator.lock() = Coordinator::new(self.settings.coordinator.clone(), nonce());
         // Parked joins and syncs get no answer from the new coordinator: their senders drop
         // and the handlers answer with a retriable error.
         self.waiters.lock().clear();
@@ -241,8 +252,14 @@ impl GroupService {
 
     /// Lets the coordinator act on the time now: expired sessions, finished rebalance waits.
     pub fn tick(&self) {
-        let replies = self.coordinator.lock().tick(self.clock.monotonic_ms());
+        let now = self.clock.monotonic_ms();
+        let replies = self.coordinator.lock().tick(now);
         self.deliver(replies);
+        let mut log = self.log.lock();
+        let records = self.consumer.lock().tick(now);
+        if let Err(e) = self.append_consumer(&mut log, &records) {
+            tracing::warn!(error = ?e, "recording expired consumer group members failed");
+        }
     }
 
     /// Runs a coordinator call that may park a request; resolves with the parked request's
@@ -305,6 +322,9 @@ impl GroupService {
                 (id, state.name(), ptype, members)
             })
             .collect();
+        for (id, state, members) in self.consumer.lock().list() {
+            out.push((id, state.name(), "consumer".to_string(), members));
+        }
         for g in self.offsets.lock().group_ids() {
             if !out.iter().any(|(id, ..)| id == g) {
                 out.push((
@@ -322,8 +342,9 @@ impl GroupService {
     /// Deletes a group without members and its committed offsets (DeleteGroups).
     pub fn delete_group(&self, id: &str) -> Result<(), ResponseError> {
         let has_offsets = self.offsets.lock().has_group(id);
+        let consumer = self.delete_consumer_group(id)?;
         match self.coordinator.lock().delete(id) {
-            Err(ResponseError::GroupIdNotFound) if has_offsets => {}
+            Err(ResponseError::GroupIdNotFound) if has_offsets || consumer => {}
             other => other?,
         }
         let tombstones: Vec<_> = self
@@ -355,56 +376,61 @@ impl GroupService {
             tracing::warn!(group, error = %e, "cannot encode offsets");
             ResponseError::InvalidCommitOffsetSize
         })?;
-        if self.clustered.load(Ordering::SeqCst) {
-            return self.write_replicated(group, entries, &batch);
+        let mut log = self.log.lock();
+        let end = self.append_batch(&mut log, &batch)?;
+        // Applied under the log lock so the store and the log agree on order.
+        let mut store = self.offsets.lock();
+        for (topic, partition, value) in entries {
+            store.apply(group, topic, *partition, value.clone());
         }
-        let end = {
-            let mut log = self.log.lock();
+        Ok(end)
+    }
+
+    /// Appends a batch to the offsets log (in a cluster, to the replicated offsets partition
+    /// this node leads) under the log lock; returns the offset after it.
+    fn append_batch(&self, log: &mut OffsetsLog, batch: &[u8]) -> Result<i64, ResponseError> {
+        if !self.clustered.load(Ordering::SeqCst) {
             let info = log
                 .log
-                .append(&batch, 0, None, self.clock.now_ms())
+                .append(batch, 0, None, self.clock.now_ms())
                 .map_err(|e| {
                     tracing::error!(error = %e, "offsets log append failed");
                     ResponseError::KafkaStorageError
                 })?;
-            // Applied under the log lock so the store and the log agree on order.
-            let mut store = self.offsets.lock();
-            for (topic, partition, value) in entries {
-                store.apply(group, topic, *partition, value.clone());
-            }
-            info.last_offset + 1
-        };
-        Ok(end)
-    }
-
-    /// Appends a commit batch to the replicated offsets partition this node leads.
-    fn write_replicated(
-        &self,
-        group: &str,
-        entries: &[(String, i32, Option<Committed>)],
-        batch: &[u8],
-    ) -> Result<i64, ResponseError> {
+            return Ok(info.last_offset + 1);
+        }
         let partition = self.leading().ok_or(ResponseError::NotCoordinator)?;
         let header = batch::validate(batch).map_err(|e| {
             tracing::error!(error = %e, "built an invalid offsets batch");
             ResponseError::UnknownServerError
         })?;
-        let _order = self.log.lock();
-        let last = match partition.append(batch, &header, None) {
+        match partition.append(batch, &header, None) {
             Ok(Appended::New { last_offset, .. } | Appended::Duplicate { last_offset, .. }) => {
-                last_offset
+                Ok(last_offset + 1)
             }
-            Err(AppendError::Refused(_)) => return Err(ResponseError::NotCoordinator),
+            Err(AppendError::Refused(_)) => Err(ResponseError::NotCoordinator),
             Err(AppendError::Storage(e)) => {
                 tracing::error!(error = %e, "offsets partition append failed");
-                return Err(ResponseError::KafkaStorageError);
+                Err(ResponseError::KafkaStorageError)
             }
-        };
-        let mut store = self.offsets.lock();
-        for (topic, p, value) in entries {
-            store.apply(group, topic, *p, value.clone());
         }
-        Ok(last + 1)
+    }
+
+    /// Appends consumer group changes (already applied in memory) under the log lock, so
+    /// the log holds them in the order they were made. `None` when there was nothing to write.
+    fn append_consumer(
+        &self,
+        log: &mut OffsetsLog,
+        records: &[StateRecord],
+    ) -> Result<Option<i64>, ResponseError> {
+        if records.is_empty() {
+            return Ok(None);
+        }
+        let batch = encode_consumer_batch(records, self.clock.now_ms()).map_err(|e| {
+            tracing::warn!(error = %e, "cannot encode consumer group records");
+            ResponseError::UnknownServerError
+        })?;
+        self.append_batch(log, &batch).map(Some)
     }
 
     /// Waits until the offsets log is durable up to `end`, as the fsync policy promises acks:
@@ -477,9 +503,10 @@ impl GroupService {
             .saturating_sub(self.settings.offsets_retention_ms);
         let expired = {
             let coordinator = self.coordinator.lock();
-            self.offsets
-                .lock()
-                .expired(cutoff, |g| !coordinator.has_members(g))
+            let consumer = self.consumer.lock();
+            self.offsets.lock().expired(cutoff, |g| {
+                !coordinator.has_members(g) && !consumer.has_members(g)
+            })
         };
         let mut by_group: HashMap<String, Vec<(String, i32, Option<Committed>)>> = HashMap::new();
         for (g, t, p) in expired {
@@ -493,6 +520,7 @@ impl GroupService {
                 Err(e) => tracing::warn!(group = %g, error = ?e, "offset expiry failed"),
             }
         }
+        self.forget_empty_consumer_groups();
         if let Err(e) = self.compact_if_worthwhile() {
             tracing::error!(error = %e, "compacting {OFFSETS_LOG} failed");
         }
@@ -519,20 +547,23 @@ impl GroupService {
         let size = guard.log.size_bytes();
         // Taken under the log lock: `write` applies to the store under it too, so the store
         // is exactly the log up to `upto`.
+        let consumer = self.consumer.lock().records();
         let store = self.offsets.lock();
-        let live = store.len() as u64 * 128;
+        let live = (store.len() + consumer.len()) as u64 * 128;
         if size < self.compact_from_bytes || size < live.saturating_mul(4) {
             return None;
         }
         Some(CompactionPlan {
             store: store.clone(),
+            consumer,
             upto: guard.log.end_offset(),
             size_before: size,
             dir: guard.dir.clone(),
         })
     }
 
-    /// Writes the plan's live offsets into a new log beside the current one.
+    /// Writes the plan's live offsets and consumer groups into a new log beside the current
+    /// one.
     fn write_compacted(&self, plan: &CompactionPlan) -> Result<Log, BrokerError> {
         let fresh = sibling(&plan.dir, "compacting");
         if fresh.exists() {
@@ -557,6 +588,14 @@ impl GroupService {
                     })?;
                 log.append(&batch, 0, None, now)?;
             }
+        }
+        for chunk in plan.consumer.chunks(1000) {
+            let batch =
+                encode_consumer_batch(chunk, now).map_err(|e| BrokerError::CorruptMetadata {
+                    path: fresh.clone(),
+                    reason: e.to_string(),
+                })?;
+            log.append(&batch, 0, None, now)?;
         }
         Ok(log)
     }
@@ -662,7 +701,11 @@ fn recover_compaction(dir: &Path) -> Result<(), BrokerError> {
     Ok(())
 }
 
-fn replay(log: &Log, store: &mut OffsetStore) -> Result<(), BrokerError> {
+fn replay(
+    log: &Log,
+    store: &mut OffsetStore,
+    consumer: &mut ConsumerGroups,
+) -> Result<(), BrokerError> {
     let end = log.end_offset();
     replay_chunks(
         log.start_offset(),
@@ -670,16 +713,19 @@ fn replay(log: &Log, store: &mut OffsetStore) -> Result<(), BrokerError> {
         |o| log.read(o, 1 << 20, end, true),
         log.dir(),
         store,
+        consumer,
     )
 }
 
-/// Applies every commit in `[start, end)`, read a chunk at a time by `read`.
+/// Applies every commit and consumer group record in `[start, end)`, read a chunk at a time
+/// by `read`.
 fn replay_chunks(
     start: i64,
     end: i64,
     read: impl Fn(i64) -> Result<spate_log::ReadResult, spate_log::LogError>,
     origin: &Path,
     store: &mut OffsetStore,
+    consumer: &mut ConsumerGroups,
 ) -> Result<(), BrokerError> {
     let mut offset = start;
     let mut skipped = 0usize;
@@ -697,21 +743,29 @@ fn replay_chunks(
         for set in sets {
             for r in set.records {
                 offset = offset.max(r.offset + 1);
-                let Some(key) = r.key.and_then(|k| OffsetKey::decode(k).ok()) else {
+                let Some(key) = r.key.and_then(|k| consumer_record::decode_key(k).ok()) else {
                     skipped += 1;
                     continue;
                 };
-                let value = match r.value {
-                    None => None,
-                    Some(v) => match decode_value(v) {
-                        Ok(c) => Some(c),
-                        Err(_) => {
-                            skipped += 1;
-                            continue;
-                        }
-                    },
-                };
-                store.apply(&key.group, &key.topic, key.partition, value);
+                if let AnyKey::Offset(key) = key {
+                    let value = match r.value {
+                        None => None,
+                        Some(v) => match decode_value(v) {
+                            Ok(c) => Some(c),
+                            Err(_) => {
+                                skipped += 1;
+                                continue;
+                            }
+                        },
+                    };
+                    store.apply(&key.group, &key.topic, key.partition, value);
+                    continue;
+                }
+                match consumer_record::decode(&key, r.value) {
+                    Ok(Some(record)) => consumer.replay(record),
+                    Ok(None) => {}
+                    Err(_) => skipped += 1,
+                }
             }
         }
     }
@@ -719,6 +773,30 @@ fn replay_chunks(
         tracing::warn!(skipped, "unreadable records in {OFFSETS_LOG} were ignored");
     }
     Ok(())
+}
+
+/// A batch of consumer group records for the offsets log.
+fn encode_consumer_batch(records: &[StateRecord], now: i64) -> Result<Bytes, OffsetsEncodeError> {
+    let records = records
+        .iter()
+        .map(|r| {
+            let (key, value) = consumer_record::encode(r)?;
+            Ok(NewRecord {
+                key: Some(key),
+                value,
+                timestamp: now,
+            })
+        })
+        .collect::<Result<Vec<_>, OffsetsEncodeError>>()?;
+    Ok(batch::build(&records, None, Compression::None)?)
+}
+
+/// Distinguishes member ids made by this run from those of earlier runs.
+fn nonce() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 fn encode_batch(
@@ -970,5 +1048,86 @@ mod tests {
         drop(svc);
         let svc = open(dir.path(), &flusher);
         assert_eq!(offset_of(&svc, "a", 49), Some(3949));
+    }
+
+    fn consumer_join(svc: &GroupService, group: &str, member: &str) -> i32 {
+        use spate_groups::consumer_group::{HeartbeatRequest, TopicPartitions, TopicsView};
+        let topics =
+            TopicsView::from([("topic".to_string(), (uuid::Uuid::from_bytes([1; 16]), 4))]);
+        let (answer, end) = svc.consumer_heartbeat(
+            &topics,
+            HeartbeatRequest {
+                version: 1,
+                group_id: group.into(),
+                member_id: member.into(),
+                member_epoch: 0,
+                rebalance_timeout_ms: 10_000,
+                subscribed_topic_names: Some(vec!["topic".into()]),
+                owned: Some(TopicPartitions::new()),
+                ..HeartbeatRequest::default()
+            },
+        );
+        assert!(end.is_some(), "a join is written to the offsets log");
+        answer.expect("joined").member_epoch
+    }
+
+    #[test]
+    fn consumer_groups_survive_a_rewrite_of_the_offsets_log_and_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+        let mut svc = open(dir.path(), &flusher);
+        svc.compact_from_bytes = 1;
+        assert_eq!(consumer_join(&svc, "cg", "m"), 1);
+        commit_many(&svc, "a", 40);
+        let before = svc.log.lock().log.size_bytes();
+        svc.maintain();
+        assert!(svc.log.lock().log.size_bytes() < before / 4, "compacted");
+        drop(svc);
+        let svc = open(dir.path(), &flusher);
+        let d = svc.consumer(|c| c.describe("cg")).expect("group rebuilt");
+        assert_eq!(d.members.len(), 1);
+        assert_eq!(d.members[0].member.epoch, 1);
+        assert_eq!(
+            d.members[0]
+                .member
+                .assigned
+                .values()
+                .map(|p| p.len())
+                .sum::<usize>(),
+            4
+        );
+    }
+
+    #[test]
+    fn empty_consumer_groups_without_offsets_are_forgotten_and_others_kept() {
+        use spate_groups::consumer_group::{HeartbeatRequest, LEAVE_EPOCH};
+        let dir = tempfile::tempdir().unwrap();
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+        let svc = open(dir.path(), &flusher);
+        for g in ["gone", "kept"] {
+            consumer_join(&svc, g, "m");
+            let (left, _) = svc.consumer_heartbeat(
+                &Default::default(),
+                HeartbeatRequest {
+                    version: 1,
+                    group_id: g.into(),
+                    member_id: "m".into(),
+                    member_epoch: LEAVE_EPOCH,
+                    ..HeartbeatRequest::default()
+                },
+            );
+            assert_eq!(left.unwrap().member_epoch, LEAVE_EPOCH);
+        }
+        svc.write("kept", &[("topic".into(), 0, committed(3))])
+            .unwrap();
+        svc.maintain();
+        assert!(!svc.consumer(|c| c.contains("gone")));
+        assert!(svc.consumer(|c| c.contains("kept")));
+        drop(svc);
+        let svc = open(dir.path(), &flusher);
+        assert!(
+            !svc.consumer(|c| c.contains("gone")),
+            "the deletion is durable"
+        );
     }
 }

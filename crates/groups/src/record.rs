@@ -3,6 +3,9 @@
 //!
 //! Key:   u8 version (1) | u8 kind (1 = offset) | u16 len + group | u16 len + topic | i32 partition
 //! Value: u8 version (1) | i64 offset | i32 leader epoch | i64 commit time | i32 len + metadata (-1 = null)
+//!
+//! KIP-848 consumer groups live in the same log (see [`consumer`]): kind 2 is a group's
+//! epoch, kind 3 one member's subscription, epoch and assignment.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use thiserror::Error;
@@ -11,11 +14,15 @@ use crate::offsets::Committed;
 
 const VERSION: u8 = 1;
 const KIND_OFFSET: u8 = 1;
+const KIND_CONSUMER_GROUP: u8 = 2;
+const KIND_CONSUMER_MEMBER: u8 = 3;
+
+pub mod consumer;
 
 /// A record in the offsets log that cannot be read.
 #[derive(Debug, Error, PartialEq, Eq)]
 #[error("unreadable offsets record: {0}")]
-pub struct RecordError(&'static str);
+pub struct RecordError(pub(crate) &'static str);
 
 /// Which partition's offset a record is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,14 +35,14 @@ pub struct OffsetKey {
     pub partition: i32,
 }
 
-fn put_str16(buf: &mut BytesMut, s: &str) -> Result<(), RecordError> {
+pub(crate) fn put_str16(buf: &mut BytesMut, s: &str) -> Result<(), RecordError> {
     let len = u16::try_from(s.len()).map_err(|_| RecordError("string longer than 65535 bytes"))?;
     buf.put_u16(len);
     buf.put_slice(s.as_bytes());
     Ok(())
 }
 
-fn get_str16(buf: &mut Bytes) -> Result<String, RecordError> {
+pub(crate) fn get_str16(buf: &mut Bytes) -> Result<String, RecordError> {
     if buf.remaining() < 2 {
         return Err(RecordError("truncated string length"));
     }

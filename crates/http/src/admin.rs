@@ -489,20 +489,46 @@ async fn describe_group(
 ) -> Result<Json<Value>> {
     let b = s.broker()?;
     let description = b.groups.coordinator(|c| c.describe(&id));
+    let consumer = b.groups.consumer(|c| c.describe(&id));
     let offsets: Vec<(String, i32, i64, Option<String>)> = b.groups.offsets(|o| {
         o.group(&id)
             .into_iter()
             .map(|(t, p, c)| (t.to_string(), p, c.offset, c.metadata.clone()))
             .collect()
     });
-    if description.is_none() && offsets.is_empty() {
+    if description.is_none() && consumer.is_none() && offsets.is_empty() {
         return Err(kafka_error(
             ResponseError::GroupIdNotFound,
             format!("group '{id}' does not exist"),
         ));
     }
-    let (state, protocol_type, protocol, members) = match description {
-        Some(d) => (
+    let (state, protocol_type, protocol, members) = match (description, consumer) {
+        // A KIP-848 group: the server-side assignor, and each member's epoch and partitions.
+        (None, Some(d)) => (
+            d.state.name(),
+            "consumer".to_string(),
+            d.assignor.name().to_string(),
+            d.members
+                .into_iter()
+                .map(|m| {
+                    let assigned: Vec<Value> = m
+                        .member
+                        .assigned
+                        .iter()
+                        .map(|(t, ps)| {
+                            let name = b.topics.get_by_id(t).map(|t| t.name.clone());
+                            json!({"topic": name, "partitions": ps})
+                        })
+                        .collect();
+                    json!({
+                        "member_id": m.member.member_id, "group_instance_id": m.member.instance_id,
+                        "client_id": m.member.client_id, "client_host": m.member.client_host,
+                        "member_epoch": m.member.epoch, "assignment": assigned,
+                    })
+                })
+                .collect::<Vec<_>>(),
+        ),
+        (Some(d), _) => (
             d.state.name(),
             d.protocol_type,
             d.protocol,
@@ -516,7 +542,7 @@ async fn describe_group(
                 })
                 .collect::<Vec<_>>(),
         ),
-        None => ("Empty", String::new(), String::new(), Vec::new()),
+        (None, None) => ("Empty", String::new(), String::new(), Vec::new()),
     };
     let offsets: Vec<Value> = offsets
         .into_iter()

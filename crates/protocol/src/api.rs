@@ -83,6 +83,10 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::ListConfigResources, 0, 1),
     // KIP-966: Kafka 4's kafka-topics --describe asks this first.
     api(ApiKey::DescribeTopicPartitions, 0, 0),
+    // KIP-848 consumer groups; v1 has the client make up its member id (KIP-1082) and
+    // describes each member's type.
+    api(ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    api(ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// Looks up the advertised range for a raw API key.
@@ -120,6 +124,8 @@ mod tests {
         assert!(is_supported(18, 3));
         assert!(!is_supported(18, 5));
         assert!(!is_supported(9999, 0));
-        assert!(!is_supported(ApiKey::ConsumerGroupHeartbeat as i16, 0));
+        assert!(is_supported(ApiKey::ConsumerGroupHeartbeat as i16, 1));
+        assert!(!is_supported(ApiKey::ConsumerGroupHeartbeat as i16, 2));
+        assert!(!is_supported(ApiKey::ShareGroupHeartbeat as i16, 1));
     }
 }

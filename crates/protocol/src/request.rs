@@ -49,6 +49,8 @@ pub enum Request {
     DescribeUserScramCredentials(DescribeUserScramCredentialsRequest),
     GetTelemetrySubscriptions(GetTelemetrySubscriptionsRequest),
     PushTelemetry(PushTelemetryRequest),
+    ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
+    ConsumerGroupDescribe(ConsumerGroupDescribeRequest),
 }
 
 /// What a frame turned out to be.
@@ -137,6 +139,8 @@ impl Request {
             ApiKey::DescribeUserScramCredentials => body!(DescribeUserScramCredentials),
             ApiKey::GetTelemetrySubscriptions => body!(GetTelemetrySubscriptions),
             ApiKey::PushTelemetry => body!(PushTelemetry),
+            ApiKey::ConsumerGroupHeartbeat => body!(ConsumerGroupHeartbeat),
+            ApiKey::ConsumerGroupDescribe => body!(ConsumerGroupDescribe),
             // The supported table lists a key this match does not know: answer, don't panic.
             _ => return Ok(Decoded::Unsupported(prefix)),
         };

@@ -164,6 +164,28 @@ pub struct Args {
     )]
     pub group_max_session_timeout_ms: u32,
 
+    /// A KIP-848 consumer group member without a heartbeat for this long is removed
+    /// (group.consumer.session.timeout.ms).
+    #[arg(
+        long,
+        env = "SPATE_GROUP_CONSUMER_SESSION_TIMEOUT_MS",
+        default_value_t = 45_000
+    )]
+    pub group_consumer_session_timeout_ms: u32,
+
+    /// How often KIP-848 consumer group members heartbeat
+    /// (group.consumer.heartbeat.interval.ms).
+    #[arg(
+        long,
+        env = "SPATE_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS",
+        default_value_t = 5_000
+    )]
+    pub group_consumer_heartbeat_interval_ms: u32,
+
+    /// Most members of one KIP-848 consumer group (group.consumer.max.size).
+    #[arg(long, env = "SPATE_GROUP_CONSUMER_MAX_SIZE", default_value_t = 1_000)]
+    pub group_consumer_max_size: u32,
+
     /// Committed offsets of a group without members are deleted after this many minutes
     /// (offsets.retention.minutes).
     #[arg(long, env = "SPATE_OFFSETS_RETENTION_MINUTES", default_value_t = 10080)]
@@ -475,6 +497,15 @@ impl Args {
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
             bail!("--group-min-session-timeout-ms is larger than --group-max-session-timeout-ms");
         }
+        if self.group_consumer_heartbeat_interval_ms == 0
+            || self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms
+            || self.group_consumer_session_timeout_ms > i32::MAX as u32
+        {
+            bail!("--group-consumer-heartbeat-interval-ms must be at least 1 and below --group-consumer-session-timeout-ms");
+        }
+        if self.group_consumer_max_size == 0 {
+            bail!("--group-consumer-max-size must be at least 1");
+        }
         if self.offsets_retention_minutes == 0 {
             bail!("--offsets-retention-minutes must be at least 1");
         }
@@ -537,6 +568,9 @@ impl Args {
             self.group_min_session_timeout_ms.min(i32::MAX as u32) as i32;
         c.groups.coordinator.max_session_timeout_ms =
             self.group_max_session_timeout_ms.min(i32::MAX as u32) as i32;
+        c.groups.consumer.session_timeout_ms = self.group_consumer_session_timeout_ms as i32;
+        c.groups.consumer.heartbeat_interval_ms = self.group_consumer_heartbeat_interval_ms as i32;
+        c.groups.consumer.max_size = self.group_consumer_max_size as usize;
         c.groups.offsets_retention_ms =
             (self.offsets_retention_minutes.min(1 << 40) * 60_000) as i64;
         c.fsync = match parse_fsync(&self.fsync, self.fsync_interval_ms)? {

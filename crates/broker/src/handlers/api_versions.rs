@@ -16,15 +16,18 @@ const METADATA_VERSION_MAX: i16 = 30;
 const FEATURES_EPOCH: i64 = 1;
 
 /// The features this broker supports (min, max) and the level each is finalized at. Only
-/// what spate implements: `group.version` 1 (KIP-848), `transaction.version` and
-/// `share.version` stay unadvertised until those protocols exist, so clients that read
-/// features do not take them for granted.
-const FEATURES: &[(&str, i16, i16, i16)] = &[(
-    "metadata.version",
-    METADATA_VERSION_MIN,
-    METADATA_VERSION_MAX,
-    METADATA_VERSION_MAX,
-)];
+/// what spate implements: `group.version` 1 is the KIP-848 consumer protocol;
+/// `transaction.version` and `share.version` stay unadvertised until those protocols exist,
+/// so clients that read features do not take them for granted.
+const FEATURES: &[(&str, i16, i16, i16)] = &[
+    (
+        "metadata.version",
+        METADATA_VERSION_MIN,
+        METADATA_VERSION_MAX,
+        METADATA_VERSION_MAX,
+    ),
+    ("group.version", 0, 1, 1),
+];
 
 /// Fills the v3+ feature fields (KIP-584), as `kafka-features.sh describe` reads them.
 fn features(resp: &mut ApiVersionsResponse) {
@@ -107,9 +110,16 @@ mod tests {
         let fin = &new.finalized_features[0];
         assert_eq!((fin.min_version_level, fin.max_version_level), (30, 30));
         assert_eq!(new.finalized_features_epoch, 1);
+        // KIP-848 consumer groups are finalized at group.version 1.
+        let gv = new
+            .finalized_features
+            .iter()
+            .find(|f| f.name.as_str() == "group.version")
+            .expect("group.version finalized");
+        assert_eq!((gv.min_version_level, gv.max_version_level), (1, 1));
         // Features of protocols spate lacks are not claimed.
         assert!(!new.supported_features.iter().any(
-            |f| f.name.as_str() == "group.version" || f.name.as_str() == "transaction.version"
+            |f| f.name.as_str() == "transaction.version" || f.name.as_str() == "share.version"
         ));
     }
 

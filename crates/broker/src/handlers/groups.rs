@@ -123,15 +123,19 @@ pub fn join(
         client_host: client_host.to_string(),
         require_known_member_id: version >= 4,
     };
-    let answer = b
-        .groups
-        .is_coordinator()
-        .then(|| b.groups.call(move |c, now, token| c.join(now, token, join)));
+    let answer = if !b.groups.is_coordinator() {
+        Err(ResponseError::NotCoordinator)
+    } else {
+        // A consumer group with members keeps its id; an empty one gives it up.
+        b.groups
+            .claim_for_classic(&join.group_id)
+            .map(|()| b.groups.call(move |c, now, token| c.join(now, token, join)))
+    };
     async move {
         let mut resp = JoinGroupResponse::default();
         let parked = match answer {
-            Some(a) => Ok(a.await),
-            None => Err(ResponseError::NotCoordinator),
+            Ok(a) => Ok(a.await),
+            Err(e) => Err(e),
         };
         let j = match parked {
             Ok(Some(Reply::Join(_, j))) => j,
@@ -308,6 +312,16 @@ pub fn describe(b: &Broker, version: i16, req: DescribeGroupsRequest) -> Describ
             continue;
         }
         let described = b.groups.coordinator(|c| c.describe(&id));
+        if described.is_none() && b.groups.consumer(|c| c.contains(&id)) {
+            // Kafka answers DescribeGroups only for classic groups.
+            g.group_state = s("Dead");
+            if version >= 6 {
+                g.error_code = ResponseError::GroupIdNotFound.code();
+                g.error_message = msg(format!("Group {} is not a classic group.", id.as_str()));
+            }
+            resp.groups.push(g);
+            continue;
+        }
         match described {
             Some(d) => {
                 g.group_state = s(d.state.name());
@@ -352,13 +366,21 @@ pub fn list(b: &Broker, version: i16, req: ListGroupsRequest) -> ListGroupsRespo
         // In a cluster each node lists the groups it coordinates; this one has none.
         return ListGroupsResponse::default();
     }
-    let mut groups = b.groups.coordinator(|c| c.list());
+    let mut groups: Vec<(String, &'static str, String, &'static str)> = b
+        .groups
+        .coordinator(|c| c.list())
+        .into_iter()
+        .map(|(id, state, ptype)| (id, state.name(), ptype, "classic"))
+        .collect();
+    for (id, state, _) in b.groups.consumer(|c| c.list()) {
+        groups.push((id, state.name(), "consumer".to_string(), "consumer"));
+    }
     let with_offsets: Vec<String> = b
         .groups
         .offsets(|o| o.group_ids().map(str::to_string).collect());
     for g in with_offsets {
-        if !groups.iter().any(|(id, _, _)| *id == g) {
-            groups.push((g, GroupState::Empty, String::new()));
+        if !groups.iter().any(|(id, ..)| *id == g) {
+            groups.push((g, GroupState::Empty.name(), String::new(), "classic"));
         }
     }
     groups.sort_by(|a, b| a.0.cmp(&b.0));
@@ -367,17 +389,17 @@ pub fn list(b: &Broker, version: i16, req: ListGroupsRequest) -> ListGroupsRespo
     let mut resp = ListGroupsResponse::default();
     resp.groups = groups
         .into_iter()
-        .filter(|(_, state, _)| states.is_empty() || states.contains(&state.name().to_lowercase()))
-        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
-        .map(|(id, state, protocol_type)| {
+        .filter(|(_, state, ..)| states.is_empty() || states.contains(&state.to_lowercase()))
+        .filter(|(.., kind)| types.is_empty() || types.iter().any(|t| t == kind))
+        .map(|(id, state, protocol_type, kind)| {
             let mut g = ListedGroup::default();
             g.group_id = s(&id).into();
             g.protocol_type = s(&protocol_type);
             if version >= 4 {
-                g.group_state = s(state.name());
+                g.group_state = s(state);
             }
             if version >= 5 {
-                g.group_type = s("classic");
+                g.group_type = s(kind);
             }
             g
         })

@@ -5,6 +5,7 @@ pub mod client_quotas;
 pub mod cluster;
 pub mod config_resources;
 pub mod configs;
+pub mod consumer_groups;
 pub mod delete_records;
 pub mod fetch;
 pub mod groups;

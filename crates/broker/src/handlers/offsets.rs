@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use spate_groups::consumer_group::OffsetCheck;
 use spate_groups::{CommitCheck, Committed};
 use spate_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
@@ -31,6 +32,19 @@ pub fn commit(
         CommitCheck::Reject(ResponseError::InvalidGroupId)
     } else if !b.groups.is_coordinator() {
         CommitCheck::Reject(ResponseError::NotCoordinator)
+    } else if b.groups.consumer(|c| c.contains(&group)) {
+        // A KIP-848 group: the member epoch must be the member's current one.
+        match b.groups.consumer(|c| {
+            c.check_commit(
+                &group,
+                &req.member_id,
+                req.generation_id_or_member_epoch,
+                version,
+            )
+        }) {
+            OffsetCheck::Accept => CommitCheck::Accept,
+            OffsetCheck::Reject(e) => CommitCheck::Reject(e),
+        }
     } else {
         b.groups.with(|c, now| {
             (
@@ -189,6 +203,15 @@ pub fn fetch(b: &Broker, version: i16, req: OffsetFetchRequest) -> OffsetFetchRe
         for g in req.groups {
             let mut out = OffsetFetchResponseGroup::default();
             out.group_id = g.group_id.clone();
+            let member = g.member_id.as_deref();
+            if let OffsetCheck::Reject(e) = b
+                .groups
+                .consumer(|c| c.check_fetch(&g.group_id, member, g.member_epoch))
+            {
+                out.error_code = e.code();
+                resp.groups.push(out);
+                continue;
+            }
             let topics = g.topics.map(|ts| {
                 ts.into_iter()
                     .map(|t| (t.name, t.partition_indexes))
@@ -245,15 +268,24 @@ pub fn delete(b: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
         return resp;
     }
     let group = req.group_id.to_string();
-    let (described, subscribed) = b
+    let (described, mut subscribed) = b
         .groups
         .coordinator(|c| (c.describe(&group), c.subscribed_topics(&group)));
-    if described.is_none() && !b.groups.offsets(|o| o.has_group(&group)) {
+    let consumer = b.groups.consumer(|c| {
+        c.contains(&group)
+            .then(|| (c.has_members(&group), c.subscribed_topics(&group)))
+    });
+    if described.is_none() && consumer.is_none() && !b.groups.offsets(|o| o.has_group(&group)) {
         resp.error_code = ResponseError::GroupIdNotFound.code();
         return resp;
     }
-    let has_members = described.as_ref().is_some_and(|d| !d.members.is_empty());
-    let protocol_type = described.as_ref().map(|d| d.protocol_type.as_str());
+    let mut has_members = described.as_ref().is_some_and(|d| !d.members.is_empty());
+    let mut protocol_type = described.as_ref().map(|d| d.protocol_type.as_str());
+    if let Some((members, topics)) = consumer {
+        has_members = members;
+        protocol_type = Some("consumer");
+        subscribed = topics;
+    }
     if has_members && protocol_type != Some("consumer") {
         resp.error_code = ResponseError::NonEmptyGroup.code();
         return resp;

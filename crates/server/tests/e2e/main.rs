@@ -9,6 +9,7 @@ mod cluster;
 mod cluster_chaos;
 mod cluster_netns;
 mod cluster_ops;
+mod consumer_groups;
 mod durability;
 mod fetch;
 mod groups;
