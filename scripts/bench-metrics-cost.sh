@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# What observability costs: the anchor's 3M x 256 B acks=1 producer run against spate built with
+# What observability costs: Kafka's perf tool's 3M x 256 B acks=1 producer run against spate built with
 # metrics (default) and with them compiled out (--no-default-features), interleaved ROUNDS
 # times; prints records/s and broker CPU seconds for each run.
 #   scripts/bench-metrics-cost.sh [ROUNDS]       default 2
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/anchor.sh"
+KAFKA_KIT="$ROOT/scripts/kafka"
 ROUNDS="${1:-2}"; N="${BENCH_RECORDS:-3000000}"
 OUT="$(mktemp -d)"
 cargo build --release --bin spate -p spate-server --manifest-path "$ROOT/Cargo.toml" >&2
@@ -19,9 +19,9 @@ run() {  # run BINARY LABEL
   local pid=$!
   for _ in $(seq 1 100); do [[ -s "$dir/out" ]] && break; sleep 0.1; done
   local b; b=$(awk 'NR==1{print $4}' "$dir/out")
-  "$ANCHOR/perf.sh" topics --bootstrap-server "$b" --create --topic cost --partitions 1 >/dev/null
+  "$KAFKA_KIT/tool.sh" topics --bootstrap-server "$b" --create --topic cost --partitions 1 >/dev/null
   local c0; c0=$(awk '{print $14+$15}' /proc/$pid/stat)
-  local line; line=$("$ANCHOR/perf.sh" producer --bootstrap-server "$b" --topic cost --num-records "$N" --record-size 256 \
+  local line; line=$("$KAFKA_KIT/tool.sh" producer --bootstrap-server "$b" --topic cost --num-records "$N" --record-size 256 \
     --throughput -1 --command-property acks=1 linger.ms=5 batch.size=131072 | tail -1)
   local c1; c1=$(awk '{print $14+$15}' /proc/$pid/stat)
   kill $pid; wait $pid 2>/dev/null || true; rm -rf "$dir"

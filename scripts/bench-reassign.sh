@@ -13,8 +13,7 @@
 #      (52428800), SPATE_BIN (default: builds target/release/spate), BENCH_ONLY=spate|kafka.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/anchor.sh"
-[[ -n "$ANCHOR" ]] || { echo "Kafka anchor not found" >&2; exit 2; }
+KAFKA_KIT="$ROOT/scripts/kafka"
 OUT="${OUT:-$ROOT/target/bench-reassign/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT"
 BYTES="${BENCH_BYTES:-1073741824}"
@@ -27,8 +26,8 @@ if [[ -z "${SPATE_BIN:-}" ]]; then
   cargo build --release --bin spate --manifest-path "$ROOT/Cargo.toml"
   SPATE_BIN="$ROOT/target/release/spate"
 fi
-"$ANCHOR/install.sh" >/dev/null
-P="$ANCHOR/perf.sh"
+"$KAFKA_KIT/fetch.sh" >/dev/null
+P="$KAFKA_KIT/tool.sh"
 reassign() { "$P" class org.apache.kafka.tools.reassign.ReassignPartitionsCommand --bootstrap-server "$1" "${@:2}"; }
 
 plan() { # plan TO: the third replica of every bulk partition goes to node TO
@@ -84,19 +83,19 @@ run_suite() {
 
 if [[ "${BENCH_ONLY:-}" != spate ]]; then
   KDIR="$(mktemp -d /tmp/kafka-reassign-bench.XXXX)"
-  KAFKA_CLUSTER_DIR="$KDIR" KAFKA_FRESH=1 "$ANCHOR/start-cluster.sh" > "$OUT/kafka-start.log"
+  KAFKA_CLUSTER_DIR="$KDIR" KAFKA_FRESH=1 "$KAFKA_KIT/start-cluster.sh" > "$OUT/kafka-start.log"
   # The fourth node: a broker only, joining the three controllers' quorum.
   KAFKA_NODE_ID=4 KAFKA_PORT=19095 KAFKA_CONTROLLER_PORT=29095 KAFKA_DATA_DIR="$KDIR/node-4" \
     KAFKA_VOTERS="1@127.0.0.1:29092,2@127.0.0.1:29093,3@127.0.0.1:29094" KAFKA_RF=3 \
     KAFKA_CLUSTER_ID="$(cat "$KDIR/cluster.id")" \
     KAFKA_EXTRA_PROPS="process.roles=broker listeners=PLAINTEXT://127.0.0.1:19095" \
-    "$ANCHOR/start.sh" >> "$OUT/kafka-start.log"
+    "$KAFKA_KIT/start.sh" >> "$OUT/kafka-start.log"
   run_suite kafka 127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094,127.0.0.1:19095 || echo "kafka suite failed" >&2
   # Wait for the broker-only node to exit: spate's node 4 takes its port next.
   k4="$(cat "$KDIR/node-4/kafka.pid")"
   kill "$k4" 2>/dev/null || true
   for _ in $(seq 1 120); do kill -0 "$k4" 2>/dev/null || break; sleep 0.5; done
-  KAFKA_CLUSTER_DIR="$KDIR" "$ANCHOR/stop-cluster.sh" >/dev/null 2>&1 || true
+  KAFKA_CLUSTER_DIR="$KDIR" "$KAFKA_KIT/stop-cluster.sh" >/dev/null 2>&1 || true
   rm -rf "$KDIR"
 fi
 

@@ -4,21 +4,20 @@
 # consumer and Admin client, on a 12-partition topic:
 #   spate, classic protocol (group.protocol=classic)
 #   spate, KIP-848 (group.protocol=consumer)
-#   Apache Kafka 4.3 (the anchor, 127.0.0.1:19092), KIP-848, and classic for reference
+#   Apache Kafka 4.3 (scripts/kafka, 127.0.0.1:19092), KIP-848, and classic for reference
 # Every broker and client runs with default group settings (consumer heartbeat interval 5 s,
 # classic heartbeat.interval.ms 3 s). Kafka is stopped afterwards.
 #   scripts/bench-rebalance.sh [ROUNDS]     (default 5; SPATE_BIN picks the spate binary)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/anchor.sh"
-[[ -n "$ANCHOR" ]] || { echo "Kafka anchor not found (set SPATE_KAFKA_ANCHOR to shared/anchors/kafka)" >&2; exit 2; }
+KAFKA_KIT="$ROOT/scripts/kafka"
 ROUNDS="${1:-5}"
 TOPIC=rebalance-bench
-"$ANCHOR/install.sh" >/dev/null
+"$KAFKA_KIT/fetch.sh" >/dev/null
 BENCH_DIR="$(mktemp -d)"
 KAFKA_STARTED=0
 cleanup() {
-  [[ "$KAFKA_STARTED" == 1 ]] && "$ANCHOR/stop.sh" >/dev/null 2>&1 || true
+  [[ "$KAFKA_STARTED" == 1 ]] && "$KAFKA_KIT/stop.sh" >/dev/null 2>&1 || true
   rm -rf "$BENCH_DIR"
 }
 trap cleanup EXIT
@@ -26,13 +25,13 @@ trap cleanup EXIT
 # Runs ROUNDS measurements against $1 with group.protocol=$2; appends "label ms" lines.
 measure() {
   local bootstrap="$1" protocol="$2" label="$3"
-  timeout 1200 "$ANCHOR/perf.sh" class "$ROOT/scripts/kip848/GroupWatch.java" rebalance \
+  timeout 1200 "$KAFKA_KIT/tool.sh" class "$ROOT/scripts/kip848/GroupWatch.java" rebalance \
     "$bootstrap" "bench-$protocol-$RANDOM" "$TOPIC" "$protocol" "$ROUNDS" 2>"$BENCH_DIR/$label.err" \
     | sed -n "s/^rebalance_ms=/$label /p" | tee -a "$BENCH_DIR/results"
 }
 
 create_topic() {
-  "$ANCHOR/perf.sh" topics --bootstrap-server "$1" --create --topic "$TOPIC" --partitions 12 >/dev/null
+  "$KAFKA_KIT/tool.sh" topics --bootstrap-server "$1" --create --topic "$TOPIC" --partitions 12 >/dev/null
 }
 
 spate_side() {
@@ -41,15 +40,15 @@ spate_side() {
   measure "$SPATE_BOOTSTRAP" consumer spate-kip848
 }
 export -f spate_side measure create_topic
-export ANCHOR ROOT TOPIC ROUNDS BENCH_DIR
+export KAFKA_KIT ROOT TOPIC ROUNDS BENCH_DIR
 "$ROOT/scripts/with-spate.sh" -- bash -c spate_side
 
-KAFKA_FRESH=1 "$ANCHOR/start.sh" >/dev/null
+KAFKA_FRESH=1 "$KAFKA_KIT/start.sh" >/dev/null
 KAFKA_STARTED=1
 create_topic 127.0.0.1:19092
 measure 127.0.0.1:19092 consumer kafka-kip848
 measure 127.0.0.1:19092 classic kafka-classic
-"$ANCHOR/stop.sh" >/dev/null
+"$KAFKA_KIT/stop.sh" >/dev/null
 KAFKA_STARTED=0
 
 echo

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The standard load suite (Kafka's own perf tools, ../shared/anchors/kafka/bench.sh) against a
+# The standard load suite (Kafka's own perf tools, scripts/kafka/bench.sh) against a
 # real Apache Kafka and against spate, one after the other on this machine, plus the time a
 # 3-member librdkafka group takes to settle when a 4th member joins. Results go to
 # $OUT (default target/bench-vs-kafka/<date>), one log per broker.
@@ -8,8 +8,7 @@
 # earlier build measured the same way right after it, for before/after comparisons).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/anchor.sh"
-[[ -n "$ANCHOR" ]] || { echo "Kafka anchor not found" >&2; exit 2; }
+KAFKA_KIT="$ROOT/scripts/kafka"
 OUT="${OUT:-$ROOT/target/bench-vs-kafka/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT"
 policies=("$@"); [[ ${#policies[@]} -gt 0 ]] || policies=(interval always)
@@ -29,12 +28,12 @@ settle() {  # settle BOOTSTRAP LABEL
 KPORT=19092
 KDIR="$(mktemp -d /tmp/kafka-bench.XXXX)"
 KAFKA_PORT=$KPORT KAFKA_DATA_DIR="$KDIR" KAFKA_FRESH=1 \
-  KAFKA_EXTRA_PROPS="group.initial.rebalance.delay.ms=3000" "$ANCHOR/start.sh" > "$OUT/kafka-start.log"
+  KAFKA_EXTRA_PROPS="group.initial.rebalance.delay.ms=3000" "$KAFKA_KIT/start.sh" > "$OUT/kafka-start.log"
 KPID=$(cat "$KDIR/kafka.pid")
 echo "== kafka pid $KPID"
-BENCH_PID=$KPID BENCH_PREFIX=kafka "$ANCHOR/bench.sh" 127.0.0.1:$KPORT 2>&1 | tee "$OUT/kafka.txt"
+BENCH_PID=$KPID BENCH_PREFIX=kafka "$KAFKA_KIT/bench.sh" 127.0.0.1:$KPORT 2>&1 | tee "$OUT/kafka.txt"
 settle 127.0.0.1:$KPORT kafka
-KAFKA_PORT=$KPORT KAFKA_DATA_DIR="$KDIR" "$ANCHOR/stop.sh" >/dev/null || true
+KAFKA_PORT=$KPORT KAFKA_DATA_DIR="$KDIR" "$KAFKA_KIT/stop.sh" >/dev/null || true
 rm -rf "$KDIR"
 
 bins=("current=$SPATE_BIN")
@@ -49,7 +48,7 @@ for entry in "${bins[@]}"; do
   for _ in $(seq 1 100); do [[ -s "$SDIR/stdout" ]] && break; sleep 0.1; done
   SB=$(awk 'NR==1{print $4}' "$SDIR/stdout")
   echo "== spate $label ($policy) pid $SPID at $SB"
-  BENCH_PID=$SPID BENCH_PREFIX=spate "$ANCHOR/bench.sh" "$SB" 2>&1 | tee "$OUT/spate-$label-$policy.txt"
+  BENCH_PID=$SPID BENCH_PREFIX=spate "$KAFKA_KIT/bench.sh" "$SB" 2>&1 | tee "$OUT/spate-$label-$policy.txt"
   settle "$SB" "spate-$label-$policy"
   kill $SPID; wait $SPID 2>/dev/null || true
   rm -rf "$SDIR"

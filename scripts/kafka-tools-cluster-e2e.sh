@@ -7,10 +7,9 @@
 #   scripts/kafka-tools-cluster-e2e.sh     against a throw-away cluster (SPATE_BIN overrides the binary)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/anchor.sh"
-[[ -n "$ANCHOR" ]] || { echo "Kafka anchor not found (set SPATE_KAFKA_ANCHOR to shared/anchors/kafka)" >&2; exit 2; }
+KAFKA_KIT="$ROOT/scripts/kafka"
 [[ -n "${SPATE_BOOTSTRAP:-}" ]] || exec "$ROOT/scripts/with-spate-cluster.sh" -- "$0" "$@"
-"$ANCHOR/install.sh" >/dev/null
+"$KAFKA_KIT/fetch.sh" >/dev/null
 IFS=, read -r B1 B2 B3 <<< "$SPATE_BOOTSTRAP"
 [[ -n "$B3" ]] || { echo "SPATE_BOOTSTRAP must list three nodes" >&2; exit 2; }
 WORK="$(mktemp -d)"
@@ -18,7 +17,7 @@ trap 'rm -rf "$WORK"' EXIT
 
 fail() { echo "FAIL: $*" >&2; [[ -f "${SPATE_LOG:-}" ]] && { echo "--- node 1 log" >&2; tail -50 "$SPATE_LOG" >&2; }; exit 1; }
 pass() { echo "ok: $*"; }
-tool() { timeout 120 "$ANCHOR/perf.sh" "$@" 2>"$WORK/tool.err"; }
+tool() { timeout 120 "$KAFKA_KIT/tool.sh" "$@" 2>"$WORK/tool.err"; }
 klass() { tool class "$@"; }
 
 tool topics --bootstrap-server "$B1" --create --topic rf3 --partitions 3 --replication-factor 3 \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Drives Apache Kafka's own CLI tools (from ../shared/anchors/kafka) against a fresh spate:
+# Drives Apache Kafka's own CLI tools (Kafka 4.3.1 from Maven Central, scripts/kafka) against a fresh spate:
 # kafka-topics create/describe/list/alter/delete, kafka-configs, the console producer
 # (idempotent by default) and console consumer, GetOffsetShell, and the producer perf test
 # with default settings. Exits non-zero on the first mismatch.
@@ -7,18 +7,17 @@
 #   SPATE_BOOTSTRAP=host:port scripts/kafka-tools-e2e.sh     against a running broker
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/anchor.sh"
-[[ -n "$ANCHOR" ]] || { echo "Kafka anchor not found (set SPATE_KAFKA_ANCHOR to shared/anchors/kafka)" >&2; exit 2; }
+KAFKA_KIT="$ROOT/scripts/kafka"
 # Without a broker given, run against a throw-away one.
 [[ -n "${SPATE_BOOTSTRAP:-}" ]] || exec "$ROOT/scripts/with-spate.sh" -- "$0" "$@"
-"$ANCHOR/install.sh" >/dev/null
+"$KAFKA_KIT/fetch.sh" >/dev/null
 B="$SPATE_BOOTSTRAP"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
 fail() { echo "FAIL: $*" >&2; [[ -f "${SPATE_LOG:-}" ]] && { echo "--- spate log" >&2; tail -50 "$SPATE_LOG" >&2; }; exit 1; }
 pass() { echo "ok: $*"; }
-tool() { timeout 120 "$ANCHOR/perf.sh" "$@" 2>"$WORK/tool.err"; }
+tool() { timeout 120 "$KAFKA_KIT/tool.sh" "$@" 2>"$WORK/tool.err"; }
 klass() { tool class "$@"; }
 
 # kafka-topics
@@ -116,6 +115,25 @@ tool topics --bootstrap-server "$B" --describe --topic cli-perf | grep -q "Parti
 klass kafka.admin.ConfigCommand --bootstrap-server "$B" --entity-type topics --describe \
   | grep -q "configs for topic cli-perf are" || fail "kafka-configs --describe of every topic"
 pass "DescribeTopicPartitions and ListConfigResources through kafka-topics and kafka-configs"
+
+# kafka-configs for client quotas (AlterClientQuotas / DescribeClientQuotas).
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --alter --entity-type clients --entity-name cli-app \
+  --add-config producer_byte_rate=1048576,consumer_byte_rate=2097152 >/dev/null || fail "kafka-configs --alter clients"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --alter --entity-type users --entity-default \
+  --add-config request_percentage=200 >/dev/null || fail "kafka-configs --alter users --entity-default"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --describe --entity-type clients --entity-name cli-app \
+  | grep -q "consumer_byte_rate=2097152.0, producer_byte_rate=1048576.0" || fail "kafka-configs --describe clients"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --describe --entity-type users \
+  | grep -q "default user-principal are request_percentage=200.0" || fail "kafka-configs --describe users"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --alter --entity-type clients --entity-name cli-app \
+  --add-config producer_byte_rate=-5 >/dev/null 2>&1 && fail "a negative quota was accepted"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --alter --entity-type clients --entity-name cli-app \
+  --delete-config producer_byte_rate,consumer_byte_rate >/dev/null || fail "kafka-configs --delete-config clients"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --describe --entity-type clients --entity-name cli-app \
+  | grep -q "byte_rate" && fail "deleted quotas still described"
+klass kafka.admin.ConfigCommand --bootstrap-server "$B" --alter --entity-type users --entity-default \
+  --delete-config request_percentage >/dev/null || fail "kafka-configs --delete-config users"
+pass "kafka-configs --entity-type clients|users: quotas set, described, refused when negative, deleted"
 
 # kafka-features (ApiVersions v3+ features): metadata.version finalized at Kafka 4.3's level.
 klass org.apache.kafka.tools.FeatureCommand --bootstrap-server "$B" describe \

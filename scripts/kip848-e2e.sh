@@ -10,12 +10,11 @@
 #   SPATE_BOOTSTRAP=host:port scripts/kip848-e2e.sh     against a running broker
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/anchor.sh"
-[[ -n "$ANCHOR" ]] || { echo "Kafka anchor not found (set SPATE_KAFKA_ANCHOR to shared/anchors/kafka)" >&2; exit 2; }
+KAFKA_KIT="$ROOT/scripts/kafka"
 # A short session timeout so the killed member's partitions move on within seconds.
 [[ -n "${SPATE_BOOTSTRAP:-}" ]] || exec "$ROOT/scripts/with-spate.sh" \
   --spate-arg --group-consumer-session-timeout-ms --spate-arg 8000 -- "$0" "$@"
-"$ANCHOR/install.sh" >/dev/null
+"$KAFKA_KIT/fetch.sh" >/dev/null
 B="$SPATE_BOOTSTRAP"
 WORK="$(mktemp -d)"
 PIDS=()
@@ -28,7 +27,7 @@ trap cleanup EXIT
 
 fail() { echo "FAIL: $*" >&2; [[ -f "${SPATE_LOG:-}" ]] && { echo "--- spate log" >&2; tail -30 "$SPATE_LOG" >&2; }; exit 1; }
 pass() { echo "ok: $*"; }
-klass() { timeout 120 "$ANCHOR/perf.sh" class "$@" 2>>"$WORK/tool.err"; }
+klass() { timeout 120 "$KAFKA_KIT/tool.sh" class "$@" 2>>"$WORK/tool.err"; }
 groups() { klass org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --bootstrap-server "$B" "$@"; }
 TOPIC=kip848-orders
 GROUP=kip848-group
@@ -36,17 +35,17 @@ RECORDS=3000
 
 # Starts a console consumer of $GROUP in the background (perf.sh execs java: $! is the JVM).
 member() {
-  "$ANCHOR/perf.sh" class org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" \
+  "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" \
     --topic "$TOPIC" --group "$GROUP" --from-beginning \
     --command-property group.protocol=consumer --command-property auto.commit.interval.ms=1000 \
     >"$WORK/member$1.out" 2>"$WORK/member$1.err" &
   PIDS+=($!)
 }
 
-"$ANCHOR/perf.sh" topics --bootstrap-server "$B" --create --topic "$TOPIC" --partitions 6 >/dev/null 2>>"$WORK/tool.err" \
+"$KAFKA_KIT/tool.sh" topics --bootstrap-server "$B" --create --topic "$TOPIC" --partitions 6 >/dev/null 2>>"$WORK/tool.err" \
   || fail "create topic"
 
-"$ANCHOR/perf.sh" class "$ROOT/scripts/kip848/GroupWatch.java" watch "$B" "$GROUP" "$WORK/stop" \
+"$KAFKA_KIT/tool.sh" class "$ROOT/scripts/kip848/GroupWatch.java" watch "$B" "$GROUP" "$WORK/stop" \
   >"$WORK/watch.out" 2>"$WORK/watch.err" &
 WATCH=$!
 PIDS+=("$WATCH")
@@ -57,7 +56,7 @@ member 3; M3=$!
 
 # The producer writes for ~15 s, so records keep coming while members come and go.
 seq 1 "$RECORDS" | while read -r i; do echo "v-$i"; (( i % 100 == 0 )) && sleep 0.5; done \
-  | "$ANCHOR/perf.sh" class org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$B" --topic "$TOPIC" \
+  | "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$B" --topic "$TOPIC" \
     >/dev/null 2>"$WORK/producer.err" &
 PRODUCER=$!
 PIDS+=("$PRODUCER")
@@ -118,7 +117,7 @@ echo "$list" | grep -Eq "^kip848-classic +Classic" || { echo "$list"; fail "--li
 pass "kafka-consumer-groups --list --type: consumer and classic groups side by side"
 
 # An assignor the coordinator does not have is UNSUPPORTED_ASSIGNOR, fatal to the consumer.
-timeout 120 "$ANCHOR/perf.sh" class org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" \
+timeout 120 "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" \
   --topic "$TOPIC" --group kip848-bad --command-property group.protocol=consumer \
   --command-property group.remote.assignor=no-such-assignor --timeout-ms 20000 >/dev/null 2>"$WORK/bad.err" || true
 grep -q "UnsupportedAssignorException: ServerAssignor no-such-assignor is not supported" "$WORK/bad.err" \

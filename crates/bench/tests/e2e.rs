@@ -1,5 +1,5 @@
 //! End-to-end tests: short runs of every mode against a real broker at $SPATE_BENCH_BOOTSTRAP
-//! (the Kafka anchor via scripts/bench-e2e.sh, or spate). Without the variable the broker
+//! (Apache Kafka via scripts/bench-e2e.sh and scripts/kafka, or spate). Without the variable the broker
 //! tests print a note and pass. Assertions check counts and structure, never timings.
 
 use std::path::{Path, PathBuf};

@@ -49,6 +49,11 @@ pub struct BrokerConfig {
     pub max_connections: usize,
     /// Connections accepted at once from one IP address.
     pub max_connections_per_ip: usize,
+    /// Client telemetry (KIP-714): metric name prefixes clients are asked to push (`""` for
+    /// all, none for no pushes).
+    pub telemetry_metrics: Vec<String>,
+    /// How often clients push their telemetry.
+    pub telemetry_push_interval_ms: u32,
 }
 
 /// A named trade-off between latency and throughput for producers (`--produce-profile`).
@@ -145,6 +150,11 @@ impl BrokerConfig {
             write_buffer_bytes: ProduceProfile::Balanced.write_buffer_bytes(),
             max_connections: 10_000,
             max_connections_per_ip: 10_000,
+            telemetry_metrics: vec![
+                "org.apache.kafka.producer.".into(),
+                "org.apache.kafka.consumer.".into(),
+            ],
+            telemetry_push_interval_ms: 300_000,
         }
     }
 }

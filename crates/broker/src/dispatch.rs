@@ -23,6 +23,7 @@ use crate::error::{io, BrokerError};
 use crate::groups::GroupService;
 use crate::handlers;
 use crate::producer_ids::ProducerIds;
+use crate::quotas::{Mute, QuotaKind, ANONYMOUS};
 use crate::registry::{write_atomically, TopicRegistry};
 use crate::time::{SharedClock, SystemClock};
 
@@ -72,6 +73,8 @@ pub struct RequestContext<'a> {
     /// How long the request waited for memory before it was read; reported back as
     /// throttle_time_ms on produce and fetch responses.
     pub throttle_ms: i32,
+    /// The connection's mute: a client over its quota is read no further until it ends.
+    pub mute: Option<&'a Arc<Mute>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -92,6 +95,10 @@ pub struct Broker {
     pub groups: Arc<GroupService>,
     /// Broker-wide metrics.
     pub metrics: Arc<Registry>,
+    /// Client quotas and their usage.
+    pub quotas: crate::quotas::ClientQuotas,
+    /// Metrics clients push (KIP-714).
+    pub telemetry: spate_telemetry::TelemetryStore,
     /// Memory for requests and responses in flight.
     pub budget: Arc<MemoryBudget>,
     /// Where every part of the broker reads time: wall time for timestamps and retention,
@@ -128,6 +135,12 @@ impl Broker {
         })?;
         let (topics, notes) = TopicRegistry::open(&dir, flusher.clone())?;
         let producer_ids = ProducerIds::open(&dir)?;
+        let quotas = crate::quotas::ClientQuotas::open(&dir)?;
+        let telemetry = spate_telemetry::TelemetryStore::new(
+            config.telemetry_metrics.clone(),
+            config.telemetry_push_interval_ms,
+            TELEMETRY_MAX_BYTES,
+        );
         let groups = Arc::new(GroupService::open(
             &dir,
             config.groups.clone(),
@@ -140,6 +153,8 @@ impl Broker {
             cluster_id,
             groups,
             metrics,
+            quotas,
+            telemetry,
             budget,
             clock,
             producer_ids,
@@ -221,6 +236,8 @@ impl Broker {
         frame: Bytes,
         rc: RequestContext<'_>,
     ) -> Result<Reply, RequestError> {
+        let frame_len = frame.len();
+        let started = std::time::Instant::now();
         let (key, header, req) = match Request::decode(frame)? {
             Decoded::Request {
                 key,
@@ -235,6 +252,17 @@ impl Broker {
             version,
             correlation_id: header.correlation_id,
         };
+        // A client over its controller mutation rate changes no topics (KIP-599).
+        if let handlers::mutation_quota::Gate::Refuse(refusal) =
+            handlers::mutation_quota::gate(self, &header, &req, rc.mute)
+        {
+            use handlers::mutation_quota::Refusal;
+            return Ok(match refusal {
+                Refusal::CreateTopics(r) => ctx.now(&r)?,
+                Refusal::CreatePartitions(r) => ctx.now(&r)?,
+                Refusal::DeleteTopics(r) => ctx.now(&r)?,
+            });
+        }
         // Handlers that change topics or reserve producer ids touch the disk: they run on the
         // blocking pool so async workers never wait for it.
         let reply = match req {
@@ -251,25 +279,57 @@ impl Broker {
             }
             Request::Metadata(r) => ctx.now(&handlers::metadata::handle(self, version, r)),
             Request::Produce(r) => {
-                match handlers::produce::handle(self, &header, rc.throttle_ms, r) {
+                // Kafka counts the whole request against the producer byte rate.
+                let client_id = header.client_id.as_deref().unwrap_or("");
+                let quota_ms =
+                    self.quotas
+                        .record(QuotaKind::Produce, ANONYMOUS, client_id, frame_len as f64);
+                if let Some(m) = rc.mute {
+                    m.mute_for(quota_ms);
+                }
+                let throttle_ms = rc.throttle_ms.max(clamp_ms(quota_ms));
+                match handlers::produce::handle(self, &header, throttle_ms, r) {
                     Some(fut) => ctx.later(fut),
                     None => Ok(Reply::None),
                 }
             }
             Request::Fetch(r) => {
+                let r_is_consumer = r.replica_id.0 < 0 && r.replica_state.replica_id.0 < 0;
                 let fetch = handlers::fetch::prepare(self, version, r);
                 let b = self.clone();
                 let throttle_ms = rc.throttle_ms;
+                // Consumers' fetches count against their byte rate once their size is known;
+                // followers' fetches have replication throttles instead.
+                let quota = (self.quotas.is_active() && r_is_consumer).then(|| {
+                    let client = header.client_id.as_deref().unwrap_or("").to_owned();
+                    (client, rc.mute.cloned())
+                });
                 Ok(Reply::Held {
                     memory: fetch.memory_wanted(),
                     start: Box::new(move |memory, waited_ms| -> HeldFrame {
+                        let quotas = b.clone();
                         let served = handlers::fetch::serve(
                             b,
                             fetch,
                             memory,
                             throttle_ms.saturating_add(waited_ms),
                         );
-                        Box::pin(served.map(move |(resp, memory)| (ctx.encode(&resp), memory)))
+                        Box::pin(served.map(move |(mut resp, memory)| {
+                            if let Some((client, mute)) = quota {
+                                let bytes = handlers::fetch::records_bytes(&resp);
+                                let ms = quotas.quotas.record(
+                                    QuotaKind::Fetch,
+                                    ANONYMOUS,
+                                    &client,
+                                    bytes as f64,
+                                );
+                                if let Some(m) = mute {
+                                    m.mute_for(ms);
+                                }
+                                resp.throttle_time_ms = resp.throttle_time_ms.max(clamp_ms(ms));
+                            }
+                            (ctx.encode(&resp), memory)
+                        }))
                     }),
                 })
             }
@@ -341,13 +401,32 @@ impl Broker {
                 None => ctx
                     .now(&spate_protocol::messages::ListPartitionReassignmentsResponse::default()),
             },
+            Request::DescribeLogDirs(r) if version >= 5 => ctx.now(
+                &spate_protocol::newer::DescribeLogDirsV5(handlers::log_dirs::handle(self, r)),
+            ),
             Request::DescribeLogDirs(r) => ctx.now(&handlers::log_dirs::handle(self, r)),
             Request::AlterReplicaLogDirs(r) => ctx.now(&handlers::log_dirs::alter(self, r)),
+            Request::DeleteRecords(r) if self.cluster().is_some() => {
+                Ok(ctx.serial_async(handlers::delete_records::handle_replicated(self.clone(), r)))
+            }
             Request::DeleteRecords(r) => {
                 Ok(ctx.serial(self, move |b| handlers::delete_records::handle(b, r)))
             }
             Request::DescribeTopicPartitions(r) => {
                 ctx.now(&handlers::topic_partitions::handle(self, r))
+            }
+            Request::DescribeClientQuotas(r) => {
+                ctx.now(&handlers::client_quotas::describe(self, r))
+            }
+            Request::GetTelemetrySubscriptions(r) => {
+                ctx.now(&handlers::telemetry::subscriptions(self, r))
+            }
+            Request::PushTelemetry(r) => ctx.now(&handlers::telemetry::push(self, r)),
+            Request::DescribeUserScramCredentials(r) => {
+                ctx.now(&handlers::client_quotas::describe_scram(r))
+            }
+            Request::AlterClientQuotas(r) => {
+                Ok(ctx.serial(self, move |b| handlers::client_quotas::alter(b, r)))
             }
             Request::ListConfigResources(r) => {
                 ctx.now(&handlers::config_resources::handle(self, version, r))
@@ -356,6 +435,18 @@ impl Broker {
                 Ok(ctx.serial_async(crate::cluster::elect_leaders(self.clone(), version, r)))
             }
         };
+        if self.quotas.is_active() {
+            // request_percentage: the time this request held a handler thread, in percent of
+            // one thread (work that continues in a spawned task is not counted).
+            let percent_ms = started.elapsed().as_secs_f64() * 1_000.0 / 10.0;
+            let client_id = header.client_id.as_deref().unwrap_or("");
+            let ms = self
+                .quotas
+                .record(QuotaKind::Request, ANONYMOUS, client_id, percent_ms);
+            if let Some(m) = rc.mute {
+                m.mute_for(ms);
+            }
+        }
         Ok(reply?)
     }
 
@@ -371,6 +462,14 @@ impl Broker {
                     .any(|n| self.topics.get(n).is_none())
             })
     }
+}
+
+/// Largest telemetry push accepted (Kafka's default `telemetry.max.bytes`).
+const TELEMETRY_MAX_BYTES: u32 = 1 << 20;
+
+/// A throttle time as the protocol's i32 milliseconds.
+fn clamp_ms(ms: u64) -> i32 {
+    i32::try_from(ms).unwrap_or(i32::MAX)
 }
 
 /// The answer to a key or version we do not serve.

@@ -14,6 +14,7 @@ pub mod handlers;
 mod partition;
 mod producer_ids;
 mod producer_state;
+pub mod quotas;
 mod registry;
 pub mod search_config;
 pub mod time;

@@ -83,6 +83,9 @@ pub struct Partition {
     role: AtomicU8,
     /// The leader's view of its followers; `Some` only while this broker leads in a cluster.
     replication: Mutex<Option<LeaderState>>,
+    /// Each follower's log start as its last fetch reported it (for DeleteRecords' low
+    /// watermark); reset when this broker becomes leader.
+    follower_starts: Mutex<std::collections::HashMap<BrokerId, i64>>,
     /// Under an fsync profile the leader counts only what it has on disk towards the high
     /// watermark, as its followers do: committed then means on disk on every in-sync replica.
     sync_acks: AtomicBool,
@@ -125,6 +128,7 @@ impl Partition {
                 leader_epoch: AtomicI32::new(0),
                 role: AtomicU8::new(Role::Standalone as u8),
                 replication: Mutex::new(None),
+                follower_starts: Mutex::new(std::collections::HashMap::new()),
                 sync_acks: AtomicBool::new(false),
                 deleted: AtomicBool::new(false),
             },
@@ -214,6 +218,7 @@ impl Partition {
     pub fn become_leader(&self, l: Leadership, now_ms: u64, lag_time_max_ms: u64) {
         let leader_epoch = l.leader_epoch;
         let st = self.state.write();
+        self.follower_starts.lock().clear();
         self.sync_acks.store(l.sync_acks, Ordering::SeqCst);
         let end = self.own_end(&st.log);
         let state = LeaderState::new(
@@ -261,8 +266,12 @@ impl Partition {
         &self,
         follower: BrokerId,
         fetch_offset: i64,
+        follower_start: i64,
         now_ms: u64,
     ) -> Result<Option<IsrChange>, ReplicaFetchError> {
+        if follower_start >= 0 {
+            self.follower_starts.lock().insert(follower, follower_start);
+        }
         let end = self.leader_end();
         let mut guard = self.replication.lock();
         let leader = guard.as_mut().ok_or(ReplicaFetchError::NotLeader)?;
@@ -357,6 +366,22 @@ impl Partition {
             }
             changed
         });
+    }
+
+    /// The lowest log start among the in-sync replicas (Kafka's low watermark): where
+    /// DeleteRecords has taken effect everywhere. Standalone, the log start. An in-sync
+    /// follower that has not reported its start yet counts as -1.
+    pub fn low_watermark(&self) -> i64 {
+        let own = self.log_start_offset();
+        let Some(view) = self.leader_view() else {
+            return own;
+        };
+        let starts = self.follower_starts.lock();
+        view.isr()
+            .iter()
+            .filter(|id| view.followers().contains_key(id))
+            .map(|id| starts.get(id).copied().unwrap_or(-1))
+            .fold(own, i64::min)
     }
 
     /// Subscribes to the log end, for replica fetches.

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
+use spate_quotas::{QuotaEntity, QuotaKey, QuotaTable, QuotaValue};
 use uuid::Uuid;
 
 /// A Kafka broker id (the wire type is INT32); in combined mode it equals the Raft node id.
@@ -160,6 +161,9 @@ pub struct MetadataImage {
     /// change when nodes join or leave.
     #[serde(default)]
     cluster_id: Option<String>,
+    /// Client quotas (`kafka-configs --entity-type users|clients`), the same on every node.
+    #[serde(default)]
+    pub(crate) client_quotas: QuotaTable,
     /// Start of the next producer-id block to hand out.
     next_producer_id: i64,
     /// Epoch the next registration gets; starts at 1 so that 0 never names a registration.
@@ -351,6 +355,15 @@ pub enum MetadataCommand {
         /// Keys to remove.
         remove: Vec<String>,
     },
+    /// Set and remove one entity's client quotas (already validated).
+    AlterClientQuotas {
+        /// Who the quotas are for.
+        entity: QuotaEntity,
+        /// Keys to set, with their values.
+        set: Vec<(QuotaKey, QuotaValue)>,
+        /// Keys to remove.
+        remove: Vec<QuotaKey>,
+    },
     /// Several commands applied atomically: all or none.
     Batch(Vec<MetadataCommand>),
 }
@@ -417,6 +430,8 @@ pub enum CommandOutcome {
     BrokerReadmitted,
     /// Broker configs changed.
     BrokerConfigsAltered,
+    /// Client quotas changed.
+    ClientQuotasAltered,
     /// Outcomes of a batch, in order.
     Batch(Vec<CommandOutcome>),
     /// A Raft-internal entry (blank or membership) with no metadata effect.
@@ -731,9 +746,15 @@ impl MetadataImage {
             broker_configs: BTreeMap::new(),
             retired: BTreeSet::new(),
             cluster_id: None,
+            client_quotas: QuotaTable::default(),
             next_producer_id: 0,
             next_broker_epoch: 1,
         }
+    }
+
+    /// The client quotas every node enforces.
+    pub fn client_quotas(&self) -> &QuotaTable {
+        &self.client_quotas
     }
 
     /// All registered brokers, by id.
@@ -943,6 +964,19 @@ impl MetadataImage {
                 set,
                 remove,
             } => self.alter_broker_configs(resource, set, remove),
+            MetadataCommand::AlterClientQuotas {
+                entity,
+                set,
+                remove,
+            } => {
+                let ops: Vec<(QuotaKey, Option<QuotaValue>)> = set
+                    .iter()
+                    .map(|(k, v)| (*k, Some(*v)))
+                    .chain(remove.iter().map(|k| (*k, None)))
+                    .collect();
+                self.client_quotas.apply(entity, &ops);
+                Ok(CommandOutcome::ClientQuotasAltered)
+            }
             MetadataCommand::Batch(cmds) => {
                 // All or nothing: work on a copy and keep it only if every command applied.
                 // Metadata images are small enough that the copy is cheap next to a Raft round.

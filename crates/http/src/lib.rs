@@ -1,4 +1,4 @@
-//! The HTTP listener: `/metrics` (Prometheus text), `/health`, `/ready`, and a JSON admin API
+//! The HTTP listener: `/metrics` (OpenMetrics text), `/health`, `/ready`, and a JSON admin API
 //! under `/admin`, and Elasticsearch-compatible `/{topics}/_search` and `_count` over
 //! searchable topics. Admin mutations need `Authorization: Bearer <token>` when a token is
 //! configured.
@@ -155,7 +155,7 @@ async fn ready(State(s): State<Arc<HttpState>>) -> Response {
 }
 
 async fn metrics_text(State(s): State<Arc<HttpState>>) -> Response {
-    let body = match s.broker.get() {
+    let mut body = match s.broker.get() {
         Some(b) => {
             let mut text = metrics::render(b);
             text.push_str(&metrics::render_cluster(b).await);
@@ -166,11 +166,10 @@ async fn metrics_text(State(s): State<Arc<HttpState>>) -> Response {
         }
         None => metrics::render_process_only(),
     };
+    // The parts are written by prometheus-client each without the end marker; one ends all.
+    body.push_str(spate_metrics::text::EOF);
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, spate_metrics::text::CONTENT_TYPE)],
         body,
     )
         .into_response()

@@ -225,6 +225,117 @@ pub async fn render_cluster(b: &Broker) -> String {
     w.finish()
 }
 
+/// One pushed metric's family: whether it is a counter, and its (labels, value) samples.
+type ClientFamily = (bool, Vec<(Vec<(String, String)>, f64)>);
+
+/// Metrics clients pushed (KIP-714): each OTLP metric becomes `spate_client_<name>` (dots
+/// and other characters Prometheus does not allow become `_`), labelled with the client's
+/// instance id and the data point's attributes.
+fn render_client_telemetry(w: &mut Writer, b: &Broker) {
+    let now = b.clock.monotonic_ms().max(0) as u64;
+    let mut families: std::collections::BTreeMap<String, ClientFamily> =
+        std::collections::BTreeMap::new();
+    for (client, points) in b.telemetry.snapshot(now) {
+        for p in points {
+            let name = format!("spate_client_{}", sanitize(&p.name));
+            let mut labels = vec![("client_instance_id".to_owned(), client.to_string())];
+            labels.extend(
+                p.attributes
+                    .iter()
+                    .filter(|(k, _)| sanitize(k) != "client_instance_id")
+                    .map(|(k, v)| (sanitize(k), v.clone())),
+            );
+            let family = families.entry(name).or_insert((p.counter, Vec::new()));
+            family.1.push((labels, p.value));
+        }
+    }
+    for (name, (counter, samples)) in families {
+        let kind = if counter { "counter" } else { "gauge" };
+        w.family(
+            &name,
+            kind,
+            "Pushed by Kafka clients (KIP-714 client telemetry).",
+        );
+        for (labels, value) in samples {
+            let pairs: Vec<(&str, &str)> = labels
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            w.sample(&name, &pairs, value);
+        }
+    }
+}
+
+/// A metric or label name as Prometheus allows it: `[a-zA-Z0-9_]`, not starting with a digit.
+fn sanitize(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    out
+}
+
+/// Client quota usage per quota entity: Kafka's per-user / per-client-id byte-rate,
+/// throttle-time and request-time metrics.
+fn render_quotas(w: &mut Writer, b: &Broker) {
+    let stats = b.quotas.stats();
+    let families = [
+        (
+            "spate_quota_usage_total",
+            "counter",
+            "Usage counted against client quotas: bytes (produce, fetch) or percent-milliseconds of handler time (request).",
+        ),
+        (
+            "spate_quota_rate",
+            "gauge",
+            "Measured rate of each quota entity over the quota windows (bytes/s or percent).",
+        ),
+        ("spate_quota_limit", "gauge", "The quota in force for each entity."),
+        (
+            "spate_quota_throttle_time_ms_total",
+            "counter",
+            "Throttle time handed to clients over their quota, in milliseconds.",
+        ),
+        (
+            "spate_quota_throttled_responses_total",
+            "counter",
+            "Responses that carried a quota throttle time.",
+        ),
+    ];
+    for (i, (name, kind, help)) in families.into_iter().enumerate() {
+        w.family(name, kind, help);
+        for s in &stats {
+            let user = s.key.user.as_deref().unwrap_or("");
+            let client = s.key.client_id.as_deref().unwrap_or("");
+            let value = match i {
+                0 => s.total,
+                1 => s.rate,
+                2 => s.quota,
+                3 => s.throttle_ms_total as f64,
+                _ => s.throttled as f64,
+            };
+            w.sample(
+                name,
+                &[
+                    ("quota", s.key.kind.as_str()),
+                    ("user", user),
+                    ("client_id", client),
+                ],
+                value,
+            );
+        }
+    }
+}
+
 /// The full scrape.
 pub fn render(b: &Broker) -> String {
     let m = &b.metrics;
@@ -269,6 +380,9 @@ pub fn render(b: &Broker) -> String {
             );
         }
     }
+
+    render_quotas(&mut w, b);
+    render_client_telemetry(&mut w, b);
 
     let topics = b.topics.list();
     for (name, help, get) in [

@@ -203,7 +203,7 @@ async fn the_token_guards_mutations_but_not_reads() {
 }
 
 #[tokio::test]
-async fn metrics_render_as_prometheus_text() {
+async fn metrics_render_as_openmetrics_text() {
     let (s, _dir) = ready_state(None);
     call(
         &s,
@@ -225,7 +225,7 @@ async fn metrics_render_as_prometheus_text() {
     assert!(resp.headers()["content-type"]
         .to_str()
         .unwrap()
-        .starts_with("text/plain"));
+        .starts_with("application/openmetrics-text"));
     let text = String::from_utf8(
         axum::body::to_bytes(resp.into_body(), 1 << 20)
             .await
@@ -234,7 +234,11 @@ async fn metrics_render_as_prometheus_text() {
     )
     .unwrap();
     assert!(text.contains("spate_partition_log_end_offset{topic=\"m\",partition=\"1\"} 0"));
-    assert!(text.contains("# TYPE spate_topic_records_in_total counter"));
+    // OpenMetrics names a counter family without `_total`; its samples keep it.
+    assert!(text.contains("# TYPE spate_topic_records_in counter"));
+    assert!(text.contains("spate_topic_records_in_total{topic=\"m\"} 0"));
+    assert!(text.ends_with("# EOF\n"));
+    assert_eq!(text.matches("# EOF").count(), 1);
     assert!(text.contains("process_resident_memory_bytes"));
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let value = line.rsplit(' ').next().unwrap();

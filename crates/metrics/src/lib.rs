@@ -1,7 +1,8 @@
 //! Metrics that cost the hot path one relaxed atomic add.
 //!
 //! [`Counter`], [`Gauge`] and [`Histogram`] are plain atomics; [`Registry`] holds the
-//! broker-wide ones; [`text::Writer`] renders Prometheus text exposition at scrape time.
+//! broker-wide ones; at scrape time [`text::Writer`] hands their values to the
+//! `prometheus-client` crate, which writes the OpenMetrics text.
 //! Building without the `enabled` feature turns every update into a no-op.
 
 pub mod process;

@@ -1,43 +1,85 @@
-//! Prometheus text exposition format (version 0.0.4).
+//! Exposition: the values read at scrape time are handed to the `prometheus-client` crate,
+//! which writes the OpenMetrics text format. The hot path never sees the library: it adds to
+//! this crate's atomics, and a scrape copies them into a [`Writer`].
 
-use std::fmt::Write;
+use std::borrow::Cow;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder};
+use prometheus_client::metrics::exemplar::Exemplar;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 use crate::Histogram;
 
-/// Builds one scrape's worth of text.
-#[derive(Default)]
+/// The content type of [`Writer::finish`]'s text (ended with [`EOF`]).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The line that ends an OpenMetrics exposition: append it once after every part.
+pub const EOF: &str = "# EOF\n";
+
+type Labels = Vec<(String, String)>;
+
+#[derive(Debug, Clone)]
+enum Sample {
+    Value(Labels, f64),
+    Histogram {
+        labels: Labels,
+        sum: f64,
+        count: u64,
+        /// (upper bound, observations in this bucket alone).
+        buckets: Vec<(f64, u64)>,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Family {
+    name: String,
+    help: String,
+    kind: MetricType,
+    samples: Vec<Sample>,
+}
+
+/// One scrape's families and samples, encoded by `prometheus-client` in [`Writer::finish`].
+#[derive(Debug, Default)]
 pub struct Writer {
-    out: String,
+    families: Vec<Family>,
 }
 
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn labels(pairs: &[(&str, &str)]) -> String {
-    if pairs.is_empty() {
-        return String::new();
-    }
-    let inner: Vec<String> = pairs
+fn owned(pairs: &[(&str, &str)]) -> Labels {
+    pairs
         .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-        .collect();
-    format!("{{{}}}", inner.join(","))
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
 }
 
 impl Writer {
-    /// Starts a metric family.
+    /// Starts a metric family; `kind` is "counter", "gauge" or "histogram". A counter's name
+    /// ends in `_total`, as OpenMetrics writes its samples.
     pub fn family(&mut self, name: &str, kind: &str, help: &str) -> &mut Self {
-        let _ = writeln!(self.out, "# HELP {name} {help}");
-        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+        let kind = match kind {
+            "counter" => MetricType::Counter,
+            "histogram" => MetricType::Histogram,
+            _ => MetricType::Gauge,
+        };
+        self.families.push(Family {
+            name: name.to_owned(),
+            help: help.to_owned(),
+            kind,
+            samples: Vec::new(),
+        });
         self
     }
 
-    /// One sample.
-    pub fn sample(&mut self, name: &str, labels_: &[(&str, &str)], value: f64) -> &mut Self {
-        let _ = writeln!(self.out, "{name}{} {}", labels(labels_), fmt_value(value));
+    fn family_of(&mut self, name: &str) -> Option<&mut Family> {
+        self.families.iter_mut().rev().find(|f| f.name == name)
+    }
+
+    /// One sample of the family `name` (started with [`Writer::family`]).
+    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) -> &mut Self {
+        if let Some(f) = self.family_of(name) {
+            f.samples.push(Sample::Value(owned(labels), value));
+        }
         self
     }
 
@@ -46,40 +88,95 @@ impl Writer {
     pub fn histogram(
         &mut self,
         name: &str,
-        labels_: &[(&str, &str)],
+        labels: &[(&str, &str)],
         h: &Histogram,
         unit_per_second: f64,
     ) -> &mut Self {
-        let (buckets, sum, count) = h.snapshot();
-        for (bound, n) in buckets {
-            let le = bound.map_or("+Inf".to_string(), |b| {
-                fmt_value(b as f64 / unit_per_second)
+        let (cumulative, sum, count) = h.snapshot();
+        let mut below = 0;
+        let buckets = cumulative
+            .into_iter()
+            .map(|(bound, n)| {
+                let own = n.saturating_sub(below);
+                below = n;
+                let le = bound.map_or(f64::INFINITY, |b| b as f64 / unit_per_second);
+                (le, own)
+            })
+            .collect();
+        if let Some(f) = self.family_of(name) {
+            f.samples.push(Sample::Histogram {
+                labels: owned(labels),
+                sum: sum as f64 / unit_per_second,
+                count,
+                buckets,
             });
-            let mut l: Vec<(&str, &str)> = labels_.to_vec();
-            l.push(("le", &le));
-            let _ = writeln!(self.out, "{name}_bucket{} {n}", labels(&l));
         }
-        let _ = writeln!(
-            self.out,
-            "{name}_sum{} {}",
-            labels(labels_),
-            fmt_value(sum as f64 / unit_per_second)
-        );
-        let _ = writeln!(self.out, "{name}_count{} {count}", labels(labels_));
         self
     }
 
-    /// The finished text.
+    /// The OpenMetrics text of every family, without the final [`EOF`] (a scrape joins
+    /// several writers' text, then ends it once).
     pub fn finish(self) -> String {
-        self.out
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Families(self.families)));
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode_registry(&mut out, &registry);
+        out
     }
 }
 
-fn fmt_value(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{}", v as i64)
-    } else {
-        format!("{v}")
+#[derive(Debug)]
+struct Families(Vec<Family>);
+
+/// No exemplars are recorded; the type the encoder needs to say so.
+type NoExemplar = Exemplar<Labels, f64>;
+
+fn encode_sample(f: &Family, s: &Sample, m: &mut MetricEncoder) -> Result<(), std::fmt::Error> {
+    match (s, f.kind) {
+        (Sample::Value(_, v), MetricType::Counter) => {
+            m.encode_counter::<Labels, f64, f64>(v, None::<&NoExemplar>)
+        }
+        (Sample::Value(_, v), _) => m.encode_gauge(v),
+        (
+            Sample::Histogram {
+                sum,
+                count,
+                buckets,
+                ..
+            },
+            _,
+        ) => m.encode_histogram::<Labels>(*sum, *count, buckets, None),
+    }
+}
+
+impl Collector for Families {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for f in &self.0 {
+            // OpenMetrics names a counter without `_total` and adds it to its samples.
+            let name = match f.kind {
+                MetricType::Counter => f.name.strip_suffix("_total").unwrap_or(&f.name),
+                _ => f.name.as_str(),
+            };
+            let mut m = encoder.encode_descriptor(name, &f.help, None, f.kind)?;
+            for s in &f.samples {
+                let labels = match s {
+                    Sample::Value(l, _) => l,
+                    Sample::Histogram { labels, .. } => labels,
+                };
+                if labels.is_empty() {
+                    encode_sample(f, s, &mut m)?;
+                } else {
+                    let cow: Vec<(Cow<'_, str>, Cow<'_, str>)> = labels
+                        .iter()
+                        .map(|(k, v)| (Cow::from(k.as_str()), Cow::from(v.as_str())))
+                        .collect();
+                    let mut labelled = m.encode_family(&cow)?;
+                    encode_sample(f, s, &mut labelled)?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -88,18 +185,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_families_samples_and_histograms() {
+    fn renders_families_samples_and_histograms_as_openmetrics() {
         let h = Histogram::new(&[1_000]);
         h.observe(500);
+        h.observe(5_000);
         let mut w = Writer::default();
         w.family("spate_x_total", "counter", "Things.")
             .sample("spate_x_total", &[("topic", "a\"b")], 3.0)
+            .family("spate_up", "gauge", "Up.")
+            .sample("spate_up", &[], 1.0)
             .family("spate_lat_seconds", "histogram", "Latency.")
             .histogram("spate_lat_seconds", &[("api", "Produce")], &h, 1e6);
-        let text = w.finish();
-        assert!(text.contains("spate_x_total{topic=\"a\\\"b\"} 3\n"));
-        assert!(text.contains("spate_lat_seconds_bucket{api=\"Produce\",le=\"0.001\"} 1\n"));
-        assert!(text.contains("spate_lat_seconds_bucket{api=\"Produce\",le=\"+Inf\"} 1\n"));
-        assert!(text.contains("spate_lat_seconds_sum{api=\"Produce\"} 0.0005\n"));
+        let text = w.finish() + EOF;
+        assert!(text.contains("# TYPE spate_x counter\n"), "{text}");
+        assert!(text.contains("spate_x_total{topic=\"a\\\"b\"} 3"), "{text}");
+        assert!(text.contains("spate_up 1"), "{text}");
+        assert!(
+            text.contains("spate_lat_seconds_bucket{le=\"0.001\",api=\"Produce\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("spate_lat_seconds_bucket{le=\"+Inf\",api=\"Produce\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("spate_lat_seconds_count{api=\"Produce\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
     }
 }

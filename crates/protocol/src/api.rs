@@ -27,10 +27,10 @@ pub const SUPPORTED: &[Supported] = &[
     // v4 is the first with isolation level and last stable offset; v13+ name topics by id;
     // v18's replica high watermark (KIP-1166) is a hint a leader may ignore.
     api(ApiKey::Fetch, 4, 18),
-    // v9's latest-tiered timestamp answers "nothing tiered" (spate keeps every segment
-    // local); v10's remote-read timeout has nothing to wait for. Kafka 4.3's v11 needs a
-    // newer protocol crate.
-    api(ApiKey::ListOffsets, 1, 10),
+    // v9's latest-tiered and v11's earliest-pending-upload timestamps answer "nothing
+    // tiered" (spate keeps every segment local); v10's remote-read timeout has nothing to wait
+    // for. v11 is v10 on the wire (see `newer`).
+    api(ApiKey::ListOffsets, 1, 11),
     // v13 adds a top-level error code (REBOOTSTRAP_REQUIRED), never needed here.
     api(ApiKey::Metadata, 0, 13),
     // v0-1 were removed in Kafka 4; v10 names topics by id.
@@ -53,8 +53,9 @@ pub const SUPPORTED: &[Supported] = &[
     // v0 was removed in Kafka 4; a spate broker has one log dir, so a move is a no-op or
     // refused (see handlers::log_dirs).
     api(ApiKey::AlterReplicaLogDirs, 1, 2),
-    // v1 is the oldest Kafka 4 accepts; v4 adds the dir's total and usable bytes.
-    api(ApiKey::DescribeLogDirs, 1, 4),
+    // v1 is the oldest Kafka 4 accepts; v4 adds the dir's total and usable bytes, v5 whether
+    // it is cordoned (never, here; see `newer`).
+    api(ApiKey::DescribeLogDirs, 1, 5),
     api(ApiKey::DeleteGroups, 0, 2),
     api(ApiKey::AlterConfigs, 0, 2),
     api(ApiKey::CreatePartitions, 0, 3),
@@ -65,11 +66,19 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::AlterPartitionReassignments, 0, 1),
     api(ApiKey::ListPartitionReassignments, 0, 0),
     api(ApiKey::OffsetDelete, 0, 0),
+    // Byte-rate quotas answer with throttle_time_ms and mute the connection (KIP-219).
+    api(ApiKey::DescribeClientQuotas, 0, 1),
+    api(ApiKey::AlterClientQuotas, 0, 1),
+    // There are no SCRAM credentials to describe until SASL exists; kafka-configs asks.
+    api(ApiKey::DescribeUserScramCredentials, 0, 0),
     // v2 can include fenced brokers, flagged.
     api(ApiKey::DescribeCluster, 0, 2),
     // v0-1 were removed in Kafka 4; v2 carries the current leader epoch (fencing), v3 the
     // replica id followers send.
     api(ApiKey::OffsetForLeaderEpoch, 2, 4),
+    // KIP-714 client telemetry: uncompressed OTLP pushes under a configured subscription.
+    api(ApiKey::GetTelemetrySubscriptions, 0, 0),
+    api(ApiKey::PushTelemetry, 0, 0),
     // v1 (KIP-1142) lists every config resource type, v0 only client metrics subscriptions.
     api(ApiKey::ListConfigResources, 0, 1),
     // KIP-966: Kafka 4's kafka-topics --describe asks this first.
@@ -98,8 +107,9 @@ mod tests {
     fn advertised_versions_are_within_what_the_codec_knows() {
         for s in SUPPORTED {
             let codec = s.key.valid_versions();
+            let max = crate::newer::schema_version(s.key, s.max);
             assert!(
-                codec.min <= s.min && s.max <= codec.max,
+                codec.min <= s.min && max <= codec.max,
                 "{:?} advertises {}..{} but codec knows {}",
                 s.key,
                 s.min,

@@ -47,14 +47,16 @@ pub fn encode_response<T: Encodable>(
     };
     let header_version = api.response_header_version(version);
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    // Versions newer than the codec's schemas but identical on the wire encode as those.
+    let body_version = crate::newer::schema_version(api, version);
     let size = header
         .compute_size(header_version)
-        .and_then(|h| Ok(h + body.compute_size(version)?))
+        .and_then(|h| Ok(h + body.compute_size(body_version)?))
         .map_err(err)?;
     let mut buf = BytesMut::with_capacity(4 + size);
     buf.put_i32(size as i32);
     header.encode(&mut buf, header_version).map_err(err)?;
-    body.encode(&mut buf, version).map_err(err)?;
+    body.encode(&mut buf, body_version).map_err(err)?;
     Ok(buf.freeze())
 }
 
@@ -76,7 +78,8 @@ pub fn encode_request<T: Encodable>(header: &RequestHeader, body: &T) -> Result<
     header
         .encode(&mut buf, api.request_header_version(version))
         .map_err(err)?;
-    body.encode(&mut buf, version).map_err(err)?;
+    body.encode(&mut buf, crate::newer::schema_version(api, version))
+        .map_err(err)?;
     Ok(buf.freeze())
 }
 

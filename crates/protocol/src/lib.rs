@@ -14,6 +14,7 @@ pub mod batch;
 pub mod codec;
 pub mod frame;
 pub mod header;
+pub mod newer;
 pub mod request;
 
 pub use kafka_protocol::error::ResponseError;

@@ -166,6 +166,8 @@ impl Run {
 
     /// One step; true when there may be more to index at once.
     fn step(&mut self) -> Result<bool, SearchError> {
+        // Normal priority while the partition's lock may be held (the reads below).
+        let mut boost = Some(crate::priority::Boost::new());
         let hw = self.partition.high_watermark();
         let start = self.partition.log_start_offset();
         let end = self.partition.log_end_offset();
@@ -197,6 +199,7 @@ impl Run {
                 .map_err(|e| SearchError::Index {
                     reason: format!("reading offset {next}: {e}"),
                 })?;
+            boost = None;
             let decoded = decode_batches(&read.records, next);
             for (base, reason) in &decoded.undecodable {
                 self.metrics.undecodable_batches.inc();
@@ -221,6 +224,7 @@ impl Run {
                 more = next < hw;
             }
         }
+        drop(boost);
         self.metrics.lag_records.set((hw - next).max(0));
         if self.dirty && self.last_commit.elapsed() >= self.settings.commit_interval {
             self.commit(next)?;

@@ -18,6 +18,7 @@ pub mod error;
 pub mod index;
 pub mod indexer;
 pub mod metrics;
+mod priority;
 pub mod record;
 pub mod request;
 pub mod schema;

@@ -279,7 +279,31 @@ fn search_one(
     let total = searcher.search(&*query, &Count)?;
     let window = req.from + req.size;
     let mut hits = Vec::new();
-    if !count_only && window > 0 && total > 0 {
+    let by_score_desc = sort_name.is_none() && req.sort.direction == Direction::Desc;
+    if !count_only && window > 0 && total > 0 && by_score_desc {
+        // Plain top-k by score lets tantivy skip blocks that cannot reach the top (block-max
+        // WAND); a tie-breaking order would score every match. Ties keep tantivy's order (the
+        // doc address), as Elasticsearch keeps its internal doc order; offsets are read after.
+        for (score, address) in
+            searcher.search(&*query, &TopDocs::with_limit(window).order_by_score())?
+        {
+            let offset = searcher
+                .segment_reader(address.segment_ord)
+                .fast_fields()
+                .i64("offset")
+                .ok()
+                .and_then(|c| c.first(address.doc_id))
+                .unwrap_or(-1);
+            hits.push(Candidate {
+                key: OwnedValue::F64(f64::from(score)),
+                partition: t.index.partition,
+                offset,
+                score: Some(score),
+                target: ti,
+                address,
+            });
+        }
+    } else if !count_only && window > 0 && total > 0 {
         let order = match req.sort.direction {
             Direction::Asc => Order::Asc,
             Direction::Desc => Order::Desc,

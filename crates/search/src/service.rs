@@ -183,7 +183,7 @@ impl SearchService {
             .spawn(move || {
                 // Every indexing thread (ours, and tantivy's writer and merge threads) is
                 // started from this one and inherits its lower priority.
-                lower_priority(idle, nice);
+                crate::priority::lower(idle, nice);
                 loop {
                     let Some(s) = weak.upgrade() else { return };
                     if s.stopping.load(Ordering::SeqCst) {
@@ -537,38 +537,6 @@ impl SearchService {
         })?;
         parse_request(Some(&v))
     }
-}
-
-/// Lowers the calling thread's scheduling priority; threads it starts inherit it. Under
-/// SCHED_IDLE the thread runs only on CPU time nothing else wants, so a saturated broker
-/// makes the index lag instead of producers slow; otherwise it is niced by `nice`.
-fn lower_priority(idle: bool, nice: i32) {
-    #[cfg(target_os = "linux")]
-    {
-        if idle {
-            let param = libc::sched_param { sched_priority: 0 };
-            // SAFETY: a plain syscall on the calling thread (pid 0), reading `param` only.
-            let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-            if rc == 0 {
-                return;
-            }
-            tracing::warn!(error = %std::io::Error::last_os_error(), "cannot run the search indexers under SCHED_IDLE; nicing them instead");
-        }
-        if nice <= 0 {
-            return;
-        }
-        // On Linux the nice value belongs to the thread (its tid), not the process.
-        // SAFETY: plain syscalls on the calling thread's own id, no memory involved.
-        let rc = unsafe {
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            libc::setpriority(libc::PRIO_PROCESS, tid, nice)
-        };
-        if rc != 0 {
-            tracing::warn!(nice, error = %std::io::Error::last_os_error(), "cannot lower the search indexers' priority");
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (idle, nice);
 }
 
 fn glob(p: &str, s: &str) -> bool {

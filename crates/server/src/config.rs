@@ -211,6 +211,23 @@ pub struct Args {
     #[arg(long, env = "SPATE_MAX_CONNECTIONS_PER_IP", default_value_t = 10_000)]
     pub max_connections_per_ip: usize,
 
+    /// Client telemetry (KIP-714): comma-separated metric name prefixes clients are asked to
+    /// push, exported on /metrics as `spate_client_*`; empty asks for nothing, `*` for all.
+    #[arg(
+        long,
+        env = "SPATE_CLIENT_TELEMETRY_METRICS",
+        default_value = "org.apache.kafka.producer.,org.apache.kafka.consumer."
+    )]
+    pub client_telemetry_metrics: String,
+
+    /// How often clients push their telemetry, in milliseconds (Kafka's default: 5 minutes).
+    #[arg(
+        long,
+        env = "SPATE_CLIENT_TELEMETRY_PUSH_INTERVAL_MS",
+        default_value_t = 300_000
+    )]
+    pub client_telemetry_push_interval_ms: u32,
+
     /// Log line format: text or json (one JSON object per line).
     #[arg(long, env = "SPATE_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -528,6 +545,23 @@ impl Args {
         c.write_buffer_bytes = profile.write_buffer_bytes();
         c.max_connections = self.max_connections;
         c.max_connections_per_ip = self.max_connections_per_ip;
+        c.telemetry_metrics = self
+            .client_telemetry_metrics
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                if p == "*" {
+                    String::new()
+                } else {
+                    p.to_owned()
+                }
+            })
+            .collect();
+        if self.client_telemetry_push_interval_ms < 100 {
+            bail!("--client-telemetry-push-interval-ms must be at least 100");
+        }
+        c.telemetry_push_interval_ms = self.client_telemetry_push_interval_ms;
         c.groups.coordinator.initial_rebalance_delay_ms =
             self.group_initial_rebalance_delay_ms.min(i64::MAX as u64) as i64;
         c.groups.coordinator.min_session_timeout_ms =

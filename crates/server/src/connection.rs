@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+use spate_broker::quotas::Mute;
 use spate_broker::{Broker, Permit, Reply, RequestContext};
 use spate_protocol::frame::{peek_frame_len, take_frame, FrameError};
 use spate_protocol::header::RawPrefix;
@@ -70,6 +71,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut permit: Option<Permit> = None;
     let mut throttle_ms = 0i32;
+    let mute = Mute::new();
     let result = async {
         loop {
             // Every frame takes its size from the budget before it is handled (and, when it is
@@ -83,9 +85,15 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
             if let Some(frame) = take_frame(&mut buf, max_frame)? {
                 let started = Instant::now();
                 let api_key = RawPrefix::peek(&frame).map(|p| p.api_key).unwrap_or(-1);
+                // A client over its quota is read no further until its throttle time has
+                // passed (KIP-219: the response already told it how long).
+                if let Some(until) = mute.until() {
+                    tokio::time::sleep_until(until.into()).await;
+                }
                 let rc = RequestContext {
                     peer: &peer,
                     throttle_ms: std::mem::take(&mut throttle_ms),
+                    mute: Some(&mute),
                 };
                 let body = match broker.handle(frame, rc)? {
                     Reply::None => {

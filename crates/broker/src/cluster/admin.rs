@@ -591,6 +591,33 @@ impl Cluster {
         })
     }
 
+    /// Sets and removes one entity's client quotas through the quorum; waits for the commit
+    /// (runs on the blocking pool). Every node applies them from its metadata image.
+    pub(crate) fn alter_client_quotas(
+        &self,
+        entity: &spate_quotas::QuotaEntity,
+        ops: &[(spate_quotas::QuotaKey, Option<spate_quotas::QuotaValue>)],
+    ) -> Result<(), (ResponseError, String)> {
+        let cmd = MetadataCommand::AlterClientQuotas {
+            entity: entity.clone(),
+            set: ops.iter().filter_map(|(k, v)| v.map(|v| (*k, v))).collect(),
+            remove: ops
+                .iter()
+                .filter(|(_, v)| v.is_none())
+                .map(|(k, _)| *k)
+                .collect(),
+        };
+        tokio::runtime::Handle::current().block_on(async {
+            self.propose(cmd).await.map(|_| ()).map_err(|e| {
+                (
+                    ResponseError::try_from_code(e.kafka_error_code())
+                        .unwrap_or(ResponseError::UnknownServerError),
+                    e.to_string(),
+                )
+            })
+        })
+    }
+
     /// The next producer id from this node's block, taking a new block from the quorum when
     /// it runs out: ids are unique across the cluster, so a producer keeps its identity when
     /// it fails over to another node. Runs on the blocking pool.

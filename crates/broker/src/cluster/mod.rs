@@ -449,6 +449,9 @@ async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
             applied = Some((image.clone(), epoch));
         }
         cluster.reconciled.send_replace(Some(image.clone()));
+        if let Some(b) = broker.upgrade() {
+            b.quotas.set_table(image.client_quotas().clone());
+        }
         ensure_offsets_topic(&cluster, &image);
         ensure_cluster_id(&cluster, &image);
         if images.changed().await.is_err() || cluster.stopping.load(Ordering::SeqCst) {

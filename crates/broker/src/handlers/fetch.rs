@@ -17,6 +17,7 @@ use bytes::Bytes;
 use futures::future::select_all;
 use spate_log::LogError;
 use spate_protocol::batch::Batches;
+use spate_protocol::messages::fetch_request::FetchPartition;
 use spate_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use spate_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
 use spate_protocol::ResponseError;
@@ -115,15 +116,7 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
                 (None, _) if version >= 13 => Some(ResponseError::UnknownTopicId),
                 (None, _) => Some(ResponseError::UnknownTopicOrPartition),
                 (Some(t), None) => t.lookup(fp.partition).err(),
-                (Some(t), Some(p)) => admit(
-                    b,
-                    t,
-                    p,
-                    replica,
-                    fp.current_leader_epoch,
-                    fp.fetch_offset,
-                    now_ms,
-                ),
+                (Some(t), Some(p)) => admit(b, t, p, replica, fp, now_ms),
             };
             partition_max.push(fp.partition_max_bytes);
             let mut max_bytes = clamp_limit(fp.partition_max_bytes, fetch_max);
@@ -168,10 +161,10 @@ fn admit(
     t: &Topic,
     p: &Arc<Partition>,
     replica: Option<i32>,
-    current_leader_epoch: i32,
-    fetch_offset: i64,
+    fp: &FetchPartition,
     now_ms: u64,
 ) -> Option<ResponseError> {
+    let (current_leader_epoch, fetch_offset) = (fp.current_leader_epoch, fp.fetch_offset);
     let Some(cluster) = b.cluster() else {
         // Standalone: nothing replicates from us.
         return replica.map(|_| ResponseError::NotLeaderOrFollower);
@@ -185,7 +178,7 @@ fn admit(
         // Checked again when reading; a fetch from another epoch must not count as progress.
         return None;
     }
-    match p.on_replica_fetch(follower, fetch_offset, now_ms) {
+    match p.on_replica_fetch(follower, fetch_offset, fp.log_start_offset, now_ms) {
         Ok(Some(change)) => {
             cluster.request_isr_change(&t.name, p.clone(), change);
             None
@@ -196,6 +189,15 @@ fn admit(
             Some(ResponseError::NotLeaderOrFollower)
         }
     }
+}
+
+/// The record bytes a fetch response carries: what a consumer byte-rate quota counts.
+pub fn records_bytes(resp: &FetchResponse) -> usize {
+    resp.responses
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+        .sum()
 }
 
 /// Serves a prepared fetch, waiting as the request allows. `memory` is what the connection

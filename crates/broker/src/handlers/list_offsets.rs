@@ -15,6 +15,8 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 /// The last offset copied to tiered storage (KIP-1005, v9+).
 const LATEST_TIERED: i64 = -5;
+/// The first offset not yet copied to tiered storage (KIP-1023, v11+).
+const EARLIEST_PENDING_UPLOAD: i64 = -6;
 
 /// Answers ListOffsets.
 pub fn handle(b: &Broker, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
@@ -83,6 +85,7 @@ fn lookup(
         }
         // Nothing is ever tiered: Kafka's answer for a topic without remote storage.
         LATEST_TIERED if version >= 9 => Ok((-1, -1, -1)),
+        EARLIEST_PENDING_UPLOAD if version >= 11 => Ok((-1, -1, -1)),
         MAX_TIMESTAMP if version >= 7 => Ok(match p.max_timestamp().map_err(storage)? {
             Some(hit) => (hit.offset, hit.timestamp, epoch),
             None => (-1, -1, -1),

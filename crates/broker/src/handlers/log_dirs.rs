@@ -22,6 +22,33 @@ use crate::Broker;
 /// Kafka's "unknown" for the v4 capacity fields.
 const UNKNOWN_BYTES: i64 = -1;
 
+/// The file system's total and usable bytes under `dir` (v4), unknown where it cannot say.
+fn capacity(dir: &Path) -> (i64, i64) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+            return (UNKNOWN_BYTES, UNKNOWN_BYTES);
+        };
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: `path` is a valid C string and `st` is written by the call before it is read.
+        if unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) } != 0 {
+            return (UNKNOWN_BYTES, UNKNOWN_BYTES);
+        }
+        // SAFETY: statvfs returned 0, so it filled `st`.
+        let st = unsafe { st.assume_init() };
+        let frag = st.f_frsize as i64;
+        let total = (st.f_blocks as i64).saturating_mul(frag);
+        let usable = (st.f_bavail as i64).saturating_mul(frag);
+        (total, usable)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        (UNKNOWN_BYTES, UNKNOWN_BYTES)
+    }
+}
+
 /// Answers DescribeLogDirs for the one log dir; `topics: None` means every replica here.
 pub fn handle(b: &Broker, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
     let wanted: Option<BTreeMap<String, Vec<i32>>> = req.topics.map(|ts| {
@@ -63,8 +90,7 @@ pub fn handle(b: &Broker, req: DescribeLogDirsRequest) -> DescribeLogDirsRespons
     let mut dir = DescribeLogDirsResult::default();
     dir.log_dir = StrBytes::from_string(b.config.data_dir.display().to_string());
     dir.topics = topics;
-    dir.total_bytes = UNKNOWN_BYTES;
-    dir.usable_bytes = UNKNOWN_BYTES;
+    (dir.total_bytes, dir.usable_bytes) = capacity(&b.config.data_dir);
     let mut resp = DescribeLogDirsResponse::default();
     resp.results = vec![dir];
     resp

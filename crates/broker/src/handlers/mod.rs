@@ -1,6 +1,7 @@
 //! One module per Kafka API family.
 
 pub mod api_versions;
+pub mod client_quotas;
 pub mod cluster;
 pub mod config_resources;
 pub mod configs;
@@ -12,9 +13,11 @@ pub mod leader_epochs;
 pub mod list_offsets;
 pub mod log_dirs;
 pub mod metadata;
+pub mod mutation_quota;
 pub mod offsets;
 pub mod produce;
 pub mod producer_ids;
+pub mod telemetry;
 pub mod topic_partitions;
 pub mod topics;
 

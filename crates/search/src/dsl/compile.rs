@@ -331,6 +331,14 @@ impl Compiler<'_> {
             return Ok(none());
         }
         let n = terms.len();
+        if n == 1 {
+            // One token: the term query itself, which tantivy scores top-k with block-max
+            // pruning; a one-clause boolean would score every match.
+            if let Some(only) = terms.into_iter().next() {
+                return Ok(only);
+            }
+            return Ok(none());
+        }
         Ok(match (op, msm) {
             (Operator::And, _) => Box::new(BooleanQuery::intersection(terms)),
             (Operator::Or, Some(m)) => Box::new(BooleanQuery::union_with_minimum_required_clauses(

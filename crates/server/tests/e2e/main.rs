@@ -17,4 +17,6 @@ mod harness;
 mod netns;
 mod operations;
 mod produce_consume;
+mod quotas;
 mod search;
+mod telemetry;
