@@ -14,11 +14,11 @@ KAFKA_KIT="$ROOT/scripts/kafka"
 ROUNDS="${1:-5}"
 TOPIC=rebalance-bench
 "$KAFKA_KIT/fetch.sh" >/dev/null
-WORK="$(mktemp -d)"
+BENCH_DIR="$(mktemp -d)"
 KAFKA_STARTED=0
 cleanup() {
   [[ "$KAFKA_STARTED" == 1 ]] && "$KAFKA_KIT/stop.sh" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
+  rm -rf "$BENCH_DIR"
 }
 trap cleanup EXIT
 
@@ -26,8 +26,8 @@ trap cleanup EXIT
 measure() {
   local bootstrap="$1" protocol="$2" label="$3"
   timeout 1200 "$KAFKA_KIT/tool.sh" class "$ROOT/scripts/kip848/GroupWatch.java" rebalance \
-    "$bootstrap" "bench-$protocol-$RANDOM" "$TOPIC" "$protocol" "$ROUNDS" 2>"$WORK/$label.err" \
-    | sed -n "s/^rebalance_ms=/$label /p" | tee -a "$WORK/results"
+    "$bootstrap" "bench-$protocol-$RANDOM" "$TOPIC" "$protocol" "$ROUNDS" 2>"$BENCH_DIR/$label.err" \
+    | sed -n "s/^rebalance_ms=/$label /p" | tee -a "$BENCH_DIR/results"
 }
 
 create_topic() {
@@ -40,7 +40,7 @@ spate_side() {
   measure "$SPATE_BOOTSTRAP" consumer spate-kip848
 }
 export -f spate_side measure create_topic
-export KAFKA_KIT ROOT TOPIC ROUNDS WORK
+export KAFKA_KIT ROOT TOPIC ROUNDS BENCH_DIR
 "$ROOT/scripts/with-spate.sh" -- bash -c spate_side
 
 KAFKA_FRESH=1 "$KAFKA_KIT/start.sh" >/dev/null
@@ -55,9 +55,9 @@ echo
 echo "| broker, protocol | rounds | median ms | min ms | max ms |"
 echo "|---|---|---|---|---|"
 for label in spate-classic spate-kip848 kafka-kip848 kafka-classic; do
-  awk -v l="$label" '$1==l {print $2}' "$WORK/results" | sort -n > "$WORK/$label.sorted"
-  n=$(wc -l < "$WORK/$label.sorted")
+  awk -v l="$label" '$1==l {print $2}' "$BENCH_DIR/results" | sort -n > "$BENCH_DIR/$label.sorted"
+  n=$(wc -l < "$BENCH_DIR/$label.sorted")
   [[ "$n" -gt 0 ]] || { echo "| $label | 0 | - | - | - |"; continue; }
-  median=$(awk -v n="$n" 'NR==int((n+1)/2)' "$WORK/$label.sorted")
-  echo "| $label | $n | $median | $(head -1 "$WORK/$label.sorted") | $(tail -1 "$WORK/$label.sorted") |"
+  median=$(awk -v n="$n" 'NR==int((n+1)/2)' "$BENCH_DIR/$label.sorted")
+  echo "| $label | $n | $median | $(head -1 "$BENCH_DIR/$label.sorted") | $(tail -1 "$BENCH_DIR/$label.sorted") |"
 done

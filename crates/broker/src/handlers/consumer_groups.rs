@@ -13,11 +13,9 @@ use spate_protocol::messages::consumer_group_heartbeat_response::{
 use spate_protocol::messages::*;
 use spate_protocol::{ResponseError, StrBytes};
 
-use super::{msg, OPERATIONS_OMITTED};
+use super::{group_operations, msg};
 use crate::Broker;
 
-/// READ, DELETE and DESCRIBE on a group (Kafka's AclOperation codes as bits).
-const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
 /// ConsumerGroupDescribe v1's member type of a member using the consumer protocol.
 const MEMBER_TYPE_CONSUMER: i8 = 1;
 
@@ -144,11 +142,7 @@ pub fn describe(
     for id in req.group_ids {
         let mut g = DescribedGroup::default();
         g.group_id = id.clone();
-        g.authorized_operations = if req.include_authorized_operations {
-            GROUP_OPERATIONS
-        } else {
-            OPERATIONS_OMITTED
-        };
+        g.authorized_operations = group_operations(req.include_authorized_operations);
         if !b.groups.is_coordinator() {
             g.error_code = ResponseError::NotCoordinator.code();
             resp.groups.push(g);

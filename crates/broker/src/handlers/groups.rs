@@ -13,13 +13,11 @@ use spate_protocol::messages::list_groups_response::ListedGroup;
 use spate_protocol::messages::*;
 use spate_protocol::{ResponseError, StrBytes};
 
-use super::{msg, OPERATIONS_OMITTED};
+use super::{group_operations, msg};
 use crate::Broker;
 
 const KEY_GROUP: i8 = 0;
 const KEY_TRANSACTION: i8 = 1;
-/// READ, DELETE and DESCRIBE on a group (Kafka's AclOperation codes as bits).
-const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -300,11 +298,7 @@ pub fn describe(b: &Broker, version: i16, req: DescribeGroupsRequest) -> Describ
         let mut g = DescribedGroup::default();
         g.group_id = id.clone();
         if version >= 3 {
-            g.authorized_operations = if req.include_authorized_operations {
-                GROUP_OPERATIONS
-            } else {
-                OPERATIONS_OMITTED
-            };
+            g.authorized_operations = group_operations(req.include_authorized_operations);
         }
         if !b.groups.is_coordinator() {
             g.error_code = ResponseError::NotCoordinator.code();

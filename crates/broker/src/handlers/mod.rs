@@ -38,3 +38,15 @@ pub(crate) const CLUSTER_OPERATIONS: i32 =
     (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
 /// "Not requested" in authorized-operations fields.
 pub(crate) const OPERATIONS_OMITTED: i32 = i32::MIN;
+/// READ, DELETE and DESCRIBE on a group (Kafka's AclOperation codes as bits).
+const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+
+/// A described group's authorized operations: everything a group supports when the request
+/// asks for them, "omitted" otherwise.
+pub(crate) fn group_operations(requested: bool) -> i32 {
+    if requested {
+        GROUP_OPERATIONS
+    } else {
+        OPERATIONS_OMITTED
+    }
+}

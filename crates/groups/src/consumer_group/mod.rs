@@ -32,6 +32,12 @@ pub const LEAVE_EPOCH: i32 = -1;
 /// its session times out).
 pub const LEAVE_STATIC_EPOCH: i32 = -2;
 
+/// The heartbeat interval of a member in the middle of a reconciliation (revoking, or waiting
+/// for partitions others still own), when shorter than the configured one: it learns that the
+/// partitions are free within this long instead of a whole interval later, which is most of a
+/// rebalance's duration. Members with nothing pending keep the configured interval.
+pub const RECONCILING_HEARTBEAT_INTERVAL_MS: i32 = 500;
+
 /// Existing topics by name: id and partition count.
 pub type TopicsView = BTreeMap<String, (Uuid, i32)>;
 
@@ -376,10 +382,17 @@ impl ConsumerGroups {
             || (req.rebalance_timeout_ms != -1
                 && req.subscribed_topic_names.is_some()
                 && req.owned.is_some());
+        let interval = match after.state {
+            MemberState::Stable => self.config.heartbeat_interval_ms,
+            _ => self
+                .config
+                .heartbeat_interval_ms
+                .min(RECONCILING_HEARTBEAT_INTERVAL_MS),
+        };
         Ok(HeartbeatResponse {
             member_id: id,
             member_epoch: after.epoch,
-            heartbeat_interval_ms: self.config.heartbeat_interval_ms,
+            heartbeat_interval_ms: interval,
             assignment: (full || old_assigned != after.assigned).then_some(after.assigned),
         })
     }

@@ -133,6 +133,10 @@ fn a_newcomer_gets_partitions_only_after_their_owner_revoked_them() {
     };
     let second = ok(&mut cg, 10, &t, join_req("b", &["orders"]));
     assert_eq!(second.member_epoch, 2);
+    assert_eq!(
+        second.heartbeat_interval_ms, RECONCILING_HEARTBEAT_INTERVAL_MS,
+        "waiting for partitions: heartbeat sooner"
+    );
     assert!(
         second.assignment.unwrap().is_empty(),
         "a still owns everything: b waits"
@@ -156,6 +160,10 @@ fn a_newcomer_gets_partitions_only_after_their_owner_revoked_them() {
         "revocation confirmed: a moves to epoch 2"
     );
     let r = ok(&mut cg, 50, &t, beat("b", 2, Some(TopicPartitions::new())));
+    assert_eq!(
+        r.heartbeat_interval_ms, 5_000,
+        "reconciled: the configured interval"
+    );
     let b_owned = r.assignment.expect("b's partitions are released now");
     assert_eq!(count(&b_owned), 2);
     assert!(parts(&b_owned).is_disjoint(&parts(&a.owned)));

@@ -365,3 +365,36 @@ async fn a_consumer_group_survives_kill_9_of_its_coordinator_with_epochs_and_ass
         "each partition owned once across the failover"
     );
 }
+
+#[tokio::test]
+async fn a_regex_subscription_gets_a_topic_created_later_and_a_static_member_gets_its_partitions_back(
+) {
+    let spate = Spate::start(&[]);
+    create_topic(&spate.addr, "cg-re-a", 2, &[]).await;
+    let mut raw = Raw::connect(&spate.addr);
+    let mut by_regex = join("g-re", "r", &[]);
+    by_regex.subscribed_topic_names = None;
+    by_regex.subscribed_topic_regex = Some(s("cg-re-.*"));
+    by_regex.instance_id = Some(s("host-1"));
+    let first = heartbeat(&mut raw, &by_regex);
+    assert_eq!((first.error_code, partitions(&first)), (0, 2));
+    create_topic(&spate.addr, "cg-re-b", 1, &[]).await;
+    let mut next = beat("g-re", "r", 1, Some(owned(&first)));
+    next.instance_id = Some(s("host-1"));
+    let grown = heartbeat(&mut raw, &next);
+    assert_eq!((grown.member_epoch, partitions(&grown)), (2, 3));
+
+    // The static member closes (epoch -2) and comes back under a new member id.
+    let mut away = beat("g-re", "r", -2, None);
+    away.instance_id = Some(s("host-1"));
+    assert_eq!(heartbeat(&mut raw, &away).member_epoch, -2);
+    let mut back = by_regex.clone();
+    back.member_id = s("r2");
+    let again = heartbeat(&mut raw, &back);
+    assert_eq!(again.error_code, 0, "{:?}", again.error_message);
+    assert_eq!(partitions(&again), 3, "its partitions, no rebalance");
+    let d = describe(&mut raw, "g-re");
+    assert_eq!(d.group_epoch, 2, "the group epoch did not move");
+    assert_eq!(d.members[0].member_id.as_str(), "r2");
+    assert_eq!(d.members[0].instance_id.as_deref(), Some("host-1"));
+}
