@@ -176,6 +176,13 @@ impl Group {
 
     /// Moves member `id` towards its target; `owned` is what it reports owning.
     pub fn reconcile(&mut self, id: &str, owned: Option<&TopicPartitions>, now_ms: i64) {
+        let reconciled = self.members.get(id).is_none_or(|m| {
+            m.current.state == MemberState::Stable && m.current.epoch == self.assignment_epoch
+        });
+        if reconciled {
+            // The common heartbeat: nothing to move, so no need to collect who holds what.
+            return;
+        }
         let held = self.held_by_others(id);
         let empty = TopicPartitions::new();
         let target = self.target.get(id).unwrap_or(&empty);
