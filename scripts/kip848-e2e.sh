@@ -123,4 +123,31 @@ timeout 120 "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.consumer.ConsoleCo
 grep -q "UnsupportedAssignorException: ServerAssignor no-such-assignor is not supported" "$WORK/bad.err" \
   || { cat "$WORK/bad.err" >&2; fail "no UNSUPPORTED_ASSIGNOR error reported"; }
 pass "an unknown server assignor is refused with UNSUPPORTED_ASSIGNOR"
+# Static membership: a member with group.instance.id that closes (leave with epoch -2) and
+# starts again within the session timeout gets its partitions back at the same member epoch,
+# beside a second member that keeps its own.
+static_member() {
+  "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" \
+    --topic "$TOPIC" --group kip848-static --command-property group.protocol=consumer \
+    --command-property group.instance.id="$1" >/dev/null 2>>"$WORK/static.err" &
+  PIDS+=($!)
+}
+# "instance epoch assignment" of each static member (verbose columns: GROUP CONSUMER-ID
+# GROUP-INSTANCE-ID HOST CLIENT-ID #PARTITIONS CURRENT-EPOCH CURRENT-ASSIGNMENT ...).
+static_view() {
+  groups --describe --group kip848-static --members --verbose 2>/dev/null \
+    | awk '$1=="kip848-static" {print $3, $7, $8}' | sort
+}
+static_member host-a; SA=$!
+static_member host-b
+settled() { [[ "$(static_view | wc -l)" == 2 ]] && ! static_view | grep -q -- " -$"; }
+for _ in $(seq 1 60); do settled && break; sleep 1; done
+settled || { static_view >&2; fail "two static members never settled"; }
+before=$(static_view)
+kill -TERM "$SA"
+wait "$SA" 2>/dev/null || true
+static_member host-a
+for _ in $(seq 1 60); do [[ "$(static_view)" == "$before" ]] && break; sleep 1; done
+[[ "$(static_view)" == "$before" ]] || { echo "before: $before"; echo "after: $(static_view)"; fail "the restarted static member did not get its partitions back at the same epoch"; }
+pass "a static member restarted within its session gets its partitions back, no rebalance: $(echo $before)"
 echo "kip848 e2e: all checks passed"
