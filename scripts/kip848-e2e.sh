@@ -5,7 +5,8 @@
 # polls the group every 100 ms and fails if a partition is ever in two members' assignments or
 # a committed offset moves backwards. At the end every produced record has been consumed and
 # the committed offsets equal the log end offsets. kafka-consumer-groups describes the group and
-# lists it beside a classic group; an unknown assignor is refused (UNSUPPORTED_ASSIGNOR).
+# lists it beside a classic group; an unknown assignor is refused (UNSUPPORTED_ASSIGNOR); a
+# static member (group.instance.id) restarted within its session gets its partitions back.
 #   scripts/kip848-e2e.sh     against a throw-away spate (target/debug/spate; SPATE_BIN overrides)
 #   SPATE_BOOTSTRAP=host:port scripts/kip848-e2e.sh     against a running broker
 set -euo pipefail
@@ -115,6 +116,12 @@ list=$(groups --list --type)
 echo "$list" | grep -Eq "^$GROUP +Consumer" || { echo "$list"; fail "--list --type does not show $GROUP as Consumer"; }
 echo "$list" | grep -Eq "^kip848-classic +Classic" || { echo "$list"; fail "--list --type does not show the classic group"; }
 pass "kafka-consumer-groups --list --type: consumer and classic groups side by side"
+all=$(groups --describe --all-groups)
+for g in "$GROUP" kip848-classic; do
+  echo "$all" | awk -v g="$g" -v t="$TOPIC" '$1==g && $2==t && $4 ~ /^[0-9]+$/ {n++} END {exit !(n>0)}' \
+    || { echo "$all"; fail "--describe --all-groups shows no committed offsets of $g"; }
+done
+pass "kafka-consumer-groups --describe --all-groups describes both kinds"
 
 # An assignor the coordinator does not have is UNSUPPORTED_ASSIGNOR, fatal to the consumer.
 timeout 120 "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" \
