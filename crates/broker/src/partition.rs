@@ -406,10 +406,28 @@ impl Partition {
         st.log.read(offset, max_bytes, end, min_one)
     }
 
-    /// Moves the high watermark (leaders: the ISR's minimum log end; followers: what the
-    /// leader said), kept within the log.
-    pub fn set_high_watermark(&self, hw: i64) {
+    /// A follower takes its leader's high watermark from a fetch response; `false` (nothing
+    /// changed) when the partition has since left that leader's epoch or become leader
+    /// itself: a late response from the previous leader must not pull a new leader's high
+    /// watermark back below records it already acknowledged.
+    pub fn follow_high_watermark(&self, hw: i64, leader_epoch: i32) -> bool {
+        // Role changes take the state lock too: the check and the update are one step.
+        let st = self.state.write();
+        if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
+            return false;
+        }
+        self.store_high_watermark(&st, hw);
+        true
+    }
+
+    /// Sets the high watermark, kept within the log, whatever the role (tests).
+    #[cfg(test)]
+    pub(crate) fn set_high_watermark(&self, hw: i64) {
         let st = self.state.read();
+        self.store_high_watermark(&st, hw);
+    }
+
+    fn store_high_watermark(&self, st: &State, hw: i64) {
         let hw = hw.clamp(st.log.start_offset(), st.log.end_offset());
         self.high_watermark.send_if_modified(|cur| {
             let changed = *cur != hw;
@@ -856,6 +874,9 @@ mod tests {
         assert_eq!((leader.high_watermark(), follower.high_watermark()), (5, 5));
         // After failover the follower leads and still knows the producer's sequences.
         follower.set_role(Role::Leader, 6);
+        // A late fetch response from the old leader (epoch 5) no longer moves the watermark.
+        assert!(!follower.follow_high_watermark(2, 5));
+        assert_eq!(follower.high_watermark(), 5);
         assert!(matches!(
             append(&follower, &idempotent(3, 2)),
             Ok(Appended::Duplicate { base_offset: 3, .. })

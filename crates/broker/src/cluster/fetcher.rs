@@ -607,7 +607,10 @@ async fn fetch(
                     tracing::error!(topic = %key.0, partition = key.1, "replica data did not reach disk");
                 }
             }
-            p.set_high_watermark(pd.high_watermark.min(end));
+            if !p.follow_high_watermark(pd.high_watermark.min(end), f.epoch) {
+                // This partition left that leader's epoch while the fetch was out.
+                continue;
+            }
             if pd.log_start_offset > p.log_start_offset() {
                 // DeleteRecords (or retention) moved the leader's start: follow it.
                 let start = pd.log_start_offset;
