@@ -132,11 +132,16 @@ fn unknown_api_keys_and_versions_get_unsupported_version() {
         .api_keys
         .iter()
         .any(|k| k.api_key == 0 && k.max_version >= 9));
-    // The KIP-848 consumer protocol is not implemented, so it is not advertised.
+    // The KIP-848 consumer protocol is advertised at Kafka 4.3's range; share groups are not.
     assert!(resp
         .api_keys
         .iter()
-        .all(|k| k.api_key != ApiKey::ConsumerGroupHeartbeat as i16));
+        .any(|k| k.api_key == ApiKey::ConsumerGroupHeartbeat as i16
+            && (k.min_version, k.max_version) == (0, 1)));
+    assert!(resp
+        .api_keys
+        .iter()
+        .all(|k| k.api_key != ApiKey::ShareGroupHeartbeat as i16));
     let resp: ApiVersionsResponse =
         raw.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
     assert_eq!(resp.error_code, 0);
