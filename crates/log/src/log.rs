@@ -281,7 +281,9 @@ impl Log {
         }
         self.start_checkpoint.store(offset)?;
         self.start = offset;
-        self.adopt_finished_seals();
+        // A seal still queued for a segment about to go would fail on its deleted file and
+        // take the log out of service: finish them first, as truncation does.
+        self.finish_seals();
         // The active segment stays even when wholly below: appends continue in it.
         let last = self.segments.len() - 1;
         let remove = self.segments[..last]
@@ -672,6 +674,11 @@ impl Log {
             }
             total -= seg.size as i64;
             remove += 1;
+        }
+        if remove > 0 {
+            // A seal still queued for a segment about to go would fail on its deleted file
+            // and take the log out of service (tiny segments roll faster than seals finish).
+            self.finish_seals();
         }
         for seg in self.segments.drain(..remove) {
             seg.delete()?;

@@ -400,3 +400,28 @@ fn advancing_the_start_to_the_end_keeps_the_active_segment_for_appends() {
         vec![(50, 51)]
     );
 }
+
+#[test]
+fn deleting_segments_whose_seals_are_still_queued_keeps_the_log_in_service() {
+    // Many tiny segments rolled back to back leave seals queued on the flusher; deleting
+    // those segments (DeleteRecords, retention) must wait for them, not fail them.
+    for round in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path(), small_segments());
+        fill(&mut log, 30, 5);
+        if round % 2 == 0 {
+            log.advance_start(140).unwrap();
+        } else {
+            let mut config = small_segments();
+            config.retention_bytes = 1;
+            log.set_config(config);
+            log.enforce_retention(0).unwrap();
+        }
+        assert!(
+            !log.is_failed(),
+            "round {round}: the log went out of service"
+        );
+        let a = log.append(&batch(1, 9_000, 10), 3, None, 0).unwrap();
+        assert_eq!(a.base_offset, 150);
+    }
+}

@@ -142,6 +142,11 @@ fn unknown_api_keys_and_versions_get_unsupported_version() {
         .api_keys
         .iter()
         .all(|k| k.api_key != ApiKey::ShareGroupHeartbeat as i16));
+    // Transactions are not implemented, so they are not advertised.
+    assert!(resp
+        .api_keys
+        .iter()
+        .all(|k| k.api_key != ApiKey::AddPartitionsToTxn as i16));
     let resp: ApiVersionsResponse =
         raw.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
     assert_eq!(resp.error_code, 0);
