@@ -379,9 +379,11 @@ impl ConsumerGroups {
                 member: Box::new(after.clone()),
             });
         }
+        // A full request (a join, or a member resending everything after an error) always
+        // gets its assignment; otherwise only a changed one is sent.
         let full = joining
             || (req.rebalance_timeout_ms != -1
-                && req.subscribed_topic_names.is_some()
+                && (req.subscribed_topic_names.is_some() || req.subscribed_topic_regex.is_some())
                 && req.owned.is_some());
         let interval = match after.state {
             MemberState::Stable => self.config.heartbeat_interval_ms,
@@ -673,7 +675,15 @@ impl ConsumerGroups {
                 .map(|m| (m.id.clone(), m.current.assigned.clone()))
                 .collect();
             if !g.members.is_empty() {
-                g.epoch += 1;
+                // Past every epoch in use (a member's may be ahead of the last group record
+                // written), so every member reconciles towards the new target.
+                let newest = g
+                    .members
+                    .values()
+                    .map(|m| m.current.epoch)
+                    .max()
+                    .unwrap_or(0);
+                g.epoch = g.epoch.max(newest) + 1;
             }
         }
     }

@@ -657,3 +657,39 @@ fn a_large_group_joining_one_by_one_ends_balanced_with_every_partition_targeted_
     let all: BTreeSet<(Uuid, i32)> = d.members.iter().flat_map(|m| parts(&m.target)).collect();
     assert_eq!(all.len(), 3000);
 }
+
+#[test]
+fn a_group_rebuilt_twice_still_moves_every_member_towards_a_fresh_target() {
+    let mut cg = groups();
+    let t = orders(4);
+    let mut log = Vec::new();
+    let (r, records) = cg.heartbeat(0, &t, join_req("a", &["orders"]));
+    log.extend(records);
+    let a = r.unwrap();
+    // First rebuild: a reconciles to the bumped epoch (written as a member record only).
+    let mut first = groups();
+    for r in log.clone() {
+        first.replay(r);
+    }
+    first.restored(0);
+    let (r, records) = first.heartbeat(1, &t, beat("a", 1, a.assignment.clone()));
+    log.extend(records);
+    let epoch = r.unwrap().member_epoch;
+    assert!(epoch > 1);
+    // Meanwhile b's join was lost with the old coordinator; a second rebuild must still hand
+    // half of a's partitions to b once b joins.
+    let mut second = groups();
+    for r in log {
+        second.replay(r);
+    }
+    second.restored(0);
+    assert!(
+        second.describe("g").unwrap().epoch > epoch,
+        "past every member epoch"
+    );
+    let owned = TopicPartitions::from([(T1, BTreeSet::from([0, 1, 2, 3]))]);
+    let b = ok(&mut second, 2, &t, join_req("b", &["orders"]));
+    let a2 = ok(&mut second, 3, &t, beat("a", epoch, Some(owned)));
+    assert_eq!(count(&a2.assignment.unwrap()), 2, "a revokes half for b");
+    assert!(b.member_epoch > epoch);
+}

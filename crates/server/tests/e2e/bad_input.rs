@@ -132,6 +132,16 @@ fn unknown_api_keys_and_versions_get_unsupported_version() {
         .api_keys
         .iter()
         .any(|k| k.api_key == 0 && k.max_version >= 9));
+    // The KIP-848 consumer protocol is advertised at Kafka 4.3's range; share groups are not.
+    assert!(resp
+        .api_keys
+        .iter()
+        .any(|k| k.api_key == ApiKey::ConsumerGroupHeartbeat as i16
+            && (k.min_version, k.max_version) == (0, 1)));
+    assert!(resp
+        .api_keys
+        .iter()
+        .all(|k| k.api_key != ApiKey::ShareGroupHeartbeat as i16));
     // Transactions are not implemented, so they are not advertised.
     assert!(resp
         .api_keys
