@@ -3,8 +3,9 @@
 # jars.lock pins, from Maven Central (SPATE_MAVEN_URL overrides: a mirror, or file:// in tests),
 # and checks every jar's SHA-256 on every run (a fraction of a second for the 44 MB):
 #   - a complete cache whose jars all match is left alone, with no network;
-#   - a cached jar that does not match is named and downloaded again;
-#   - a downloaded jar that does not match fails the run, and the cache stays as it was.
+#   - a cached jar that does not match is named, and the cache loses the stamp tools trust
+#     until the jar is downloaded again;
+#   - a downloaded jar that does not match fails the run and installs nothing.
 # The new lib dir is put together beside the old one and renamed into place under a lock, so
 # a concurrent fetch, or a tool starting meanwhile, never sees half a cache.
 set -euo pipefail
