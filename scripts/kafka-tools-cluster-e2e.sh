@@ -2,7 +2,7 @@
 # Apache Kafka's own CLI tools against a 3-node spate cluster: kafka-topics creates an RF 3
 # topic through one node and --describe through another shows leaders and a full ISR; RF
 # above the brokers is refused; the console producer, console consumer and
-# kafka-consumer-groups each go through a different node; then every check of
+# kafka-consumer-groups each go through a different node (also a KIP-848 consumer group); then every check of
 # kafka-tools-e2e.sh runs against the cluster. Exits non-zero on the first mismatch.
 #   scripts/kafka-tools-cluster-e2e.sh     against a throw-away cluster (SPATE_BIN overrides the binary)
 set -euo pipefail
@@ -50,6 +50,19 @@ committed=$(echo "$desc" | awk '$1=="rf3-group" && $2=="rf3" {s+=$4} END{print s
 lag=$(echo "$desc" | awk '$1=="rf3-group" && $2=="rf3" {s+=$6} END{print s+0}')
 [[ "$committed" == 300 && "$lag" == 0 ]] || { echo "$desc"; fail "kafka-consumer-groups --describe: committed $committed, lag $lag"; }
 pass "kafka-consumer-groups --describe through node 1: 300 committed, lag 0"
+# The same with KIP-848's consumer protocol: the coordinator is the node leading the
+# replicated offsets partition, found through FindCoordinator from any node.
+klass org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B2" --topic rf3 --group rf3-kip848 \
+  --command-property group.protocol=consumer --from-beginning --max-messages 300 --timeout-ms 30000 \
+  --formatter-property print.key=true --formatter-property key.separator=: > "$WORK/got848" \
+  || fail "console consumer with group.protocol=consumer through node 2"
+diff -q <(sort "$WORK/sent") <(sort "$WORK/got848") >/dev/null || fail "the KIP-848 consumer read back different records"
+desc=$(klass org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --bootstrap-server "$B3" --describe --group rf3-kip848)
+committed=$(echo "$desc" | awk '$1=="rf3-kip848" && $2=="rf3" {s+=$4} END{print s+0}')
+[[ "$committed" == 300 ]] || { echo "$desc"; fail "KIP-848 group: committed $committed"; }
+klass org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --bootstrap-server "$B1" --list --type \
+  | grep -Eq "^rf3-kip848 +Consumer" || fail "--list --type does not show rf3-kip848 as Consumer"
+pass "console consumer with group.protocol=consumer through node 2 read all 300; committed 300, listed as Consumer"
 
 # Partition moves with kafka-reassign-partitions: a replication factor 2 topic placed by
 # hand, a --generate plan, an --execute with a throttle that moves partition 0 from

@@ -135,10 +135,12 @@ klass kafka.admin.ConfigCommand --bootstrap-server "$B" --alter --entity-type us
   --delete-config request_percentage >/dev/null || fail "kafka-configs --delete-config users"
 pass "kafka-configs --entity-type clients|users: quotas set, described, refused when negative, deleted"
 
-# kafka-features (ApiVersions v3+ features): metadata.version finalized at Kafka 4.3's level.
-klass org.apache.kafka.tools.FeatureCommand --bootstrap-server "$B" describe \
-  | grep -q "metadata.version.*FinalizedVersionLevel: 4.3-IV0" || fail "kafka-features describe"
-pass "kafka-features describe: metadata.version 4.3-IV0"
+# kafka-features (ApiVersions v3+ features): metadata.version finalized at Kafka 4.3's level,
+# group.version at 1 (KIP-848 consumer groups).
+features=$(klass org.apache.kafka.tools.FeatureCommand --bootstrap-server "$B" describe)
+echo "$features" | grep -q "metadata.version.*FinalizedVersionLevel: 4.3-IV0" || fail "kafka-features describe"
+echo "$features" | grep -Eq "Feature: group.version.*FinalizedVersionLevel: 1" || { echo "$features"; fail "group.version not finalized at 1"; }
+pass "kafka-features describe: metadata.version 4.3-IV0, group.version 1"
 
 # Delete
 tool topics --bootstrap-server "$B" --delete --topic cli-orders >/dev/null || fail "kafka-topics --delete"

@@ -5,7 +5,8 @@
 # polls the group every 100 ms and fails if a partition is ever in two members' assignments or
 # a committed offset moves backwards. At the end every produced record has been consumed and
 # the committed offsets equal the log end offsets. kafka-consumer-groups describes the group and
-# lists it beside a classic group; an unknown assignor is refused (UNSUPPORTED_ASSIGNOR).
+# lists it beside a classic group; an unknown assignor is refused (UNSUPPORTED_ASSIGNOR); a
+# static member (group.instance.id) restarted within its session gets its partitions back.
 #   scripts/kip848-e2e.sh     against a throw-away spate (target/debug/spate; SPATE_BIN overrides)
 #   SPATE_BOOTSTRAP=host:port scripts/kip848-e2e.sh     against a running broker
 set -euo pipefail
@@ -115,6 +116,12 @@ list=$(groups --list --type)
 echo "$list" | grep -Eq "^$GROUP +Consumer" || { echo "$list"; fail "--list --type does not show $GROUP as Consumer"; }
 echo "$list" | grep -Eq "^kip848-classic +Classic" || { echo "$list"; fail "--list --type does not show the classic group"; }
 pass "kafka-consumer-groups --list --type: consumer and classic groups side by side"
+all=$(groups --describe --all-groups)
+for g in "$GROUP" kip848-classic; do
+  echo "$all" | awk -v g="$g" -v t="$TOPIC" '$1==g && $2==t && $4 ~ /^[0-9]+$/ {n++} END {exit !(n>0)}' \
+    || { echo "$all"; fail "--describe --all-groups shows no committed offsets of $g"; }
+done
+pass "kafka-consumer-groups --describe --all-groups describes both kinds"
 
 # An assignor the coordinator does not have is UNSUPPORTED_ASSIGNOR, fatal to the consumer.
 timeout 120 "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" \
@@ -123,4 +130,31 @@ timeout 120 "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.consumer.ConsoleCo
 grep -q "UnsupportedAssignorException: ServerAssignor no-such-assignor is not supported" "$WORK/bad.err" \
   || { cat "$WORK/bad.err" >&2; fail "no UNSUPPORTED_ASSIGNOR error reported"; }
 pass "an unknown server assignor is refused with UNSUPPORTED_ASSIGNOR"
+# Static membership: a member with group.instance.id that closes (leave with epoch -2) and
+# starts again within the session timeout gets its partitions back at the same member epoch,
+# beside a second member that keeps its own.
+static_member() {
+  "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" \
+    --topic "$TOPIC" --group kip848-static --command-property group.protocol=consumer \
+    --command-property group.instance.id="$1" >/dev/null 2>>"$WORK/static.err" &
+  PIDS+=($!)
+}
+# "instance epoch assignment" of each static member (verbose columns: GROUP CONSUMER-ID
+# GROUP-INSTANCE-ID HOST CLIENT-ID #PARTITIONS CURRENT-EPOCH CURRENT-ASSIGNMENT ...).
+static_view() {
+  groups --describe --group kip848-static --members --verbose 2>/dev/null \
+    | awk '$1=="kip848-static" {print $3, $7, $8}' | sort
+}
+static_member host-a; SA=$!
+static_member host-b
+settled() { [[ "$(static_view | wc -l)" == 2 ]] && ! static_view | grep -q -- " -$"; }
+for _ in $(seq 1 60); do settled && break; sleep 1; done
+settled || { static_view >&2; fail "two static members never settled"; }
+before=$(static_view)
+kill -TERM "$SA"
+wait "$SA" 2>/dev/null || true
+static_member host-a
+for _ in $(seq 1 60); do [[ "$(static_view)" == "$before" ]] && break; sleep 1; done
+[[ "$(static_view)" == "$before" ]] || { echo "before: $before"; echo "after: $(static_view)"; fail "the restarted static member did not get its partitions back at the same epoch"; }
+pass "a static member restarted within its session gets its partitions back, no rebalance: $(echo $before)"
 echo "kip848 e2e: all checks passed"

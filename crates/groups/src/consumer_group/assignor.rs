@@ -118,20 +118,23 @@ fn uniform(
             }
         }
     }
-    // 2. Every partition nobody kept goes to the least loaded member subscribed to it.
+    // 2. Every partition nobody kept goes to the least loaded member subscribed to it
+    // (an ordered set of (load, member) finds it in log time).
     for (&t, &count) in topics {
-        let eligible: Vec<usize> = (0..n).filter(|&i| members[i].topics.contains(&t)).collect();
-        if eligible.is_empty() {
-            continue;
-        }
+        let mut eligible: BTreeSet<(usize, usize)> = (0..n)
+            .filter(|&i| members[i].topics.contains(&t))
+            .map(|i| (owned[i].len(), i))
+            .collect();
         for p in 0..count.max(0) {
             if taken.contains(&(t, p)) {
                 continue;
             }
-            if let Some(&i) = eligible.iter().min_by_key(|&&i| (owned[i].len(), i)) {
-                owned[i].push((t, p));
-                taken.insert((t, p));
-            }
+            let Some((load, i)) = eligible.pop_first() else {
+                break;
+            };
+            owned[i].push((t, p));
+            taken.insert((t, p));
+            eligible.insert((load + 1, i));
         }
     }
     // 3. Balance: move a partition from a member to one holding at least two fewer that

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use uuid::Uuid;
 
 use super::assignor::{self, Assignor, MemberSpec, TopicPartitions};
-use super::member::Member;
+use super::member::{Member, Subscription};
 use super::reconcile::{self, MemberState};
 use super::TopicsView;
 
@@ -50,6 +50,9 @@ pub struct Group {
     pub target: BTreeMap<String, TopicPartitions>,
     /// The subscribed topics (name -> id, partitions) the epoch reflects.
     pub subscribed: TopicsView,
+    /// The members' subscriptions merged (every name once, each distinct regex once), so a
+    /// heartbeat resolves them without visiting every member; `None` after a change.
+    union: Option<(BTreeSet<String>, Vec<Subscription>)>,
 }
 
 impl Group {
@@ -62,6 +65,7 @@ impl Group {
             members: BTreeMap::new(),
             target: BTreeMap::new(),
             subscribed: TopicsView::new(),
+            union: None,
         }
     }
 
@@ -97,27 +101,39 @@ impl Group {
             .collect()
     }
 
+    /// Forgets the merged subscriptions: a member joined, left or changed its subscription.
+    pub fn subscriptions_changed(&mut self) {
+        self.union = None;
+    }
+
     /// The subscribed topics as they exist in `topics` now.
-    pub fn resolve(&self, topics: &TopicsView) -> TopicsView {
+    pub fn resolve(&mut self, topics: &TopicsView) -> TopicsView {
+        let members = &self.members;
+        let (names, regexes) = self.union.get_or_insert_with(|| {
+            let mut names = BTreeSet::new();
+            let mut regexes: Vec<Subscription> = Vec::new();
+            for m in members.values() {
+                names.extend(m.subscription.names.iter().cloned());
+                if m.subscription.regex.is_some()
+                    && !regexes.iter().any(|r| r.regex == m.subscription.regex)
+                {
+                    regexes.push(m.subscription.clone());
+                }
+            }
+            (names, regexes)
+        });
         let mut out = TopicsView::new();
-        for m in self.members.values() {
-            for (name, meta) in m.subscription.resolve(topics) {
+        for n in names.iter() {
+            if let Some((name, meta)) = topics.get_key_value(n) {
+                out.insert(name.clone(), *meta);
+            }
+        }
+        for r in regexes.iter() {
+            for (name, meta) in r.resolve(topics) {
                 out.insert(name.clone(), *meta);
             }
         }
         out
-    }
-
-    /// Bumps the group epoch when the subscribed topics differ from those it reflects
-    /// (created or deleted topics, added partitions, changed subscriptions).
-    pub fn refresh(&mut self, topics: &TopicsView) -> bool {
-        let now = self.resolve(topics);
-        if now == self.subscribed {
-            return false;
-        }
-        self.subscribed = now;
-        self.epoch += 1;
-        true
     }
 
     /// The assignor most members ask for; the default when none does (ties go to the
@@ -160,6 +176,13 @@ impl Group {
 
     /// Moves member `id` towards its target; `owned` is what it reports owning.
     pub fn reconcile(&mut self, id: &str, owned: Option<&TopicPartitions>, now_ms: i64) {
+        let reconciled = self.members.get(id).is_none_or(|m| {
+            m.current.state == MemberState::Stable && m.current.epoch == self.assignment_epoch
+        });
+        if reconciled {
+            // The common heartbeat: nothing to move, so no need to collect who holds what.
+            return;
+        }
         let held = self.held_by_others(id);
         let empty = TopicPartitions::new();
         let target = self.target.get(id).unwrap_or(&empty);
@@ -187,6 +210,7 @@ impl Group {
     pub fn remove(&mut self, id: &str) -> Option<Member> {
         let m = self.members.remove(id)?;
         self.target.remove(id);
+        self.union = None;
         self.epoch += 1;
         if self.members.is_empty() {
             // Nothing to assign: the target is trivially up to date.

@@ -351,6 +351,7 @@ impl ConsumerGroups {
         let old_assigned = m.current.assigned.clone();
         if changed {
             group.epoch += 1;
+            group.subscriptions_changed();
         }
         // Refreshing also catches topics created, deleted or grown since the last heartbeat.
         let resolved = group.resolve(topics);
@@ -643,10 +644,12 @@ impl ConsumerGroups {
                     revoking: r.revoking,
                 };
                 g.members.insert(r.member_id, m);
+                g.subscriptions_changed();
             }
             StateRecord::MemberRemoved { group, member_id } => {
                 if let Some(g) = self.groups.get_mut(&group) {
                     g.members.remove(&member_id);
+                    g.subscriptions_changed();
                 }
             }
         }

@@ -639,3 +639,21 @@ fn a_deleted_group_is_gone_after_replay_and_a_non_empty_one_cannot_be_deleted() 
     }
     assert!(!rebuilt.contains("g"));
 }
+
+#[test]
+fn a_large_group_joining_one_by_one_ends_balanced_with_every_partition_targeted_once() {
+    let mut cg = ConsumerGroups::new(ConsumerGroupConfig::default(), 1);
+    let t = orders(3000);
+    for i in 0..300 {
+        ok(&mut cg, i, &t, join_req(&format!("m{i:03}"), &["orders"]));
+    }
+    let d = cg.describe("g").unwrap();
+    let loads: Vec<usize> = d.members.iter().map(|m| count(&m.target)).collect();
+    assert_eq!(loads.len(), 300);
+    assert!(
+        loads.iter().all(|&l| l == 10),
+        "3000 partitions over 300 members: 10 each"
+    );
+    let all: BTreeSet<(Uuid, i32)> = d.members.iter().flat_map(|m| parts(&m.target)).collect();
+    assert_eq!(all.len(), 3000);
+}

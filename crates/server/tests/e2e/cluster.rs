@@ -763,6 +763,8 @@ async fn spate_cluster_status_says_healthy_then_not_when_a_node_is_down() {
 #[test]
 fn the_admin_http_api_changes_topics_through_the_quorum_on_every_node() {
     let mut c = ThreeNodes::start(&[]);
+    // Replication factor 3 needs all three brokers registered.
+    c.wait_ready(&[1, 2, 3]);
     let json = [("Content-Type", "application/json")];
     let http2 = c.node(2).http.clone();
     let (code, body) = http(

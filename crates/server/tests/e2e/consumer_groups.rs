@@ -150,6 +150,13 @@ async fn a_second_member_gets_partitions_after_the_first_revokes_and_describe_sh
     assert_eq!((d.group_epoch, d.assignment_epoch), (2, 2));
     assert_eq!(d.assignor_name.as_str(), "uniform");
     assert_eq!(d.members.len(), 2);
+    let (status, body) = crate::harness::http(&spate.http, "GET", "/admin/groups/g-two", &[], "");
+    assert_eq!(status, 200, "{body}");
+    let admin: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(admin["protocol_type"], "consumer");
+    assert_eq!(admin["protocol"], "uniform");
+    assert_eq!(admin["members"][0]["member_epoch"], 2);
+    assert_eq!(admin["members"][0]["assignment"][0]["topic"], "cg-two");
     for m in &d.members {
         assert_eq!(m.member_type, 1, "consumer protocol member");
         assert_eq!(m.assignment, m.target_assignment);
