@@ -10,7 +10,13 @@ need_apt=()
 dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || need_apt+=(libcurl4-openssl-dev)
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
-command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+# Kafka 4's broker and tools need Java 17 or newer.
+java_major() {  # the major version of $JAVA (default: java on PATH), 0 without one
+  local v
+  v="$("${JAVA:-java}" -XshowSettings:properties -version 2>&1 | awk '/java.specification.version/ { print $3 }')" || true
+  v="${v#1.}"; echo "${v:-0}"
+}
+(( $(java_major) >= 17 )) || need_apt+=(openjdk-17-jre-headless)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 if (( ${#need_apt[@]} )); then
   echo "setup: installing ${need_apt[*]}"
@@ -19,4 +25,6 @@ if (( ${#need_apt[@]} )); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+(( $(java_major) >= 17 )) \
+  || { echo "setup: ${JAVA:-java} is Java $(java_major), Kafka 4 needs 17+ (set JAVA to a Java 17+ binary)" >&2; exit 1; }
 "$ROOT/scripts/kafka/fetch.sh" >/dev/null

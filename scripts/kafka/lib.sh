@@ -1,7 +1,11 @@
 # Sourced by the scripts in scripts/kafka: where the pinned Kafka lives, how to run its JVM,
 # and small helpers. Jars and run directories stay outside the repository, in a cache.
 KIT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-KAFKA_VERSION="4.3.1"
+KAFKA_LOCK="$KIT_DIR/jars.lock"
+kit_die() { echo "kafka kit: $*" >&2; exit 2; }
+# The lock is the one place the version is written: it is kafka-clients' version there.
+KAFKA_VERSION="$(awk '$1 ~ /^org\.apache\.kafka:kafka-clients:/ { split($1, c, ":"); print c[3] }' "$KAFKA_LOCK")"
+[[ -n "$KAFKA_VERSION" ]] || kit_die "$KAFKA_LOCK pins no org.apache.kafka:kafka-clients"
 SPATE_KAFKA_HOME="$(realpath -m "${SPATE_KAFKA_HOME:-$HOME/.cache/spate-kafka}")"
 KAFKA_LIB="$SPATE_KAFKA_HOME/$KAFKA_VERSION/lib"
 KAFKA_RUN="$SPATE_KAFKA_HOME/run"
@@ -9,11 +13,16 @@ JAVA="${JAVA:-java}"
 # bin/kafka-run-class.sh's JVM flags for servers and tools.
 KAFKA_JVM_PERF_OPTS="${KAFKA_JVM_PERF_OPTS:--server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true}"
 
-kit_die() { echo "kafka kit: $*" >&2; exit 2; }
+# The stamp fetch.sh writes after checking every jar: the lock's own SHA-256.
+kit_lock_stamp() { sha256sum "$KAFKA_LOCK" | cut -d' ' -f1; }
 
-# The classpath, fetching the pinned jars first when the cache lacks them.
+# The classpath. A cache stamped for this lock was checked jar by jar when fetch.sh filled it,
+# so starting a tool costs no hashing; otherwise fetch.sh runs first.
 kit_classpath() {
-  "$KIT_DIR/fetch.sh" >/dev/null || kit_die "cannot fetch Kafka $KAFKA_VERSION's jars"
+  command -v "$JAVA" >/dev/null || kit_die "no '$JAVA' on PATH: Kafka $KAFKA_VERSION needs Java 17+ (scripts/setup.sh installs it)"
+  if [[ "$(cat "$KAFKA_LIB/.complete" 2>/dev/null)" != "$(kit_lock_stamp)" ]]; then
+    "$KIT_DIR/fetch.sh" >&2 || kit_die "cannot fetch Kafka $KAFKA_VERSION's jars"
+  fi
   echo "$KAFKA_LIB/*"
 }
 

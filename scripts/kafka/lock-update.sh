@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Regenerates jars.lock for a Kafka version: resolves the broker, tools and clients with their
-# runtime dependencies once with Maven (needs mvn and java), then pins each jar's coordinates
-# and SHA-256. Review the diff before committing it.
+# Regenerates jars.lock for a Kafka version: Maven resolves the broker, tools and clients with
+# their runtime dependencies once (the only step that needs mvn), each jar's SHA-1 is checked
+# against the one Maven Central publishes beside it, and the lock pins coordinates and SHA-256.
+# Run fetch.sh into an empty SPATE_KAFKA_HOME and the tool checks, then review the diff.
 #   scripts/kafka/lock-update.sh 4.3.1
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 VERSION="${1:?usage: lock-update.sh KAFKA_VERSION}"
+LOG4J="${LOG4J_VERSION:-2.25.4}"  # the logging backend the binary distribution ships
+MAVEN="${SPATE_MAVEN_URL:-https://repo1.maven.org/maven2}"
 command -v mvn >/dev/null || kit_die "mvn is needed to resolve a new lock"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 dep() { echo "<dependency><groupId>$1</groupId><artifactId>$2</artifactId><version>$3</version>$4</dependency>"; }
+# kafka-tools' connect-runtime (Jetty, Jersey) serves only connect-plugin-path: left out.
+no_connect="<exclusions><exclusion><groupId>org.apache.kafka</groupId><artifactId>connect-runtime</artifactId></exclusion><exclusion><groupId>com.fasterxml.jackson.jakarta.rs</groupId><artifactId>jackson-jakarta-rs-json-provider</artifactId></exclusion></exclusions>"
 cat > "$work/pom.xml" <<POM
 <project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
 <groupId>spate</groupId><artifactId>kafka-kit</artifactId><version>1</version><packaging>pom</packaging>
@@ -16,20 +21,24 @@ cat > "$work/pom.xml" <<POM
 $(dep org.apache.kafka kafka_2.13 "$VERSION" "")
 $(dep org.apache.kafka kafka-server "$VERSION" "")
 $(dep org.apache.kafka kafka-storage "$VERSION" "")
-$(dep org.apache.kafka kafka-tools "$VERSION" "<exclusions><exclusion><groupId>org.apache.kafka</groupId><artifactId>connect-runtime</artifactId></exclusion><exclusion><groupId>com.fasterxml.jackson.jakarta.rs</groupId><artifactId>jackson-jakarta-rs-json-provider</artifactId></exclusion></exclusions>")
-$(dep org.apache.logging.log4j log4j-api 2.25.4 "")
-$(dep org.apache.logging.log4j log4j-core 2.25.4 "")
-$(dep org.apache.logging.log4j log4j-slf4j-impl 2.25.4 "")
+$(dep org.apache.kafka kafka-tools "$VERSION" "$no_connect")
+$(dep org.apache.logging.log4j log4j-api "$LOG4J" "")
+$(dep org.apache.logging.log4j log4j-core "$LOG4J" "")
+$(dep org.apache.logging.log4j log4j-slf4j-impl "$LOG4J" "")
 </dependencies></project>
 POM
 mvn -B -q -f "$work/pom.xml" dependency:list -DincludeScope=runtime -DoutputAbsoluteArtifactFilename=true \
-  -DoutputFile="$work/deps.txt" >/dev/null
+  -DoutputFile="$work/deps.txt" > "$work/mvn.log" 2>&1 || { cat "$work/mvn.log" >&2; kit_die "mvn could not resolve Kafka $VERSION"; }
 {
-  sed -n '1,4p' "$KIT_DIR/jars.lock" | sed "s/Kafka [0-9.]*'s/Kafka $VERSION's/"
+  sed -n '1,4p' "$KAFKA_LOCK" | sed "s/Kafka [0-9][0-9.]*'s/Kafka $VERSION's/"
   grep ":jar:" "$work/deps.txt" | sed 's/^ *//' | while IFS=: read -r g a _ v _ path; do
-    echo "$g:$a:$v $(sha256sum "${path%% *}" | cut -d' ' -f1)"
+    jar="${path%% *}"
+    central="$(curl -fsSL --retry 3 "$MAVEN/${g//.//}/$a/$v/$a-$v.jar.sha1" | cut -c1-40)" \
+      || kit_die "Maven Central publishes no SHA-1 for $g:$a:$v"
+    [[ "$(sha1sum "$jar" | cut -d' ' -f1)" == "$central" ]] || kit_die "$jar differs from Maven Central's $g:$a:$v"
+    echo "$g:$a:$v $(sha256sum "$jar" | cut -d' ' -f1)"
   done | sort
 } > "$work/jars.lock"
-mv "$work/jars.lock" "$KIT_DIR/jars.lock"
-sed -i "s/^KAFKA_VERSION=.*/KAFKA_VERSION=\"$VERSION\"/" "$KIT_DIR/lib.sh"
-echo "jars.lock now pins $(grep -vc '^#' "$KIT_DIR/jars.lock") jars of Kafka $VERSION"
+grep -q "^org.apache.kafka:kafka-clients:$VERSION " "$work/jars.lock" || kit_die "the resolved jars lack kafka-clients $VERSION"
+mv "$work/jars.lock" "$KAFKA_LOCK"
+echo "jars.lock now pins $(grep -vc '^#' "$KAFKA_LOCK") jars of Kafka $VERSION"

@@ -1,9 +1,9 @@
 // Watches a consumer group through Kafka's own Admin client, or measures a rebalance with
-// Kafka's own consumer. Run in Java's source-file mode on the Kafka anchor's classpath:
-//   $ANCHOR/perf.sh class scripts/kip848/GroupWatch.java watch BOOTSTRAP GROUP STOP_FILE
+// Kafka's own consumer. Run in Java's source-file mode on the Kafka kit's classpath:
+//   scripts/kafka/tool.sh class scripts/kip848/GroupWatch.java watch BOOTSTRAP GROUP STOP_FILE
 //     polls the group every 100 ms until STOP_FILE exists: fails if a partition is ever in two
 //     members' current assignments, or if a committed offset ever moves backwards.
-//   $ANCHOR/perf.sh class scripts/kip848/GroupWatch.java rebalance BOOTSTRAP GROUP TOPIC PROTOCOL ROUNDS
+//   scripts/kafka/tool.sh class scripts/kip848/GroupWatch.java rebalance BOOTSTRAP GROUP TOPIC PROTOCOL ROUNDS
 //     runs 3 consumers (group.protocol=PROTOCOL) in this JVM until the group is stable, then
 //     starts a 4th and measures until every partition is owned once by the 4 (state Stable);
 //     prints one "rebalance_ms=N" line per round.
