@@ -4,6 +4,12 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# CI's disk is small: incremental caches are of no use to a one-shot build, and the free space
+# is printed so a full disk is recognised at once.
+if [[ -n "${CI:-}" ]]; then
+  export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+  df -h "$ROOT" "${TMPDIR:-/tmp}" || true
+fi
 scripts/setup.sh
 # Lints are part of the test: a warning fails the run.
 cargo clippy --workspace --all-targets -- -D warnings

@@ -3,7 +3,6 @@
 //! cluster must refuse.
 
 use std::collections::{BTreeMap, HashSet};
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -36,13 +35,7 @@ pub struct ThreeNodes {
 }
 
 fn free_ports(n: usize) -> Vec<u16> {
-    // Hold every listener until all are chosen so the ports differ.
-    let held: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a free port"))
-        .collect();
-    held.iter()
-        .map(|l| l.local_addr().expect("local addr").port())
-        .collect()
+    crate::harness::free_ports(n)
 }
 
 impl ThreeNodes {

@@ -109,6 +109,47 @@ impl Drop for Spate {
     }
 }
 
+/// `n` distinct ports that are free now, taken below the kernel's ephemeral range: a port
+/// released by a probe and bound a moment later by a broker could otherwise be taken in
+/// between by any test's outgoing connection or `:0` listener.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_low.max(10_001));
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    let handed_out = handed_out.get_or_insert_with(HashSet::new);
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ u64::from(std::process::id()) << 32;
+    let mut ports = Vec::with_capacity(n);
+    for _ in 0..100_000 {
+        if ports.len() == n {
+            break;
+        }
+        // xorshift: no rand dependency for a port pick.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let port = low + (seed % u64::from(high - low)) as u16;
+        if handed_out.contains(&port) {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.insert(port);
+            ports.push(port);
+        }
+    }
+    assert_eq!(ports.len(), n, "no {n} free ports below {high}");
+    ports
+}
+
 fn spawn(dir: &Path, extra: &[String]) -> (Child, String, String) {
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -143,7 +184,10 @@ fn spawn(dir: &Path, extra: &[String]) -> (Child, String, String) {
     let addr = line
         .strip_prefix("spate listening on ")
         .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .unwrap_or_else(|| {
+            let log = std::fs::read_to_string(dir.join("spate.log")).unwrap_or_default();
+            panic!("spate exited or printed {line:?} instead of its address; its log:\n{log}")
+        })
         .to_string();
     let http = line
         .split("http on ")

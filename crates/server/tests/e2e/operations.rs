@@ -108,11 +108,7 @@ fn write_big_log(data: &std::path::Path, batches: usize) {
 fn ready_turns_true_only_after_recovery() {
     let dir = tempfile::tempdir().unwrap();
     write_big_log(&dir.path().join("data"), 128);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::harness::free_ports(1)[0];
     let http_addr = format!("127.0.0.1:{port}");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
         .args([
