@@ -78,6 +78,21 @@ groups --reset-offsets --to-earliest --execute --group cli-group --topic cli-ord
 lag=$(groups --describe --group cli-group | awk '$1=="cli-group" && $2=="cli-orders" {s+=$6} END{print s+0}')
 [[ "$lag" == 200 ]] || fail "lag after --reset-offsets --to-earliest is $lag, expected 200"
 pass "kafka-consumer-groups --reset-offsets --to-earliest --execute: lag back to 200"
+# __consumer_offsets is a real internal topic: Kafka's offsets formatter reads the group's
+# commits from it; --exclude-internal leaves it out of the listing; clients cannot delete it.
+# (Read before the group is deleted, which writes tombstones.)
+offsets=$(tool kafka-console-consumer --bootstrap-server "$B" --topic __consumer_offsets --from-beginning \
+  --formatter org.apache.kafka.tools.consumer.OffsetsMessageFormatter --timeout-ms 10000 || true)
+echo "$offsets" | tr '}' '\n' | grep -q '"group":"cli-group","topic":"cli-orders"' \
+  || { echo "$offsets" | head -c 2000; fail "the offsets formatter found no commit of cli-group"; }
+tool topics --bootstrap-server "$B" --list | grep -qx "__consumer_offsets" || fail "__consumer_offsets not listed"
+tool topics --bootstrap-server "$B" --list --exclude-internal | grep -qx "__consumer_offsets" \
+  && fail "--exclude-internal listed __consumer_offsets"
+tool topics --bootstrap-server "$B" --describe --topic __consumer_offsets | grep -q "PartitionCount: 50" \
+  || fail "__consumer_offsets does not have 50 partitions"
+tool topics --bootstrap-server "$B" --delete --topic __consumer_offsets >/dev/null 2>&1 \
+  && fail "deleting __consumer_offsets succeeded"
+pass "__consumer_offsets: 50 partitions, internal, read by Kafka's offsets formatter, not deletable"
 groups --delete --group cli-group | grep -q "successful" || fail "kafka-consumer-groups --delete"
 groups --list | grep -qx cli-group && fail "group still listed after --delete"
 pass "kafka-consumer-groups --delete"

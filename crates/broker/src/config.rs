@@ -35,6 +35,9 @@ pub struct BrokerConfig {
     pub fetch_max_bytes: usize,
     /// Consumer group timeouts and offset retention.
     pub groups: GroupSettings,
+    /// The broker will join a cluster: `__consumer_offsets` then comes from the cluster's
+    /// metadata instead of being created locally.
+    pub cluster_mode: bool,
     /// Idempotent producers idle this long are forgotten (Kafka's
     /// `producer.id.expiration.ms`), at the next retention pass.
     pub producer_id_expiration_ms: i64,
@@ -144,6 +147,7 @@ impl BrokerConfig {
             max_frame_bytes: spate_protocol::frame::DEFAULT_MAX_FRAME_BYTES,
             fetch_max_bytes: DEFAULT_FETCH_MAX_BYTES,
             groups: GroupSettings::default(),
+            cluster_mode: false,
             producer_id_expiration_ms: ProducerLimits::default().expiration_ms,
             max_producer_ids_per_partition: ProducerLimits::default().max_producers,
             memory_limit_bytes: ProduceProfile::Balanced.memory_limit_bytes(),

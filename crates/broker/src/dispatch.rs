@@ -141,12 +141,18 @@ impl Broker {
             config.telemetry_push_interval_ms,
             TELEMETRY_MAX_BYTES,
         );
-        let groups = Arc::new(GroupService::open(
-            &dir,
-            config.groups.clone(),
-            flusher.clone(),
-            clock.clone(),
-        )?);
+        let groups = Arc::new(if config.cluster_mode {
+            // The offsets topic comes from the cluster's metadata.
+            GroupService::new(config.groups.clone(), flusher.clone(), clock.clone())
+        } else {
+            GroupService::open_standalone(
+                &dir,
+                &topics,
+                config.groups.clone(),
+                flusher.clone(),
+                clock.clone(),
+            )?
+        });
         let broker = Arc::new(Self {
             config,
             topics,

@@ -1,15 +1,22 @@
 //! The shell around the pure group [`Coordinator`]: parks JoinGroup/SyncGroup requests until
-//! their answers are released, ticks the coordinator's clock, and keeps committed offsets
-//! durable in an internal log (`<data>/internal/__consumer_offsets`), hidden from topic
-//! listings and compacted by rewriting it when it holds mostly superseded commits.
+//! their answers are released, ticks the coordinator's clock, and keeps committed offsets and
+//! KIP-848 group state durable in the internal topic `__consumer_offsets`.
+//!
+//! As in Kafka, `__consumer_offsets` has `offsets.topic.num.partitions` partitions (50 by
+//! default) and a group lives in the one its id hashes to (Java's `String.hashCode`, made
+//! non-negative, modulo the count): its records are written there, and the broker holding that
+//! partition coordinates it. Standalone, every partition is local. In a cluster the topic is
+//! replicated like any other, each node coordinates the groups of the partitions it leads, a
+//! commit is answered once the ISR holds it, and a new leader rebuilds that partition's groups
+//! from its replica of the log.
+//!
+//! A partition is kept small without log compaction: when it is mostly superseded records, the
+//! live ones are written again at its end and its log start is moved up to them, which deletes
+//! the older segments (on followers too, as DeleteRecords does).
 //!
 //! Time comes from the broker's [`Clock`](crate::time::Clock): the coordinator (sessions,
 //! rebalance deadlines) runs on monotonic time, so a wall-clock step cannot evict members;
 //! commit timestamps and offset retention use wall time, as Kafka reports and keeps them.
-//!
-//! In cluster mode the commits go instead to partition 0 of the replicated internal topic
-//! `__consumer_offsets`, and the node leading it coordinates every group: a commit is answered
-//! once the ISR holds it, and a new leader rebuilds the offsets from its replica of the log.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,7 +31,7 @@ use spate_groups::record::consumer::{self as consumer_record, AnyKey};
 use spate_groups::record::{decode_value, encode_value, OffsetKey, RecordError};
 use spate_groups::{Committed, Coordinator, CoordinatorConfig, OffsetStore, Reply, Token};
 use spate_log::{wait_durable, Flusher, Log, LogConfig};
-use spate_protocol::batch::{self, BatchError, Batches, NewRecord};
+use spate_protocol::batch::{self, BatchError, NewRecord};
 use spate_protocol::records::{Compression, RecordBatchDecoder};
 use spate_protocol::ResponseError;
 use thiserror::Error;
@@ -32,16 +39,51 @@ use tokio::sync::oneshot;
 
 use crate::error::{io, BrokerError};
 use crate::partition::{AppendError, Appended, Partition, Role};
+use crate::registry::TopicRegistry;
 use crate::time::SharedClock;
+use crate::topic_config::TopicConfig;
 
 mod consumer;
 
-/// Name of the internal offsets log, as in Kafka.
+/// Name of the internal offsets topic, as in Kafka.
 pub const OFFSETS_LOG: &str = "__consumer_offsets";
-/// Rewrite the offsets log once it is this large and mostly superseded.
+/// Kafka's default `offsets.topic.num.partitions`.
+pub const DEFAULT_OFFSETS_PARTITIONS: i32 = 50;
+/// Rewrite a partition's live records once it is this large and mostly superseded.
 const COMPACT_FROM_BYTES: u64 = 64 << 20;
 /// How often the coordinator's clock advances (session and rebalance timeouts resolve to it).
 const TICK: Duration = Duration::from_millis(100);
+
+/// Whether `topic` is internal: listed with `is_internal`, readable, but not produced to,
+/// deleted or resized by clients.
+pub fn is_internal(topic: &str) -> bool {
+    topic == OFFSETS_LOG
+}
+
+/// The offsets partition of `group` among `partitions`, as Kafka maps it: the group id's
+/// Java `String.hashCode` (over UTF-16 code units), made non-negative, modulo the count.
+pub fn offsets_partition_for(group: &str, partitions: usize) -> usize {
+    let mut h: i32 = 0;
+    for unit in group.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    (h & 0x7fff_ffff) as usize % partitions.max(1)
+}
+
+/// The topic configuration of `__consumer_offsets`: records are never deleted by age or
+/// size (the coordinator drops superseded ones itself).
+pub fn offsets_topic_config(segment_bytes: u64) -> TopicConfig {
+    let mut c = TopicConfig::default();
+    for (k, v) in [
+        ("retention.ms", "-1".to_string()),
+        ("retention.bytes", "-1".to_string()),
+        ("segment.bytes", segment_bytes.to_string()),
+    ] {
+        // Every value here is valid for its key.
+        let _ = c.set(k, &v);
+    }
+    c
+}
 
 /// Group settings from the broker configuration.
 #[derive(Debug, Clone)]
@@ -54,6 +96,11 @@ pub struct GroupSettings {
     pub offsets_retention_ms: i64,
     /// Largest metadata string accepted with a commit (offset.metadata.max.bytes).
     pub max_metadata_bytes: usize,
+    /// Partitions `__consumer_offsets` is created with (offsets.topic.num.partitions); an
+    /// existing topic keeps its count.
+    pub offsets_partitions: i32,
+    /// Segment size of `__consumer_offsets` (offsets.topic.segment.bytes).
+    pub offsets_segment_bytes: u64,
 }
 
 impl Default for GroupSettings {
@@ -63,13 +110,10 @@ impl Default for GroupSettings {
             consumer: ConsumerGroupConfig::default(),
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             max_metadata_bytes: 4096,
+            offsets_partitions: DEFAULT_OFFSETS_PARTITIONS,
+            offsets_segment_bytes: 16 << 20,
         }
     }
-}
-
-struct OffsetsLog {
-    log: Log,
-    dir: PathBuf,
 }
 
 /// Offsets that could not be turned into a batch for the offsets log.
@@ -83,152 +127,270 @@ pub enum OffsetsEncodeError {
     Batch(#[from] BatchError),
 }
 
-/// What a compaction starts from: the live offsets as of `upto`, the log end when they were
-/// taken. Commits at and after `upto` are copied over at the swap.
-struct CompactionPlan {
-    store: OffsetStore,
-    consumer: Vec<StateRecord>,
-    upto: i64,
-    size_before: u64,
-    dir: PathBuf,
+/// An offsets partition this node writes to.
+struct Led {
+    partition: Arc<Partition>,
+    /// The leader epoch it was taken over at (standalone: the partition's epoch).
+    epoch: i32,
+    /// Where a rewrite of the live records began, once the log start may move up to it (in
+    /// a cluster, when the high watermark has passed it).
+    pending_cut: Option<i64>,
+}
+
+/// The offsets partitions, by index. Its lock orders every write: records reach the logs in
+/// the order their changes were applied in memory.
+struct OffsetsPartitions {
+    /// Partitions of `__consumer_offsets` (0 until it exists).
+    count: usize,
+    led: Vec<Option<Led>>,
+}
+
+/// Where a write went, for waiting until it is durable ([`GroupService::durable`]).
+#[derive(Clone)]
+pub struct Written {
+    partition: Arc<Partition>,
+    epoch: i32,
+    /// The offset after the written records.
+    pub end: i64,
 }
 
 /// Groups and committed offsets.
 pub struct GroupService {
     settings: GroupSettings,
     coordinator: Mutex<Coordinator>,
-    /// KIP-848 consumer groups. Lock order: `log`, `coordinator`, `consumer`, `offsets`.
+    /// KIP-848 consumer groups. Lock order: `partitions`, `coordinator`, `consumer`,
+    /// `offsets`.
     consumer: Mutex<ConsumerGroups>,
     waiters: Mutex<HashMap<Token, oneshot::Sender<Reply>>>,
     next_token: AtomicU64,
     offsets: Mutex<OffsetStore>,
-    log: Mutex<OffsetsLog>,
+    partitions: Mutex<OffsetsPartitions>,
     flusher: Flusher,
     clock: SharedClock,
-    /// Size from which the offsets log is worth rewriting (a field so tests can lower it).
+    /// Size from which a partition is worth rewriting (a field so tests can lower it).
     compact_from_bytes: u64,
-    /// Held while a compaction runs, so two never overlap.
-    compacting: Mutex<()>,
-    /// Cluster mode: group requests are served only while this node leads the offsets
-    /// partition.
+    /// Cluster mode: offsets partitions are led (and groups coordinated) as the cluster's
+    /// leader elections decide.
     clustered: std::sync::atomic::AtomicBool,
-    /// The replicated offsets partition and the epoch this node took it over at.
-    replicated: Mutex<Option<(Arc<Partition>, i32)>>,
 }
 
 impl GroupService {
-    /// Opens the offsets log under `data_dir` and replays it.
-    pub fn open(
+    /// A service with no offsets partitions yet: a cluster node, until it leads some.
+    pub fn new(settings: GroupSettings, flusher: Flusher, clock: SharedClock) -> Self {
+        let nonce = nonce();
+        Self {
+            coordinator: Mutex::new(Coordinator::new(settings.coordinator.clone(), nonce)),
+            consumer: Mutex::new(ConsumerGroups::new(settings.consumer.clone(), nonce)),
+            settings,
+            waiters: Mutex::new(HashMap::new()),
+            next_token: AtomicU64::new(1),
+            offsets: Mutex::new(OffsetStore::default()),
+            partitions: Mutex::new(OffsetsPartitions {
+                count: 0,
+                led: Vec::new(),
+            }),
+            flusher,
+            clock,
+            compact_from_bytes: COMPACT_FROM_BYTES,
+            clustered: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Standalone: opens `__consumer_offsets` in `topics` (created on first start), moves in
+    /// the commits of the single offsets log earlier versions kept under `internal/`, and
+    /// serves every group from it.
+    pub fn open_standalone(
         data_dir: &Path,
+        topics: &TopicRegistry,
         settings: GroupSettings,
         flusher: Flusher,
         clock: SharedClock,
     ) -> Result<Self, BrokerError> {
-        let dir = data_dir.join("internal").join(OFFSETS_LOG);
-        recover_compaction(&dir)?;
-        let (log, notes) = Log::open(&dir, offsets_log_config(), flusher.clone(), clock.now_ms())?;
-        for n in notes {
-            tracing::warn!("recovery: {OFFSETS_LOG}: {n}");
+        let topic = match topics.get(OFFSETS_LOG) {
+            Some(t) => t,
+            None => topics
+                .create(
+                    OFFSETS_LOG,
+                    settings.offsets_partitions.max(1),
+                    offsets_topic_config(settings.offsets_segment_bytes),
+                    false,
+                )
+                .map_err(|e| BrokerError::Cluster(format!("cannot create {OFFSETS_LOG}: {e}")))?
+                .ok_or_else(|| BrokerError::Cluster(format!("{OFFSETS_LOG} was not created")))?,
+        };
+        let svc = Self::new(settings, flusher, clock);
+        let partitions = topic.partitions();
+        {
+            let mut parts = svc.partitions.lock();
+            parts.count = topic.partition_count().max(0) as usize;
+            parts.led = (0..parts.count).map(|_| None).collect();
+            let mut store = svc.offsets.lock();
+            let mut consumer = svc.consumer.lock();
+            for p in partitions {
+                replay_partition(&p, &mut store, &mut consumer)?;
+                let Some(slot) = parts.led.get_mut(p.index.max(0) as usize) else {
+                    continue;
+                };
+                *slot = Some(Led {
+                    epoch: p.leader_epoch(),
+                    partition: p,
+                    pending_cut: None,
+                });
+            }
         }
-        let mut store = OffsetStore::default();
-        let nonce = nonce();
-        let mut consumer = ConsumerGroups::new(settings.consumer.clone(), nonce);
-        replay(&log, &mut store, &mut consumer)?;
-        consumer.restored(clock.monotonic_ms());
-        Ok(Self {
-            coordinator: Mutex::new(Coordinator::new(settings.coordinator.clone(), nonce)),
-            consumer: Mutex::new(consumer),
-            settings,
-            waiters: Mutex::new(HashMap::new()),
-            next_token: AtomicU64::new(1),
-            offsets: Mutex::new(store),
-            log: Mutex::new(OffsetsLog { log, dir }),
-            flusher,
-            clock,
-            compact_from_bytes: COMPACT_FROM_BYTES,
-            compacting: Mutex::new(()),
-            clustered: std::sync::atomic::AtomicBool::new(false),
-            replicated: Mutex::new(None),
-        })
+        svc.migrate_single_log(data_dir)?;
+        svc.consumer.lock().restored(svc.clock.monotonic_ms());
+        Ok(svc)
     }
 
-    /// Cluster mode: from now on groups are coordinated only while this node leads the
-    /// replicated offsets partition ([`GroupService::take_over`]).
+    /// Moves the commits of the single offsets log of earlier versions
+    /// (`<data>/internal/__consumer_offsets`) into the partitions, then removes it. A crash
+    /// midway leaves the old log in place and the move is redone: writing the same state
+    /// twice changes nothing.
+    fn migrate_single_log(&self, data_dir: &Path) -> Result<(), BrokerError> {
+        let dir = data_dir.join("internal").join(OFFSETS_LOG);
+        recover_compaction(&dir)?;
+        if !dir.exists() {
+            return Ok(());
+        }
+        let (log, _) = Log::open(
+            &dir,
+            LogConfig {
+                retention_ms: -1,
+                retention_bytes: -1,
+                ..LogConfig::default()
+            },
+            self.flusher.clone(),
+            self.clock.now_ms(),
+        )?;
+        {
+            let mut store = self.offsets.lock();
+            let mut consumer = self.consumer.lock();
+            let end = log.end_offset();
+            replay_chunks(
+                log.start_offset(),
+                end,
+                |o| log.read(o, 1 << 20, end, true),
+                log.dir(),
+                &mut store,
+                &mut consumer,
+            )?;
+        }
+        drop(log);
+        let all: Vec<usize> = (0..self.partitions.lock().count).collect();
+        for p in all {
+            self.rewrite_live(p)?;
+        }
+        for led in self.partitions.lock().led.iter().flatten() {
+            led.partition
+                .close()
+                .map_err(|e| BrokerError::Cluster(e.to_string()))?;
+        }
+        std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))?;
+        tracing::info!("moved committed offsets from the single offsets log into {OFFSETS_LOG}");
+        Ok(())
+    }
+
+    /// Cluster mode: from now on groups are coordinated only for the offsets partitions this
+    /// node leads ([`GroupService::take_over`]).
     pub fn set_clustered(&self) {
         self.clustered.store(true, Ordering::SeqCst);
     }
 
-    /// Whether this node coordinates groups now: always when standalone; in a cluster while
-    /// it leads the offsets partition in the epoch it took it over at.
-    pub fn is_coordinator(&self) -> bool {
-        !self.clustered.load(Ordering::SeqCst) || self.leading().is_some()
+    /// The offsets partition `group` lives in, when `__consumer_offsets` exists.
+    pub fn partition_of(&self, group: &str) -> Option<usize> {
+        let count = self.partitions.lock().count;
+        (count > 0).then(|| offsets_partition_for(group, count))
     }
 
-    fn leading(&self) -> Option<Arc<Partition>> {
-        self.replicated
-            .lock()
-            .as_ref()
-            .filter(|(p, epoch)| p.role() == Role::Leader && p.leader_epoch() == *epoch)
-            .map(|(p, _)| p.clone())
+    /// Whether this node coordinates `group` now: it holds the group's offsets partition
+    /// (standalone), or leads it in the epoch it took it over at (cluster).
+    pub fn is_coordinator(&self, group: &str) -> bool {
+        let parts = self.partitions.lock();
+        parts.count > 0 && leading(&parts, offsets_partition_for(group, parts.count)).is_some()
     }
 
-    /// This node now leads the offsets partition at `epoch`: rebuilds the committed offsets
-    /// from its replica of the log and starts groups afresh (members rejoin, as after any
+    /// This node now leads offsets partition `index` (of `count`) at `epoch`: rebuilds the
+    /// groups of that partition from its replica of the log (members rejoin, as after any
     /// coordinator move). Does nothing when already taken over at that epoch.
-    pub fn take_over(&self, partition: Arc<Partition>, epoch: i32) -> Result<(), BrokerError> {
-        if self
-            .replicated
-            .lock()
-            .as_ref()
-            .is_some_and(|(_, e)| *e == epoch)
+    pub fn take_over(
+        &self,
+        index: usize,
+        count: usize,
+        partition: Arc<Partition>,
+        epoch: i32,
+    ) -> Result<(), BrokerError> {
         {
-            return Ok(());
+            let parts = self.partitions.lock();
+            if parts.count == count
+                && parts
+                    .led
+                    .get(index)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|l| l.epoch == epoch)
+            {
+                return Ok(());
+            }
         }
         let mut store = OffsetStore::default();
         let mut consumer = ConsumerGroups::new(self.settings.consumer.clone(), nonce());
-        let (start, end) = (partition.log_start_offset(), partition.log_end_offset());
-        replay_chunks(
-            start,
-            end,
-            |o| partition.read_replica(o, 1 << 20, true),
-            Path::new(OFFSETS_LOG),
-            &mut store,
-            &mut consumer,
-        )?;
+        replay_partition(&partition, &mut store, &mut consumer)?;
         consumer.restored(self.clock.monotonic_ms());
+        // Under the partitions lock, like every write, so no commit interleaves.
+        let mut parts = self.partitions.lock();
+        if parts.count != count {
+            // The partition count changed (or became known): groups may map elsewhere now.
+            parts.count = count;
+            parts.led.resize_with(count, || None);
+        }
+        self.forget_groups(&parts, index);
         let groups = store.group_ids().count();
-        // Under the log lock, like every write, so no commit interleaves with the swap.
-        let _order = self.log.lock();
-        *self.offsets.lock() = store;
-        self.reset_coordinator();
-        *self.consumer.lock() = consumer;
-        *self.replicated.lock() = Some((partition, epoch));
+        self.offsets.lock().absorb(store);
+        self.consumer.lock().absorb(consumer);
+        let end = partition.log_end_offset();
+        parts.led[index] = Some(Led {
+            partition,
+            epoch,
+            pending_cut: None,
+        });
         tracing::info!(
+            partition = index,
             epoch,
             groups,
             records_to = end,
-            "coordinating consumer groups: offsets rebuilt from the replicated log"
+            "coordinating the groups of an offsets partition: rebuilt from the replicated log"
         );
         Ok(())
     }
 
-    /// This node no longer leads the offsets partition: forgets groups and offsets (the new
+    /// This node no longer leads offsets partition `index`: forgets its groups (the new
     /// leader has them).
-    pub fn step_down(&self) {
-        if self.replicated.lock().take().is_some() {
-            let _order = self.log.lock();
-            *self.offsets.lock() = OffsetStore::default();
-            self.reset_coordinator();
-            *self.consumer.lock() = ConsumerGroups::new(self.settings.consumer.clone(), nonce());
-            tracing::info!("no longer coordinating consumer groups");
+    pub fn step_down(&self, index: usize) {
+        let mut parts = self.partitions.lock();
+        if parts.led.get_mut(index).and_then(Option::take).is_some() {
+            self.forget_groups(&parts, index);
+            tracing::info!(
+                partition = index,
+                "no longer coordinating the groups of an offsets partition"
+            );
         }
     }
 
-    fn reset_coordinator(&self) {
-        *self.coordinator.lock() = Coordinator::new(self.settings.coordinator.clone(), nonce());
-        // Parked joins and syncs get no answer from the new coordinator: their senders drop
-        // and the handlers answer with a retriable error.
-        self.waiters.lock().clear();
+    /// Drops the in-memory state of every group of partition `index`; parked joins and
+    /// syncs of those groups get no answer from here (their handlers answer with a retriable
+    /// error).
+    fn forget_groups(&self, parts: &OffsetsPartitions, index: usize) {
+        let count = parts.count;
+        let of_partition = |g: &str| count > 0 && offsets_partition_for(g, count) == index;
+        let dropped = self.coordinator.lock().forget(of_partition);
+        {
+            let mut waiters = self.waiters.lock();
+            for t in dropped {
+                waiters.remove(&t);
+            }
+        }
+        self.consumer.lock().forget(of_partition);
+        self.offsets.lock().forget(of_partition);
     }
 
     /// The settings in force.
@@ -255,9 +417,9 @@ impl GroupService {
         let now = self.clock.monotonic_ms();
         let replies = self.coordinator.lock().tick(now);
         self.deliver(replies);
-        let mut log = self.log.lock();
+        let parts = self.partitions.lock();
         let records = self.consumer.lock().tick(now);
-        if let Err(e) = self.append_consumer(&mut log, &records) {
+        if let Err(e) = self.append_consumer(&parts, &records) {
             tracing::warn!(error = ?e, "recording expired consumer group members failed");
         }
     }
@@ -362,100 +524,83 @@ impl GroupService {
         f(&self.offsets.lock())
     }
 
-    /// Writes commits (or, with `None` values, deletions) to the offsets log and applies them.
-    /// Returns the offset after the written batch, for durability waits.
+    /// Writes commits (or, with `None` values, deletions) to the group's offsets partition
+    /// and applies them. Returns where they went, for durability waits.
     pub fn write(
         &self,
         group: &str,
         entries: &[(String, i32, Option<Committed>)],
-    ) -> Result<i64, ResponseError> {
+    ) -> Result<Written, ResponseError> {
+        let parts = self.partitions.lock();
+        if parts.count == 0 {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        let index = offsets_partition_for(group, parts.count);
         if entries.is_empty() {
-            return Ok(self.log.lock().log.end_offset());
+            let led = leading(&parts, index).ok_or(ResponseError::NotCoordinator)?;
+            return Ok(Written {
+                end: led.partition.log_end_offset(),
+                partition: led.partition.clone(),
+                epoch: led.epoch,
+            });
         }
         let batch = encode_batch(group, entries, self.clock.now_ms()).map_err(|e| {
             tracing::warn!(group, error = %e, "cannot encode offsets");
             ResponseError::InvalidCommitOffsetSize
         })?;
-        let mut log = self.log.lock();
-        let end = self.append_batch(&mut log, &batch)?;
-        // Applied under the log lock so the store and the log agree on order.
+        let written = append_batch(&parts, index, &batch)?;
+        // Applied under the partitions lock so the store and the logs agree on order.
         let mut store = self.offsets.lock();
         for (topic, partition, value) in entries {
             store.apply(group, topic, *partition, value.clone());
         }
-        Ok(end)
+        Ok(written)
     }
 
-    /// Appends a batch to the offsets log (in a cluster, to the replicated offsets partition
-    /// this node leads) under the log lock; returns the offset after it.
-    fn append_batch(&self, log: &mut OffsetsLog, batch: &[u8]) -> Result<i64, ResponseError> {
-        if !self.clustered.load(Ordering::SeqCst) {
-            let info = log
-                .log
-                .append(batch, 0, None, self.clock.now_ms())
-                .map_err(|e| {
-                    tracing::error!(error = %e, "offsets log append failed");
-                    ResponseError::KafkaStorageError
-                })?;
-            return Ok(info.last_offset + 1);
-        }
-        let partition = self.leading().ok_or(ResponseError::NotCoordinator)?;
-        let header = batch::validate(batch).map_err(|e| {
-            tracing::error!(error = %e, "built an invalid offsets batch");
-            ResponseError::UnknownServerError
-        })?;
-        match partition.append(batch, &header, None) {
-            Ok(Appended::New { last_offset, .. } | Appended::Duplicate { last_offset, .. }) => {
-                Ok(last_offset + 1)
-            }
-            Err(AppendError::Refused(_)) => Err(ResponseError::NotCoordinator),
-            Err(AppendError::Storage(e)) => {
-                tracing::error!(error = %e, "offsets partition append failed");
-                Err(ResponseError::KafkaStorageError)
-            }
-        }
-    }
-
-    /// Appends consumer group changes (already applied in memory) under the log lock, so
-    /// the log holds them in the order they were made. `None` when there was nothing to write.
+    /// Appends consumer group changes (already applied in memory) to their groups' offsets
+    /// partitions, under the partitions lock so the logs hold them in the order they were
+    /// made. Returns where the last went; `None` when there was nothing to write.
     fn append_consumer(
         &self,
-        log: &mut OffsetsLog,
+        parts: &OffsetsPartitions,
         records: &[StateRecord],
-    ) -> Result<Option<i64>, ResponseError> {
-        if records.is_empty() {
+    ) -> Result<Option<Written>, ResponseError> {
+        if records.is_empty() || parts.count == 0 {
             return Ok(None);
         }
-        let batch = encode_consumer_batch(records, self.clock.now_ms()).map_err(|e| {
-            tracing::warn!(error = %e, "cannot encode consumer group records");
-            ResponseError::UnknownServerError
-        })?;
-        self.append_batch(log, &batch).map(Some)
+        let mut by_partition: Vec<(usize, Vec<StateRecord>)> = Vec::new();
+        for r in records {
+            let index = offsets_partition_for(r.group(), parts.count);
+            match by_partition.iter_mut().find(|(i, _)| *i == index) {
+                Some((_, rs)) => rs.push(r.clone()),
+                None => by_partition.push((index, vec![r.clone()])),
+            }
+        }
+        let mut last = None;
+        for (index, rs) in by_partition {
+            let batch = encode_consumer_batch(&rs, self.clock.now_ms()).map_err(|e| {
+                tracing::warn!(error = %e, "cannot encode consumer group records");
+                ResponseError::UnknownServerError
+            })?;
+            last = Some(append_batch(parts, index, &batch)?);
+        }
+        Ok(last)
     }
 
-    /// Waits until the offsets log is durable up to `end`, as the fsync policy promises acks:
-    /// REQUEST_TIMED_OUT when the fsync takes over 30 s, KAFKA_STORAGE_ERROR when it failed.
+    /// Waits until a write is committed as the fsync policy and replication promise acks:
+    /// in a cluster every in-sync replica holds it (like an acks=all produce), and with a
+    /// syncing policy it is on disk. REQUEST_TIMED_OUT after 30 s, KAFKA_STORAGE_ERROR when
+    /// the fsync failed, NOT_COORDINATOR when leadership moved meanwhile.
     pub fn durable(
         &self,
-        end: i64,
+        written: &Written,
     ) -> impl std::future::Future<Output = Result<(), ResponseError>> + Send + 'static {
         let wait = self.flusher.policy().acks_wait_for_fsync();
-        let replicated = if self.clustered.load(Ordering::SeqCst) {
-            Some(self.leading())
-        } else {
-            None
-        };
-        let mut rx = match &replicated {
-            Some(Some(p)) => p.durable_offset(),
-            _ => self.log.lock().log.durable_offset(),
-        };
+        let p = written.partition.clone();
+        let (epoch, end) = (written.epoch, written.end);
+        let mut rx = p.durable_offset();
         async move {
-            if let Some(leading) = replicated {
-                // Committed once every in-sync replica holds it, like an acks=all produce.
-                let Some(p) = leading else {
-                    return Err(ResponseError::NotCoordinator);
-                };
-                let epoch = p.leader_epoch();
+            if p.role() != Role::Standalone {
                 let mut hw = p.watch_high_watermark();
                 let replicated = async {
                     loop {
@@ -487,15 +632,12 @@ impl GroupService {
         }
     }
 
-    /// Saves the offsets log for a clean shutdown.
-    pub fn close(&self) {
-        if let Err(e) = self.log.lock().log.close() {
-            tracing::warn!(error = %e, "clean shutdown of {OFFSETS_LOG} failed; it will be scanned on start");
-        }
-    }
+    /// Nothing to save: the offsets partitions are closed with every other partition.
+    pub fn close(&self) {}
 
-    /// Expires offsets of groups without members (offsets.retention.minutes) and compacts the
-    /// offsets log when it is mostly superseded records. Called from the retention pass.
+    /// Expires offsets of groups without members (offsets.retention.minutes), forgets empty
+    /// consumer groups, and rewrites offsets partitions that are mostly superseded records.
+    /// Called from the retention pass.
     pub fn maintain(&self) {
         let cutoff = self
             .clock
@@ -521,158 +663,155 @@ impl GroupService {
             }
         }
         self.forget_empty_consumer_groups();
-        if let Err(e) = self.compact_if_worthwhile() {
-            tracing::error!(error = %e, "compacting {OFFSETS_LOG} failed");
+        let count = self.partitions.lock().count;
+        for index in 0..count {
+            if let Err(e) = self.compact_if_worthwhile(index) {
+                tracing::error!(partition = index, error = %e, "compacting {OFFSETS_LOG} failed");
+            }
         }
     }
 
-    /// Rewrites the offsets log with only its live commits when it is mostly superseded ones.
-    /// The copy is written without the log lock, so OffsetCommit goes on meanwhile; the lock
-    /// is held only to take the live set, and at the end to copy the commits made meanwhile
-    /// and swap the logs.
-    fn compact_if_worthwhile(&self) -> Result<(), BrokerError> {
-        let Some(_running) = self.compacting.try_lock() else {
+    /// When offsets partition `index` is mostly superseded records, writes its live ones
+    /// again at its end; once they are committed, moves its log start up to them.
+    fn compact_if_worthwhile(&self, index: usize) -> Result<(), BrokerError> {
+        let mut parts = self.partitions.lock();
+        let count = parts.count;
+        let Some(led) = leading(&parts, index) else {
             return Ok(());
         };
-        let Some(plan) = self.plan_compaction() else {
+        let partition = led.partition.clone();
+        if led.pending_cut.is_none() {
+            let size = partition.size_bytes();
+            let live = {
+                let of = |g: &str| offsets_partition_for(g, count) == index;
+                let store = self.offsets.lock();
+                let offsets: usize = store
+                    .group_ids()
+                    .filter(|g| of(g))
+                    .map(|g| store.group(g).len())
+                    .sum();
+                let consumer = self.consumer.lock().records_of(of).len();
+                (offsets + consumer) as u64 * 128
+            };
+            if size < self.compact_from_bytes || size < live.saturating_mul(4) {
+                return Ok(());
+            }
+            let cut = self.rewrite_live_locked(&parts, index)?;
+            if let Some(Some(led)) = parts.led.get_mut(index) {
+                led.pending_cut = Some(cut);
+            }
+        }
+        let Some(Some(led)) = parts.led.get_mut(index) else {
             return Ok(());
         };
-        let fresh = self.write_compacted(&plan)?;
-        self.swap_in(plan, fresh)
+        let Some(cut) = led.pending_cut else {
+            return Ok(());
+        };
+        if partition.high_watermark() < cut {
+            // Not committed yet: the next pass tries again.
+            return Ok(());
+        }
+        let before = partition.size_bytes();
+        match partition.delete_records_before(cut) {
+            Ok(_) => {
+                led.pending_cut = None;
+                tracing::info!(
+                    partition = index,
+                    before,
+                    after = partition.size_bytes(),
+                    "compacted an offsets partition"
+                );
+                Ok(())
+            }
+            Err(AppendError::Refused(_)) => Ok(()),
+            Err(AppendError::Storage(e)) => Err(BrokerError::Cluster(e.to_string())),
+        }
     }
 
-    /// The live offsets and where the log ended when they were taken, if a rewrite is due.
-    fn plan_compaction(&self) -> Option<CompactionPlan> {
-        let guard = self.log.lock();
-        let size = guard.log.size_bytes();
-        // Taken under the log lock: `write` applies to the store under it too, so the store
-        // is exactly the log up to `upto`.
-        let consumer = self.consumer.lock().records();
-        let store = self.offsets.lock();
-        let live = (store.len() + consumer.len()) as u64 * 128;
-        if size < self.compact_from_bytes || size < live.saturating_mul(4) {
-            return None;
-        }
-        Some(CompactionPlan {
-            store: store.clone(),
-            consumer,
-            upto: guard.log.end_offset(),
-            size_before: size,
-            dir: guard.dir.clone(),
-        })
+    /// Writes the live records of offsets partition `index` again at its end.
+    fn rewrite_live(&self, index: usize) -> Result<i64, BrokerError> {
+        let parts = self.partitions.lock();
+        self.rewrite_live_locked(&parts, index)
     }
 
-    /// Writes the plan's live offsets and consumer groups into a new log beside the current
-    /// one.
-    fn write_compacted(&self, plan: &CompactionPlan) -> Result<Log, BrokerError> {
-        let fresh = sibling(&plan.dir, "compacting");
-        if fresh.exists() {
-            std::fs::remove_dir_all(&fresh).map_err(io("remove", &fresh))?;
-        }
+    /// [`GroupService::rewrite_live`] under the partitions lock: the store is then exactly
+    /// what the partition's records say. Returns the offset the rewrite starts at.
+    fn rewrite_live_locked(
+        &self,
+        parts: &OffsetsPartitions,
+        index: usize,
+    ) -> Result<i64, BrokerError> {
+        let count = parts.count;
+        let led = leading(parts, index).ok_or_else(|| {
+            BrokerError::Cluster(format!("offsets partition {index} is not led here"))
+        })?;
+        let start = led.partition.log_end_offset();
+        let of = |g: &str| offsets_partition_for(g, count) == index;
         let now = self.clock.now_ms();
-        let (mut log, _) = Log::open(&fresh, offsets_log_config(), self.flusher.clone(), now)?;
-        let mut groups: Vec<&str> = plan.store.group_ids().collect();
+        let corrupt = |e: OffsetsEncodeError| BrokerError::Cluster(e.to_string());
+        let store = self.offsets.lock().clone();
+        let mut groups: Vec<&str> = store.group_ids().filter(|g| of(g)).collect();
         groups.sort_unstable();
         for g in groups {
-            let entries: Vec<(String, i32, Option<Committed>)> = plan
-                .store
+            let entries: Vec<(String, i32, Option<Committed>)> = store
                 .group(g)
                 .into_iter()
                 .map(|(t, p, c)| (t.to_string(), p, Some(c.clone())))
                 .collect();
             for chunk in entries.chunks(1000) {
-                let batch =
-                    encode_batch(g, chunk, now).map_err(|e| BrokerError::CorruptMetadata {
-                        path: fresh.clone(),
-                        reason: e.to_string(),
-                    })?;
-                log.append(&batch, 0, None, now)?;
+                let batch = encode_batch(g, chunk, now).map_err(corrupt)?;
+                append_batch(parts, index, &batch)
+                    .map_err(|e| BrokerError::Cluster(format!("{e:?}")))?;
             }
         }
-        for chunk in plan.consumer.chunks(1000) {
-            let batch =
-                encode_consumer_batch(chunk, now).map_err(|e| BrokerError::CorruptMetadata {
-                    path: fresh.clone(),
-                    reason: e.to_string(),
-                })?;
-            log.append(&batch, 0, None, now)?;
+        let consumer = self.consumer.lock().records_of(of);
+        for chunk in consumer.chunks(1000) {
+            let batch = encode_consumer_batch(chunk, now).map_err(corrupt)?;
+            append_batch(parts, index, &batch)
+                .map_err(|e| BrokerError::Cluster(format!("{e:?}")))?;
         }
-        Ok(log)
-    }
-
-    /// Under the log lock: copies the commits made since the plan, puts the new log in place
-    /// of the old one and reopens it.
-    fn swap_in(&self, plan: CompactionPlan, mut fresh: Log) -> Result<(), BrokerError> {
-        let dir = plan.dir;
-        let fresh_dir = sibling(&dir, "compacting");
-        let old = sibling(&dir, "old");
-        let mut guard = self.log.lock();
-        let now = self.clock.now_ms();
-        copy_batches(&guard.log, plan.upto, &mut fresh, now)?;
-        // Durable (and indexed, for a quick reopen) before it replaces anything.
-        fresh.close()?;
-        drop(fresh);
-        std::fs::rename(&dir, &old).map_err(io("rename", &dir))?;
-        if let Err(e) = std::fs::rename(&fresh_dir, &dir) {
-            // Put the old log back: it is still the one in use.
-            let _ = std::fs::rename(&old, &dir);
-            return Err(io("rename", &fresh_dir)(e));
-        }
-        sync_dir(dir.parent())?;
-        let log = match Log::open(&dir, offsets_log_config(), self.flusher.clone(), now) {
-            Ok((log, _)) => log,
-            Err(e) => {
-                // Undo the swap so the open log and the directory agree again; a restart would
-                // otherwise pick the new copy and lose what is appended to the old one.
-                let _ = std::fs::rename(&dir, &fresh_dir);
-                let _ = std::fs::rename(&old, &dir);
-                return Err(e.into());
-            }
-        };
-        guard.log = log;
-        let after = guard.log.size_bytes();
-        drop(guard);
-        std::fs::remove_dir_all(&old).map_err(io("remove", &old))?;
-        tracing::info!(before = plan.size_before, after, "compacted {OFFSETS_LOG}");
-        Ok(())
+        Ok(start)
     }
 }
 
-/// Appends every batch of `from` at and after `start` to `to`, in order.
-fn copy_batches(from: &Log, start: i64, to: &mut Log, now: i64) -> Result<(), BrokerError> {
-    let end = from.end_offset();
-    let mut offset = start.max(from.start_offset());
-    // Each round copies at least one batch and moves `offset` past it, or stops.
-    while offset < end {
-        let chunk = from.read(offset, 1 << 20, end, true)?;
-        let mut copied = false;
-        for (at, h) in Batches::new(&chunk.records) {
-            to.append(&chunk.records[at..at + h.total_len()], 0, None, now)?;
-            offset = h.next_offset();
-            copied = true;
-        }
-        if !copied {
-            break;
-        }
-    }
-    Ok(())
+/// The offsets partition `index` when this node may write to it: standalone always; in a
+/// cluster while it leads it in the epoch it took it over at.
+fn leading(parts: &OffsetsPartitions, index: usize) -> Option<&Led> {
+    parts
+        .led
+        .get(index)?
+        .as_ref()
+        .filter(|l| match l.partition.role() {
+            Role::Standalone => true,
+            Role::Leader => l.partition.leader_epoch() == l.epoch,
+            Role::Follower => false,
+        })
 }
 
-fn sync_dir(dir: Option<&Path>) -> Result<(), BrokerError> {
-    if let Some(d) = dir {
-        std::fs::File::open(d)
-            .and_then(|f| f.sync_all())
-            .map_err(io("fsync", d))?;
-    }
-    Ok(())
-}
-
-fn offsets_log_config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 16 << 20,
-        retention_ms: -1,
-        retention_bytes: -1,
-        ..LogConfig::default()
+/// Appends a batch to offsets partition `index` (under the partitions lock).
+fn append_batch(
+    parts: &OffsetsPartitions,
+    index: usize,
+    batch: &[u8],
+) -> Result<Written, ResponseError> {
+    let led = leading(parts, index).ok_or(ResponseError::NotCoordinator)?;
+    let header = batch::validate(batch).map_err(|e| {
+        tracing::error!(error = %e, "built an invalid offsets batch");
+        ResponseError::UnknownServerError
+    })?;
+    match led.partition.append(batch, &header, None) {
+        Ok(Appended::New { last_offset, .. } | Appended::Duplicate { last_offset, .. }) => {
+            Ok(Written {
+                partition: led.partition.clone(),
+                epoch: led.epoch,
+                end: last_offset + 1,
+            })
+        }
+        Err(AppendError::Refused(_)) => Err(ResponseError::NotCoordinator),
+        Err(AppendError::Storage(e)) => {
+            tracing::error!(error = %e, "offsets partition append failed");
+            Err(ResponseError::KafkaStorageError)
+        }
     }
 }
 
@@ -685,8 +824,9 @@ fn sibling(dir: &Path, suffix: &str) -> PathBuf {
     dir.with_file_name(name)
 }
 
-/// Finishes or undoes a compaction a crash interrupted: a half-written copy is discarded; a
-/// swap that renamed the old log aside but not the new one into place is reverted.
+/// Finishes or undoes a rewrite of the single offsets log of earlier versions that a crash
+/// interrupted: a half-written copy is discarded; a swap that renamed the old log aside but
+/// not the new one into place is reverted.
 fn recover_compaction(dir: &Path) -> Result<(), BrokerError> {
     let fresh = sibling(dir, "compacting");
     let old = sibling(dir, "old");
@@ -701,17 +841,18 @@ fn recover_compaction(dir: &Path) -> Result<(), BrokerError> {
     Ok(())
 }
 
-fn replay(
-    log: &Log,
+/// Applies every record of an offsets partition's replica, from its log start to its end.
+fn replay_partition(
+    partition: &Partition,
     store: &mut OffsetStore,
     consumer: &mut ConsumerGroups,
 ) -> Result<(), BrokerError> {
-    let end = log.end_offset();
+    let (start, end) = (partition.log_start_offset(), partition.log_end_offset());
     replay_chunks(
-        log.start_offset(),
+        start,
         end,
-        |o| log.read(o, 1 << 20, end, true),
-        log.dir(),
+        |o| partition.read_replica(o, 1 << 20, true),
+        Path::new(OFFSETS_LOG),
         store,
         consumer,
     )
@@ -830,14 +971,34 @@ mod tests {
     use spate_groups::{JoinRequest, SyncRequest};
     use spate_log::FsyncPolicy;
 
+    /// Small segments and few partitions, so rewrites delete whole segments in tests.
+    fn settings() -> GroupSettings {
+        GroupSettings {
+            offsets_partitions: 4,
+            offsets_segment_bytes: 4096,
+            ..GroupSettings::default()
+        }
+    }
+
+    fn open_with(
+        dir: &Path,
+        flusher: &Flusher,
+        settings: GroupSettings,
+        clock: SharedClock,
+    ) -> GroupService {
+        let (topics, _) = TopicRegistry::open(dir, flusher.clone()).unwrap();
+        GroupService::open_standalone(dir, &topics, settings, flusher.clone(), clock).unwrap()
+    }
+
     fn open(dir: &Path, flusher: &Flusher) -> GroupService {
-        GroupService::open(
-            dir,
-            GroupSettings::default(),
-            flusher.clone(),
-            SystemClock::shared(),
-        )
-        .unwrap()
+        open_with(dir, flusher, settings(), SystemClock::shared())
+    }
+
+    /// Size of the offsets partition `group` lives in.
+    fn partition_size(svc: &GroupService, group: &str) -> u64 {
+        let parts = svc.partitions.lock();
+        let index = offsets_partition_for(group, parts.count);
+        leading(&parts, index).unwrap().partition.size_bytes()
     }
 
     fn committed(offset: i64) -> Option<Committed> {
@@ -879,30 +1040,100 @@ mod tests {
     }
 
     #[test]
-    fn interrupted_compaction_is_undone() {
+    fn groups_map_to_offsets_partitions_as_kafka_does() {
+        // Java: "test".hashCode() == 3556498; "polygenelubricants".hashCode() == i32::MIN,
+        // which Kafka's Utils.abs maps to 0.
+        assert_eq!(offsets_partition_for("test", 50), 3_556_498 % 50);
+        assert_eq!(offsets_partition_for("polygenelubricants", 50), 0);
+        assert_eq!(offsets_partition_for("", 50), 0);
+        assert_eq!(offsets_partition_for("anything", 1), 0);
+        // Characters outside the BMP hash as their two UTF-16 code units, as in Java.
+        let h = (0xd83d_i32 * 31 + 0xde00) & 0x7fff_ffff;
+        assert_eq!(offsets_partition_for("\u{1F600}", 1000), h as usize % 1000);
+    }
+
+    #[test]
+    fn the_offsets_topic_is_created_with_its_partitions_and_groups_write_to_theirs() {
         let dir = tempfile::tempdir().unwrap();
         let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
         let svc = open(dir.path(), &flusher);
-        svc.write("g", &[("t".into(), 0, committed(10))]).unwrap();
-        drop(svc);
-        let main = dir.path().join("internal").join(OFFSETS_LOG);
-        std::fs::rename(&main, sibling(&main, "old")).unwrap();
-        std::fs::create_dir_all(sibling(&main, "compacting")).unwrap();
+        let groups = ["a", "b", "c", "d", "e", "f", "g", "h"];
+        for g in groups {
+            let w = svc.write(g, &[("t".into(), 0, committed(1))]).unwrap();
+            assert_eq!(
+                w.partition.index as usize,
+                offsets_partition_for(g, 4),
+                "{g} is written to its own partition"
+            );
+        }
+        let (topics, _) = TopicRegistry::open(dir.path(), flusher.clone()).unwrap();
+        let t = topics.get(OFFSETS_LOG).expect("the internal topic exists");
+        assert_eq!(t.partition_count(), 4);
+        assert_eq!(t.config().get("retention.ms"), Some(("-1", true)));
+        let used: std::collections::BTreeSet<usize> =
+            groups.iter().map(|g| offsets_partition_for(g, 4)).collect();
+        assert!(
+            used.len() > 1,
+            "eight groups spread over several partitions"
+        );
+    }
+
+    #[test]
+    fn a_single_offsets_log_of_an_earlier_version_is_moved_into_the_partitions() {
+        let dir = tempfile::tempdir().unwrap();
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+        let legacy = dir.path().join("internal").join(OFFSETS_LOG);
+        {
+            let (mut log, _) =
+                Log::open(&legacy, LogConfig::default(), flusher.clone(), now_ms()).unwrap();
+            // spate's first record format: u8 version, u8 kind, u16-length strings.
+            let mut key = vec![1u8, 1, 0, 2, b'g', b'1', 0, 1, b't'];
+            key.extend(3i32.to_be_bytes());
+            let mut value = vec![1u8];
+            value.extend(42i64.to_be_bytes());
+            value.extend(5i32.to_be_bytes());
+            value.extend(now_ms().to_be_bytes());
+            value.extend((-1i32).to_be_bytes());
+            let batch = batch::build(
+                &[NewRecord {
+                    key: Some(Bytes::from(key)),
+                    value: Some(Bytes::from(value)),
+                    timestamp: now_ms(),
+                }],
+                None,
+                Compression::None,
+            )
+            .unwrap();
+            log.append(&batch, 0, None, now_ms()).unwrap();
+            log.close().unwrap();
+        }
+        // A crash in the middle of an old rewrite left its pieces too.
+        std::fs::create_dir_all(sibling(&legacy, "compacting")).unwrap();
         let svc = open(dir.path(), &flusher);
-        svc.offsets(|s| assert_eq!(s.get("g", "t", 0).map(|c| c.offset), Some(10)));
-        assert!(!sibling(&main, "compacting").exists());
+        let read = |svc: &GroupService| {
+            svc.offsets(|s| s.get("g1", "t", 3).map(|c| (c.offset, c.leader_epoch)))
+        };
+        assert_eq!(read(&svc), Some((42, 5)));
+        assert!(!legacy.exists(), "the old log is gone once moved");
+        assert!(!sibling(&legacy, "compacting").exists());
+        drop(svc);
+        let svc = open(dir.path(), &flusher);
+        assert_eq!(
+            read(&svc),
+            Some((42, 5)),
+            "and the commit is in the partitions"
+        );
     }
 
     fn manual(dir: &Path, clock: &Arc<ManualClock>) -> GroupService {
-        let mut settings = GroupSettings::default();
+        let mut settings = settings();
         settings.coordinator.initial_rebalance_delay_ms = 0;
-        GroupService::open(
+        open_with(
             dir,
+            &Flusher::start(FsyncPolicy::Never).unwrap(),
             settings,
-            Flusher::start(FsyncPolicy::Never).unwrap(),
             clock.clone(),
         )
-        .unwrap()
     }
 
     /// Joins one consumer to `group` and completes the rebalance as its leader.
@@ -999,55 +1230,31 @@ mod tests {
     }
 
     #[test]
-    fn commits_made_while_the_offsets_log_is_rewritten_survive_the_swap_and_a_restart() {
+    fn maintain_rewrites_a_mostly_superseded_partition_and_deletes_its_old_segments() {
         let dir = tempfile::tempdir().unwrap();
         let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
         let mut svc = open(dir.path(), &flusher);
         svc.compact_from_bytes = 1;
         commit_many(&svc, "a", 40);
-        let before = svc.log.lock().log.size_bytes();
-        let plan = svc
-            .plan_compaction()
-            .expect("mostly superseded: worth a rewrite");
-        // OffsetCommit goes on while the copy is built, and after it is built.
         commit_many(&svc, "b", 2);
-        let fresh = svc.write_compacted(&plan).unwrap();
+        let before = partition_size(&svc, "a");
+        svc.maintain();
+        let after = partition_size(&svc, "a");
+        assert!(after < before / 4, "{after} of {before} bytes left");
         svc.write("a", &[("topic".into(), 7, committed(999_999))])
             .unwrap();
         svc.write("a", &[("topic".into(), 8, None)]).unwrap();
-        svc.swap_in(plan, fresh).unwrap();
-        let after = svc.log.lock().log.size_bytes();
-        assert!(after < before / 4, "{after} of {before} bytes left");
         let check = |svc: &GroupService| {
             assert_eq!(offset_of(svc, "a", 7), Some(999_999));
             assert_eq!(offset_of(svc, "a", 8), None);
             assert_eq!(offset_of(svc, "a", 9), Some(3909));
+            assert_eq!(offset_of(svc, "a", 49), Some(3949));
             assert_eq!(offset_of(svc, "b", 3), Some(103));
         };
         check(&svc);
-        svc.write("c", &[("topic".into(), 0, committed(5))])
-            .unwrap();
         drop(svc);
         let svc = open(dir.path(), &flusher);
         check(&svc);
-        assert_eq!(offset_of(&svc, "c", 0), Some(5));
-        let main = dir.path().join("internal").join(OFFSETS_LOG);
-        assert!(!sibling(&main, "old").exists() && !sibling(&main, "compacting").exists());
-    }
-
-    #[test]
-    fn maintain_compacts_a_mostly_superseded_offsets_log() {
-        let dir = tempfile::tempdir().unwrap();
-        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
-        let mut svc = open(dir.path(), &flusher);
-        svc.compact_from_bytes = 1;
-        commit_many(&svc, "a", 40);
-        let before = svc.log.lock().log.size_bytes();
-        svc.maintain();
-        assert!(svc.log.lock().log.size_bytes() < before / 4);
-        drop(svc);
-        let svc = open(dir.path(), &flusher);
-        assert_eq!(offset_of(&svc, "a", 49), Some(3949));
     }
 
     fn consumer_join(svc: &GroupService, group: &str, member: &str) -> i32 {
@@ -1078,10 +1285,10 @@ mod tests {
         let mut svc = open(dir.path(), &flusher);
         svc.compact_from_bytes = 1;
         assert_eq!(consumer_join(&svc, "cg", "m"), 1);
-        commit_many(&svc, "a", 40);
-        let before = svc.log.lock().log.size_bytes();
+        commit_many(&svc, "cg", 40);
+        let before = partition_size(&svc, "cg");
         svc.maintain();
-        assert!(svc.log.lock().log.size_bytes() < before / 4, "compacted");
+        assert!(partition_size(&svc, "cg") < before / 4, "compacted");
         drop(svc);
         let svc = open(dir.path(), &flusher);
         let d = svc.consumer(|c| c.describe("cg")).expect("group rebuilt");

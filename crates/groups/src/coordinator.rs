@@ -844,6 +844,23 @@ impl Coordinator {
         topics
     }
 
+    /// Drops every group `which` names (another coordinator has them now). Returns the
+    /// tokens of their parked joins and syncs, which will get no answer from here.
+    pub fn forget(&mut self, which: impl Fn(&str) -> bool) -> Vec<Token> {
+        let mut parked = Vec::new();
+        self.groups.retain(|id, g| {
+            if !which(id) {
+                return true;
+            }
+            for m in &g.members {
+                parked.extend(m.join_waiting);
+                parked.extend(m.sync_waiting);
+            }
+            false
+        });
+        parked
+    }
+
     /// Forgets an empty group (DeleteGroups).
     pub fn delete(&mut self, group_id: &str) -> Result<(), ResponseError> {
         match self.groups.get(group_id) {

@@ -84,6 +84,16 @@ impl OffsetStore {
             .collect()
     }
 
+    /// Drops every group `which` names (another coordinator has them now).
+    pub fn forget(&mut self, which: impl Fn(&str) -> bool) {
+        self.groups.retain(|g, _| !which(g));
+    }
+
+    /// Takes in the offsets of `other`, replacing those of the same groups.
+    pub fn absorb(&mut self, other: OffsetStore) {
+        self.groups.extend(other.groups);
+    }
+
     /// Number of stored offsets.
     pub fn len(&self) -> usize {
         self.groups.values().map(BTreeMap::len).sum()

@@ -124,6 +124,7 @@ fn topic_json(t: &Topic, with_partitions: bool) -> Value {
         "name": t.name,
         "id": t.id.to_string(),
         "partitions": t.partition_count(),
+        "internal": spate_broker::is_internal(&t.name),
         "configs": configs_json(&t.config()),
     });
     if with_partitions {
@@ -384,6 +385,12 @@ async fn delete_topic(
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
     let b = s.broker()?;
+    if spate_broker::is_internal(&name) {
+        return Err(kafka_error(
+            ResponseError::InvalidTopicException,
+            format!("{name} is an internal topic: it cannot be deleted"),
+        ));
+    }
     if b.cluster().is_some() {
         use spate_protocol::messages::delete_topics_request::{
             DeleteTopicState, DeleteTopicsRequest,
@@ -444,6 +451,12 @@ async fn add_partitions(
     let b = s.broker()?;
     let t = topic(b, &name)?;
     let req: PartitionCount = body(&raw)?;
+    if spate_broker::is_internal(&name) {
+        return Err(kafka_error(
+            ResponseError::InvalidTopicException,
+            format!("{name} is an internal topic: it cannot be resized"),
+        ));
+    }
     if b.cluster().is_some() {
         use spate_protocol::messages::create_partitions_request::{
             CreatePartitionsRequest, CreatePartitionsTopic,

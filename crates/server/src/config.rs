@@ -191,6 +191,11 @@ pub struct Args {
     #[arg(long, env = "SPATE_OFFSETS_RETENTION_MINUTES", default_value_t = 10080)]
     pub offsets_retention_minutes: u64,
 
+    /// Partitions `__consumer_offsets` is created with (offsets.topic.num.partitions); groups
+    /// are spread over them by id. An existing topic keeps its count.
+    #[arg(long, env = "SPATE_OFFSETS_TOPIC_NUM_PARTITIONS", default_value_t = 50)]
+    pub offsets_topic_num_partitions: u32,
+
     /// Producer trade-off: low-latency, balanced, high-throughput or extreme. Sets the memory
     /// for requests in flight (16 / 64 / 256 / 512 MiB), the fsync window of `--fsync always`
     /// (0 / 0 / 2 / 10 ms) and the per-connection response buffer (16 KiB / 64 KiB / 256 KiB /
@@ -506,6 +511,9 @@ impl Args {
         if self.group_consumer_max_size == 0 {
             bail!("--group-consumer-max-size must be at least 1");
         }
+        if !(1..=1000).contains(&self.offsets_topic_num_partitions) {
+            bail!("--offsets-topic-num-partitions must be between 1 and 1000");
+        }
         if self.offsets_retention_minutes == 0 {
             bail!("--offsets-retention-minutes must be at least 1");
         }
@@ -571,6 +579,8 @@ impl Args {
         c.groups.consumer.session_timeout_ms = self.group_consumer_session_timeout_ms as i32;
         c.groups.consumer.heartbeat_interval_ms = self.group_consumer_heartbeat_interval_ms as i32;
         c.groups.consumer.max_size = self.group_consumer_max_size as usize;
+        c.groups.offsets_partitions = self.offsets_topic_num_partitions as i32;
+        c.cluster_mode = self.cluster_peers.is_some();
         c.groups.offsets_retention_ms =
             (self.offsets_retention_minutes.min(1 << 40) * 60_000) as i64;
         c.fsync = match parse_fsync(&self.fsync, self.fsync_interval_ms)? {

@@ -159,7 +159,7 @@ fn describe_topic(
 ) -> MetadataResponseTopic {
     let mut out = MetadataResponseTopic::default();
     out.name = Some(StrBytes::from_string(t.name.clone()).into());
-    out.is_internal = t.name == crate::groups::OFFSETS_LOG;
+    out.is_internal = crate::groups::is_internal(&t.name);
     if version >= 10 {
         out.topic_id = t.id;
     }
@@ -412,6 +412,13 @@ pub async fn delete_topics(
                 ResponseError::UnknownTopicId.code(),
                 format!("no topic with id {id}"),
             )),
+            Some(n) if crate::groups::is_internal(&n) => {
+                r.name = Some(StrBytes::from_string(n.clone()).into());
+                Err((
+                    ResponseError::InvalidTopicException.code(),
+                    format!("{n} is an internal topic: it cannot be deleted"),
+                ))
+            }
             Some(n) => {
                 r.name = Some(StrBytes::from_string(n.clone()).into());
                 match cluster
@@ -471,6 +478,13 @@ pub async fn create_partitions(
         r.name = t.name.clone();
         let image = cluster.image();
         let cmd = match &t.assignments {
+            _ if crate::groups::is_internal(&t.name) => Err((
+                ResponseError::InvalidTopicException.code(),
+                format!(
+                    "{} is an internal topic: it cannot be resized",
+                    t.name.as_str()
+                ),
+            )),
             Some(a) => {
                 let current = image
                     .topic(&t.name)

@@ -269,12 +269,14 @@ impl Cluster {
         Ok(())
     }
 
-    /// The node that coordinates consumer groups: the leader of the replicated offsets
-    /// partition, where commits are stored, so the coordinator moves with it on failover and
-    /// finds every committed offset there.
-    pub fn group_coordinator(&self) -> Option<(BrokerId, String, i32)> {
+    /// The node that coordinates `group`: the leader of the group's offsets partition, where
+    /// its commits are stored, so the coordinator moves with it on failover and finds every
+    /// committed offset there.
+    pub fn group_coordinator(&self, group: &str) -> Option<(BrokerId, String, i32)> {
         let image = self.image();
-        let leader = image.partition(OFFSETS_LOG, 0)?.leader?;
+        let count = image.topic(OFFSETS_LOG)?.partitions.len();
+        let index = crate::groups::offsets_partition_for(group, count);
+        let leader = image.partition(OFFSETS_LOG, index as i32)?.leader?;
         let reg = image.broker(leader).filter(|r| !r.fenced)?;
         Some((reg.id, reg.kafka_host.clone(), i32::from(reg.kafka_port)))
     }
@@ -451,8 +453,8 @@ async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
         cluster.reconciled.send_replace(Some(image.clone()));
         if let Some(b) = broker.upgrade() {
             b.quotas.set_table(image.client_quotas().clone());
+            ensure_offsets_topic(&cluster, &b, &image);
         }
-        ensure_offsets_topic(&cluster, &image);
         ensure_cluster_id(&cluster, &image);
         if images.changed().await.is_err() || cluster.stopping.load(Ordering::SeqCst) {
             return;
@@ -482,8 +484,9 @@ fn ensure_cluster_id(cluster: &Arc<Cluster>, image: &MetadataImage) {
 }
 
 /// The controller creates the replicated offsets topic once enough brokers are up to give it
-/// its full replication factor (three, or every voter in a smaller cluster).
-fn ensure_offsets_topic(cluster: &Arc<Cluster>, image: &MetadataImage) {
+/// its full replication factor (three, or every voter in a smaller cluster), with
+/// offsets.topic.num.partitions partitions and no retention.
+fn ensure_offsets_topic(cluster: &Arc<Cluster>, broker: &Broker, image: &MetadataImage) {
     if image.topic(OFFSETS_LOG).is_some() || !cluster.node.is_leader() {
         return;
     }
@@ -495,9 +498,11 @@ fn ensure_offsets_topic(cluster: &Arc<Cluster>, image: &MetadataImage) {
         image,
         OFFSETS_LOG,
         uuid::Uuid::new_v4(),
-        1,
+        broker.config.groups.offsets_partitions.max(1),
         rf as i16,
-        Default::default(),
+        crate::groups::offsets_topic_config(broker.config.groups.offsets_segment_bytes)
+            .overrides()
+            .clone(),
     ) {
         Ok(cmd) => cmd,
         Err(e) => {

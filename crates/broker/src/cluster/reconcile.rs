@@ -41,20 +41,23 @@ pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) {
             }
         }
     }
-    // The node leading the replicated offsets partition coordinates every group.
-    let offsets = b
-        .topics
-        .get(OFFSETS_LOG)
-        .and_then(|t| t.partition(0))
-        .filter(|p| p.role() == Role::Leader);
-    match offsets {
-        Some(p) => {
-            let epoch = p.leader_epoch();
-            if let Err(e) = b.groups.take_over(p, epoch) {
-                tracing::error!(error = %e, "cannot load committed offsets from the replicated offsets partition");
+    // Each node coordinates the groups of the offsets partitions it leads.
+    if let Some(t) = b.topics.get(OFFSETS_LOG) {
+        let count = t.partition_count().max(0) as usize;
+        for index in 0..count {
+            let led = t
+                .partition(index as i32)
+                .filter(|p| p.role() == Role::Leader);
+            match led {
+                Some(p) => {
+                    let epoch = p.leader_epoch();
+                    if let Err(e) = b.groups.take_over(index, count, p, epoch) {
+                        tracing::error!(partition = index, error = %e, "cannot load committed offsets from a replicated offsets partition");
+                    }
+                }
+                None => b.groups.step_down(index),
             }
         }
-        None => b.groups.step_down(),
     }
     for local in b.topics.list() {
         let gone = image.topic(&local.name).is_none_or(|t| t.id != local.id);

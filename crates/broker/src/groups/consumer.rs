@@ -6,7 +6,7 @@ use spate_groups::consumer_group::{
 };
 use spate_protocol::ResponseError;
 
-use super::GroupService;
+use super::{GroupService, Written};
 
 impl GroupService {
     /// Handles a ConsumerGroupHeartbeat. Returns the answer and, when the heartbeat changed
@@ -15,10 +15,10 @@ impl GroupService {
         &self,
         topics: &TopicsView,
         req: HeartbeatRequest,
-    ) -> (Result<HeartbeatResponse, HeartbeatError>, Option<i64>) {
+    ) -> (Result<HeartbeatResponse, HeartbeatError>, Option<Written>) {
         let now = self.clock.monotonic_ms();
-        // The log lock orders the records exactly as the changes were made.
-        let mut log = self.log.lock();
+        // The partitions lock orders the records exactly as the changes were made.
+        let parts = self.partitions.lock();
         let mut classic = self.coordinator.lock();
         if classic.has_members(&req.group_id) {
             let message = format!("Group {} is not a consumer group.", req.group_id);
@@ -38,7 +38,7 @@ impl GroupService {
         drop(classic);
         let (answer, records) = consumer.heartbeat(now, topics, req);
         drop(consumer);
-        match self.append_consumer(&mut log, &records) {
+        match self.append_consumer(&parts, &records) {
             Ok(end) => (answer, end),
             Err(error) => (
                 Err(HeartbeatError {
@@ -58,7 +58,7 @@ impl GroupService {
     /// Lets a classic JoinGroup have `group`: refused (INCONSISTENT_GROUP_PROTOCOL) while a
     /// consumer group of that id has members; an empty consumer group is deleted.
     pub fn claim_for_classic(&self, group: &str) -> Result<(), ResponseError> {
-        let mut log = self.log.lock();
+        let parts = self.partitions.lock();
         let mut consumer = self.consumer.lock();
         if !consumer.contains(group) {
             return Ok(());
@@ -68,20 +68,20 @@ impl GroupService {
         }
         let records = consumer.delete(group)?;
         drop(consumer);
-        self.append_consumer(&mut log, &records).map(|_| ())
+        self.append_consumer(&parts, &records).map(|_| ())
     }
 
     /// Deletes an empty consumer group's state (its offsets are the caller's); `Ok(false)`
     /// when no consumer group has this id.
     pub(super) fn delete_consumer_group(&self, group: &str) -> Result<bool, ResponseError> {
-        let mut log = self.log.lock();
+        let parts = self.partitions.lock();
         let mut consumer = self.consumer.lock();
         if !consumer.contains(group) {
             return Ok(false);
         }
         let records = consumer.delete(group)?;
         drop(consumer);
-        self.append_consumer(&mut log, &records).map(|_| true)
+        self.append_consumer(&parts, &records).map(|_| true)
     }
 
     /// True when either kind of group `group` has live members.

@@ -73,9 +73,9 @@ pub fn heartbeat(
         client_id: client_id.to_string(),
         client_host: client_host.to_string(),
     };
-    let answered = b.groups.is_coordinator().then(|| {
-        let (answer, end) = b.groups.consumer_heartbeat(&topics_view(b), request);
-        (answer, end.map(|e| b.groups.durable(e)))
+    let answered = b.groups.is_coordinator(&request.group_id).then(|| {
+        let (answer, written) = b.groups.consumer_heartbeat(&topics_view(b), request);
+        (answer, written.map(|w| b.groups.durable(&w)))
     });
     async move {
         let Some((answer, durable)) = answered else {
@@ -143,7 +143,7 @@ pub fn describe(
         let mut g = DescribedGroup::default();
         g.group_id = id.clone();
         g.authorized_operations = group_operations(req.include_authorized_operations);
-        if !b.groups.is_coordinator() {
+        if !b.groups.is_coordinator(&id) {
             g.error_code = ResponseError::NotCoordinator.code();
             resp.groups.push(g);
             continue;

@@ -31,6 +31,10 @@ pub fn handle(b: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
             pr.partition_index = p.partition_index;
             let outcome = match &topic {
                 None => Err(ResponseError::UnknownTopicOrPartition),
+                // The group coordinator keeps it small itself.
+                Some(t) if crate::groups::is_internal(&t.name) => {
+                    Err(ResponseError::InvalidTopicException)
+                }
                 Some(topic) => topic.lookup(p.partition_index).and_then(|part| {
                     part.delete_records_before(p.offset).map_err(|e| match e {
                         AppendError::Refused(code) => code,

@@ -46,7 +46,7 @@ pub fn find_coordinator(
             c.key = key;
             if req.key_type == KEY_GROUP {
                 match b.cluster() {
-                    Some(cluster) => match cluster.group_coordinator() {
+                    Some(cluster) => match cluster.group_coordinator(c.key.as_str()) {
                         Some((id, host, port)) => {
                             c.node_id = id.into();
                             c.host = s(&host);
@@ -121,7 +121,7 @@ pub fn join(
         client_host: client_host.to_string(),
         require_known_member_id: version >= 4,
     };
-    let answer = if !b.groups.is_coordinator() {
+    let answer = if !b.groups.is_coordinator(&join.group_id) {
         Err(ResponseError::NotCoordinator)
     } else {
         // A consumer group with members keeps its id; an empty one gives it up.
@@ -199,7 +199,7 @@ pub fn sync(
     };
     let answer = b
         .groups
-        .is_coordinator()
+        .is_coordinator(&sync.group_id)
         .then(|| b.groups.call(move |c, now, token| c.sync(now, token, sync)));
     async move {
         let mut resp = SyncGroupResponse::default();
@@ -224,7 +224,7 @@ pub fn sync(
 
 /// Answers Heartbeat.
 pub fn heartbeat(b: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
-    if !b.groups.is_coordinator() {
+    if !b.groups.is_coordinator(&req.group_id) {
         let mut resp = HeartbeatResponse::default();
         resp.error_code = ResponseError::NotCoordinator.code();
         return resp;
@@ -249,7 +249,7 @@ pub fn heartbeat(b: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
 
 /// Answers LeaveGroup (one member before v3, a batch from v3).
 pub fn leave(b: &Broker, version: i16, req: LeaveGroupRequest) -> LeaveGroupResponse {
-    if !b.groups.is_coordinator() {
+    if !b.groups.is_coordinator(&req.group_id) {
         let mut resp = LeaveGroupResponse::default();
         resp.error_code = ResponseError::NotCoordinator.code();
         return resp;
@@ -300,7 +300,7 @@ pub fn describe(b: &Broker, version: i16, req: DescribeGroupsRequest) -> Describ
         if version >= 3 {
             g.authorized_operations = group_operations(req.include_authorized_operations);
         }
-        if !b.groups.is_coordinator() {
+        if !b.groups.is_coordinator(&id) {
             g.error_code = ResponseError::NotCoordinator.code();
             resp.groups.push(g);
             continue;
@@ -356,10 +356,8 @@ pub fn describe(b: &Broker, version: i16, req: DescribeGroupsRequest) -> Describ
 
 /// Answers ListGroups, with the state and type filters of v4 and v5.
 pub fn list(b: &Broker, version: i16, req: ListGroupsRequest) -> ListGroupsResponse {
-    if !b.groups.is_coordinator() {
-        // In a cluster each node lists the groups it coordinates; this one has none.
-        return ListGroupsResponse::default();
-    }
+    // In a cluster each node holds (and lists) only the groups it coordinates: those of the
+    // offsets partitions it leads.
     let mut groups: Vec<(String, &'static str, String, &'static str)> = b
         .groups
         .coordinator(|c| c.list())
@@ -407,7 +405,7 @@ pub fn delete(b: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
     for id in req.groups_names {
         let mut r = DeletableGroupResult::default();
         r.group_id = id.clone();
-        if !b.groups.is_coordinator() {
+        if !b.groups.is_coordinator(&id) {
             r.error_code = ResponseError::NotCoordinator.code();
         } else if let Err(e) = b.groups.delete_group(&id) {
             r.error_code = e.code();

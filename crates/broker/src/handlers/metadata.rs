@@ -144,6 +144,7 @@ fn describe(b: &Broker, version: i16, t: &Topic, with_ops: bool) -> MetadataResp
     let node = b.config.node_id;
     let mut out = MetadataResponseTopic::default();
     out.name = Some(StrBytes::from_string(t.name.clone()).into());
+    out.is_internal = crate::groups::is_internal(&t.name);
     if version >= 10 {
         out.topic_id = t.id;
     }

@@ -30,7 +30,7 @@ pub fn commit(
     let instance = req.group_instance_id.as_deref();
     let check = if group.is_empty() {
         CommitCheck::Reject(ResponseError::InvalidGroupId)
-    } else if !b.groups.is_coordinator() {
+    } else if !b.groups.is_coordinator(&group) {
         CommitCheck::Reject(ResponseError::NotCoordinator)
     } else if b.groups.consumer(|c| c.contains(&group)) {
         // A KIP-848 group: the member epoch must be the member's current one.
@@ -111,7 +111,7 @@ pub fn commit(
         resp.topics.push(tr);
     }
     let written = b.groups.write(&group, &entries);
-    let durable = written.as_ref().ok().map(|end| b.groups.durable(*end));
+    let durable = written.as_ref().ok().map(|w| b.groups.durable(w));
     async move {
         let failure = match (written, durable) {
             (Err(e), _) => Some(e),
@@ -171,17 +171,10 @@ fn wanted(
 /// Answers OffsetFetch: one group before v8, several from v8.
 pub fn fetch(b: &Broker, version: i16, req: OffsetFetchRequest) -> OffsetFetchResponse {
     let mut resp = OffsetFetchResponse::default();
-    if !b.groups.is_coordinator() {
+    if version < 8 && !b.groups.is_coordinator(&req.group_id) {
         // The client looks the coordinator up again and asks there.
         let e = ResponseError::NotCoordinator.code();
-        if version >= 8 {
-            for g in req.groups {
-                let mut out = OffsetFetchResponseGroup::default();
-                out.group_id = g.group_id;
-                out.error_code = e;
-                resp.groups.push(out);
-            }
-        } else if version >= 2 {
+        if version >= 2 {
             resp.error_code = e;
         } else {
             for t in req.topics.into_iter().flatten() {
@@ -203,6 +196,12 @@ pub fn fetch(b: &Broker, version: i16, req: OffsetFetchRequest) -> OffsetFetchRe
         for g in req.groups {
             let mut out = OffsetFetchResponseGroup::default();
             out.group_id = g.group_id.clone();
+            if !b.groups.is_coordinator(&g.group_id) {
+                // The client looks this group's coordinator up again and asks there.
+                out.error_code = ResponseError::NotCoordinator.code();
+                resp.groups.push(out);
+                continue;
+            }
             let member = g.member_id.as_deref();
             if let OffsetCheck::Reject(e) = b
                 .groups
@@ -263,7 +262,7 @@ pub fn fetch(b: &Broker, version: i16, req: OffsetFetchRequest) -> OffsetFetchRe
 /// Answers OffsetDelete: refused for topics the group's live members subscribe to.
 pub fn delete(b: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
     let mut resp = OffsetDeleteResponse::default();
-    if !b.groups.is_coordinator() {
+    if !b.groups.is_coordinator(&req.group_id) {
         resp.error_code = ResponseError::NotCoordinator.code();
         return resp;
     }

@@ -85,6 +85,11 @@ pub fn handle(
                         ResponseError::UnknownTopicOrPartition,
                         "unknown topic".into(),
                     )),
+                    // Only the group coordinator writes there, as in Kafka.
+                    Some(t) if crate::groups::is_internal(&t.name) => Err((
+                        ResponseError::InvalidTopicException,
+                        format!("cannot produce to the internal topic {}", t.name),
+                    )),
                     Some(t) => append_one(t, pd, b.clock.now_ms(), acks == -1),
                 }
             };

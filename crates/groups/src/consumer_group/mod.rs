@@ -207,6 +207,18 @@ pub enum StateRecord {
     },
 }
 
+impl StateRecord {
+    /// The group the record is about.
+    pub fn group(&self) -> &str {
+        match self {
+            Self::Group { group, .. }
+            | Self::GroupDeleted { group }
+            | Self::Member { group, .. }
+            | Self::MemberRemoved { group, .. } => group,
+        }
+    }
+}
+
 /// ConsumerGroupDescribe output for one member.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberDescription {
@@ -587,11 +599,27 @@ impl ConsumerGroups {
         }
     }
 
+    /// Drops every group `which` names (another coordinator has them now).
+    pub fn forget(&mut self, which: impl Fn(&str) -> bool) {
+        self.groups.retain(|id, _| !which(id));
+    }
+
+    /// Takes in the groups of `other` (rebuilt from an offsets partition this coordinator
+    /// just took over), replacing any of the same id.
+    pub fn absorb(&mut self, other: ConsumerGroups) {
+        self.groups.extend(other.groups);
+    }
+
     /// Every durable record that rebuilds the groups as they are now (for rewriting the
     /// offsets log).
     pub fn records(&self) -> Vec<StateRecord> {
+        self.records_of(|_| true)
+    }
+
+    /// [`ConsumerGroups::records`] of the groups `which` names.
+    pub fn records_of(&self, which: impl Fn(&str) -> bool) -> Vec<StateRecord> {
         let mut out = Vec::new();
-        for g in self.groups.values() {
+        for g in self.groups.values().filter(|g| which(&g.id)) {
             out.push(StateRecord::Group {
                 group: g.id.clone(),
                 epoch: g.epoch,

@@ -34,7 +34,7 @@ pub enum AnyKey {
 /// Decodes any key of the offsets log.
 pub fn decode_key(buf: Bytes) -> Result<AnyKey, RecordError> {
     match buf.get(..2) {
-        Some([VERSION, k]) if *k == super::KIND_OFFSET => {
+        Some([0, 0 | 1]) | Some([VERSION, super::KIND_OFFSET]) => {
             super::OffsetKey::decode(buf).map(AnyKey::Offset)
         }
         Some([VERSION, KIND_CONSUMER_GROUP]) => {

@@ -169,8 +169,10 @@ async fn describe_topic_partitions_pages_with_a_cursor_in_name_order() {
     create_topic(&spate.addr, "a-topic", 2, &[]).await;
     let mut raw = Raw::connect(&spate.addr);
     let mut seen = Vec::new();
+    let mut internal = Vec::new();
     let mut cursor: Option<Cursor> = None;
-    for _ in 0..10 {
+    // 50 internal partitions and 5 others, two a page.
+    for _ in 0..40 {
         let mut req = DescribeTopicPartitionsRequest::default();
         req.response_partition_limit = 2;
         req.cursor = cursor.take();
@@ -178,7 +180,12 @@ async fn describe_topic_partitions_pages_with_a_cursor_in_name_order() {
             raw.call(ApiKey::DescribeTopicPartitions, 0, &req);
         for t in &resp.topics {
             assert_eq!(t.error_code, 0);
-            assert!(!t.is_internal);
+            let name = t.name.as_ref().unwrap().to_string();
+            assert_eq!(t.is_internal, name == "__consumer_offsets", "{name}");
+            if t.is_internal {
+                internal.extend(t.partitions.iter().map(|p| p.partition_index));
+                continue;
+            }
             for p in &t.partitions {
                 assert_eq!(p.leader_id.0, 0, "the standalone broker (node 0) leads");
                 assert_eq!(p.isr_nodes.len(), 1);
@@ -206,6 +213,11 @@ async fn describe_topic_partitions_pages_with_a_cursor_in_name_order() {
     .map(|(t, p)| (t.to_string(), *p))
     .collect();
     assert_eq!(seen, want);
+    assert_eq!(
+        internal,
+        (0..50).collect::<Vec<_>>(),
+        "__consumer_offsets is listed, internal, with Kafka's 50 partitions"
+    );
     // An explicit unknown topic is answered with its error, not left out.
     let mut req = DescribeTopicPartitionsRequest::default();
     req.response_partition_limit = 100;
@@ -266,4 +278,50 @@ async fn alter_replica_log_dirs_accepts_the_data_dir_and_refuses_any_other() {
         "LOG_DIR_NOT_FOUND"
     );
     assert_eq!(ask(&mut raw, here, 5), 3, "UNKNOWN_TOPIC_OR_PARTITION");
+}
+
+#[tokio::test]
+async fn clients_cannot_produce_to_delete_or_resize_the_internal_offsets_topic() {
+    use rdkafka::admin::NewPartitions;
+    use rdkafka::types::RDKafkaErrorCode;
+    let spate = Spate::start(&[]);
+    let prod = producer(&spate.addr, &[("message.timeout.ms", "10000")]);
+    let refused = prod
+        .send(
+            FutureRecord::<(), _>::to("__consumer_offsets")
+                .payload("x")
+                .partition(0),
+            Duration::from_secs(15),
+        )
+        .await
+        .expect_err("a produce to __consumer_offsets is refused");
+    assert_eq!(
+        refused.0.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::InvalidTopic)
+    );
+    let a = admin(&spate.addr);
+    let deleted = a
+        .delete_topics(&["__consumer_offsets"], &AdminOptions::new())
+        .await
+        .expect("DeleteTopics answered");
+    assert!(
+        matches!(deleted[0], Err((_, RDKafkaErrorCode::InvalidTopic))),
+        "{deleted:?}"
+    );
+    let resized = a
+        .create_partitions(
+            &[NewPartitions::new("__consumer_offsets", 60)],
+            &AdminOptions::new(),
+        )
+        .await
+        .expect("CreatePartitions answered");
+    assert!(
+        matches!(resized[0], Err((_, RDKafkaErrorCode::InvalidTopic))),
+        "{resized:?}"
+    );
+    // Still there, with its 50 partitions, and listed as internal.
+    let md = rdkafka::producer::Producer::client(&prod)
+        .fetch_metadata(Some("__consumer_offsets"), Duration::from_secs(10))
+        .expect("metadata");
+    assert_eq!(md.topics()[0].partitions().len(), 50);
 }

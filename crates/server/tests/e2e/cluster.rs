@@ -18,8 +18,23 @@ use serde_json::Value;
 
 use crate::harness::{admin, consumer, http, producer, Raw, Spate};
 
+/// Partitions of `__consumer_offsets` in test clusters: several, so groups land on different
+/// ones, but fewer than Kafka's 50 so three nodes on two cores start quickly.
+pub const OFFSETS_PARTITIONS: usize = 5;
+
+/// The `__consumer_offsets` partition of `group`, as Kafka maps it (Java's `String.hashCode`,
+/// non-negative, modulo the count).
+pub fn offsets_partition_of(group: &str) -> i64 {
+    let h = group
+        .encode_utf16()
+        .fold(0i32, |h, u| h.wrapping_mul(31).wrapping_add(i32::from(u)));
+    ((h & 0x7fff_ffff) as usize % OFFSETS_PARTITIONS) as i64
+}
+
 /// Short timings so failover happens within seconds in tests.
-const FAST: [&str; 6] = [
+const FAST: [&str; 8] = [
+    "--offsets-topic-num-partitions",
+    "5",
     "--broker-session-timeout-ms",
     "2000",
     "--broker-heartbeat-interval-ms",
@@ -527,11 +542,12 @@ async fn committed_offsets_survive_kill_9_of_the_group_coordinator() {
         .await
         .expect("produce");
     }
-    // The offsets topic exists with three in-sync replicas.
+    // The group's offsets partition exists with three in-sync replicas.
+    let offsets_partition = offsets_partition_of("billing");
     let offsets = c.wait_partition(
         1,
         "__consumer_offsets",
-        0,
+        offsets_partition,
         "offsets topic replicated",
         |p| ids(&p["isr"]).len() == 3,
     );
@@ -543,15 +559,21 @@ async fn committed_offsets_survive_kill_9_of_the_group_coordinator() {
         .expect("commit");
     drop(first);
 
-    // Kill the coordinator: the leader of the offsets partition.
+    // Kill the coordinator: the leader of the group's offsets partition.
     let coordinator = offsets["leader"].as_u64().expect("coordinator");
     let epoch = offsets["leader_epoch"].as_i64().expect("epoch");
     c.node(coordinator).kill9();
     let observer = if coordinator == 1 { 2 } else { 1 };
-    c.wait_partition(observer, "__consumer_offsets", 0, "new coordinator", |p| {
-        p["leader"].as_u64().is_some_and(|l| l != coordinator)
-            && p["leader_epoch"].as_i64() > Some(epoch)
-    });
+    c.wait_partition(
+        observer,
+        "__consumer_offsets",
+        offsets_partition,
+        "new coordinator",
+        |p| {
+            p["leader"].as_u64().is_some_and(|l| l != coordinator)
+                && p["leader_epoch"].as_i64() > Some(epoch)
+        },
+    );
 
     // The group carries on from its committed offset on the new coordinator.
     let second = group_consumer(&c.bootstrap(), "billing", "events");

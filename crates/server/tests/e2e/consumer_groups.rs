@@ -333,7 +333,7 @@ async fn a_consumer_group_survives_kill_9_of_its_coordinator_with_epochs_and_ass
     let offsets = c.wait_partition(
         1,
         "__consumer_offsets",
-        0,
+        crate::cluster::offsets_partition_of("g-failover"),
         "offsets topic replicated",
         |p| crate::cluster::ids(&p["isr"]).len() == 3,
     );
