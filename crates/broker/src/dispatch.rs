@@ -25,6 +25,7 @@ use crate::handlers;
 use crate::producer_ids::ProducerIds;
 use crate::quotas::{Mute, QuotaKind, ANONYMOUS};
 use crate::registry::{write_atomically, TopicRegistry};
+use crate::throttle::{RequestCharge, Throttled};
 use crate::time::{SharedClock, SystemClock};
 
 /// What to send back for one request.
@@ -258,32 +259,41 @@ impl Broker {
             version,
             correlation_id: header.correlation_id,
         };
+        let charge = RequestCharge::new(
+            self,
+            started,
+            header.client_id.as_deref().unwrap_or(""),
+            rc.mute.map(|m| &**m),
+        );
         // A client over its controller mutation rate changes no topics (KIP-599).
         if let handlers::mutation_quota::Gate::Refuse(refusal) =
             handlers::mutation_quota::gate(self, &header, &req, rc.mute)
         {
             use handlers::mutation_quota::Refusal;
             return Ok(match refusal {
-                Refusal::CreateTopics(r) => ctx.now(&r)?,
-                Refusal::CreatePartitions(r) => ctx.now(&r)?,
-                Refusal::DeleteTopics(r) => ctx.now(&r)?,
+                Refusal::CreateTopics(r) => ctx.now(&charge, r)?,
+                Refusal::CreatePartitions(r) => ctx.now(&charge, r)?,
+                Refusal::DeleteTopics(r) => ctx.now(&charge, r)?,
             });
         }
         // Handlers that change topics or reserve producer ids touch the disk: they run on the
         // blocking pool so async workers never wait for it.
         let reply = match req {
-            Request::ApiVersions(r) => ctx.now(&handlers::api_versions::handle(version, r)),
+            Request::ApiVersions(r) => ctx.now(&charge, handlers::api_versions::handle(version, r)),
             Request::Metadata(r) if self.cluster().is_some() => match self.cluster() {
                 Some(c) if crate::cluster::metadata_may_create(self, c, version, &r) => {
                     Ok(ctx.serial_async(crate::cluster::metadata(self.clone(), version, r)))
                 }
-                Some(c) => ctx.now(&crate::cluster::describe_metadata(self, c, version, r)),
-                None => ctx.now(&handlers::metadata::handle(self, version, r)),
+                Some(c) => ctx.now(
+                    &charge,
+                    crate::cluster::describe_metadata(self, c, version, r),
+                ),
+                None => ctx.now(&charge, handlers::metadata::handle(self, version, r)),
             },
             Request::Metadata(r) if self.metadata_may_create(version, &r) => {
                 Ok(ctx.serial(self, move |b| handlers::metadata::handle(b, version, r)))
             }
-            Request::Metadata(r) => ctx.now(&handlers::metadata::handle(self, version, r)),
+            Request::Metadata(r) => ctx.now(&charge, handlers::metadata::handle(self, version, r)),
             Request::Produce(r) => {
                 // Kafka counts the whole request against the producer byte rate.
                 let client_id = header.client_id.as_deref().unwrap_or("");
@@ -339,7 +349,9 @@ impl Broker {
                     }),
                 })
             }
-            Request::ListOffsets(r) => ctx.now(&handlers::list_offsets::handle(self, version, r)),
+            Request::ListOffsets(r) => {
+                ctx.now(&charge, handlers::list_offsets::handle(self, version, r))
+            }
             Request::CreateTopics(r) if self.cluster().is_some() => {
                 Ok(ctx.serial_async(crate::cluster::create_topics(self.clone(), version, r)))
             }
@@ -358,60 +370,71 @@ impl Broker {
             Request::CreatePartitions(r) => {
                 Ok(ctx.serial(self, move |b| handlers::topics::create_partitions(b, r)))
             }
-            Request::DescribeConfigs(r) => ctx.now(&handlers::configs::describe(self, version, r)),
+            Request::DescribeConfigs(r) => {
+                ctx.now(&charge, handlers::configs::describe(self, version, r))
+            }
             Request::AlterConfigs(r) => {
                 Ok(ctx.serial(self, move |b| handlers::configs::alter(b, r)))
             }
             Request::IncrementalAlterConfigs(r) => {
                 Ok(ctx.serial(self, move |b| handlers::configs::incremental_alter(b, r)))
             }
-            Request::DescribeCluster(r) => ctx.now(&handlers::cluster::describe(self, version, r)),
+            Request::DescribeCluster(r) => {
+                ctx.now(&charge, handlers::cluster::describe(self, version, r))
+            }
             Request::InitProducerId(r) => {
                 Ok(Reply::Later(ctx.on_blocking_pool(self, move |b| {
                     handlers::producer_ids::init(b, r)
                 })))
             }
-            Request::FindCoordinator(r) => {
-                ctx.now(&handlers::groups::find_coordinator(self, version, r))
-            }
+            Request::FindCoordinator(r) => ctx.now(
+                &charge,
+                handlers::groups::find_coordinator(self, version, r),
+            ),
             Request::JoinGroup(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or("");
                 ctx.later(handlers::groups::join(self, version, client_id, rc.peer, r))
             }
             Request::SyncGroup(r) => ctx.later(handlers::groups::sync(self, version, r)),
-            Request::Heartbeat(r) => ctx.now(&handlers::groups::heartbeat(self, r)),
-            Request::LeaveGroup(r) => ctx.now(&handlers::groups::leave(self, version, r)),
+            Request::Heartbeat(r) => ctx.now(&charge, handlers::groups::heartbeat(self, r)),
+            Request::LeaveGroup(r) => ctx.now(&charge, handlers::groups::leave(self, version, r)),
             Request::OffsetCommit(r) => ctx.later(handlers::offsets::commit(self, version, r)),
-            Request::OffsetFetch(r) => ctx.now(&handlers::offsets::fetch(self, version, r)),
-            Request::DescribeGroups(r) => ctx.now(&handlers::groups::describe(self, version, r)),
-            Request::ListGroups(r) => ctx.now(&handlers::groups::list(self, version, r)),
-            Request::DeleteGroups(r) => ctx.now(&handlers::groups::delete(self, r)),
-            Request::OffsetDelete(r) => ctx.now(&handlers::offsets::delete(self, r)),
+            Request::OffsetFetch(r) => ctx.now(&charge, handlers::offsets::fetch(self, version, r)),
+            Request::DescribeGroups(r) => {
+                ctx.now(&charge, handlers::groups::describe(self, version, r))
+            }
+            Request::ListGroups(r) => ctx.now(&charge, handlers::groups::list(self, version, r)),
+            Request::DeleteGroups(r) => ctx.now(&charge, handlers::groups::delete(self, r)),
+            Request::OffsetDelete(r) => ctx.now(&charge, handlers::offsets::delete(self, r)),
             Request::ConsumerGroupHeartbeat(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or("");
                 ctx.later(handlers::consumer_groups::heartbeat(
                     self, version, client_id, rc.peer, r,
                 ))
             }
-            Request::ConsumerGroupDescribe(r) => {
-                ctx.now(&handlers::consumer_groups::describe(self, version, r))
-            }
+            Request::ConsumerGroupDescribe(r) => ctx.now(
+                &charge,
+                handlers::consumer_groups::describe(self, version, r),
+            ),
             Request::OffsetForLeaderEpoch(r) => {
-                ctx.now(&handlers::leader_epochs::handle(self, version, r))
+                ctx.now(&charge, handlers::leader_epochs::handle(self, version, r))
             }
             Request::AlterPartitionReassignments(r) => Ok(ctx.serial_async(
                 crate::cluster::alter_reassignments(self.clone(), version, r),
             )),
             Request::ListPartitionReassignments(r) => match self.cluster() {
-                Some(c) => ctx.now(&crate::cluster::list_reassignments(c, r)),
-                None => ctx
-                    .now(&spate_protocol::messages::ListPartitionReassignmentsResponse::default()),
+                Some(c) => ctx.now(&charge, crate::cluster::list_reassignments(c, r)),
+                None => ctx.now(
+                    &charge,
+                    spate_protocol::messages::ListPartitionReassignmentsResponse::default(),
+                ),
             },
             Request::DescribeLogDirs(r) if version >= 5 => ctx.now(
-                &spate_protocol::newer::DescribeLogDirsV5(handlers::log_dirs::handle(self, r)),
+                &charge,
+                spate_protocol::newer::DescribeLogDirsV5(handlers::log_dirs::handle(self, r)),
             ),
-            Request::DescribeLogDirs(r) => ctx.now(&handlers::log_dirs::handle(self, r)),
-            Request::AlterReplicaLogDirs(r) => ctx.now(&handlers::log_dirs::alter(self, r)),
+            Request::DescribeLogDirs(r) => ctx.now(&charge, handlers::log_dirs::handle(self, r)),
+            Request::AlterReplicaLogDirs(r) => ctx.now(&charge, handlers::log_dirs::alter(self, r)),
             Request::DeleteRecords(r) if self.cluster().is_some() => {
                 Ok(ctx.serial_async(handlers::delete_records::handle_replicated(self.clone(), r)))
             }
@@ -419,40 +442,32 @@ impl Broker {
                 Ok(ctx.serial(self, move |b| handlers::delete_records::handle(b, r)))
             }
             Request::DescribeTopicPartitions(r) => {
-                ctx.now(&handlers::topic_partitions::handle(self, r))
+                ctx.now(&charge, handlers::topic_partitions::handle(self, r))
             }
             Request::DescribeClientQuotas(r) => {
-                ctx.now(&handlers::client_quotas::describe(self, r))
+                ctx.now(&charge, handlers::client_quotas::describe(self, r))
             }
             Request::GetTelemetrySubscriptions(r) => {
-                ctx.now(&handlers::telemetry::subscriptions(self, r))
+                ctx.now(&charge, handlers::telemetry::subscriptions(self, r))
             }
-            Request::PushTelemetry(r) => ctx.now(&handlers::telemetry::push(self, r)),
+            Request::PushTelemetry(r) => ctx.now(&charge, handlers::telemetry::push(self, r)),
             Request::DescribeUserScramCredentials(r) => {
-                ctx.now(&handlers::client_quotas::describe_scram(r))
+                ctx.now(&charge, handlers::client_quotas::describe_scram(r))
             }
             Request::AlterClientQuotas(r) => {
                 Ok(ctx.serial(self, move |b| handlers::client_quotas::alter(b, r)))
             }
-            Request::ListConfigResources(r) => {
-                ctx.now(&handlers::config_resources::handle(self, version, r))
-            }
+            Request::ListConfigResources(r) => ctx.now(
+                &charge,
+                handlers::config_resources::handle(self, version, r),
+            ),
             Request::ElectLeaders(r) => {
                 Ok(ctx.serial_async(crate::cluster::elect_leaders(self.clone(), version, r)))
             }
         };
-        if self.quotas.is_active() {
-            // request_percentage: the time this request held a handler thread, in percent of
-            // one thread (work that continues in a spawned task is not counted).
-            let percent_ms = started.elapsed().as_secs_f64() * 1_000.0 / 10.0;
-            let client_id = header.client_id.as_deref().unwrap_or("");
-            let ms = self
-                .quotas
-                .record(QuotaKind::Request, ANONYMOUS, client_id, percent_ms);
-            if let Some(m) = rc.mute {
-                m.mute_for(ms);
-            }
-        }
+        // Replies built later (on the blocking pool, or after waits) are charged for the time
+        // spent here; the throttle reaches the client through the mute.
+        charge.charge();
         Ok(reply?)
     }
 
@@ -505,8 +520,14 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn now<T: Encodable>(&self, body: &T) -> Result<Reply, CodecError> {
-        encode_response(self.key, self.version, self.correlation_id, body).map(Reply::Now)
+    /// Encodes an answer ready now, carrying the request quota's throttle.
+    fn now<T: Encodable + Throttled>(
+        &self,
+        charge: &RequestCharge<'_>,
+        mut body: T,
+    ) -> Result<Reply, CodecError> {
+        body.raise_throttle(charge.charge());
+        encode_response(self.key, self.version, self.correlation_id, &body).map(Reply::Now)
     }
 
     fn later<T, F>(&self, fut: F) -> Result<Reply, CodecError>

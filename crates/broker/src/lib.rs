@@ -17,6 +17,7 @@ mod producer_state;
 pub mod quotas;
 mod registry;
 pub mod search_config;
+mod throttle;
 pub mod time;
 mod topic_config;
 

@@ -329,3 +329,39 @@ fn a_client_over_its_controller_mutation_rate_gets_throttling_quota_exceeded() {
         "{body}"
     );
 }
+
+#[test]
+fn a_client_over_its_request_percentage_sees_throttle_time_in_its_responses() {
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    let spate = Spate::start(&[]);
+    let mut admin = Raw::connect(&spate.addr);
+    // Every raw connection is client id "e2e-raw"; a thousandth of a percent of one handler
+    // thread is exceeded by any request.
+    let (code, why) = alter(
+        &mut admin,
+        &[("client-id", Some("e2e-raw"))],
+        &[("request_percentage", 0.001, false)],
+        false,
+    );
+    assert_eq!(code, 0, "{why:?}");
+    let mut seen = 0;
+    for _ in 0..200 {
+        // A fresh connection each time: the used ones are muted for their throttle.
+        let mut raw = Raw::connect(&spate.addr);
+        let resp: MetadataResponse = raw.call(ApiKey::Metadata, 12, &MetadataRequest::default());
+        if resp.throttle_time_ms > 0 {
+            seen = resp.throttle_time_ms;
+            break;
+        }
+    }
+    assert!(
+        seen > 0,
+        "no Metadata response carried the request quota's throttle"
+    );
+    // Another client is not throttled.
+    let other = producer(&spate.addr, &[("client.id", "not-throttled")]);
+    let md = rdkafka::producer::Producer::client(&other)
+        .fetch_metadata(None, Duration::from_secs(10))
+        .expect("metadata for another client");
+    assert!(!md.topics().is_empty());
+}
