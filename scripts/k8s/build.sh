@@ -104,4 +104,4 @@ if [ ! -f "$CACHE/kwok-stages.yaml" ]; then
     echo "---" >>"$CACHE/kwok-stages.yaml"
   done
 fi
-ls -la "$BIN" >&2
+

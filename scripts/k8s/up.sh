@@ -88,7 +88,7 @@ for _ in $(seq 1 120); do "$K" get --raw /readyz >/dev/null 2>&1 && break; sleep
 start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$W/kubeconfig" \
   --leader-elect=false --secure-port=0 --use-service-account-credentials=false \
   --service-account-private-key-file "$W/pki/sa.key" --root-ca-file "$W/pki/apiserver.crt" \
-  --controllers '*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-route,-service'
+  --controllers '*,-nodeipam,-cloud-node-lifecycle,-route,-service'
 start kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$W/kubeconfig" --leader-elect=false --secure-port=0
 start kwok "$BIN/kwok" --kubeconfig "$W/kubeconfig" --manage-all-nodes=false \
   --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
@@ -109,6 +109,11 @@ status:
 ---
 NODE
 done | "$K" apply -f - >/dev/null
+# Admission taints new nodes not-ready until the node lifecycle controller sees them Ready;
+# kwok reports them Ready at once, so drop the taint rather than wait for that controller.
+for i in $(seq 1 "$NODES"); do
+  "$K" taint node "kwok-node-$i" node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
+done
 for i in $(seq 1 "$PVS"); do
   cat <<PV
 apiVersion: v1
