@@ -110,9 +110,21 @@ k wait --for=condition=Established crd/spateclusters.spate.io crd/spatetopics.sp
   crd/servicemonitors.monitoring.coreos.com --timeout=60s >/dev/null
 say "CRDs established"
 
+# --- the chart: lint, render, and its ServiceAccount + least-privilege RBAC for the operators --
+"$BIN/helm" lint deploy/helm/spate-operator deploy/helm/spate >/dev/null || fail "helm lint"
+"$BIN/helm" template spate-operator deploy/helm/spate-operator --namespace default >"$W/operator-chart.yaml"
+"$BIN/helm" template spate deploy/helm/spate --set metrics.serviceMonitor=true --set metrics.grafanaDashboard=true >"$W/spate-chart.yaml"
+k apply --dry-run=server -f "$W/spate-chart.yaml" >/dev/null || fail "the spate chart does not apply"
+"$BIN/helm" template spate-operator deploy/helm/spate-operator --namespace default \
+  --show-only templates/serviceaccount.yaml --show-only templates/rbac.yaml | k apply -f - >/dev/null
+# The operators below authenticate as the chart's ServiceAccount (the apiserver runs RBAC).
+SA_TOKEN=$(k create token spate-operator --duration 2h)
+sed "s/token: .*/token: $SA_TOKEN/" "$KUBECONFIG" >"$W/operator-kubeconfig"
+say "helm lint and template clean; operators run as ServiceAccount spate-operator under the chart's RBAC"
+
 # --- two operator replicas, one Lease -----------------------------------------------------
 start_operator() { # identity port
-  POD_NAME="$1" RUST_LOG=info,kube_client=error "$OPERATOR" run --http-listen "127.0.0.1:$2" \
+  KUBECONFIG="$W/operator-kubeconfig" POD_NAME="$1" RUST_LOG=info,kube_client=error "$OPERATOR" run --http-listen "127.0.0.1:$2" \
     --lease-namespace default --lease-duration-seconds $LEASE_SECONDS \
     --lease-grace-seconds $LEASE_GRACE >>"$W/operator-$1.log" 2>&1 &
   PIDS+=($!)
@@ -316,15 +328,20 @@ say "bad input: StatefulSet generation $gen and pods unchanged, cluster Ready"
 # --- leader failover --------------------------------------------------------------------------
 leader=$(jp lease spate-operator '{.spec.holderIdentity}')
 [[ $leader == op-a ]] || fail "expected op-a to lead, found $leader"
+renewed=$(jp lease spate-operator '{.spec.renewTime}')
 kill -9 "$OP_PID_op_a"
 t_kill=$(date +%s.%N)
+expiry=$(python3 -c "
+import datetime,sys
+r=datetime.datetime.strptime('$renewed','%Y-%m-%dT%H:%M:%S.%fZ').replace(tzinfo=datetime.timezone.utc).timestamp()
+print(round(r + $LEASE_SECONDS - $t_kill, 2))")
 k patch spatecluster demo --type merge -p '{"spec":{"broker":{"config":{"retention-check-interval-ms":"45000"}}}}' >/dev/null
 wait_for "op-b holds the Lease" $((LEASE_SECONDS * 3)) bash -c "[[ \$('$BIN/kubectl' get lease spate-operator -o jsonpath='{.spec.holderIdentity}') == op-b ]]"
 t_lease=$(date +%s.%N)
 wait_for "op-b applied the change" 60 bash -c "'$BIN/kubectl' get configmap demo-config -o jsonpath='{.data.spate\.toml}' | grep -q 45000"
 t_applied=$(date +%s.%N)
 takeover=$(echo "$t_lease - $t_kill" | bc); applied=$(echo "$t_applied - $t_kill" | bc)
-say "failover: op-a killed (-9); op-b took the Lease after ${takeover}s and applied a pending change after ${applied}s (lease duration ${LEASE_SECONDS}s)"
+say "failover: op-a killed (-9); op-b took the Lease after ${takeover}s and applied a pending change after ${applied}s (lease duration ${LEASE_SECONDS}s; op-a's last renewal was to expire ${expiry}s after the kill)"
 (( $(echo "$takeover <= $LEASE_SECONDS + $LEASE_GRACE" | bc) )) || fail "takeover took ${takeover}s"
 wait_for "roll under op-b done" 300 bash -c "[[ \$('$BIN/kubectl' get statefulset demo -o jsonpath='{.spec.updateStrategy.rollingUpdate.partition}/{.status.updatedReplicas}') == 0/3 ]]"
 
