@@ -345,6 +345,16 @@ say "failover: op-a killed (-9); op-b took the Lease after ${takeover}s and appl
 (( $(echo "$takeover <= $LEASE_SECONDS + $LEASE_GRACE" | bc) )) || fail "takeover took ${takeover}s"
 wait_for "roll under op-b done" 300 bash -c "[[ \$('$BIN/kubectl' get statefulset demo -o jsonpath='{.spec.updateStrategy.rollingUpdate.partition}/{.status.updatedReplicas}') == 0/3 ]]"
 
+# --- storage growth: each claim is asked for the new size, the claim template stays -----------
+uids=$(pod_uids); vct=$(jp statefulset demo '{.spec.volumeClaimTemplates[0].spec.resources.requests.storage}')
+k patch spatecluster demo --type merge -p '{"spec":{"storage":{"size":"2Gi"}}}' >/dev/null
+for i in 0 1 2; do
+  wait_for "data-demo-$i asks for 2Gi" 30 bash -c "[[ \$('$BIN/kubectl' get pvc data-demo-$i -o jsonpath='{.spec.resources.requests.storage}') == 2Gi ]]"
+done
+[[ $(jp statefulset demo '{.spec.volumeClaimTemplates[0].spec.resources.requests.storage}') == "$vct" ]] || fail "claim template changed"
+[[ $(pod_uids) == "$uids" ]] || fail "growing storage restarted pods"
+say "storage 1Gi -> 2Gi: the 3 claims ask for 2Gi, claim template and pods unchanged"
+
 # --- deletion: owned objects collected, volumes kept -------------------------------------------
 k get pvc -o name | sort >"$W/pvcs-before"
 k delete spatecluster demo --wait=true --timeout=60s >/dev/null

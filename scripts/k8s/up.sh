@@ -114,6 +114,16 @@ done | "$K" apply -f - >/dev/null
 for i in $(seq 1 "$NODES"); do
   "$K" taint node "kwok-node-$i" node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
 done
+# Class `manual`: pre-made volumes; expansion allowed so claims may be asked to grow (nothing
+# resizes them here: the claim's request changes, its capacity does not).
+cat <<'SC' | "$K" apply -f - >/dev/null
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: manual}
+provisioner: kubernetes.io/no-provisioner
+allowVolumeExpansion: true
+volumeBindingMode: Immediate
+SC
 for i in $(seq 1 "$PVS"); do
   cat <<PV
 apiVersion: v1

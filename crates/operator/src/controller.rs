@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -348,6 +348,15 @@ pub async fn reconcile_cluster(c: Arc<SpateCluster>, ctx: Arc<Ctx>) -> Result<Ac
     if ctx.apply(&sts_api, &sts).await? && (roll.rolling || template_changed) {
         tracing::info!(cluster = %n.name, partition = roll.partition, "rolling update step");
     }
+    // A claim template cannot change: a larger storage.size is applied to each claim.
+    let resize_error = if size != c.spec.storage.size {
+        resize_claims(&ctx, &n, step.sts_replicas, &c.spec.storage.size)
+            .await
+            .err()
+            .map(|e| e.to_string())
+    } else {
+        None
+    };
     if c.spec.metrics.service_monitor && has_service_monitor_crd(&ctx).await {
         let ar = ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor"),
@@ -386,6 +395,11 @@ pub async fn reconcile_cluster(c: Arc<SpateCluster>, ctx: Arc<Ctx>) -> Result<Ac
     }
     let degraded = if let Some((reason, msg)) = &step.refusal {
         Some((reason.to_string(), msg.clone()))
+    } else if let Some(e) = &resize_error {
+        Some((
+            "StorageResizeFailed".to_string(),
+            format!("growing the volumes to {}: {e}", c.spec.storage.size),
+        ))
     } else if let Some(e) = &action_error {
         Some(("SpateOperationFailed".to_string(), e.clone()))
     } else if let Some(e) = &spate_error {
@@ -460,6 +474,34 @@ fn merge_params() -> PatchParams {
         field_manager: Some(MANAGER.into()),
         ..Default::default()
     }
+}
+
+/// Asks for `size` on every data claim of the first `replicas` pods that has less (the
+/// volume's storage class must allow expansion).
+async fn resize_claims(ctx: &Ctx, n: &Names, replicas: i32, size: &str) -> Result<(), Error> {
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &n.namespace);
+    for i in 0..replicas {
+        let name = format!("data-{}-{i}", n.name);
+        let Some(pvc) = pvcs.get_opt(&name).await? else {
+            continue;
+        };
+        let current = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"))
+            .map(|q| q.0.as_str());
+        if !plan::claim_needs_resize(current, size) {
+            continue;
+        }
+        let patch = json!({"spec": {"resources": {"requests": {"storage": size}}}});
+        pvcs.patch(&name, &merge_params(), &Patch::Merge(patch))
+            .await?;
+        ctx.metrics.write("PersistentVolumeClaim", "patch");
+        tracing::info!(claim = %name, size, "volume resize requested");
+    }
+    Ok(())
 }
 
 fn now() -> k8s_openapi::jiff::Timestamp {
@@ -595,7 +637,7 @@ pub async fn reconcile_topic(t: Arc<SpateTopic>, ctx: Arc<Ctx>) -> Result<Action
             status.topic_id = a.id;
             status.replication_factor = a
                 .replication_factor
-                .or_else(|| Some(i32::from(t.spec.replication_factor)));
+                .or_else(|| Some(t.spec.replication_factor));
         }
         Ok(None)
     }

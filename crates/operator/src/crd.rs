@@ -104,7 +104,8 @@ pub struct SpateClusterSpec {
     validation = Rule::new("has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)").message("storage.storageClassName is immutable")
 )]
 pub struct StorageSpec {
-    /// Size of each node's volume, a quantity such as `10Gi`; it may grow, never shrink.
+    /// Size of each node's volume, a quantity such as `10Gi`; it may grow (each claim is
+    /// patched: its storage class must allow expansion), never shrink.
     #[schemars(length(min = 1, max = 32))]
     #[x_kube(validation = Rule::new("isQuantity(self)").message("storage.size must be a quantity such as 10Gi"))]
     pub size: String,
@@ -164,7 +165,7 @@ pub struct BrokerSpec {
     /// Replication factor of topics created without one (capped at the live brokers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 99))]
-    pub default_replication_factor: Option<i16>,
+    pub default_replication_factor: Option<i32>,
     /// Any other spate setting, keyed by flag name without dashes (see `spate --help`),
     /// e.g. `retention-check-interval-ms: "60000"` or `offsets-retention-minutes: "1440"`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -342,7 +343,7 @@ pub struct SpateTopicSpec {
     pub partitions: i32,
     /// Replicas of each partition.
     #[schemars(range(min = 1, max = 99))]
-    pub replication_factor: i16,
+    pub replication_factor: i32,
     /// Topic configs (Kafka names, e.g. `retention.ms`); configs not listed return to the default.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, String>,

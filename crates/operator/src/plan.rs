@@ -304,6 +304,38 @@ pub fn roll_step(
     }
 }
 
+/// Whether a claim requesting `current` must be patched to `wanted`. Only growth is asked for
+/// (the CRD refuses a smaller size); an unparsable or missing request is left alone.
+pub fn claim_needs_resize(current: Option<&str>, wanted: &str) -> bool {
+    match (current.and_then(quantity_bytes), quantity_bytes(wanted)) {
+        (Some(have), Some(want)) => want > have,
+        _ => false,
+    }
+}
+
+/// Bytes of a Kubernetes quantity such as `10Gi`, `500M` or `1073741824` (no fractions).
+pub fn quantity_bytes(q: &str) -> Option<u128> {
+    let q = q.trim();
+    let split = q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len());
+    let (num, unit) = q.split_at(split);
+    let n: u128 = num.parse().ok()?;
+    let mult: u128 = match unit {
+        "" => 1,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "P" => 1_000_000_000_000_000,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "Pi" => 1 << 50,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
 /// What spate has for a topic (from `GET /admin/topics/{name}` and the cluster view).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ActualTopic {
@@ -349,7 +381,7 @@ pub enum TopicOp {
         /// Partition count.
         partitions: i32,
         /// Replication factor.
-        replication_factor: i16,
+        replication_factor: i32,
         /// Configs.
         configs: BTreeMap<String, String>,
     },
@@ -384,7 +416,7 @@ pub enum TopicDiffError {
 /// are declared in full: an override spate has that the declaration lacks is reset.
 pub fn topic_diff(
     partitions: i32,
-    replication_factor: i16,
+    replication_factor: i32,
     configs: &BTreeMap<String, String>,
     actual: Option<&ActualTopic>,
 ) -> Result<Vec<TopicOp>, TopicDiffError> {
@@ -402,10 +434,10 @@ pub fn topic_diff(
         });
     }
     if let Some(rf) = a.replication_factor {
-        if rf != i32::from(replication_factor) {
+        if rf != replication_factor {
             return Err(TopicDiffError::ReplicationFactorChange {
                 have: rf,
-                want: i32::from(replication_factor),
+                want: replication_factor,
             });
         }
     }
@@ -692,6 +724,16 @@ mod tests {
             topic_diff(3, 3, &BTreeMap::new(), Some(&a)),
             Err(TopicDiffError::ReplicationFactorChange { .. })
         ));
+    }
+
+    #[test]
+    fn claims_are_resized_only_to_grow() {
+        assert!(claim_needs_resize(Some("1Gi"), "2Gi"));
+        assert!(claim_needs_resize(Some("1000M"), "1Gi"));
+        assert!(!claim_needs_resize(Some("2Gi"), "2Gi"));
+        assert!(!claim_needs_resize(Some("2Gi"), "1Gi"));
+        assert!(!claim_needs_resize(None, "1Gi"));
+        assert!(!claim_needs_resize(Some("1.5Gi"), "2Gi"));
     }
 
     #[test]

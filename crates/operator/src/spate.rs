@@ -223,7 +223,7 @@ impl SpateClient {
         &self,
         name: &str,
         partitions: i32,
-        replication_factor: i16,
+        replication_factor: i32,
         configs: &BTreeMap<String, String>,
     ) -> Result<(), SpateError> {
         self.call(
