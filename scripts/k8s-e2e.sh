@@ -73,13 +73,15 @@ for n in 1 2 3 4 5; do
   KAFKA[$n]=${PORTS[$((n - 1))]}; CLUSTER[$n]=${PORTS[$((n + 4))]}; HTTP[$n]=${PORTS[$((n + 9))]}
 done
 OP_A_HTTP=${PORTS[15]}; OP_B_HTTP=${PORTS[16]}
+# Admin API mutations need this token; the operator reads it from the SpateCluster's Secret.
+ADMIN_TOKEN="e2e-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 FOUNDERS="1=127.0.0.1:${CLUSTER[1]},2=127.0.0.1:${CLUSTER[2]},3=127.0.0.1:${CLUSTER[3]}"
 start_spate() { # id peers
   local n=$1 peers=$2
   mkdir -p "$W/spate/node$n"
   "$SPATE" --node-id "$n" --cluster-peers "$peers" --listen "127.0.0.1:${KAFKA[$n]}" \
     --http-listen "127.0.0.1:${HTTP[$n]}" --data-dir "$W/spate/node$n/data" \
-    --replica-lag-time-max-ms 3000 --broker-session-timeout-ms 4000 \
+    --replica-lag-time-max-ms 3000 --broker-session-timeout-ms 4000 --admin-token "$ADMIN_TOKEN" \
     >"$W/spate/node$n/stdout" 2>"$W/spate/node$n/spate.log" &
   SPID[$n]=$!
   PIDS+=($!)
@@ -160,8 +162,11 @@ spec:
   antiAffinity: required
   topologySpread: {topologyKey: topology.kubernetes.io/zone, maxSkew: 1}
   metrics: {serviceMonitor: true, interval: 15s}
+  security: {adminTokenSecret: {name: spate-admin, key: token}}
 EOF
 }
+k create secret generic spate-admin --from-literal=token="$ADMIN_TOKEN" >/dev/null
+curl -sf -X POST "$ADMIN/admin/cluster/balance" >/dev/null && fail "spate accepted an admin mutation without the token"
 cluster_yaml 3 | k apply -f - >/dev/null
 wait_for "StatefulSet demo" 30 k get statefulset demo
 [[ $(jp statefulset demo '{.spec.replicas}') == 3 ]] || fail "replicas"

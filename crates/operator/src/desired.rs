@@ -727,6 +727,43 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_image_change_changes_the_template_hash_but_not_the_config() {
+        let a = statefulset(&cluster(3), 3, 3, 0, "10Gi").expect("sts");
+        let mut c = cluster(3);
+        c.spec.image = "spate:next".into();
+        let b = statefulset(&c, 3, 3, 0, "10Gi").expect("sts");
+        assert_ne!(
+            a.metadata.annotations.as_ref().expect("a")[TEMPLATE_HASH],
+            b.metadata.annotations.as_ref().expect("b")[TEMPLATE_HASH]
+        );
+        assert_eq!(config_map(&cluster(3)), config_map(&c));
+    }
+
+    #[test]
+    fn the_admin_token_comes_from_the_secret_not_the_spec() {
+        let mut c = cluster(3);
+        c.spec.security = Some(crate::crd::SecuritySpec {
+            admin_token_secret: crate::crd::SecretKeyRef {
+                name: "s".into(),
+                key: "k".into(),
+            },
+        });
+        let t = pod_template(&c, 3).expect("t");
+        let env = t.spec.expect("pod").containers[0].env.clone().expect("env");
+        let token = env
+            .iter()
+            .find(|e| e.name == "SPATE_ADMIN_TOKEN")
+            .expect("token env");
+        assert!(token.value.is_none());
+        let sel = token
+            .value_from
+            .as_ref()
+            .and_then(|v| v.secret_key_ref.as_ref())
+            .expect("ref");
+        assert_eq!((sel.name.as_str(), sel.key.as_str()), ("s", "k"));
+    }
+
+    #[test]
     fn anti_affinity_required_and_preferred_map_to_pod_anti_affinity() {
         let mut c = cluster(3);
         c.spec.anti_affinity = AntiAffinity::Required;
