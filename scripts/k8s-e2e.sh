@@ -23,8 +23,9 @@ BIN="$CACHE/bin"
 LEASE_SECONDS=10
 LEASE_GRACE=3
 
-command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl; }
-command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq curl; }
+for tool in openssl curl bc python3; do
+  command -v "$tool" >/dev/null || { apt-get update -qq && apt-get install -y -qq "$tool"; }
+done
 scripts/k8s/build.sh
 cargo build -q -p spate-server -p spate-operator
 SPATE="$ROOT/target/debug/spate"
@@ -333,6 +334,8 @@ say "bad input: StatefulSet generation $gen and pods unchanged, cluster Ready"
 # --- leader failover --------------------------------------------------------------------------
 leader=$(jp lease spate-operator '{.spec.holderIdentity}')
 [[ $leader == op-a ]] || fail "expected op-a to lead, found $leader"
+[[ $(metric "$OP_B_HTTP" spate_operator_api_writes_total) == 0 ]] || fail "the standby wrote while op-a led"
+[[ $(metric "$OP_B_HTTP" spate_operator_reconciles_total) == 0 ]] || fail "the standby reconciled while op-a led"
 renewed=$(jp lease spate-operator '{.spec.renewTime}')
 kill -9 "$OP_PID_op_a"
 t_kill=$(date +%s.%N)

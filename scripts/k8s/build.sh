@@ -14,8 +14,13 @@ CACHE="${SPATE_K8S_CACHE:-$HOME/.cache/spate-k8s}"
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
 
-export PATH="$PATH:/usr/local/go/bin"
-command -v go >/dev/null || { echo "build.sh: needs Go on PATH (https://go.dev/dl)" >&2; exit 1; }
+export PATH="$PATH:/usr/local/go/bin:$CACHE/go/bin"
+if ! command -v go >/dev/null; then
+  # A fresh machine: Go from go.dev into the cache (Kubernetes 1.36 needs Go >= 1.25).
+  GO_VERSION="${GO_VERSION:-1.26.8}"
+  echo "build.sh: fetching Go $GO_VERSION" >&2
+  curl -fsSL "https://go.dev/dl/go$GO_VERSION.linux-amd64.tar.gz" | tar -C "$CACHE" -xz
+fi
 # Two cores shared with other builds: one package at a time keeps RSS bounded.
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
