@@ -607,6 +607,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_operators_list_of_config_keys_matches_the_flags() {
+        // spate-operator validates SpateCluster broker.config keys against this list.
+        let listed: std::collections::BTreeSet<&str> =
+            include_str!("../../operator/src/spate_config_keys.txt")
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+        let flags: std::collections::BTreeSet<String> = Args::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_owned))
+            .filter(|l| l != "config" && l != "help" && l != "version")
+            .collect();
+        let flags: std::collections::BTreeSet<&str> = flags.iter().map(String::as_str).collect();
+        assert_eq!(
+            listed, flags,
+            "update crates/operator/src/spate_config_keys.txt (and the operator's CRDs)"
+        );
+    }
+
+    #[test]
     fn defaults_listen_on_9092_with_data_in_dot_data() {
         let a = Args::try_parse_from(["spate"]).unwrap();
         assert_eq!(a.listen, "127.0.0.1:9092");

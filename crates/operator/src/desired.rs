@@ -1,0 +1,832 @@
+//! The objects a SpateCluster should own, computed from its spec alone (pure): the
+//! StatefulSet, the headless and client Services, the PodDisruptionBudget, the ConfigMap with
+//! spate's TOML config and the ServiceMonitor.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
+    StatefulSetSpec, StatefulSetUpdateStrategy,
+};
+use k8s_openapi::api::core::v1::{
+    Affinity, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec,
+    TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
+    WeightedPodAffinityTerm,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
+use serde::Serialize;
+
+use crate::crd::{
+    allowed_config_keys, AntiAffinity, Fsync, ProduceProfile, SpateCluster, TYPED_CONFIG_KEYS,
+};
+
+/// Annotation holding the hash of the desired object an owned object was written from; equal
+/// hashes mean nothing to write.
+pub const DESIRED_HASH: &str = "spate.io/desired-hash";
+/// StatefulSet annotation: how many nodes founded the cluster (they are every node's peers).
+pub const FOUNDING_REPLICAS: &str = "spate.io/founding-replicas";
+/// StatefulSet annotation: hash of the pod template, to tell a new template from a roll step.
+pub const TEMPLATE_HASH: &str = "spate.io/template-hash";
+/// Label telling the client Service from the headless one.
+pub const CLIENT_SERVICE_LABEL: &str = "spate.io/service";
+/// Where each node's volume is mounted.
+pub const DATA_MOUNT: &str = "/var/lib/spate";
+
+/// The pod's entrypoint: spate's node id is the StatefulSet ordinal + 1, its peers are the
+/// founding nodes (plus itself when it joined later), all named through the headless Service.
+/// A shell script because a StatefulSet gives every pod the same template.
+const ENTRYPOINT: &str = r#"set -eu
+ord="${POD_NAME##*-}"
+id=$((ord + 1))
+dom="${SPATE_HEADLESS}.${POD_NAMESPACE}.svc"
+peers=""
+i=0
+while [ "$i" -lt "$SPATE_FOUNDING_REPLICAS" ]; do
+  peers="${peers}${peers:+,}$((i + 1))=${SPATE_STS}-${i}.${dom}:${SPATE_CLUSTER_PORT}"
+  i=$((i + 1))
+done
+if [ "$ord" -ge "$SPATE_FOUNDING_REPLICAS" ]; then
+  peers="${peers},${id}=${POD_NAME}.${dom}:${SPATE_CLUSTER_PORT}"
+fi
+export SPATE_NODE_ID="$id" SPATE_CLUSTER_PEERS="$peers"
+export SPATE_CLUSTER_LISTEN="0.0.0.0:${SPATE_CLUSTER_PORT}"
+export SPATE_ADVERTISED_ADDRESS="${POD_NAME}.${dom}:${SPATE_KAFKA_PORT}"
+export SPATE_ADVERTISED_HTTP_ADDRESS="${POD_NAME}.${dom}:${SPATE_HTTP_PORT}"
+exec /usr/local/bin/spate --config /etc/spate/spate.toml
+"#;
+
+/// A spec the operator cannot turn into objects.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// A `broker.config` key spate does not know, or one the operator owns.
+    #[error("broker.config key `{0}` is not a spate setting the operator lets you set")]
+    InvalidConfigKey(String),
+    /// The resource has no name or namespace.
+    #[error("the resource has no name or namespace")]
+    Unnamed,
+}
+
+/// Names of the objects one SpateCluster owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// The SpateCluster, the StatefulSet, the client Service and the PDB.
+    pub name: String,
+    /// Namespace of all of them.
+    pub namespace: String,
+    /// The headless Service naming each pod.
+    pub headless: String,
+    /// The ConfigMap.
+    pub config: String,
+}
+
+impl Names {
+    /// Names for a SpateCluster.
+    pub fn of(c: &SpateCluster) -> Result<Self, SpecError> {
+        let name = c.metadata.name.clone().ok_or(SpecError::Unnamed)?;
+        let namespace = c.metadata.namespace.clone().ok_or(SpecError::Unnamed)?;
+        Ok(Self {
+            headless: format!("{name}-nodes"),
+            config: format!("{name}-config"),
+            name,
+            namespace,
+        })
+    }
+
+    /// Inter-node address of spate node `id` (StatefulSet ordinal `id - 1`).
+    pub fn node_addr(&self, id: u64, port: i32) -> String {
+        format!(
+            "{}-{}.{}.{}.svc:{port}",
+            self.name,
+            id.saturating_sub(1),
+            self.headless,
+            self.namespace
+        )
+    }
+
+    /// The admin API through the client Service.
+    pub fn admin_addr(&self, port: i32) -> String {
+        format!("{}.{}.svc:{port}", self.name, self.namespace)
+    }
+}
+
+/// Labels every owned object carries; the selector is the instance's subset.
+pub fn labels(name: &str) -> BTreeMap<String, String> {
+    let mut l = selector(name);
+    l.insert(
+        "app.kubernetes.io/managed-by".into(),
+        "spate-operator".into(),
+    );
+    l.insert("app.kubernetes.io/component".into(), "broker".into());
+    l
+}
+
+/// Labels selecting one cluster's pods.
+pub fn selector(name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), "spate".to_string()),
+        ("app.kubernetes.io/instance".to_string(), name.to_string()),
+    ])
+}
+
+/// Stable 64-bit FNV-1a of a value's JSON: the "nothing changed" test for owned objects.
+pub fn hash_of<T: Serialize>(v: &T) -> String {
+    let text = serde_json::to_string(v).unwrap_or_default();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+fn toml_string(v: &str) -> String {
+    let mut out = String::with_capacity(v.len() + 2);
+    out.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn enum_name<T: Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// Checks `broker.config`'s keys (the CRD's schema does too; this catches a CRD installed
+/// without its rules, and tells the status why).
+pub fn validate(c: &SpateCluster) -> Result<(), SpecError> {
+    let allowed = allowed_config_keys();
+    for k in c.spec.broker.config.keys() {
+        if !allowed.contains(&k.as_str()) {
+            return Err(SpecError::InvalidConfigKey(k.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// spate's TOML config file for every node of the cluster.
+pub fn config_toml(c: &SpateCluster) -> Result<String, SpecError> {
+    validate(c)?;
+    let s = &c.spec;
+    let mut kv: BTreeMap<String, String> = BTreeMap::new();
+    kv.insert("data-dir".into(), format!("{DATA_MOUNT}/data"));
+    kv.insert("listen".into(), format!("0.0.0.0:{}", s.listeners.kafka));
+    kv.insert(
+        "http-listen".into(),
+        format!("0.0.0.0:{}", s.listeners.http),
+    );
+    if let Some(f) = s.broker.fsync {
+        kv.insert("fsync".into(), enum_name::<Fsync>(&f));
+    }
+    if let Some(p) = s.broker.produce_profile {
+        kv.insert("produce-profile".into(), enum_name::<ProduceProfile>(&p));
+    }
+    if let Some(rf) = s.broker.default_replication_factor {
+        kv.insert("default-replication-factor".into(), rf.to_string());
+    }
+    for (k, v) in &s.broker.config {
+        debug_assert!(!TYPED_CONFIG_KEYS.contains(&k.as_str()));
+        kv.insert(k.clone(), v.clone());
+    }
+    let mut out =
+        String::from("# Written by spate-operator from the SpateCluster; edits are overwritten.\n");
+    for (k, v) in kv {
+        out.push_str(&format!("{k} = {}\n", toml_string(&v)));
+    }
+    Ok(out)
+}
+
+fn owner_ref(c: &SpateCluster) -> Option<OwnerReference> {
+    c.controller_owner_ref(&())
+}
+
+fn meta(c: &SpateCluster, name: &str, ns: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some(ns.into()),
+        labels: Some(labels(c.metadata.name.as_deref().unwrap_or_default())),
+        owner_references: owner_ref(c).map(|o| vec![o]),
+        ..Default::default()
+    }
+}
+
+/// Stamps an object's desired hash into its annotations (computed without the annotation).
+pub fn stamp<T: Serialize + Resource>(mut obj: T) -> T {
+    let h = hash_of(&obj);
+    obj.meta_mut()
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(DESIRED_HASH.into(), h);
+    obj
+}
+
+/// The ConfigMap holding `spate.toml`.
+pub fn config_map(c: &SpateCluster) -> Result<ConfigMap, SpecError> {
+    let n = Names::of(c)?;
+    Ok(stamp(ConfigMap {
+        metadata: meta(c, &n.config, &n.namespace),
+        data: Some(BTreeMap::from([(
+            "spate.toml".to_string(),
+            config_toml(c)?,
+        )])),
+        ..Default::default()
+    }))
+}
+
+fn port(name: &str, p: i32) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port: p,
+        target_port: Some(IntOrString::String(name.into())),
+        ..Default::default()
+    }
+}
+
+/// The headless Service: a DNS name per pod (published before readiness, since a node must
+/// reach its peers to become ready).
+pub fn headless_service(c: &SpateCluster) -> Result<Service, SpecError> {
+    let n = Names::of(c)?;
+    let l = &c.spec.listeners;
+    Ok(stamp(Service {
+        metadata: meta(c, &n.headless, &n.namespace),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector(&n.name)),
+            ports: Some(vec![
+                port("kafka", l.kafka),
+                port("cluster", l.cluster),
+                port("http", l.http),
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
+}
+
+/// The client Service: bootstrap for Kafka clients, the admin API and metrics.
+pub fn client_service(c: &SpateCluster) -> Result<Service, SpecError> {
+    let n = Names::of(c)?;
+    let l = &c.spec.listeners;
+    let mut m = meta(c, &n.name, &n.namespace);
+    // The ServiceMonitor selects this label, so the headless Service is not scraped twice.
+    m.labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(CLIENT_SERVICE_LABEL.into(), "client".into());
+    Ok(stamp(Service {
+        metadata: m,
+        spec: Some(ServiceSpec {
+            selector: Some(selector(&n.name)),
+            ports: Some(vec![port("kafka", l.kafka), port("http", l.http)]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
+}
+
+/// At most one node down for voluntary disruptions (drains), as a rolling update.
+pub fn pdb(c: &SpateCluster) -> Result<PodDisruptionBudget, SpecError> {
+    let n = Names::of(c)?;
+    Ok(stamp(PodDisruptionBudget {
+        metadata: meta(c, &n.name, &n.namespace),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector(&n.name)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
+}
+
+/// The Prometheus operator's ServiceMonitor for the client Service's http port.
+pub fn service_monitor(c: &SpateCluster) -> Result<serde_json::Value, SpecError> {
+    let n = Names::of(c)?;
+    let mut endpoint = serde_json::json!({"port": "http", "path": "/metrics"});
+    if let Some(i) = &c.spec.metrics.interval {
+        endpoint["interval"] = serde_json::json!(i);
+    }
+    let mut client_labels = selector(&n.name);
+    client_labels.insert(CLIENT_SERVICE_LABEL.into(), "client".into());
+    let mut v = serde_json::json!({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": serde_json::to_value(meta(c, &n.name, &n.namespace)).unwrap_or_default(),
+        "spec": {
+            "selector": {"matchLabels": client_labels},
+            "namespaceSelector": {"matchNames": [n.namespace]},
+            "endpoints": [endpoint],
+        }
+    });
+    let h = hash_of(&v);
+    v["metadata"]["annotations"] = serde_json::json!({ DESIRED_HASH: h });
+    Ok(v)
+}
+
+fn env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("http".into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        ..Default::default()
+    }
+}
+
+/// The pod template; `founding` is the number of nodes that founded the cluster.
+pub fn pod_template(c: &SpateCluster, founding: i32) -> Result<PodTemplateSpec, SpecError> {
+    let n = Names::of(c)?;
+    let s = &c.spec;
+    let l = &s.listeners;
+    let config_hash = hash_of(&config_toml(c)?);
+    let mut envs = vec![
+        field_env("POD_NAME", "metadata.name"),
+        field_env("POD_NAMESPACE", "metadata.namespace"),
+        env("SPATE_STS", n.name.clone()),
+        env("SPATE_HEADLESS", n.headless.clone()),
+        env("SPATE_FOUNDING_REPLICAS", founding.to_string()),
+        env("SPATE_KAFKA_PORT", l.kafka.to_string()),
+        env("SPATE_CLUSTER_PORT", l.cluster.to_string()),
+        env("SPATE_HTTP_PORT", l.http.to_string()),
+        env("SPATE_LOG_FORMAT", "json"),
+    ];
+    if let Some(sec) = &s.security {
+        envs.push(EnvVar {
+            name: "SPATE_ADMIN_TOKEN".into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: sec.admin_token_secret.name.clone(),
+                    key: sec.admin_token_secret.key.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    let term = PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_labels: Some(selector(&n.name)),
+            ..Default::default()
+        }),
+        topology_key: "kubernetes.io/hostname".into(),
+        ..Default::default()
+    };
+    let anti = match s.anti_affinity {
+        AntiAffinity::Required => Some(PodAntiAffinity {
+            required_during_scheduling_ignored_during_execution: Some(vec![term]),
+            ..Default::default()
+        }),
+        AntiAffinity::Preferred => Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: term,
+                },
+            ]),
+            ..Default::default()
+        }),
+        AntiAffinity::None => None,
+    };
+    let spread = s.topology_spread.as_ref().map(|t| {
+        vec![TopologySpreadConstraint {
+            max_skew: t.max_skew,
+            topology_key: t.topology_key.clone(),
+            when_unsatisfiable: t.when_unsatisfiable.clone(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(selector(&n.name)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]
+    });
+    let container = Container {
+        name: "spate".into(),
+        image: Some(s.image.clone()),
+        image_pull_policy: s.image_pull_policy.clone(),
+        command: Some(vec!["/bin/sh".into(), "-c".into(), ENTRYPOINT.into()]),
+        env: Some(envs),
+        ports: Some(vec![
+            container_port("kafka", l.kafka),
+            container_port("cluster", l.cluster),
+            container_port("http", l.http),
+        ]),
+        readiness_probe: Some(http_probe("/ready", 5, 3)),
+        liveness_probe: Some(http_probe("/health", 10, 6)),
+        resources: s.resources.clone(),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            ..Default::default()
+        }),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "data".into(),
+                mount_path: DATA_MOUNT.into(),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "config".into(),
+                mount_path: "/etc/spate".into(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    };
+    let mut annotations = BTreeMap::from([("spate.io/config-hash".to_string(), config_hash)]);
+    annotations.insert("prometheus.io/port".into(), l.http.to_string());
+    Ok(PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels(&n.name)),
+            annotations: Some(annotations),
+            ..Default::default()
+        }),
+        spec: Some(PodSpec {
+            containers: vec![container],
+            // SIGTERM moves the node's leaderships away first; give it time.
+            termination_grace_period_seconds: Some(60),
+            security_context: Some(PodSecurityContext {
+                run_as_user: Some(10001),
+                run_as_group: Some(10001),
+                fs_group: Some(10001),
+                run_as_non_root: Some(true),
+                ..Default::default()
+            }),
+            affinity: anti.map(|a| Affinity {
+                pod_anti_affinity: Some(a),
+                ..Default::default()
+            }),
+            topology_spread_constraints: spread,
+            volumes: Some(vec![Volume {
+                name: "config".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: n.config.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    })
+}
+
+fn container_port(name: &str, p: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: p,
+        ..Default::default()
+    }
+}
+
+/// The StatefulSet with `replicas` pods, pods below ordinal `partition` kept on the old
+/// template (the operator steps it down one pod at a time), `founding` nodes as every pod's
+/// peers, and `storage_size` as the claim template's size (a claim template cannot change
+/// once created, so an existing StatefulSet's size is passed back).
+pub fn statefulset(
+    c: &SpateCluster,
+    founding: i32,
+    replicas: i32,
+    partition: i32,
+    storage_size: &str,
+) -> Result<StatefulSet, SpecError> {
+    let n = Names::of(c)?;
+    let template = pod_template(c, founding)?;
+    let mut m = meta(c, &n.name, &n.namespace);
+    m.annotations = Some(BTreeMap::from([
+        (FOUNDING_REPLICAS.to_string(), founding.to_string()),
+        (TEMPLATE_HASH.to_string(), hash_of(&template)),
+    ]));
+    let retain = |delete: bool| if delete { "Delete" } else { "Retain" };
+    Ok(stamp(StatefulSet {
+        metadata: m,
+        spec: Some(StatefulSetSpec {
+            replicas: Some(replicas),
+            service_name: Some(n.headless.clone()),
+            // Parallel: a node becomes ready only with a quorum, so pods must not wait for
+            // each other's readiness to start.
+            pod_management_policy: Some("Parallel".into()),
+            selector: LabelSelector {
+                match_labels: Some(selector(&n.name)),
+                ..Default::default()
+            },
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateStatefulSetStrategy {
+                    partition: Some(partition),
+                    ..Default::default()
+                }),
+            }),
+            persistent_volume_claim_retention_policy: Some(
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_deleted: Some(retain(c.spec.storage.delete_claims_with_cluster).into()),
+                    // A decommissioned node's volume stays: scaling out again re-adds it.
+                    when_scaled: Some("Retain".into()),
+                },
+            ),
+            template,
+            volume_claim_templates: Some(vec![PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some("data".into()),
+                    labels: Some(selector(&n.name)),
+                    ..Default::default()
+                },
+                spec: Some(PersistentVolumeClaimSpec {
+                    access_modes: Some(vec!["ReadWriteOnce".into()]),
+                    storage_class_name: c.spec.storage.storage_class_name.clone(),
+                    resources: Some(VolumeResourceRequirements {
+                        requests: Some(BTreeMap::from([(
+                            "storage".to_string(),
+                            Quantity(storage_size.to_string()),
+                        )])),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::crd::SpateClusterSpec;
+
+    pub(crate) fn cluster(replicas: i32) -> SpateCluster {
+        let spec: SpateClusterSpec = serde_json::from_value(serde_json::json!({
+            "replicas": replicas,
+            "image": "spate:test",
+            "storage": {"size": "10Gi"},
+            "broker": {"fsync": "medium", "config": {"retention-check-interval-ms": "60000"}},
+        }))
+        .expect("spec");
+        let mut c = SpateCluster::new("demo", spec);
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.uid = Some("uid-1".into());
+        c
+    }
+
+    #[test]
+    fn config_toml_holds_typed_and_free_settings_sorted() {
+        let toml = config_toml(&cluster(3)).expect("toml");
+        assert!(toml.contains("fsync = \"medium\"\n"));
+        assert!(toml.contains("retention-check-interval-ms = \"60000\"\n"));
+        assert!(toml.contains("listen = \"0.0.0.0:9092\"\n"));
+        let keys: Vec<&str> = toml
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(" = ").next())
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+    }
+
+    #[test]
+    fn config_toml_escapes_quotes_and_newlines() {
+        let mut c = cluster(3);
+        c.spec
+            .broker
+            .config
+            .insert("log-level".into(), "a\"b\nc".into());
+        let toml = config_toml(&c).expect("toml");
+        assert!(toml.contains("log-level = \"a\\\"b\\nc\"\n"));
+    }
+
+    #[test]
+    fn reserved_and_unknown_config_keys_are_refused() {
+        for key in ["node-id", "no-such-setting", "fsync"] {
+            let mut c = cluster(3);
+            c.spec.broker.config.insert(key.into(), "1".into());
+            assert_eq!(
+                config_toml(&c),
+                Err(SpecError::InvalidConfigKey(key.into()))
+            );
+        }
+    }
+
+    #[test]
+    fn statefulset_names_its_headless_service_and_owner() {
+        let c = cluster(3);
+        let s = statefulset(&c, 3, 3, 0, "10Gi").expect("sts");
+        let spec = s.spec.as_ref().expect("spec");
+        assert_eq!(spec.replicas, Some(3));
+        assert_eq!(spec.service_name.as_deref(), Some("demo-nodes"));
+        assert_eq!(spec.pod_management_policy.as_deref(), Some("Parallel"));
+        let owner = &s.metadata.owner_references.as_ref().expect("owner")[0];
+        assert_eq!(owner.kind, "SpateCluster");
+        assert_eq!(owner.controller, Some(true));
+        let pvc = &spec.volume_claim_templates.as_ref().expect("vct")[0];
+        let size = &pvc
+            .spec
+            .as_ref()
+            .expect("pvc spec")
+            .resources
+            .as_ref()
+            .expect("res")
+            .requests
+            .as_ref()
+            .expect("req")["storage"];
+        assert_eq!(size.0, "10Gi");
+        assert_eq!(
+            spec.persistent_volume_claim_retention_policy
+                .as_ref()
+                .and_then(|p| p.when_deleted.as_deref()),
+            Some("Retain")
+        );
+    }
+
+    #[test]
+    fn founding_replicas_reach_the_pods_environment_unchanged_by_scaling() {
+        let c = cluster(5);
+        let a = statefulset(&c, 3, 5, 0, "10Gi").expect("sts");
+        let b = statefulset(&c, 3, 3, 0, "10Gi").expect("sts");
+        let env = a
+            .spec
+            .as_ref()
+            .expect("spec")
+            .template
+            .spec
+            .as_ref()
+            .expect("pod")
+            .containers[0]
+            .env
+            .clone()
+            .expect("env");
+        assert!(env
+            .iter()
+            .any(|e| e.name == "SPATE_FOUNDING_REPLICAS" && e.value.as_deref() == Some("3")));
+        // Scaling changes replicas only, never the template: no pod restarts.
+        assert_eq!(
+            a.metadata.annotations.as_ref().expect("a")[TEMPLATE_HASH],
+            b.metadata.annotations.as_ref().expect("b")[TEMPLATE_HASH]
+        );
+    }
+
+    #[test]
+    fn a_config_change_changes_the_template_hash() {
+        let a = statefulset(&cluster(3), 3, 3, 0, "10Gi").expect("sts");
+        let mut c = cluster(3);
+        c.spec.broker.fsync = Some(Fsync::Always);
+        let b = statefulset(&c, 3, 3, 0, "10Gi").expect("sts");
+        assert_ne!(
+            a.metadata.annotations.as_ref().expect("a")[TEMPLATE_HASH],
+            b.metadata.annotations.as_ref().expect("b")[TEMPLATE_HASH]
+        );
+    }
+
+    #[test]
+    fn an_image_change_changes_the_template_hash_but_not_the_config() {
+        let a = statefulset(&cluster(3), 3, 3, 0, "10Gi").expect("sts");
+        let mut c = cluster(3);
+        c.spec.image = "spate:next".into();
+        let b = statefulset(&c, 3, 3, 0, "10Gi").expect("sts");
+        assert_ne!(
+            a.metadata.annotations.as_ref().expect("a")[TEMPLATE_HASH],
+            b.metadata.annotations.as_ref().expect("b")[TEMPLATE_HASH]
+        );
+        assert_eq!(config_map(&cluster(3)), config_map(&c));
+    }
+
+    #[test]
+    fn the_admin_token_comes_from_the_secret_not_the_spec() {
+        let mut c = cluster(3);
+        c.spec.security = Some(crate::crd::SecuritySpec {
+            admin_token_secret: crate::crd::SecretKeyRef {
+                name: "s".into(),
+                key: "k".into(),
+            },
+        });
+        let t = pod_template(&c, 3).expect("t");
+        let env = t.spec.expect("pod").containers[0].env.clone().expect("env");
+        let token = env
+            .iter()
+            .find(|e| e.name == "SPATE_ADMIN_TOKEN")
+            .expect("token env");
+        assert!(token.value.is_none());
+        let sel = token
+            .value_from
+            .as_ref()
+            .and_then(|v| v.secret_key_ref.as_ref())
+            .expect("ref");
+        assert_eq!((sel.name.as_str(), sel.key.as_str()), ("s", "k"));
+    }
+
+    #[test]
+    fn anti_affinity_required_and_preferred_map_to_pod_anti_affinity() {
+        let mut c = cluster(3);
+        c.spec.anti_affinity = AntiAffinity::Required;
+        let t = pod_template(&c, 3).expect("t");
+        let a = t
+            .spec
+            .expect("pod")
+            .affinity
+            .expect("aff")
+            .pod_anti_affinity
+            .expect("anti");
+        assert!(a
+            .required_during_scheduling_ignored_during_execution
+            .is_some());
+        c.spec.anti_affinity = AntiAffinity::Preferred;
+        let t = pod_template(&c, 3).expect("t");
+        let a = t
+            .spec
+            .expect("pod")
+            .affinity
+            .expect("aff")
+            .pod_anti_affinity
+            .expect("anti");
+        assert!(a
+            .preferred_during_scheduling_ignored_during_execution
+            .is_some());
+        c.spec.anti_affinity = AntiAffinity::None;
+        assert!(pod_template(&c, 3)
+            .expect("t")
+            .spec
+            .expect("pod")
+            .affinity
+            .is_none());
+    }
+
+    #[test]
+    fn services_and_pdb_select_the_clusters_pods() {
+        let c = cluster(3);
+        let h = headless_service(&c).expect("h");
+        let hs = h.spec.expect("spec");
+        assert_eq!(hs.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(hs.publish_not_ready_addresses, Some(true));
+        assert_eq!(hs.selector, Some(selector("demo")));
+        let p = pdb(&c).expect("pdb").spec.expect("spec");
+        assert_eq!(p.max_unavailable, Some(IntOrString::Int(1)));
+        let sm = service_monitor(&c).expect("sm");
+        assert_eq!(sm["spec"]["endpoints"][0]["port"], "http");
+    }
+
+    #[test]
+    fn the_desired_hash_is_stable_and_tracks_content() {
+        let a = config_map(&cluster(3)).expect("cm");
+        let b = config_map(&cluster(3)).expect("cm");
+        assert_eq!(a.metadata.annotations, b.metadata.annotations);
+        let mut c = cluster(3);
+        c.spec.broker.fsync = Some(Fsync::Never);
+        let d = config_map(&c).expect("cm");
+        assert_ne!(a.metadata.annotations, d.metadata.annotations);
+    }
+
+    #[test]
+    fn node_addresses_follow_the_ordinal_and_headless_service() {
+        let n = Names::of(&cluster(3)).expect("names");
+        assert_eq!(n.node_addr(4, 9093), "demo-3.demo-nodes.ns.svc:9093");
+    }
+}
