@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::conditions::{merge, Want};
-use crate::crd::{DeletionPolicy, SpateCluster, SpateClusterStatus, SpateTopic, SpateTopicStatus};
+use crate::crd::{DeletionPolicy, SpateCluster, SpateClusterStatus, SpateTopic};
 use crate::desired::{self, Names, SpecError, DESIRED_HASH, FOUNDING_REPLICAS, TEMPLATE_HASH};
 use crate::metrics::Metrics;
 use crate::plan::{self, PodState, SpateAction, SpateView, StsState, TopicOp};
@@ -221,7 +221,7 @@ pub async fn reconcile_cluster(c: Arc<SpateCluster>, ctx: Arc<Ctx>) -> Result<Ac
         ];
         let mut status = previous.clone();
         status.conditions = merge(&previous.conditions, &wants, c.metadata.generation, now());
-        patch_cluster_status(&ctx, &clusters, &c, &previous, status).await?;
+        patch_status(&ctx, &clusters, &c, c.status.is_some(), &previous, status).await?;
         return Ok(Action::requeue(Duration::from_secs(300)));
     }
 
@@ -459,7 +459,7 @@ pub async fn reconcile_cluster(c: Arc<SpateCluster>, ctx: Arc<Ctx>) -> Result<Ac
         balanced_replicas: balanced,
         conditions: merge(&previous.conditions, &wants, c.metadata.generation, now()),
     };
-    patch_cluster_status(&ctx, &clusters, &c, &previous, status).await?;
+    patch_status(&ctx, &clusters, &c, c.status.is_some(), &previous, status).await?;
     let busy = progress.is_some() || degraded.is_some() || ready_replicas < c.spec.replicas;
     Ok(Action::requeue(Duration::from_secs(if busy {
         3
@@ -508,23 +508,29 @@ fn now() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now()
 }
 
-async fn patch_cluster_status(
+/// Writes a resource's status when it differs from what was read (one counted write).
+async fn patch_status<K, S>(
     ctx: &Ctx,
-    api: &Api<SpateCluster>,
-    c: &SpateCluster,
-    previous: &SpateClusterStatus,
-    status: SpateClusterStatus,
-) -> Result<(), Error> {
-    if &status == previous && c.status.is_some() {
+    api: &Api<K>,
+    resource: &K,
+    had_status: bool,
+    previous: &S,
+    status: S,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    S: Serialize + PartialEq,
+{
+    if &status == previous && had_status {
         return Ok(());
     }
     api.patch_status(
-        &c.name_any(),
+        &resource.name_any(),
         &merge_params(),
         &Patch::Merge(json!({ "status": status })),
     )
     .await?;
-    ctx.metrics.write("SpateCluster", "status");
+    ctx.metrics.write(&K::kind(&()), "status");
     Ok(())
 }
 
@@ -574,7 +580,7 @@ pub async fn reconcile_topic(t: Arc<SpateTopic>, ctx: Arc<Ctx>) -> Result<Action
             format!("SpateCluster {} does not exist", t.spec.cluster),
         )];
         status.conditions = merge(&previous.conditions, &w, t.metadata.generation, now());
-        patch_topic_status(&ctx, &topics, &t, &previous, status).await?;
+        patch_status(&ctx, &topics, &t, t.status.is_some(), &previous, status).await?;
         return Ok(Action::requeue(Duration::from_secs(30)));
     };
     let admin = admin_client(&ctx, &cluster).await?;
@@ -668,7 +674,7 @@ pub async fn reconcile_topic(t: Arc<SpateTopic>, ctx: Arc<Ctx>) -> Result<Action
         Err(e) => (Want::new("Ready", false, "SpateError", e.to_string()), 10),
     };
     status.conditions = merge(&previous.conditions, &[want], t.metadata.generation, now());
-    patch_topic_status(&ctx, &topics, &t, &previous, status).await?;
+    patch_status(&ctx, &topics, &t, t.status.is_some(), &previous, status).await?;
     Ok(Action::requeue(Duration::from_secs(requeue)))
 }
 
@@ -692,26 +698,6 @@ async fn set_finalizers(
     api.patch(&t.name_any(), &merge_params(), &Patch::Merge(patch))
         .await?;
     ctx.metrics.write("SpateTopic", "finalizer");
-    Ok(())
-}
-
-async fn patch_topic_status(
-    ctx: &Ctx,
-    api: &Api<SpateTopic>,
-    t: &SpateTopic,
-    previous: &SpateTopicStatus,
-    status: SpateTopicStatus,
-) -> Result<(), Error> {
-    if &status == previous && t.status.is_some() {
-        return Ok(());
-    }
-    api.patch_status(
-        &t.name_any(),
-        &merge_params(),
-        &Patch::Merge(json!({ "status": status })),
-    )
-    .await?;
-    ctx.metrics.write("SpateTopic", "status");
     Ok(())
 }
 

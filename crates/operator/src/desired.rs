@@ -766,37 +766,26 @@ pub(crate) mod tests {
     #[test]
     fn anti_affinity_required_and_preferred_map_to_pod_anti_affinity() {
         let mut c = cluster(3);
+        let anti = |c: &SpateCluster| {
+            pod_template(c, 3)
+                .expect("template")
+                .spec
+                .expect("pod")
+                .affinity
+                .and_then(|a| a.pod_anti_affinity)
+        };
         c.spec.anti_affinity = AntiAffinity::Required;
-        let t = pod_template(&c, 3).expect("t");
-        let a = t
-            .spec
-            .expect("pod")
-            .affinity
-            .expect("aff")
-            .pod_anti_affinity
-            .expect("anti");
+        let a = anti(&c).expect("required");
         assert!(a
             .required_during_scheduling_ignored_during_execution
             .is_some());
         c.spec.anti_affinity = AntiAffinity::Preferred;
-        let t = pod_template(&c, 3).expect("t");
-        let a = t
-            .spec
-            .expect("pod")
-            .affinity
-            .expect("aff")
-            .pod_anti_affinity
-            .expect("anti");
+        let a = anti(&c).expect("preferred");
         assert!(a
             .preferred_during_scheduling_ignored_during_execution
             .is_some());
         c.spec.anti_affinity = AntiAffinity::None;
-        assert!(pod_template(&c, 3)
-            .expect("t")
-            .spec
-            .expect("pod")
-            .affinity
-            .is_none());
+        assert!(anti(&c).is_none());
     }
 
     #[test]
