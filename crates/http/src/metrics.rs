@@ -366,6 +366,18 @@ pub fn render(b: &Broker) -> String {
         );
     }
     w.family(
+        "spate_slow_requests_total",
+        "counter",
+        "Requests that took 100 ms or more from arrival to response, by API; the exemplar names \
+         the last one (peer and correlation id). Fetch counts its long-poll wait.",
+    );
+    for key in 0..=MAX_API_KEY {
+        let slow = &m.slow_requests[key];
+        if let (true, Some(api)) = (slow.get().0 > 0, api_name(key)) {
+            w.counter_with_exemplar("spate_slow_requests_total", &[("api", &api)], slow);
+        }
+    }
+    w.family(
         "spate_request_duration_seconds",
         "histogram",
         "Time from a request's arrival to its response being ready, by API.",

@@ -132,6 +132,16 @@ impl Histogram {
     }
 }
 
+/// A request taking at least this long (µs) is counted as slow and leaves an exemplar.
+pub const SLOW_REQUEST_US: u64 = 100_000;
+
+/// Labels of an exemplar: which request it was.
+pub type ExemplarLabels = Vec<(String, String)>;
+
+/// Slow requests of one API, with the last one as an OpenMetrics exemplar (peer and
+/// correlation id, so it can be found in the client's logs). Only slow requests take its lock.
+pub type SlowRequests = prometheus_client::metrics::exemplar::CounterWithExemplar<ExemplarLabels>;
+
 /// Highest Kafka API key tracked individually.
 pub const MAX_API_KEY: usize = 100;
 
@@ -142,6 +152,8 @@ pub struct Registry {
     pub requests: Vec<Counter>,
     /// Time from a request's arrival to its response being ready, by API key (µs).
     pub request_latency: Vec<Histogram>,
+    /// Requests that took at least [`SLOW_REQUEST_US`], by API key, with an exemplar.
+    pub slow_requests: Vec<SlowRequests>,
     errors: Mutex<BTreeMap<(i16, i16), u64>>,
     /// Connections currently open.
     pub connections_open: Gauge,
@@ -170,6 +182,7 @@ impl Default for Registry {
         Self {
             requests: (0..=MAX_API_KEY).map(|_| Counter::default()).collect(),
             request_latency: (0..=MAX_API_KEY).map(|_| Histogram::latency()).collect(),
+            slow_requests: (0..=MAX_API_KEY).map(|_| SlowRequests::default()).collect(),
             errors: Mutex::new(BTreeMap::new()),
             connections_open: Gauge::default(),
             connections_accepted: Counter::default(),
@@ -192,6 +205,21 @@ impl Registry {
         let i = (api_key.max(0) as usize).min(MAX_API_KEY);
         self.requests[i].inc();
         self.request_latency[i].observe(micros);
+    }
+
+    /// [`Registry::request`] for a request from `peer` with `correlation_id`: a slow one is
+    /// also counted with an exemplar naming it.
+    #[inline]
+    pub fn request_from(&self, api_key: i16, micros: u64, peer: &str, correlation_id: i32) {
+        self.request(api_key, micros);
+        if cfg!(feature = "enabled") && micros >= SLOW_REQUEST_US {
+            let i = (api_key.max(0) as usize).min(MAX_API_KEY);
+            let labels = vec![
+                ("peer".to_owned(), peer.to_owned()),
+                ("correlation_id".to_owned(), correlation_id.to_string()),
+            ];
+            self.slow_requests[i].inc_by(1, Some(labels), Some(std::time::SystemTime::now()));
+        }
     }
 
     /// Counts an error code returned by `api_key` (errors are off the fast path).

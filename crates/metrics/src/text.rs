@@ -10,7 +10,7 @@ use prometheus_client::metrics::exemplar::Exemplar;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::Histogram;
+use crate::{Histogram, SlowRequests};
 
 /// The content type of [`Writer::finish`]'s text (ended with [`EOF`]).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -23,6 +23,8 @@ type Labels = Vec<(String, String)>;
 #[derive(Debug, Clone)]
 enum Sample {
     Value(Labels, f64),
+    /// A counter that carries its own exemplar (the library encodes both).
+    WithExemplar(Labels, SlowRequests),
     Histogram {
         labels: Labels,
         sum: f64,
@@ -83,6 +85,20 @@ impl Writer {
         self
     }
 
+    /// A counter with its exemplar, of the family `name`.
+    pub fn counter_with_exemplar(
+        &mut self,
+        name: &str,
+        labels: &[(&str, &str)],
+        c: &SlowRequests,
+    ) -> &mut Self {
+        if let Some(f) = self.family_of(name) {
+            f.samples
+                .push(Sample::WithExemplar(owned(labels), c.clone()));
+        }
+        self
+    }
+
     /// A histogram recorded in `unit_per_second` units (1e6 for µs), exported in seconds or
     /// as plain counts when `unit_per_second` is 1.
     pub fn histogram(
@@ -138,6 +154,8 @@ fn encode_sample(f: &Family, s: &Sample, m: &mut MetricEncoder) -> Result<(), st
             m.encode_counter::<Labels, f64, f64>(v, None::<&NoExemplar>)
         }
         (Sample::Value(_, v), _) => m.encode_gauge(v),
+        // Encoded with its labels by the caller (the library's metric takes the encoder).
+        (Sample::WithExemplar(..), _) => Ok(()),
         (
             Sample::Histogram {
                 sum,
@@ -161,7 +179,7 @@ impl Collector for Families {
             let mut m = encoder.encode_descriptor(name, &f.help, None, f.kind)?;
             for s in &f.samples {
                 let labels = match s {
-                    Sample::Value(l, _) => l,
+                    Sample::Value(l, _) | Sample::WithExemplar(l, _) => l,
                     Sample::Histogram { labels, .. } => labels,
                 };
                 if labels.is_empty() {
@@ -172,7 +190,12 @@ impl Collector for Families {
                         .map(|(k, v)| (Cow::from(k.as_str()), Cow::from(v.as_str())))
                         .collect();
                     let mut labelled = m.encode_family(&cow)?;
-                    encode_sample(f, s, &mut labelled)?;
+                    match s {
+                        Sample::WithExemplar(_, c) => {
+                            prometheus_client::encoding::EncodeMetric::encode(c, labelled)?
+                        }
+                        _ => encode_sample(f, s, &mut labelled)?,
+                    }
                 }
             }
         }
@@ -213,5 +236,28 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[cfg(feature = "enabled")]
+    #[test]
+    fn a_slow_request_is_counted_with_an_exemplar_naming_it() {
+        let r = crate::Registry::default();
+        r.request_from(0, 5_000, "10.0.0.1:4000", 1);
+        r.request_from(0, 250_000, "10.0.0.2:5000", 42);
+        let mut w = Writer::default();
+        w.family("spate_slow_requests_total", "counter", "Slow.")
+            .counter_with_exemplar(
+                "spate_slow_requests_total",
+                &[("api", "Produce")],
+                &r.slow_requests[0],
+            );
+        let text = w.finish();
+        assert!(
+            text.contains(
+                "spate_slow_requests_total{api=\"Produce\"} 1 # {peer=\"10.0.0.2:5000\",correlation_id=\"42\"} 1"
+            ),
+            "{text}"
+        );
+        assert_eq!(r.requests[0].get(), 2, "both are counted as requests");
     }
 }

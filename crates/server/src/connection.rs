@@ -52,6 +52,7 @@ enum Body {
 struct Outgoing {
     body: Body,
     api_key: i16,
+    correlation_id: i32,
     started: Instant,
     _request_memory: Option<Permit>,
 }
@@ -64,10 +65,15 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
         .peer_addr()
         .map(|a| format!("/{}", a.ip()))
         .unwrap_or_default();
+    // Slow requests' exemplars name the connection with its port.
+    let peer_addr = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let max_frame = broker.config.max_frame_bytes;
     let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT);
-    let writer = tokio::spawn(write_responses(broker.clone(), wr, rx));
+    let writer = tokio::spawn(write_responses(broker.clone(), wr, rx, peer_addr.clone()));
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut permit: Option<Permit> = None;
     let mut throttle_ms = 0i32;
@@ -84,7 +90,9 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
             }
             if let Some(frame) = take_frame(&mut buf, max_frame)? {
                 let started = Instant::now();
-                let api_key = RawPrefix::peek(&frame).map(|p| p.api_key).unwrap_or(-1);
+                let (api_key, correlation_id) = RawPrefix::peek(&frame)
+                    .map(|p| (p.api_key, p.correlation_id))
+                    .unwrap_or((-1, -1));
                 // A client over its quota is read no further until its throttle time has
                 // passed (KIP-219: the response already told it how long).
                 if let Some(until) = mute.until() {
@@ -97,9 +105,12 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
                 };
                 let body = match broker.handle(frame, rc)? {
                     Reply::None => {
-                        broker
-                            .metrics
-                            .request(api_key, started.elapsed().as_micros() as u64);
+                        broker.metrics.request_from(
+                            api_key,
+                            started.elapsed().as_micros() as u64,
+                            &peer_addr,
+                            correlation_id,
+                        );
                         permit = None;
                         continue;
                     }
@@ -125,6 +136,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
                 let out = Outgoing {
                     body,
                     api_key,
+                    correlation_id,
                     started,
                     _request_memory: permit.take(),
                 };
@@ -157,6 +169,7 @@ async fn write_responses(
     broker: Arc<Broker>,
     wr: tokio::net::tcp::OwnedWriteHalf,
     mut rx: mpsc::Receiver<Outgoing>,
+    peer: String,
 ) -> std::io::Result<()> {
     let mut wr = BufWriter::with_capacity(broker.config.write_buffer_bytes, wr);
     while let Some(out) = rx.recv().await {
@@ -169,9 +182,12 @@ async fn write_responses(
             Body::Later(h) => (h.await.map_err(failed)?, None),
             Body::Held(h) => h.await.map_err(failed)?,
         };
-        broker
-            .metrics
-            .request(out.api_key, out.started.elapsed().as_micros() as u64);
+        broker.metrics.request_from(
+            out.api_key,
+            out.started.elapsed().as_micros() as u64,
+            &peer,
+            out.correlation_id,
+        );
         // Responses count against the budget until written, so big fetch responses slow
         // down reading new requests instead of growing memory. A fetch took its memory before
         // reading; it now holds exactly its frame.
