@@ -260,8 +260,9 @@ mod tests {
 
     #[test]
     fn murmur2_matches_the_java_clients_vectors() {
-        // Kafka's UtilsTest.testMurmur2 vectors, checked against kafka-clients 4.3's
-        // Utils.murmur2 (see scripts/murmur2-java.sh).
+        // Kafka's UtilsTest.testMurmur2 vectors; kafka-clients 4.3.1's Utils.murmur2 gives the
+        // same values (checked with a three-line Java program against the jars
+        // scripts/kafka/fetch.sh installs).
         let cases: [(&[u8], i32); 6] = [
             (b"21", -973_932_308),
             (b"foobar", -790_332_482),
@@ -284,6 +285,16 @@ mod tests {
         assert_eq!(partition_for_key(b"21", 3), 1_173_551_340 % 3);
         assert_eq!(partition_for_key(b"21", 7), 1_173_551_340 % 7);
         assert_eq!(partition_for_key(b"", 1), 0);
+        // Utils.toPositive(Utils.murmur2(key)) % 7 from kafka-clients 4.3.1.
+        for (key, p7) in [
+            (&b"21"[..], 3),
+            (b"foobar", 0),
+            (b"a-little-bit-long-string", 1),
+            (b"a-little-bit-longer-string", 0),
+            (b"abc", 4),
+        ] {
+            assert_eq!(partition_for_key(key, 7), p7);
+        }
     }
 
     fn decode(bytes: &[u8]) -> Vec<kafka_protocol::records::Record> {
