@@ -564,3 +564,72 @@ async fn bad_input_gets_its_status_and_message_and_the_broker_keeps_serving() {
     let (_, metrics) = http(h, "GET", "/metrics", &[], "");
     assert!(metrics.contains("spate_ingest_refused_requests_total{status=\"422\"}"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_a_cluster_any_node_routes_each_record_to_its_partitions_leader() {
+    use crate::cluster::{create_replicated, ThreeNodes};
+    let mut nodes = ThreeNodes::start(&[]);
+    create_replicated(&nodes.bootstrap(), "spread", 6, "2").await;
+    for p in 0..6 {
+        nodes.wait_partition(1, "spread", p, "a leader", |s| !s["leader"].is_null());
+    }
+    let leaders: std::collections::BTreeSet<i64> = (0..6)
+        .filter_map(|p| {
+            crate::cluster::find_partition(&nodes.status(1)?, "spread", p)?["leader"].as_i64()
+        })
+        .collect();
+    assert!(leaders.len() > 1, "leaders spread over nodes: {leaders:?}");
+    let mut want: BTreeMap<(i32, i64), Got> = BTreeMap::new();
+    // Every node takes a blocking batch whose keys spread over all partitions.
+    for id in 1..=3u64 {
+        let records: Vec<Value> = (0..30)
+            .map(|i| json!({"key": format!("n{id}-k{i}"), "value": format!("n{id}-v{i}")}))
+            .collect();
+        let http_addr = nodes.node(id).http.clone();
+        let (status, answer) = post(
+            &http_addr,
+            "/topics/spread",
+            PLAIN,
+            &json!({"records": records}),
+        );
+        assert_eq!(status, 200, "node {id}: {answer}");
+        for (i, at) in placed(&answer).into_iter().enumerate() {
+            assert_eq!(
+                at.0,
+                spate_http::ingest::partition_for_key(format!("n{id}-k{i}").as_bytes(), 6)
+            );
+            want.insert(
+                at,
+                (
+                    Some(format!("n{id}-k{i}").into_bytes()),
+                    Some(format!("n{id}-v{i}").into_bytes()),
+                    vec![],
+                ),
+            );
+        }
+    }
+    // Fire-and-forget through node 2 is delivered to the leaders too.
+    let http2 = nodes.node(2).http.clone();
+    let records: Vec<Value> = (0..30)
+        .map(|i| json!({"key": format!("f{i}"), "value": "f"}))
+        .collect();
+    let (status, _) = post(
+        &http2,
+        "/produce/fire/batch?topic=spread",
+        PLAIN,
+        &json!({"records": records}),
+    );
+    assert_eq!(status, 202);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut s = stats(&http2);
+    while s["topics"]["spread"]["queued"] != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        s = stats(&http2);
+    }
+    assert_eq!(s["topics"]["spread"]["delivered"], 30, "{s}");
+    let got = read_back(&nodes.bootstrap(), "spread", 6, want.len() + 30);
+    assert_eq!(got.len(), want.len() + 30);
+    for (at, rec) in &want {
+        assert_eq!(got.get(at), Some(rec), "record at {at:?}");
+    }
+}
