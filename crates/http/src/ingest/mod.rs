@@ -573,12 +573,12 @@ async fn serve(
         let r = ingest
             .queue_records
             .clone()
-            .try_acquire_many_owned(n as u32)
+            .try_acquire_many_owned(u32::try_from(n).unwrap_or(u32::MAX))
             .map_err(|_| full())?;
         let b = ingest
             .queue_bytes
             .clone()
-            .try_acquire_many_owned(bytes.max(1) as u32)
+            .try_acquire_many_owned(u32::try_from(bytes.max(1)).unwrap_or(u32::MAX))
             .map_err(|_| full())?;
         let job = Job {
             topic: Arc::from(topic.as_str()),
