@@ -3,12 +3,12 @@
 # Prints numbers; asserts nothing.
 #   1. native: spate-bench produce (librdkafka, acks=all, 256 B values, 6 partitions) for
 #      SECONDS after a 3 s warm-up;
-#   2. http:   k6 (deploy/k6/ingest.js, blocking, 100 x 256 B records per request, acks=all,
-#      VUS virtual users) for SECONDS.
+#   2. http:   k6 (deploy/k6/ingest.js, blocking, 100 x 256 B keyless records per request,
+#      acks=all, VUS virtual users) for SECONDS.
 # For each: records/s (records the topic gained / seconds), request or message latency p50 and
 # p95, the broker's CPU per record (utime + stime from /proc/<pid>/stat, before and after) and
 # the load generator's CPU per record (/usr/bin/time).
-# Env: SECONDS_EACH (20), VUS (16), PRODUCERS (4), SPATE_BIN / BENCH (default: release
+# Env: SECONDS_EACH (20), VUS (16), PRODUCERS (4), RECORDS (100 per request), KEYED (0; 1 gives every record a key), SPATE_BIN / BENCH (default: release
 # builds, built if missing), K6 (default ~/.cache/spate-k6/bin/k6, built if missing),
 # SPATE_ARGS (extra broker flags).
 set -euo pipefail
@@ -16,6 +16,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECS="${SECONDS_EACH:-20}"
 VUS="${VUS:-16}"
 PRODUCERS="${PRODUCERS:-4}"
+RECORDS="${RECORDS:-100}"
 if [[ -z "${SPATE_BIN:-}" || -z "${BENCH:-}" ]]; then
   if [[ ! -x "$ROOT/target/release/spate" || ! -x "$ROOT/target/release/spate-bench" ]]; then
     cargo build --release --workspace --manifest-path "$ROOT/Cargo.toml"
@@ -74,10 +75,11 @@ nat_records=$((n1 - n0))
 nat_rate=$(python3 -c "print('%.0f' % ($nat_records / ($t1 - $t0)))")
 nat_cpu=$(python3 -c "print('%.2f' % (($c1 - $c0) / $TCK * 1e6 / max($nat_records, 1)))")
 
-# 2. HTTP ingest.
+# 2. HTTP ingest. Keyless by default, as spate-bench's records are: each request's records are
+# one batch of one partition, as a Kafka producer's batch is (KEYED=1 spreads them by key).
 create http
 c0=$(ticks); n0=$(count http); t0=$(date +%s.%N)
-BASE_URL="http://$HTTP" TOPIC=http MODE=blocking RECORDS=100 SIZE=256 SCENARIO=steady VUS="$VUS" \
+BASE_URL="http://$HTTP" TOPIC=http MODE=blocking RECORDS="$RECORDS" SIZE=256 KEYED="${KEYED:-0}" SCENARIO=steady VUS="$VUS" \
   DURATION="${SECS}s" /usr/bin/time -f '%U %S' -o "$WORK/k6.time" \
   "$K6" run --quiet --summary-export "$WORK/k6.json" "$ROOT/deploy/k6/ingest.js" >"$WORK/k6.out" 2>&1 || true
 c1=$(ticks); n1=$(count http); t1=$(date +%s.%N)
@@ -89,8 +91,8 @@ k6_cpu=$(python3 -c "print('%.2f' % ($(client_cpu "$WORK/k6.time") * 1e6 / max($
 
 printf '\n%-34s %12s %9s %9s %22s %22s\n' "run" "records/s" "p50 ms" "p95 ms" "broker CPU us/record" "client CPU us/record"
 printf '%-34s %12s %9s %9s %22s %22s\n' "native (spate-bench, $PRODUCERS producers)" "$nat_rate" "$nat_p50" "$nat_p95" "$nat_cpu" "-"
-printf '%-34s %12s %9s %9s %22s %22s\n' "http (k6, $VUS VUs, 100 x 256 B)" "$http_rate" "$http_p50" "$http_p95" "$http_cpu" "$k6_cpu (k6)"
+printf '%-34s %12s %9s %9s %22s %22s\n' "http (k6, $VUS VUs, $RECORDS x 256 B)" "$http_rate" "$http_p50" "$http_p95" "$http_cpu" "$k6_cpu (k6)"
 echo
-echo "native latency is per message (send to acknowledgement), http per request of 100 records"
+echo "native latency is per message (send to acknowledgement), http per request of $RECORDS records"
 echo "k6 was told $told records delivered; the topic gained $http_records"
 python3 -c "print('broker CPU per record, http / native: %.2fx' % ($http_cpu / max($nat_cpu, 1e-9)))"

@@ -13,6 +13,8 @@
 //   SCENARIO   smoke | standard (ramp to 500 VUs) | max (MAX_VUS for DURATION) |
 //              stress (arrival rate raised until it breaks) | steady (VUS for DURATION)
 //   VUS, MAX_VUS, DURATION   for steady and max            (10, 500, 2m)
+//   KEYED      1: each record has a key (spread over partitions by murmur2); 0: keyless
+//              (a request's records go to one partition, as a Kafka producer's batch does)  (1)
 //
 // Checks read the body: a blocking answer is 200 with `delivered` equal to the records sent
 // and no per-record error; a fire answer is 202 with `accepted` equal to them. The counters
@@ -32,6 +34,7 @@ const SCENARIO = __ENV.SCENARIO || 'smoke';
 const VUS = parseInt(__ENV.VUS || '10', 10);
 const MAX_VUS = parseInt(__ENV.MAX_VUS || '500', 10);
 const DURATION = __ENV.DURATION || '2m';
+const KEYED = (__ENV.KEYED || '1') !== '0';
 
 const delivered = new Counter('ingest_delivered_records');
 const failedRecords = new Counter('ingest_failed_records');
@@ -95,7 +98,7 @@ function body() {
   for (let i = 0; i < RECORDS; i++) {
     const id = `${__VU}-${__ITER}-${i}`;
     const value = (id + '|' + FILL).substring(0, SIZE);
-    recs[i] = `{"key":"k${id}","value":"${value}"}`;
+    recs[i] = KEYED ? `{"key":"k${id}","value":"${value}"}` : `{"value":"${value}"}`;
   }
   return MODE === 'fire'
     ? `{"topic":"${TOPIC}","records":[${recs.join(',')}]}`
