@@ -417,7 +417,6 @@ async fn run(s: Arc<HttpState>, call: Call, req: Request) -> Response {
 }
 
 /// One record's outcome in the answer (the REST Proxy's `offsets` entry).
-#[derive(Serialize)]
 struct Offset<'a> {
     partition: i32,
     offset: i64,
@@ -425,13 +424,42 @@ struct Offset<'a> {
     error: Option<&'a str>,
 }
 
-#[derive(Serialize)]
-struct Answer<'a> {
-    key_schema_id: Option<i32>,
-    value_schema_id: Option<i32>,
-    offsets: Vec<Offset<'a>>,
-    delivered: usize,
-    failed: usize,
+/// Writes the answer: `{"key_schema_id": null, "value_schema_id": null, "offsets": [...],
+/// "delivered": n, "failed": n}`. By hand, because serializing a struct per record was 7% of
+/// the broker's CPU under load; only error texts go through the JSON string escaper.
+fn write_answer(offsets: &[Offset<'_>], delivered: usize, failed: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + offsets.len() * 64);
+    let mut n = itoa::Buffer::new();
+    out.extend_from_slice(br#"{"key_schema_id":null,"value_schema_id":null,"offsets":["#);
+    for (i, o) in offsets.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"partition":"#);
+        out.extend_from_slice(n.format(o.partition).as_bytes());
+        out.extend_from_slice(br#","offset":"#);
+        out.extend_from_slice(n.format(o.offset).as_bytes());
+        out.extend_from_slice(br#","error_code":"#);
+        match o.error_code {
+            Some(c) => out.extend_from_slice(n.format(c).as_bytes()),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(br#","error":"#);
+        match o.error {
+            Some(e) => {
+                // Writing into a Vec cannot fail.
+                let _ = serde_json::to_writer(&mut out, e);
+            }
+            None => out.extend_from_slice(b"null"),
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(br#"],"delivered":"#);
+    out.extend_from_slice(n.format(delivered).as_bytes());
+    out.extend_from_slice(br#","failed":"#);
+    out.extend_from_slice(n.format(failed).as_bytes());
+    out.push(b'}');
+    out
 }
 
 fn acks_of(q: &IngestQuery) -> Result<i16, IngestError> {
@@ -637,14 +665,7 @@ async fn serve(
     } else {
         StatusCode::MULTI_STATUS
     };
-    let answer = Answer {
-        key_schema_id: None,
-        value_schema_id: None,
-        offsets,
-        delivered,
-        failed,
-    };
-    let json = serde_json::to_vec(&answer).unwrap_or_default();
+    let json = write_answer(&offsets, delivered, failed);
     let content_type = if call.rest {
         "application/vnd.kafka.v2+json"
     } else {
@@ -1103,4 +1124,39 @@ pub fn render_metrics(ingest: &Ingest) -> String {
         );
     }
     w.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_answer_is_the_rest_proxys_json() {
+        let offsets = [
+            Offset {
+                partition: 2,
+                offset: 41,
+                error_code: None,
+                error: None,
+            },
+            Offset {
+                partition: 0,
+                offset: -1,
+                error_code: Some(7),
+                error: Some("RequestTimedOut: \"late\""),
+            },
+        ];
+        let v: serde_json::Value = serde_json::from_slice(&write_answer(&offsets, 1, 1)).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "key_schema_id": null, "value_schema_id": null,
+                "offsets": [
+                    {"partition": 2, "offset": 41, "error_code": null, "error": null},
+                    {"partition": 0, "offset": -1, "error_code": 7, "error": "RequestTimedOut: \"late\""},
+                ],
+                "delivered": 1, "failed": 1,
+            })
+        );
+    }
 }
