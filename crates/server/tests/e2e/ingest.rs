@@ -195,6 +195,38 @@ async fn records_posted_in_each_content_type_read_back_byte_for_byte_with_librdk
 }
 
 #[tokio::test]
+async fn compressed_batches_read_back_the_same_with_librdkafka() {
+    for codec in ["zstd", "gzip"] {
+        let spate = Spate::start(&["--ingest-compression", codec]);
+        let records: Vec<Value> = (0..50)
+            .map(|i| json!({"key": format!("k{i}"), "value": "v".repeat(i * 10)}))
+            .collect();
+        let (status, answer) = post(
+            &spate.http,
+            "/produce/batch?topic=packed",
+            PLAIN,
+            &json!({"records": records}),
+        );
+        assert_eq!(status, 200, "{codec}: {answer}");
+        let got = read_back(&spate.addr, "packed", 1, 50);
+        let values: Vec<usize> = got
+            .values()
+            .map(|r| r.1.as_ref().map_or(0, Vec::len))
+            .collect();
+        assert_eq!(
+            values,
+            (0..50).map(|i| i * 10).collect::<Vec<_>>(),
+            "{codec}"
+        );
+        // 12 KiB of repeated letters: stored compressed, the log is a fraction of that.
+        let (_, text) = http(&spate.http, "GET", "/admin/topics/packed", &[], "");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let size = v["partition_details"][0]["size_bytes"].as_i64().unwrap();
+        assert!(size < 4000, "{codec}: {size} bytes on disk");
+    }
+}
+
+#[tokio::test]
 async fn a_key_lands_on_the_partition_librdkafkas_murmur2_partitioner_picks() {
     let spate = Spate::start(&[]);
     create_topic(&spate.addr, "keys", 7, &[]).await;
@@ -636,6 +668,15 @@ async fn in_a_cluster_any_node_routes_each_record_to_its_partitions_leader() {
         s = stats(&http2);
     }
     assert_eq!(s["topics"]["spread"]["delivered"], 30, "{s}");
+    // A topic no node knows is created through the quorum by the node that is asked.
+    let http3 = nodes.node(3).http.clone();
+    let (status, answer) = post(
+        &http3,
+        "/topics/fresh",
+        PLAIN,
+        &json!({"records": [{"value": "first"}]}),
+    );
+    assert_eq!(status, 200, "{answer}");
     let got = read_back(&nodes.bootstrap(), "spread", 6, want.len() + 30);
     assert_eq!(got.len(), want.len() + 30);
     for (at, rec) in &want {
