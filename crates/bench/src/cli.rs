@@ -33,6 +33,65 @@ pub struct Cli {
 pub enum Command {
     /// Run a suite against every --target in the same run, interleaved, and report ratios.
     Compare(CompareArgs),
+    /// Consume as a consumer group until stopped (or for --duration), serving consumed
+    /// records, lag and end-to-end latency for Prometheus.
+    Consume(ConsumeArgs),
+}
+
+/// Flags of the long-running `consume` subcommand.
+#[derive(Args, Debug, Clone)]
+pub struct ConsumeArgs {
+    /// Bootstrap servers (host:port[,host:port...]).
+    #[arg(
+        short = 'b',
+        long = "bootstrap-servers",
+        default_value = "127.0.0.1:9092"
+    )]
+    pub bootstrap: String,
+    /// Topics to subscribe to (comma-separated).
+    #[arg(short = 't', long, value_delimiter = ',', required = true)]
+    pub topic: Vec<String>,
+    /// Consumer group id.
+    #[arg(short = 'g', long, default_value = "spate-bench-consume")]
+    pub group: String,
+    /// Group members in this process (one thread each).
+    #[arg(short = 'c', long, default_value_t = 1)]
+    pub concurrency: usize,
+    /// Port of the Prometheus endpoint (/metrics).
+    #[arg(long = "prometheus-port", default_value_t = 9465)]
+    pub prometheus_port: u16,
+    /// Address the Prometheus endpoint binds to.
+    #[arg(long = "prometheus-bind", default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
+    pub prometheus_bind: IpAddr,
+    /// Stop after this long (e.g. 10m); unlimited by default (Ctrl-C stops).
+    #[arg(short = 'd', long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Where a group without committed offsets starts: earliest or latest.
+    #[arg(long, default_value = "latest", value_parser = ["earliest", "latest"])]
+    pub start: String,
+    /// Interval of progress lines and lag statistics.
+    #[arg(long = "report-interval", default_value = "5s", value_parser = parse_duration)]
+    pub report_interval: Duration,
+    /// Any librdkafka property, e.g. -X fetch.wait.max.ms=50 (repeatable, applied last).
+    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_property)]
+    pub extra: Vec<(String, String)>,
+}
+
+impl ConsumeArgs {
+    /// The follow configuration.
+    pub fn to_config(&self) -> crate::follow::FollowConfig {
+        crate::follow::FollowConfig {
+            bootstrap: self.bootstrap.clone(),
+            topics: self.topic.clone(),
+            group: self.group.clone(),
+            consumers: self.concurrency.max(1),
+            prometheus: SocketAddr::new(self.prometheus_bind, self.prometheus_port),
+            duration: self.duration.filter(|d| !d.is_zero()),
+            start: self.start.clone(),
+            report_interval: self.report_interval.max(Duration::from_millis(100)),
+            extra: self.extra.clone(),
+        }
+    }
 }
 
 /// Flags of a single run.

@@ -11,6 +11,7 @@ pub mod compare;
 pub mod config;
 pub mod consumer;
 pub mod error;
+pub mod follow;
 pub mod histogram;
 pub mod metadata;
 pub mod payload;

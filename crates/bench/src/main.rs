@@ -22,6 +22,7 @@ fn main() -> ExitCode {
     watch_ctrl_c(Arc::clone(&stop));
     let result = match &cli.command {
         Some(Command::Compare(args)) => run_compare(args, &stop),
+        Some(Command::Consume(args)) => run_follow(args, &stop),
         None => run_single(&cli.run, &stop),
     };
     match result {
@@ -52,6 +53,17 @@ fn watch_ctrl_c(stop: Arc<AtomicBool>) {
     if spawned.is_err() {
         eprintln!("spate-bench: warning: Ctrl-C handler unavailable");
     }
+}
+
+/// `spate-bench consume`: a long-running group consumer with a Prometheus endpoint.
+fn run_follow(args: &spate_bench::cli::ConsumeArgs, stop: &AtomicBool) -> Result<ExitCode> {
+    let metrics = spate_bench::follow::run(&args.to_config(), stop)?;
+    println!(
+        "consumed {} records; lag at the end {}",
+        metrics.consumed_total(),
+        metrics.lag_total()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_single(args: &RunArgs, stop: &AtomicBool) -> Result<ExitCode> {

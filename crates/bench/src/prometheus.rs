@@ -72,8 +72,21 @@ pub fn render(s: &Snapshot) -> String {
     out
 }
 
+/// Renders the exposition text at each scrape.
+pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
+
 /// Serves `state` on `addr` until `stop` is set.
 pub fn serve(addr: SocketAddr, state: PromState, stop: Arc<AtomicBool>) -> Result<JoinHandle<()>> {
+    let render: Render = Arc::new(move || render(&state.lock().unwrap_or_else(|p| p.into_inner())));
+    serve_with(addr, render, stop)
+}
+
+/// Serves what `render` writes on `addr` until `stop` is set.
+pub fn serve_with(
+    addr: SocketAddr,
+    render: Render,
+    stop: Arc<AtomicBool>,
+) -> Result<JoinHandle<()>> {
     let listener = TcpListener::bind(addr)
         .map_err(|e| BenchError::io(format!("prometheus bind {addr}"), e))?;
     listener
@@ -84,7 +97,7 @@ pub fn serve(addr: SocketAddr, state: PromState, stop: Arc<AtomicBool>) -> Resul
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 match listener.accept() {
-                    Ok((conn, _)) => answer(conn, &state),
+                    Ok((conn, _)) => answer(conn, &render),
                     Err(_) => std::thread::sleep(Duration::from_millis(50)),
                 }
             }
@@ -93,7 +106,7 @@ pub fn serve(addr: SocketAddr, state: PromState, stop: Arc<AtomicBool>) -> Resul
 }
 
 /// Answers one scrape; a misbehaving client only loses its own connection.
-fn answer(mut conn: TcpStream, state: &PromState) {
+fn answer(mut conn: TcpStream, render: &Render) {
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
     let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
@@ -106,7 +119,7 @@ fn answer(mut conn: TcpStream, state: &PromState) {
             Ok(n) => seen.extend_from_slice(&buf[..n]),
         }
     }
-    let body = render(&state.lock().unwrap_or_else(|p| p.into_inner()));
+    let body = render();
     let head = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()

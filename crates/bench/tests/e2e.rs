@@ -233,6 +233,108 @@ fn consume_mode_reads_every_filled_message() {
     assert_eq!(u(&v["validation"]["consumed_unique"]), 20_000);
 }
 
+/// GETs /metrics from a Prometheus endpoint; `None` while it does not answer.
+fn scrape(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    c.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+#[test]
+fn consume_subcommand_follows_a_group_and_serves_records_lag_and_latency() {
+    let Some(b) = bootstrap() else { return };
+    let topic = unique("follow");
+    let out = bench(&[
+        "-b",
+        &b,
+        "-t",
+        &topic,
+        "--create-topic",
+        "-p",
+        "2",
+        "-n",
+        "3000",
+        "-s",
+        "100",
+    ]);
+    assert!(out.status.success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spate-bench"))
+        .args([
+            "consume",
+            "-b",
+            &b,
+            "-t",
+            &topic,
+            "-g",
+            &unique("group"),
+            "--start",
+            "earliest",
+            "--prometheus-port",
+            &port.to_string(),
+            "--report-interval",
+            "500ms",
+            "-d",
+            "120s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn spate-bench consume");
+    let series = format!("spate_bench_consumed_records_total{{topic=\"{topic}\"}}");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        if let Some(text) = scrape(&addr) {
+            // Every owned partition reports its lag, and all of it was read.
+            let lags: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("spate_bench_consumer_lag_records{"))
+                .collect();
+            let lag_zero = !lags.is_empty() && lags.iter().all(|l| l.ends_with(" 0"));
+            last = text;
+            if sample(&last, &series) == Some(3000.0) && lag_zero {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let started = Instant::now();
+    while child.try_wait().expect("wait").is_none() && started.elapsed() < CHILD_LIMIT {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("output");
+    assert_eq!(sample(&last, &series), Some(3000.0), "{last}");
+    assert_eq!(
+        sample(&last, "spate_bench_end_to_end_latency_seconds_count"),
+        Some(3000.0),
+        "{last}"
+    );
+    assert!(
+        last.contains("spate_bench_consumer_lag_records{topic="),
+        "{last}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("consumed 3000 records"));
+}
+
 #[test]
 fn round_trip_mode_measures_end_to_end() {
     let Some(b) = bootstrap() else { return };

@@ -1,10 +1,12 @@
 //! The HTTP listener: `/metrics` (OpenMetrics text), `/health`, `/ready`, and a JSON admin API
 //! under `/admin`, and Elasticsearch-compatible `/{topics}/_search` and `_count` over
-//! searchable topics. Admin mutations need `Authorization: Bearer <token>` when a token is
+//! searchable topics, and HTTP ingest (`/topics/{topic}`, `/produce/...`, see [`ingest`]). Admin
+//! mutations need `Authorization: Bearer <token>` when a token is
 //! configured.
 
 mod admin;
 mod cluster_admin;
+pub mod ingest;
 mod metrics;
 pub mod peer;
 mod search;
@@ -28,18 +30,34 @@ pub struct HttpState {
     token: Option<String>,
     effective_config: serde_json::Value,
     search: OnceLock<Arc<spate_search::SearchService>>,
+    ingest: Arc<ingest::Ingest>,
 }
 
 impl HttpState {
     /// State for a broker still starting up.
     pub fn new(token: Option<String>, effective_config: serde_json::Value) -> Arc<Self> {
+        Self::with_ingest(token, effective_config, ingest::IngestConfig::default())
+    }
+
+    /// State for a broker still starting up, with these HTTP ingest limits.
+    pub fn with_ingest(
+        token: Option<String>,
+        effective_config: serde_json::Value,
+        ingest: ingest::IngestConfig,
+    ) -> Arc<Self> {
         Arc::new(Self {
             broker: OnceLock::new(),
             ready: AtomicBool::new(false),
             token,
             effective_config,
             search: OnceLock::new(),
+            ingest: ingest::Ingest::new(ingest),
         })
+    }
+
+    /// HTTP ingest (for draining its queue at shutdown).
+    pub fn ingest(&self) -> &Arc<ingest::Ingest> {
+        &self.ingest
     }
 
     /// Hands over the search service; `/_search` answers from then on.
@@ -58,6 +76,7 @@ impl HttpState {
 
     /// Hands over the recovered broker; `/ready` turns true.
     pub fn set_ready(&self, broker: Arc<Broker>) {
+        self.ingest.start(broker.clone());
         let _ = self.broker.set(broker);
         self.ready.store(true, Ordering::SeqCst);
     }
@@ -110,11 +129,31 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .merge(admin::routes())
         .merge(cluster_admin::routes())
         .merge(search::routes())
+        .merge(ingest::routes())
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such endpoint")
         })
         .with_state(state)
+}
+
+/// Only the ingest routes and `/health`, for a separate `--ingest-listen` listener.
+pub fn ingest_router(state: Arc<HttpState>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .merge(ingest::routes())
+        .fallback(|| async {
+            ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such endpoint")
+        })
+        .with_state(state)
+}
+
+/// Serves the ingest routes alone on `listener` until the process ends.
+pub async fn serve_ingest(
+    listener: tokio::net::TcpListener,
+    state: Arc<HttpState>,
+) -> std::io::Result<()> {
+    axum::serve(listener, ingest_router(state)).await
 }
 
 /// Serves HTTP on `listener` until the process ends.
@@ -162,6 +201,7 @@ async fn metrics_text(State(s): State<Arc<HttpState>>) -> Response {
             if let Some(search) = s.search() {
                 text.push_str(&metrics::render_search(&search));
             }
+            text.push_str(&ingest::render_metrics(&s.ingest));
             text
         }
         None => metrics::render_process_only(),
@@ -178,7 +218,8 @@ async fn metrics_text(State(s): State<Arc<HttpState>>) -> Response {
 /// Mutating admin calls need the bearer token when one is configured.
 async fn require_token(State(s): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
     let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
-        && !search::is_search_path(req.uri().path());
+        && !search::is_search_path(req.uri().path())
+        && !ingest::is_ingest_path(req.uri().path());
     if let (true, Some(token)) = (mutating, &s.token) {
         let given = req
             .headers()

@@ -275,6 +275,39 @@ pub struct Args {
     #[arg(long, env = "SPATE_DEFAULT_REPLICATION_FACTOR", default_value_t = 3)]
     pub default_replication_factor: i16,
 
+    /// A second HTTP listener serving only ingest (`/topics/{topic}`, `/produce/...`) and
+    /// `/health`; ingest is on --http-listen as well.
+    #[arg(long, env = "SPATE_INGEST_LISTEN")]
+    pub ingest_listen: Option<String>,
+
+    /// Largest HTTP ingest request body, in bytes; larger ones are answered 413.
+    #[arg(long, env = "SPATE_INGEST_MAX_BODY_BYTES", default_value_t = 32 << 20)]
+    pub ingest_max_body_bytes: usize,
+
+    /// Most records in one HTTP ingest request; more are answered 422.
+    #[arg(long, env = "SPATE_INGEST_MAX_RECORDS", default_value_t = 10_000)]
+    pub ingest_max_records: usize,
+
+    /// Longest an HTTP ingest client may take to send its body, in milliseconds (408 after).
+    #[arg(long, env = "SPATE_INGEST_BODY_TIMEOUT_MS", default_value_t = 30_000)]
+    pub ingest_body_timeout_ms: u64,
+
+    /// Compression of the batches HTTP ingest writes: none, gzip, snappy, lz4 or zstd.
+    #[arg(long, env = "SPATE_INGEST_COMPRESSION", default_value = "none")]
+    pub ingest_compression: String,
+
+    /// Records the fire-and-forget queue holds; a request that does not fit is answered 429.
+    #[arg(long, env = "SPATE_INGEST_QUEUE_RECORDS", default_value_t = 100_000)]
+    pub ingest_queue_records: usize,
+
+    /// Encoded bytes the fire-and-forget queue holds.
+    #[arg(long, env = "SPATE_INGEST_QUEUE_BYTES", default_value_t = 64 << 20)]
+    pub ingest_queue_bytes: usize,
+
+    /// Acks fire-and-forget deliveries wait for: all or 1.
+    #[arg(long, env = "SPATE_INGEST_FIRE_ACKS", default_value = "all")]
+    pub ingest_fire_acks: String,
+
     /// Log filter (error, warn, info, debug, trace, or a tracing directive). RUST_LOG wins.
     #[arg(long, env = "SPATE_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -297,6 +330,35 @@ impl Args {
             .try_get_matches_from(all)
             .unwrap_or_else(|e| e.exit());
         Ok(Self::from_arg_matches(&m)?)
+    }
+
+    /// HTTP ingest's limits from the `--ingest-*` flags.
+    pub fn ingest_config(&self) -> anyhow::Result<spate_http::ingest::IngestConfig> {
+        let compression = self
+            .ingest_compression
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("--ingest-compression: {e}"))?;
+        let fire_acks = match self.ingest_fire_acks.as_str() {
+            "all" | "-1" => -1,
+            "1" => 1,
+            other => bail!("--ingest-fire-acks: {other:?} is not all or 1"),
+        };
+        if self.ingest_max_records == 0 || self.ingest_max_body_bytes == 0 {
+            bail!("--ingest-max-records and --ingest-max-body-bytes must be at least 1");
+        }
+        if self.ingest_queue_records == 0 || self.ingest_queue_bytes == 0 {
+            bail!("--ingest-queue-records and --ingest-queue-bytes must be at least 1");
+        }
+        Ok(spate_http::ingest::IngestConfig {
+            max_body_bytes: self.ingest_max_body_bytes,
+            max_records: self.ingest_max_records,
+            body_timeout: Duration::from_millis(self.ingest_body_timeout_ms.max(1)),
+            compression,
+            fire_queue_records: self.ingest_queue_records,
+            fire_queue_bytes: self.ingest_queue_bytes,
+            fire_acks,
+            ..Default::default()
+        })
     }
 
     /// The settings as JSON, for logs and the admin API (secrets left out).

@@ -64,13 +64,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
         c.settings.advertised_http =
             Some(args.advertised_http(http_bound, &config.advertised_host));
     }
-    let http_state = spate_http::HttpState::new(args.admin_token.clone(), effective);
+    let http_state = spate_http::HttpState::with_ingest(
+        args.admin_token.clone(),
+        effective,
+        args.ingest_config()?,
+    );
     let serving = http_state.clone();
     tokio::spawn(async move {
         if let Err(e) = spate_http::serve(http, serving).await {
             tracing::error!("HTTP listener failed: {e}");
         }
     });
+    let ingest_bound = match &args.ingest_listen {
+        Some(addr) => {
+            let l = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for HTTP ingest on {addr}"))?;
+            let bound = l.local_addr().context("reading the ingest address")?;
+            let serving = http_state.clone();
+            tokio::spawn(async move {
+                if let Err(e) = spate_http::serve_ingest(l, serving).await {
+                    tracing::error!("HTTP ingest listener failed: {e}");
+                }
+            });
+            Some(bound)
+        }
+        None => None,
+    };
     let data_dir = config.data_dir.clone();
     let clock = spate_broker::time::SystemClock::shared();
     let (broker, notes) =
@@ -103,8 +123,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .context("starting the search indexers")?;
     http_state.set_search(search.clone());
     http_state.set_ready(broker.clone());
+    let ingest_note = ingest_bound
+        .map(|a| format!(", ingest on {a}"))
+        .unwrap_or_default();
     println!(
-        "spate listening on {bound} (advertised as {}:{}), http on {http_bound}, data in {}, fsync {}",
+        "spate listening on {bound} (advertised as {}:{}), http on {http_bound}, data in {}, fsync {}{ingest_note}",
         broker.config.advertised_host,
         broker.config.advertised_port,
         data_dir.display(),
@@ -114,6 +137,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     tokio::select! {
         r = accept => r?,
         _ = shutdown_signal() => tracing::info!("shutting down"),
+    }
+    // Fire-and-forget records were promised delivery: the queue drains before anything stops.
+    if !http_state
+        .ingest()
+        .shutdown(std::time::Duration::from_secs(30))
+        .await
+    {
+        tracing::warn!(
+            "HTTP ingest queue not drained within 30 s; records still queued were not delivered"
+        );
     }
     if let Some(c) = cluster {
         // Controlled shutdown: leaderships move away before this node stops answering.

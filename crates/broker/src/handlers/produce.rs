@@ -45,7 +45,23 @@ pub fn handle(
     throttle_ms: i32,
     req: ProduceRequest,
 ) -> Option<impl Future<Output = ProduceResponse> + Send + 'static> {
-    let version = header.request_api_version;
+    let acks = req.acks;
+    let answer = produce(b, header.request_api_version, throttle_ms, req, true);
+    // The appends happened inside `produce`; acks=0 only skips the answer.
+    (acks != 0).then_some(answer)
+}
+
+/// Appends everything in the request now, in request order (as [`handle`]), and returns the
+/// response future. With `wait` it answers once the acks' durability and replication hold;
+/// without, at once with the offsets the appends got (HTTP ingest's acks=0, which still wants
+/// to tell the client where its records went).
+pub fn produce(
+    b: &Arc<Broker>,
+    version: i16,
+    throttle_ms: i32,
+    req: ProduceRequest,
+    wait: bool,
+) -> impl Future<Output = ProduceResponse> + Send + 'static {
     let acks = req.acks;
     let mut resp = ProduceResponse::default();
     resp.throttle_time_ms = throttle_ms;
@@ -153,12 +169,13 @@ pub fn handle(
         }
         resp.responses.push(tr);
     }
-    if acks == 0 {
-        return None;
+    if !wait || acks == 0 {
+        waits.clear();
+        replicated.clear();
     }
     let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
     let metrics = b.metrics.clone();
-    Some(async move {
+    async move {
         let deadline = tokio::time::Instant::now() + timeout;
         for mut w in waits {
             let done =
@@ -200,7 +217,7 @@ pub fn handle(
             }
         }
         resp
-    })
+    }
 }
 
 /// Waits until every in-sync replica holds the batch (the high watermark passes it); the

@@ -24,6 +24,8 @@ pub struct Spate {
     pub addr: String,
     /// host:port of its HTTP listener.
     pub http: String,
+    /// host:port of its separate HTTP ingest listener (`--ingest-listen`), if any.
+    pub ingest: Option<String>,
     dir: tempfile::TempDir,
     extra: Vec<String>,
 }
@@ -33,11 +35,12 @@ impl Spate {
     pub fn start(extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let (child, addr, http) = spawn(dir.path(), &extra);
+        let (child, addr, http, ingest) = spawn(dir.path(), &extra);
         Self {
             child: Some(child),
             addr,
             http,
+            ingest,
             dir,
             extra,
         }
@@ -75,10 +78,11 @@ impl Spate {
     /// it was already stopped.
     pub fn restart(&mut self) {
         self.kill9();
-        let (child, addr, http) = spawn(self.dir.path(), &self.extra);
+        let (child, addr, http, ingest) = spawn(self.dir.path(), &self.extra);
         self.child = Some(child);
         self.addr = addr;
         self.http = http;
+        self.ingest = ingest;
     }
 
     /// The broker's log output so far.
@@ -150,7 +154,7 @@ pub fn free_ports(n: usize) -> Vec<u16> {
     ports
 }
 
-fn spawn(dir: &Path, extra: &[String]) -> (Child, String, String) {
+fn spawn(dir: &Path, extra: &[String]) -> (Child, String, String, Option<String>) {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -195,7 +199,12 @@ fn spawn(dir: &Path, extra: &[String]) -> (Child, String, String) {
         .and_then(|rest| rest.split([',', ' ']).next())
         .unwrap_or_else(|| panic!("no http address in {line:?}"))
         .to_string();
-    (child, addr, http)
+    let ingest = line
+        .split("ingest on ")
+        .nth(1)
+        .and_then(|rest| rest.split([',', ' ']).next())
+        .map(|s| s.trim().to_string());
+    (child, addr, http, ingest)
 }
 
 /// A plain HTTP/1.1 request to `addr`; returns status and body.

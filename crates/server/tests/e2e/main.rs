@@ -14,6 +14,7 @@ mod durability;
 mod fetch;
 mod groups;
 mod harness;
+mod ingest;
 mod netns;
 mod operations;
 mod produce_consume;

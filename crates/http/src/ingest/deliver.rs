@@ -1,0 +1,191 @@
+//! Delivery of encoded batches: the local produce handler for partitions this node leads (all
+//! of them standalone), a Kafka Produce to the leader for the others.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use spate_broker::cluster::PeerConnection;
+use spate_broker::handlers::produce;
+use spate_broker::Broker;
+use spate_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use spate_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
+use spate_protocol::{ResponseError, StrBytes};
+
+/// Produce request version used for local and forwarded produces (error messages from v8).
+const PRODUCE_VERSION: i16 = 9;
+
+/// One encoded batch: `count` records of one partition, `order[first..first + count]`.
+#[derive(Clone)]
+pub(super) struct Batch {
+    pub(super) partition: i32,
+    pub(super) bytes: Bytes,
+    pub(super) first: usize,
+    pub(super) count: usize,
+}
+
+/// One batch's outcome.
+pub(super) struct Delivery {
+    pub(super) base_offset: i64,
+    pub(super) error_code: i16,
+    pub(super) error: String,
+}
+
+impl Delivery {
+    fn failed(code: ResponseError, why: impl Into<String>) -> Self {
+        Self {
+            base_offset: -1,
+            error_code: code.code(),
+            error: format!("{code:?}: {}", why.into()),
+        }
+    }
+}
+
+fn produce_request(topic: &str, batches: &[&Batch], acks: i16, timeout_ms: i32) -> ProduceRequest {
+    let mut td = TopicProduceData::default();
+    td.name = TopicName(StrBytes::from_string(topic.to_owned()));
+    td.partition_data = batches
+        .iter()
+        .map(|b| {
+            let mut pd = PartitionProduceData::default();
+            pd.index = b.partition;
+            pd.records = Some(b.bytes.clone());
+            pd
+        })
+        .collect();
+    let mut req = ProduceRequest::default();
+    req.acks = acks;
+    req.timeout_ms = timeout_ms;
+    req.topic_data = vec![td];
+    req
+}
+
+fn outcomes(resp: &ProduceResponse, n: usize) -> Vec<Delivery> {
+    let parts = resp.responses.first().map(|t| &t.partition_responses[..]);
+    (0..n)
+        .map(|i| match parts.and_then(|p| p.get(i)) {
+            Some(pr) if pr.error_code == 0 => Delivery {
+                base_offset: pr.base_offset,
+                error_code: 0,
+                error: String::new(),
+            },
+            Some(pr) => {
+                let code = ResponseError::try_from_code(pr.error_code);
+                Delivery {
+                    base_offset: -1,
+                    error_code: pr.error_code,
+                    error: format!(
+                        "{}: {}",
+                        code.map_or_else(
+                            || format!("error {}", pr.error_code),
+                            |c| format!("{c:?}")
+                        ),
+                        pr.error_message.as_deref().unwrap_or("")
+                    ),
+                }
+            }
+            None => Delivery::failed(
+                ResponseError::UnknownServerError,
+                "no answer for this partition",
+            ),
+        })
+        .collect()
+}
+
+/// Produces `batches` of `topic` with `acks` (0: answered once appended, without waiting),
+/// here for partitions this node leads and with a Kafka Produce to the leader for the
+/// others; one outcome per batch, in order.
+pub(super) async fn deliver(
+    b: &Arc<Broker>,
+    topic: &str,
+    batches: &[Batch],
+    acks: i16,
+    timeout_ms: i32,
+) -> Vec<Delivery> {
+    // acks=0 still wants the offsets: append as acks=1 and do not wait.
+    let (wire_acks, wait) = if acks == 0 { (1, false) } else { (acks, true) };
+    let Some(cluster) = b.cluster().cloned() else {
+        let refs: Vec<&Batch> = batches.iter().collect();
+        let req = produce_request(topic, &refs, wire_acks, timeout_ms);
+        let resp = produce::produce(b, PRODUCE_VERSION, 0, req, wait).await;
+        return outcomes(&resp, batches.len());
+    };
+    let image = cluster.image();
+    let me = cluster.broker_id();
+    let mut results: Vec<Option<Delivery>> = (0..batches.len()).map(|_| None).collect();
+    // Leader -> indexes of its batches.
+    let mut by_leader: HashMap<i32, Vec<usize>> = HashMap::new();
+    for (i, batch) in batches.iter().enumerate() {
+        match image
+            .partition(topic, batch.partition)
+            .and_then(|s| s.leader)
+        {
+            Some(l) => by_leader.entry(l).or_default().push(i),
+            None => {
+                results[i] = Some(Delivery::failed(
+                    ResponseError::LeaderNotAvailable,
+                    format!("partition {} has no leader now; retry", batch.partition),
+                ))
+            }
+        }
+    }
+    let calls = by_leader.into_iter().map(|(leader, idx)| {
+        let refs: Vec<&Batch> = idx.iter().map(|&i| &batches[i]).collect();
+        let req = produce_request(topic, &refs, wire_acks, timeout_ms);
+        let addr = image
+            .broker(leader)
+            .filter(|r| !r.fenced)
+            .map(|r| format!("{}:{}", r.kafka_host, r.kafka_port));
+        let b = b.clone();
+        async move {
+            let n = idx.len();
+            if leader == me {
+                let resp = produce::produce(&b, PRODUCE_VERSION, 0, req, wait).await;
+                return (idx, outcomes(&resp, n));
+            }
+            let Some(addr) = addr else {
+                let d = (0..n)
+                    .map(|_| {
+                        Delivery::failed(
+                            ResponseError::NotLeaderOrFollower,
+                            format!("the leader, node {leader}, is not reachable now; retry"),
+                        )
+                    })
+                    .collect();
+                return (idx, d);
+            };
+            // Waits for the leader's acks, plus the time to reach it.
+            let limit = Duration::from_millis(timeout_ms.max(0) as u64) + Duration::from_secs(5);
+            let answer = async {
+                let mut c = PeerConnection::connect(&addr, "spate-ingest".into(), limit).await?;
+                c.call::<_, ProduceResponse>(ApiKey::Produce, PRODUCE_VERSION, &req, limit)
+                    .await
+            }
+            .await;
+            let d = match answer {
+                Ok(resp) => outcomes(&resp, n),
+                Err(e) => {
+                    let why = format!(
+                        "forwarding to the leader, node {leader}, failed ({e}); the records may or may not have been written"
+                    );
+                    (0..n)
+                        .map(|_| Delivery::failed(ResponseError::RequestTimedOut, why.clone()))
+                        .collect()
+                }
+            };
+            (idx, d)
+        }
+    });
+    for (idx, d) in futures::future::join_all(calls).await {
+        for (i, d) in idx.into_iter().zip(d) {
+            results[i] = Some(d);
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|| Delivery::failed(ResponseError::UnknownServerError, "not sent"))
+        })
+        .collect()
+}
