@@ -25,6 +25,8 @@ pub const RESERVED_CONFIG_KEYS: &[&str] = &[
     "cluster-listen",
     "listen",
     "http-listen",
+    // A separate ingest listener needs a container port the StatefulSet does not declare.
+    "ingest-listen",
     "advertised-address",
     "advertised-http-address",
     "data-dir",
