@@ -60,6 +60,28 @@ pub fn is_internal(topic: &str) -> bool {
     topic == OFFSETS_LOG
 }
 
+/// Refuses deleting or resizing an internal topic (groups are mapped onto its partitions),
+/// with the error every path answers: INVALID_TOPIC_EXCEPTION naming the topic.
+pub fn refuse_internal(topic: &str) -> Result<(), crate::registry::TopicError> {
+    if is_internal(topic) {
+        return Err(internal_topic_error(topic));
+    }
+    Ok(())
+}
+
+/// [`refuse_internal`]'s answer as the (error code, message) pair cluster admin builds.
+pub(crate) fn internal_refusal(topic: &str) -> (i16, String) {
+    let e = internal_topic_error(topic);
+    (e.code.code(), e.message)
+}
+
+fn internal_topic_error(topic: &str) -> crate::registry::TopicError {
+    crate::registry::TopicError::new(
+        ResponseError::InvalidTopicException,
+        format!("{topic} is an internal topic: it cannot be deleted or resized"),
+    )
+}
+
 /// The offsets partition of `group` among `partitions`, as Kafka maps it: the group id's
 /// Java `String.hashCode` (over UTF-16 code units), made non-negative, modulo the count.
 pub fn offsets_partition_for(group: &str, partitions: usize) -> usize {
@@ -295,12 +317,6 @@ impl GroupService {
     /// node leads ([`GroupService::take_over`]).
     pub fn set_clustered(&self) {
         self.clustered.store(true, Ordering::SeqCst);
-    }
-
-    /// The offsets partition `group` lives in, when `__consumer_offsets` exists.
-    pub fn partition_of(&self, group: &str) -> Option<usize> {
-        let count = self.partitions.lock().count;
-        (count > 0).then(|| offsets_partition_for(group, count))
     }
 
     /// Whether this node coordinates `group` now: it holds the group's offsets partition
@@ -749,15 +765,25 @@ impl GroupService {
         let of = |g: &str| offsets_partition_for(g, count) == index;
         let now = self.clock.now_ms();
         let corrupt = |e: OffsetsEncodeError| BrokerError::Cluster(e.to_string());
-        let store = self.offsets.lock().clone();
-        let mut groups: Vec<&str> = store.group_ids().filter(|g| of(g)).collect();
-        groups.sort_unstable();
-        for g in groups {
-            let entries: Vec<(String, i32, Option<Committed>)> = store
-                .group(g)
-                .into_iter()
-                .map(|(t, p, c)| (t.to_string(), p, Some(c.clone())))
-                .collect();
+        // Only this partition's groups are copied out of the store.
+        type GroupOffsets = (String, Vec<(String, i32, Option<Committed>)>);
+        let mut groups: Vec<GroupOffsets> = {
+            let store = self.offsets.lock();
+            store
+                .group_ids()
+                .filter(|g| of(g))
+                .map(|g| {
+                    let entries = store
+                        .group(g)
+                        .into_iter()
+                        .map(|(t, p, c)| (t.to_string(), p, Some(c.clone())))
+                        .collect();
+                    (g.to_string(), entries)
+                })
+                .collect()
+        };
+        groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (g, entries) in &groups {
             for chunk in entries.chunks(1000) {
                 let batch = encode_batch(g, chunk, now).map_err(corrupt)?;
                 append_batch(parts, index, &batch)

@@ -25,7 +25,7 @@ pub use budget::{MemoryBudget, Permit};
 pub use config::{BrokerConfig, ProduceProfile, DEFAULT_FETCH_MAX_BYTES};
 pub use dispatch::{Broker, HeldFrame, Reply, RequestContext, RequestError};
 pub use error::BrokerError;
-pub use groups::{is_internal, GroupService, GroupSettings};
+pub use groups::{is_internal, refuse_internal, GroupService, GroupSettings};
 pub use partition::Partition;
 pub use producer_state::ProducerLimits;
 pub use registry::{validate_topic_name, Topic, TopicError, TopicMetrics, TopicRegistry};

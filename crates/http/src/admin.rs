@@ -385,12 +385,7 @@ async fn delete_topic(
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
     let b = s.broker()?;
-    if spate_broker::is_internal(&name) {
-        return Err(kafka_error(
-            ResponseError::InvalidTopicException,
-            format!("{name} is an internal topic: it cannot be deleted"),
-        ));
-    }
+    spate_broker::refuse_internal(&name).map_err(|e| kafka_error(e.code, e.message))?;
     if b.cluster().is_some() {
         use spate_protocol::messages::delete_topics_request::{
             DeleteTopicState, DeleteTopicsRequest,
@@ -451,12 +446,7 @@ async fn add_partitions(
     let b = s.broker()?;
     let t = topic(b, &name)?;
     let req: PartitionCount = body(&raw)?;
-    if spate_broker::is_internal(&name) {
-        return Err(kafka_error(
-            ResponseError::InvalidTopicException,
-            format!("{name} is an internal topic: it cannot be resized"),
-        ));
-    }
+    spate_broker::refuse_internal(&name).map_err(|e| kafka_error(e.code, e.message))?;
     if b.cluster().is_some() {
         use spate_protocol::messages::create_partitions_request::{
             CreatePartitionsRequest, CreatePartitionsTopic,

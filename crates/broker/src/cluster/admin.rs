@@ -414,10 +414,7 @@ pub async fn delete_topics(
             )),
             Some(n) if crate::groups::is_internal(&n) => {
                 r.name = Some(StrBytes::from_string(n.clone()).into());
-                Err((
-                    ResponseError::InvalidTopicException.code(),
-                    format!("{n} is an internal topic: it cannot be deleted"),
-                ))
+                Err(crate::groups::internal_refusal(&n))
             }
             Some(n) => {
                 r.name = Some(StrBytes::from_string(n.clone()).into());
@@ -478,13 +475,9 @@ pub async fn create_partitions(
         r.name = t.name.clone();
         let image = cluster.image();
         let cmd = match &t.assignments {
-            _ if crate::groups::is_internal(&t.name) => Err((
-                ResponseError::InvalidTopicException.code(),
-                format!(
-                    "{} is an internal topic: it cannot be resized",
-                    t.name.as_str()
-                ),
-            )),
+            _ if crate::groups::is_internal(&t.name) => {
+                Err(crate::groups::internal_refusal(&t.name))
+            }
             Some(a) => {
                 let current = image
                     .topic(&t.name)

@@ -169,18 +169,6 @@ pub(crate) fn deletions(
     }
 }
 
-/// Internal topics are not deleted or resized by clients: groups are mapped onto their
-/// partitions.
-pub(crate) fn refuse_internal(name: &str) -> Result<(), TopicError> {
-    if crate::groups::is_internal(name) {
-        return Err(TopicError::new(
-            ResponseError::InvalidTopicException,
-            format!("{name} is an internal topic: it cannot be deleted or resized"),
-        ));
-    }
-    Ok(())
-}
-
 /// Answers DeleteTopics (by name, or by id from v6).
 pub fn delete(b: &Broker, version: i16, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
     let mut resp = DeleteTopicsResponse::default();
@@ -202,7 +190,7 @@ pub fn delete(b: &Broker, version: i16, req: DeleteTopicsRequest) -> DeleteTopic
         };
         let result = name.and_then(|n| {
             r.name = Some(n.clone());
-            refuse_internal(&n)?;
+            crate::groups::refuse_internal(&n)?;
             b.topics.delete(&n)
         });
         match result {
@@ -239,7 +227,9 @@ pub fn create_partitions(b: &Broker, req: CreatePartitionsRequest) -> CreatePart
                 ResponseError::UnknownTopicOrPartition,
                 format!("topic '{}' does not exist", t.name.as_str()),
             )),
-            Some(_) if crate::groups::is_internal(&t.name) => refuse_internal(&t.name),
+            Some(_) if crate::groups::is_internal(&t.name) => {
+                crate::groups::refuse_internal(&t.name)
+            }
             Some(topic) => {
                 let bad_assignment = t.assignments.as_ref().is_some_and(|a| {
                     a.len() as i32 != t.count - topic.partition_count()
