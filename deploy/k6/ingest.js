@@ -15,6 +15,7 @@
 //   VUS, MAX_VUS, DURATION   for steady and max            (10, 500, 2m)
 //   KEYED      1: each record has a key (spread over partitions by murmur2); 0: keyless
 //              (a request's records go to one partition, as a Kafka producer's batch does)  (1)
+//   POOL       bodies each VU builds once and sends in turn; 0 builds one per request  (8)
 //
 // Checks read the body: a blocking answer is 200 with `delivered` equal to the records sent
 // and no per-record error; a fire answer is 202 with `accepted` equal to them. The counters
@@ -93,16 +94,29 @@ export const options = {
 // One filler per run: values differ in their prefix, the rest is shared text.
 const FILL = 'abcdefghijklmnopqrstuvwxyz0123456789'.repeat(Math.ceil(SIZE / 36) + 1);
 
-function body() {
+// Each VU builds POOL bodies on first use and sends them in turn (POOL=0: a new body for every
+// request). Building a 100-record body in JavaScript took more of k6's CPU than sending it,
+// and k6 shares the machine's cores with the broker it measures.
+const POOL = parseInt(__ENV.POOL || '8', 10);
+const pool = [];
+
+function build(tag) {
   const recs = new Array(RECORDS);
   for (let i = 0; i < RECORDS; i++) {
-    const id = `${__VU}-${__ITER}-${i}`;
+    const id = `${__VU}-${tag}-${i}`;
     const value = (id + '|' + FILL).substring(0, SIZE);
     recs[i] = KEYED ? `{"key":"k${id}","value":"${value}"}` : `{"value":"${value}"}`;
   }
   return MODE === 'fire'
     ? `{"topic":"${TOPIC}","records":[${recs.join(',')}]}`
     : `{"records":[${recs.join(',')}]}`;
+}
+
+function body() {
+  if (POOL <= 0) return build(__ITER);
+  const slot = __ITER % POOL;
+  if (pool[slot] === undefined) pool[slot] = build(`p${slot}`);
+  return pool[slot];
 }
 
 const params = {
@@ -141,8 +155,10 @@ export default function () {
     },
     'blocking: no per-record errors': (res) => {
       if (res.status !== 200 && res.status !== 207) return false;
-      const offsets = res.json('offsets');
-      return offsets.length === RECORDS && offsets.every((o) => o.error_code === null);
+      // Counted by gjson on k6's Go side, and a regular expression for any error code that is
+      // not null: converting 100 offsets into JavaScript objects cost more CPU than the broker
+      // spent on the request.
+      return res.json('offsets.#') === RECORDS && !/"error_code":-?\d/.test(res.body);
     },
   });
   if (d) delivered.add(d);

@@ -468,8 +468,7 @@ impl Segment {
     ) -> Result<(), LogError> {
         let at = self.size;
         self.file
-            .write_all_at(head, at)
-            .and_then(|()| self.file.write_all_at(body, at + head.len() as u64))
+            .write_two_at(head, body, at)
             .ctx("write segment", &self.path)?;
         self.size += (head.len() + body.len()) as u64;
         self.track(at, h, index_interval);

@@ -783,7 +783,13 @@ fn prepare(
     // Stable: records keep their body order within a partition.
     keyed.sort_by_key(|(p, _)| *p);
     let order: Vec<u32> = keyed.iter().map(|(_, i)| *i).collect();
-    let mut buf = BytesMut::new();
+    // Room for every batch uncompressed, so encoding never grows (copies) the buffer.
+    let bound: usize = records
+        .iter()
+        .map(|r| r.payload_len() + RECORD_OVERHEAD_MAX + 8 * r.headers.len())
+        .sum::<usize>()
+        + BATCH_OVERHEAD * records.len().min(n as usize);
+    let mut buf = BytesMut::with_capacity(bound);
     let mut spans: Vec<(i32, usize, usize, usize)> = Vec::new(); // partition, first, count, bytes end
     let mut start = 0;
     while start < keyed.len() {
