@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Searchable topics' cost on this machine, the seed's matrix. Prints numbers; asserts nothing.
 #   1. Produce throughput and p50/p99 (spate-bench, acks=1, 512 B text records, 4 partitions)
-#      to a plain and to a searchable topic, alternating ROUNDS times, standalone and on a
+#      to a plain and to a searchable topic, ROUNDS times (odd rounds plain first, even rounds
+#      searchable first; each run starts with the page cache written back and dropped), standalone and on a
 #      3-node cluster (replication factor 3). After the searchable run: how long the index
 #      took to catch up (its indexing rate) and the index size per GiB of log.
 #   2. Time-to-searchable: probe records (scripts/search_freshness.py, 100/s) produced among
@@ -43,9 +44,20 @@ produce() { # produce TOPIC: prints "msg/s p50_ms p99_ms"
     --payload-pattern text --no-progress --json-output "/tmp/sbs-$1.json" >/dev/null 2>&1
   python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["produce"]; l=p["latency_us"]; print("%.0f %.1f %.1f" % (p["msgs_per_sec"], l["p50_us"]/1000, l["p99_us"]/1000))' "/tmp/sbs-$1.json"
 }
-delete() { curl -sf -XDELETE "$SPATE_HTTP/admin/topics/$1" >/dev/null || true; sleep 2; }
+# Deleting a run's topic also writes back the dirty pages left and drops the page cache (when
+# allowed): the next run otherwise pays for the kernel's writeback of the previous one's GiBs.
+delete() {
+  curl -sf -XDELETE "$SPATE_HTTP/admin/topics/$1" >/dev/null || true
+  sleep 2
+  sync
+  if [[ -w /proc/sys/vm/drop_caches ]]; then echo 3 >/proc/sys/vm/drop_caches; fi
+  sleep 1
+}
 for round in $(seq 1 "$ROUNDS"); do
-  for mode in plain search; do
+  # Alternating which goes first, so neither always runs on a machine the other just loaded.
+  modes="plain search"
+  (( round % 2 == 0 )) && modes="search plain"
+  for mode in $modes; do
     topic="$mode-$round"
     create "$topic" "$([[ $mode == search ]] && echo true || echo false)"
     started=$(date +%s.%N)
