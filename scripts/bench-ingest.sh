@@ -81,9 +81,7 @@ echo "bench-ingest: spate pid $PID ($SPATE_BIN), $SECS s per run, $(nproc) cores
 reset() {
   curl -sf -XDELETE "http://$HTTP/admin/topics/$1" >/dev/null || true
   sleep 1
-  sync
-  if [[ -w /proc/sys/vm/drop_caches ]]; then echo 3 >/proc/sys/vm/drop_caches; fi
-  sleep 1
+  "$ROOT/scripts/drop-page-cache.sh"
 }
 
 # Broker CPU us per record between two tick readings.

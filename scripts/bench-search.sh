@@ -49,9 +49,7 @@ produce() { # produce TOPIC: prints "msg/s p50_ms p99_ms"
 delete() {
   curl -sf -XDELETE "$SPATE_HTTP/admin/topics/$1" >/dev/null || true
   sleep 2
-  sync
-  if [[ -w /proc/sys/vm/drop_caches ]]; then echo 3 >/proc/sys/vm/drop_caches; fi
-  sleep 1
+  "$ROOT/scripts/drop-page-cache.sh"
 }
 for round in $(seq 1 "$ROUNDS"); do
   # Alternating which goes first, so neither always runs on a machine the other just loaded.
