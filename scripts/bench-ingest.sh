@@ -74,6 +74,8 @@ count() {
 client_cpu() { awk '{printf "%.2f", $1 + $2}' "$1"; }  # /usr/bin/time -f '%U %S' output
 
 echo "bench-ingest: spate pid $PID ($SPATE_BIN), $SECS s per run, $(nproc) cores"
+# The first run too starts without another process's dirty pages being written back.
+"$ROOT/scripts/drop-page-cache.sh"
 
 # Each run starts from the same memory state: the previous run's topic deleted, its dirty
 # pages written back and the page cache dropped (when allowed). A run that follows a

@@ -96,6 +96,8 @@ done
 SUITE
 
 : > /tmp/sbs-results.txt
+# The first run too starts without another process's dirty pages being written back.
+"$ROOT/scripts/drop-page-cache.sh"
 if [[ -z "$ONLY" || "$ONLY" == standalone ]]; then
   echo "== standalone"
   "$ROOT/scripts/with-spate.sh" -- bash /tmp/spate-bench-search-suite.sh standalone 1
