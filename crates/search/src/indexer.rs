@@ -76,9 +76,6 @@ impl Indexer {
                 dirty: false,
                 last_commit: Instant::now(),
                 indexed_last_step: false,
-                last_hw: None,
-                append_rate: 0.0,
-                index_rate: 0.0,
             };
             if let Err(e) = run.run(&flag, &runtime) {
                 tracing::error!(topic = %run.index.topic, partition = run.index.partition, error = %e, "search indexer stopped");
@@ -112,21 +109,7 @@ struct Run {
     last_commit: Instant,
     /// The last step indexed at least one record.
     indexed_last_step: bool,
-    /// The high watermark the last step saw, and when.
-    last_hw: Option<(i64, Instant)>,
-    /// Records per second the log grew by between the last two steps.
-    append_rate: f64,
-    /// Records per second of work in the last step (its own time, pauses excluded).
-    index_rate: f64,
 }
-
-/// How many times faster than the indexer can go the log must grow before the indexer paces
-/// itself (one step per `step_delay`). Then no amount of idle CPU would make the records
-/// fresh, and an indexer taking every idle moment of the cores slowed the producers it shares
-/// them with (caches, memory bandwidth, preemptions), which the index must not do. The rate
-/// compared is the indexer's own, pauses excluded, so a load it can keep up with never makes
-/// it pace, and once appends slow down it catches up at full speed.
-const OVERLOAD_FACTOR: f64 = 3.0;
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -148,9 +131,6 @@ impl Run {
             match self.step() {
                 Ok(true) => {
                     failures = 0;
-                    if self.overloaded() {
-                        std::thread::sleep(self.settings.step_delay);
-                    }
                     continue;
                 }
                 Ok(false) => failures = 0,
@@ -201,24 +181,11 @@ impl Run {
         Ok(())
     }
 
-    /// The log grows [`OVERLOAD_FACTOR`] times faster than this indexer can index.
-    fn overloaded(&self) -> bool {
-        self.index_rate > 0.0 && self.append_rate > OVERLOAD_FACTOR * self.index_rate
-    }
-
     /// One step; true when there may be more to index at once.
     fn step(&mut self) -> Result<bool, SearchError> {
         // Normal priority while the partition's lock may be held (the reads below).
         let mut boost = Some(crate::priority::Boost::new());
-        let started = Instant::now();
         let hw = self.partition.high_watermark();
-        self.append_rate = match self.last_hw {
-            Some((before, at)) if hw > before => {
-                (hw - before) as f64 / started.duration_since(at).as_secs_f64().max(1e-3)
-            }
-            _ => 0.0,
-        };
-        self.last_hw = Some((hw, started));
         let start = self.partition.log_start_offset();
         let end = self.partition.log_end_offset();
         let mut next = self.next.unwrap_or(start);
@@ -269,7 +236,6 @@ impl Run {
             }
             self.metrics.indexed_records.add(added);
             self.indexed_last_step = added > 0;
-            self.index_rate = added as f64 / started.elapsed().as_secs_f64().max(1e-6);
             if let Some(n) = decoded.next_offset {
                 next = n.min(hw).max(next);
                 self.next = Some(next);
