@@ -759,7 +759,9 @@ fn prepare(
     // Keyless records of one request go to one partition (one batch), the next request's to
     // the next partition: the Java client's sticky partitioning, per request.
     let sticky = (ingest.keyless.fetch_add(1, Ordering::Relaxed) % n as u32) as i32;
-    let mut keyed: Vec<(i32, u32)> = Vec::with_capacity(records.len());
+    // Partition, record index and the record's encoded size bound, in body order.
+    let mut keyed: Vec<(i32, u32, usize)> = Vec::with_capacity(records.len());
+    let mut bound_total = 0usize;
     for (i, r) in records.iter().enumerate() {
         let p = match (r.partition, r.key.as_deref()) {
             (Some(p), _) if p >= n => {
@@ -771,25 +773,22 @@ fn prepare(
             (None, Some(k)) => partition_for_key(k, n),
             (None, None) => sticky,
         };
-        let size = r.payload_len() + RECORD_OVERHEAD_MAX + 8 * r.headers.len() + BATCH_OVERHEAD;
-        if size > limit {
+        let bound = r.payload_len() + RECORD_OVERHEAD_MAX + 8 * r.headers.len();
+        if bound + BATCH_OVERHEAD > limit {
             return Err(IngestError::TooLarge(format!(
                 "records[{i}]: {} bytes exceed max.message.bytes ({limit}) of topic {topic:?}",
                 r.payload_len()
             )));
         }
-        keyed.push((p, i as u32));
+        bound_total += bound;
+        keyed.push((p, i as u32, bound));
     }
     // Stable: records keep their body order within a partition.
-    keyed.sort_by_key(|(p, _)| *p);
-    let order: Vec<u32> = keyed.iter().map(|(_, i)| *i).collect();
+    keyed.sort_by_key(|(p, _, _)| *p);
+    let order: Vec<u32> = keyed.iter().map(|(_, i, _)| *i).collect();
     // Room for every batch uncompressed, so encoding never grows (copies) the buffer.
-    let bound: usize = records
-        .iter()
-        .map(|r| r.payload_len() + RECORD_OVERHEAD_MAX + 8 * r.headers.len())
-        .sum::<usize>()
-        + BATCH_OVERHEAD * records.len().min(n as usize);
-    let mut buf = BytesMut::with_capacity(bound);
+    let mut buf =
+        BytesMut::with_capacity(bound_total + BATCH_OVERHEAD * records.len().min(n as usize));
     let mut spans: Vec<(i32, usize, usize, usize)> = Vec::new(); // partition, first, count, bytes end
     let mut start = 0;
     while start < keyed.len() {
@@ -797,8 +796,7 @@ fn prepare(
         let mut end = start;
         let mut size = BATCH_OVERHEAD;
         while end < keyed.len() && keyed[end].0 == p {
-            let r = &records[keyed[end].1 as usize];
-            let add = r.payload_len() + RECORD_OVERHEAD_MAX + 8 * r.headers.len();
+            let add = keyed[end].2;
             if end > start && size + add > limit {
                 break;
             }
