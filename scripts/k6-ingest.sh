@@ -56,17 +56,17 @@ K6="$(k6_bin)"
 BIN="$(spate_bin)"
 TOPIC="k6-$MODE-$RECORDS-$SIZE"
 
+# Everything below runs against a throw-away broker that scripts/with-spate.sh starts (this
+# script again, inside it) and stops.
+if [[ -z "${SPATE_PID:-}" ]]; then
+  spate_args=()
+  for a in ${SPATE_ARGS:-}; do spate_args+=(--spate-arg "$a"); done
+  SPATE_BIN="$BIN" exec "$ROOT/scripts/with-spate.sh" "${spate_args[@]}" -- "$0" "$@"
+fi
+PID="$SPATE_PID"
+HTTP="$SPATE_HTTP"
 WORK="$(mktemp -d)"
-PID=""
-cleanup() { [[ -n "$PID" ]] && kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-# shellcheck disable=SC2086
-"$BIN" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --data-dir "$WORK/data" ${SPATE_ARGS:-} \
-  >"$WORK/stdout" 2>"$WORK/spate.log" &
-PID=$!
-for _ in $(seq 1 300); do [[ -s "$WORK/stdout" ]] && break; kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-HTTP="$(sed -n 's/.*http on \([^,]*\),.*/\1/p' "$WORK/stdout")"
-[[ -n "$HTTP" ]] || { echo "spate did not start:" >&2; cat "$WORK/spate.log" >&2; exit 1; }
+trap 'rm -rf "$WORK"' EXIT
 curl -sf -X POST "http://$HTTP/admin/topics" -H 'content-type: application/json' \
   -d "{\"name\": \"$TOPIC\", \"partitions\": $PARTITIONS}" >/dev/null
 
