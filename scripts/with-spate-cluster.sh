@@ -53,11 +53,15 @@ for n in 1 2 3; do
   [[ -n "$addr" ]] || { echo "node $n did not start:" >&2; cat "$WORK/node$n/spate.log" >&2; exit 1; }
   boot+=("$addr"); https+=("$http")
 done
-# Ready: joined, controller known, replicas caught up.
-for h in "${https[@]}"; do
-  for _ in $(seq 1 300); do curl -sf "http://$h/ready" >/dev/null && break; sleep 0.1; done
-  curl -sf "http://$h/ready" >/dev/null || { echo "node at $h never became ready: $(curl -s "http://$h/ready")" >&2; tail -20 "$WORK"/node*/spate.log >&2; exit 1; }
-done
+# Ready: joined, controller known, replicas caught up, on all three nodes in the same pass (a
+# node can be ready, then follow a partition created after it and catch up again).
+all_ready() { for h in "${https[@]}"; do curl -sf "http://$h/ready" >/dev/null || return 1; done; }
+for _ in $(seq 1 300); do all_ready && break; sleep 0.1; done
+if ! all_ready; then
+  for h in "${https[@]}"; do echo "node at $h: $(curl -s "http://$h/ready")" >&2; done
+  tail -n 40 "$WORK"/node*/spate.log >&2
+  exit 1
+fi
 SPATE_BOOTSTRAP="$(IFS=,; echo "${boot[*]}")"
 SPATE_HTTP="${https[0]}"
 SPATE_HTTP_ALL="$(IFS=,; echo "${https[*]}")"

@@ -256,8 +256,16 @@ impl Cluster {
         if self.controller_id().is_none() {
             return Err("no controller known".into());
         }
-        if self.reconciled.borrow().is_none() {
+        let Some(applied) = self.reconciled.borrow().clone() else {
             return Err("metadata not applied to local partitions yet".into());
+        };
+        // Once enough brokers are up for the offsets topic it is about to exist, and this
+        // node is about to follow some of its partitions: ready before that would be ready
+        // for a moment, then catching up.
+        if applied.topic(OFFSETS_LOG).is_none()
+            && self.image().live_brokers().count() >= self.offsets_replication_factor()
+        {
+            return Err(format!("{OFFSETS_LOG} not created and applied yet"));
         }
         let lagging = self.follows.lagging();
         if !lagging.is_empty() {
@@ -267,6 +275,11 @@ impl Cluster {
             ));
         }
         Ok(())
+    }
+
+    /// The offsets topic's replication factor: three, or every voter in a smaller cluster.
+    fn offsets_replication_factor(&self) -> usize {
+        self.node.peers().len().min(3)
     }
 
     /// The node that coordinates `group`: the leader of the group's offsets partition, where
@@ -490,7 +503,7 @@ fn ensure_offsets_topic(cluster: &Arc<Cluster>, broker: &Broker, image: &Metadat
     if image.topic(OFFSETS_LOG).is_some() || !cluster.node.is_leader() {
         return;
     }
-    let rf = cluster.node.peers().len().min(3);
+    let rf = cluster.offsets_replication_factor();
     if image.live_brokers().count() < rf {
         return;
     }

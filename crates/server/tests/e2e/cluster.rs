@@ -56,6 +56,13 @@ fn free_ports(n: usize) -> Vec<u16> {
 impl ThreeNodes {
     /// Starts nodes 1, 2 and 3 and waits until every one is ready.
     pub fn start(extra: &[&str]) -> Self {
+        let c = Self::launch(extra);
+        c.wait_ready(&[1, 2, 3]);
+        c
+    }
+
+    /// Starts nodes 1, 2 and 3 without waiting for them.
+    pub fn launch(extra: &[&str]) -> Self {
         let ports = free_ports(3);
         let peers = (1..=3)
             .map(|id| format!("{id}=127.0.0.1:{}", ports[id - 1]))
@@ -70,9 +77,7 @@ impl ThreeNodes {
                 (id, Spate::start(&args))
             })
             .collect();
-        let c = Self { nodes, peers };
-        c.wait_ready(&[1, 2, 3]);
-        c
+        Self { nodes, peers }
     }
 
     /// Starts node `id` as a new process listing the founding peers and itself; it is not a
@@ -654,6 +659,53 @@ fn nodes_with_different_peer_lists_do_not_form_a_cluster_and_say_why() {
     let (code, body) = http(&one.http, "GET", "/ready", &[], "");
     assert_eq!(code, 503, "not ready without a quorum: {body}");
     drop(two);
+}
+
+/// A node that answers /ready while every broker is live already holds the offsets topic: it
+/// does not say ready for the moment between the last broker joining and that topic's
+/// creation, then go back to catching up its replicas (scripts waiting for "all ready" saw
+/// exactly that).
+#[test]
+fn a_ready_node_with_every_broker_live_already_holds_the_offsets_topic() {
+    let c = ThreeNodes::launch(&[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut checked = [false; 3];
+    while !checked.iter().all(|&c| c) {
+        assert!(
+            Instant::now() < deadline,
+            "the nodes never became ready with every broker live: checked {checked:?}"
+        );
+        for id in 1..=3u64 {
+            let slot = &mut checked[id as usize - 1];
+            if *slot {
+                continue;
+            }
+            // Live brokers first, then readiness, then the topic: brokers do not leave here,
+            // so all three live before the /ready answer means all three live at it.
+            let Some(before) = c.status(id) else { continue };
+            let live = before["nodes"]
+                .as_array()
+                .map_or(0, |n| n.iter().filter(|n| n["fenced"] == false).count());
+            let node = &c.nodes[&id];
+            let ready = std::panic::catch_unwind(|| http(&node.http, "GET", "/ready", &[], ""))
+                .is_ok_and(|(code, _)| code == 200);
+            if live < 3 || !ready {
+                continue;
+            }
+            let after = c.status(id).expect("status of a ready node");
+            let offsets = after["partitions"].as_array().map_or(0, |p| {
+                p.iter()
+                    .filter(|p| p["topic"] == "__consumer_offsets")
+                    .count()
+            });
+            assert_eq!(
+                offsets, OFFSETS_PARTITIONS,
+                "node {id} said ready with three live brokers before holding __consumer_offsets: {after}"
+            );
+            *slot = true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
