@@ -84,6 +84,16 @@ impl PeerConnection {
         &self.addr
     }
 
+    /// Whether the connection can carry another request: the peer has not closed it and no
+    /// unread bytes wait on it (a connection kept idle for reuse checks this first).
+    pub fn is_open_and_idle(&self) -> bool {
+        // A peek, so the check takes nothing from the stream; pending means open and idle.
+        let mut probe = [0u8; 1];
+        let mut buf = tokio::io::ReadBuf::new(&mut probe);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        self.stream.poll_peek(&mut cx, &mut buf).is_pending()
+    }
+
     /// Sends one request and waits (at most `timeout`) for its response.
     pub async fn call<Req: Encodable, Resp: Decodable>(
         &mut self,
@@ -153,5 +163,46 @@ impl PeerConnection {
             addr: self.addr.clone(),
             reason: reason.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_connection_is_idle_until_its_peer_closes_it_or_sends_unasked_bytes() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let timeout = Duration::from_secs(5);
+
+        let conn = PeerConnection::connect(&addr, "t".into(), timeout)
+            .await
+            .expect("connect");
+        let (mut server, _) = listener.accept().await.expect("accept");
+        assert!(conn.is_open_and_idle(), "a fresh connection is reusable");
+        server.write_all(&[0]).await.expect("write");
+        let deadline = tokio::time::Instant::now() + timeout;
+        while conn.is_open_and_idle() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(!conn.is_open_and_idle(), "unread bytes make it unusable");
+
+        let conn = PeerConnection::connect(&addr, "t".into(), timeout)
+            .await
+            .expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        assert!(conn.is_open_and_idle());
+        drop(server);
+        let deadline = tokio::time::Instant::now() + timeout;
+        while conn.is_open_and_idle() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            !conn.is_open_and_idle(),
+            "a connection its peer closed is not reused"
+        );
     }
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use spate_broker::cluster::PeerConnection;
+use parking_lot::Mutex;
+use spate_broker::cluster::{PeerConnection, PeerError};
 use spate_broker::handlers::produce;
 use spate_broker::Broker;
 use spate_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -15,6 +16,53 @@ use spate_protocol::{ResponseError, StrBytes};
 
 /// Produce request version used for local and forwarded produces (error messages from v8).
 const PRODUCE_VERSION: i16 = 9;
+/// Idle connections kept per leader: about the number of requests forwarded to it at once.
+const IDLE_PER_LEADER: usize = 16;
+
+/// Connections to partition leaders, kept for the next forwarded produce: a connection per
+/// request cost a TCP handshake each time and left a socket in TIME_WAIT behind.
+#[derive(Default)]
+pub(super) struct LeaderConnections {
+    idle: Mutex<HashMap<String, Vec<PeerConnection>>>,
+}
+
+impl LeaderConnections {
+    /// Sends `req` to the broker at `addr` on an idle connection, or a new one, and keeps the
+    /// connection for the next call when the exchange completed.
+    async fn produce(
+        &self,
+        addr: &str,
+        req: &ProduceRequest,
+        limit: Duration,
+    ) -> Result<ProduceResponse, PeerError> {
+        let mut conn = match self.take(addr) {
+            Some(c) => c,
+            None => PeerConnection::connect(addr, "spate-ingest".into(), limit).await?,
+        };
+        let resp = conn
+            .call(ApiKey::Produce, PRODUCE_VERSION, req, limit)
+            .await?;
+        // Only after a whole exchange: a timed-out call may still have its answer coming.
+        let mut idle = self.idle.lock();
+        let list = idle.entry(addr.to_owned()).or_default();
+        if list.len() < IDLE_PER_LEADER {
+            list.push(conn);
+        }
+        Ok(resp)
+    }
+
+    fn take(&self, addr: &str) -> Option<PeerConnection> {
+        let mut idle = self.idle.lock();
+        let list = idle.get_mut(addr)?;
+        // A leader that restarted closed its end: such connections are dropped here.
+        while let Some(c) = list.pop() {
+            if c.is_open_and_idle() {
+                return Some(c);
+            }
+        }
+        None
+    }
+}
 
 /// One encoded batch: `count` records of one partition, `order[first..first + count]`.
 #[derive(Clone)]
@@ -98,6 +146,7 @@ fn outcomes(resp: &ProduceResponse, n: usize) -> Vec<Delivery> {
 /// others; one outcome per batch, in order.
 pub(super) async fn deliver(
     b: &Arc<Broker>,
+    leaders: &LeaderConnections,
     topic: &str,
     batches: &[Batch],
     acks: i16,
@@ -157,13 +206,7 @@ pub(super) async fn deliver(
             };
             // Waits for the leader's acks, plus the time to reach it.
             let limit = Duration::from_millis(timeout_ms.max(0) as u64) + Duration::from_secs(5);
-            let answer = async {
-                let mut c = PeerConnection::connect(&addr, "spate-ingest".into(), limit).await?;
-                c.call::<_, ProduceResponse>(ApiKey::Produce, PRODUCE_VERSION, &req, limit)
-                    .await
-            }
-            .await;
-            let d = match answer {
+            let d = match leaders.produce(&addr, &req, limit).await {
                 Ok(resp) => outcomes(&resp, n),
                 Err(e) => {
                     let why = format!(

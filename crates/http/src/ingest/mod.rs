@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, Semaphore};
 
 pub use batch::{murmur2, partition_for_key, Codec};
 use batch::{Rec, BATCH_OVERHEAD};
-use deliver::{deliver, Batch};
+use deliver::{deliver, Batch, LeaderConnections};
 
 use crate::HttpState;
 
@@ -176,6 +176,8 @@ pub struct Ingest {
     drained: tokio::sync::watch::Sender<bool>,
     /// Refused requests by status code.
     refused: Mutex<HashMap<u16, u64>>,
+    /// Connections to other nodes' partitions, for records this node forwards.
+    leaders: LeaderConnections,
 }
 
 impl Ingest {
@@ -196,6 +198,7 @@ impl Ingest {
             closing: AtomicBool::new(false),
             drained: tokio::sync::watch::channel(false).0,
             refused: Mutex::new(HashMap::new()),
+            leaders: LeaderConnections::default(),
         })
     }
 
@@ -261,10 +264,12 @@ impl Ingest {
                     .flat_map(|&i| jobs[i].batches.iter().cloned())
                     .collect();
                 let broker = broker.clone();
+                let me = self.clone();
                 let acks = self.config.fire_acks;
                 let timeout = self.config.default_timeout_ms;
                 async move {
-                    let results = deliver(&broker, &topic, &batches, acks, timeout).await;
+                    let results =
+                        deliver(&broker, &me.leaders, &topic, &batches, acks, timeout).await;
                     (idx, results)
                 }
             });
@@ -624,7 +629,15 @@ async fn serve(
         let body = serde_json::json!({"accepted": n});
         return Ok((StatusCode::ACCEPTED, axum::Json(body)).into_response());
     }
-    let results = deliver(&broker, &topic, &prepared.batches, acks, timeout_ms).await;
+    let results = deliver(
+        &broker,
+        &ingest.leaders,
+        &topic,
+        &prepared.batches,
+        acks,
+        timeout_ms,
+    )
+    .await;
     let mut offsets: Vec<Offset<'_>> = (0..records.len())
         .map(|_| Offset {
             partition: -1,

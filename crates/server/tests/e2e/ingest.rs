@@ -683,3 +683,64 @@ async fn in_a_cluster_any_node_routes_each_record_to_its_partitions_leader() {
         assert_eq!(got.get(at), Some(rec), "record at {at:?}");
     }
 }
+
+/// Records a node forwards go over kept connections: twenty requests through a node that
+/// does not lead the partition open one connection to its leader, not twenty. When that
+/// leader is killed, the kept connections are not used again and the records go to the new
+/// leader.
+#[tokio::test(flavor = "multi_thread")]
+async fn forwarded_produces_reuse_a_connection_to_the_leader_and_follow_a_new_one() {
+    use crate::cluster::{create_replicated, find_partition, ThreeNodes};
+    use crate::operations::scrape;
+    let mut nodes = ThreeNodes::start(&[]);
+    create_replicated(&nodes.bootstrap(), "relay", 1, "1").await;
+    let p = nodes.wait_partition(1, "relay", 0, "an ISR of three", |s| {
+        s["isr"].as_array().is_some_and(|i| i.len() == 3)
+    });
+    let leader = p["leader"].as_u64().expect("leader");
+    let via = (1..=3).find(|&n| n != leader).expect("another node");
+    let via_http = nodes.node(via).http.clone();
+    let leader_http = nodes.node(leader).http.clone();
+    let accepted = || scrape(&leader_http)["spate_connections_accepted_total"];
+    let before = accepted();
+    let mut want = 0;
+    for i in 0..20 {
+        let (status, answer) = post(
+            &via_http,
+            "/topics/relay",
+            PLAIN,
+            &json!({"records": [{"value": format!("r{i}")}]}),
+        );
+        assert_eq!(status, 200, "{answer}");
+        want += 1;
+    }
+    let opened = accepted() - before;
+    assert!(
+        opened <= 2.0,
+        "twenty forwarded requests opened {opened} connections to the leader"
+    );
+
+    nodes.node(leader).kill9();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let moved = nodes
+            .status(via)
+            .and_then(|s| find_partition(&s, "relay", 0))
+            .is_some_and(|p| p["leader"].as_u64().is_some_and(|l| l != leader));
+        if moved {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no new leader for relay-0");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, answer) = post(
+        &via_http,
+        "/topics/relay",
+        PLAIN,
+        &json!({"records": [{"value": "after"}]}),
+    );
+    assert_eq!(status, 200, "{answer}");
+    want += 1;
+    let got = read_back(&nodes.bootstrap(), "relay", 1, want);
+    assert_eq!(got.len(), want, "every delivered record is in the topic");
+}
