@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -18,6 +18,14 @@ use spate_protocol::{ResponseError, StrBytes};
 const PRODUCE_VERSION: i16 = 9;
 /// Idle connections kept per leader: about the number of requests forwarded to it at once.
 const IDLE_PER_LEADER: usize = 16;
+
+/// Why a forwarded produce has no answer.
+enum ForwardError {
+    /// No connection to the leader: nothing was sent.
+    Unreachable(PeerError),
+    /// Sent, but the answer never came: the records may or may not have been written.
+    Lost(PeerError),
+}
 
 /// Connections to partition leaders, kept for the next forwarded produce: a connection per
 /// request cost a TCP handshake each time and left a socket in TIME_WAIT behind.
@@ -34,14 +42,17 @@ impl LeaderConnections {
         addr: &str,
         req: &ProduceRequest,
         limit: Duration,
-    ) -> Result<ProduceResponse, PeerError> {
+    ) -> Result<ProduceResponse, ForwardError> {
         let mut conn = match self.take(addr) {
             Some(c) => c,
-            None => PeerConnection::connect(addr, "spate-ingest".into(), limit).await?,
+            None => PeerConnection::connect(addr, "spate-ingest".into(), limit)
+                .await
+                .map_err(ForwardError::Unreachable)?,
         };
         let resp = conn
             .call(ApiKey::Produce, PRODUCE_VERSION, req, limit)
-            .await?;
+            .await
+            .map_err(ForwardError::Lost)?;
         // Only after a whole exchange: a timed-out call may still have its answer coming.
         let mut idle = self.idle.lock();
         let list = idle.entry(addr.to_owned()).or_default();
@@ -78,6 +89,9 @@ pub(super) struct Delivery {
     pub(super) base_offset: i64,
     pub(super) error_code: i16,
     pub(super) error: String,
+    /// Nothing was written and another attempt may succeed (the leader moved, or could not
+    /// be reached before anything was sent).
+    retry: bool,
 }
 
 impl Delivery {
@@ -86,9 +100,37 @@ impl Delivery {
             base_offset: -1,
             error_code: code.code(),
             error: format!("{code:?}: {}", why.into()),
+            retry: false,
+        }
+    }
+
+    /// A failure after which the batch was certainly not written and may be sent again.
+    fn not_written(code: ResponseError, why: impl Into<String>) -> Self {
+        Self {
+            retry: true,
+            ..Self::failed(code, why)
         }
     }
 }
+
+/// Errors a leader answers when it wrote nothing and the partition's leadership or its ISR is
+/// changing: a Kafka producer retries these, and so does ingest within the request's timeout.
+fn retriable(code: Option<ResponseError>) -> bool {
+    matches!(
+        code,
+        Some(
+            ResponseError::NotLeaderOrFollower
+                | ResponseError::LeaderNotAvailable
+                | ResponseError::NotEnoughReplicas
+                | ResponseError::FencedLeaderEpoch
+                | ResponseError::UnknownLeaderEpoch
+        )
+    )
+}
+
+/// First pause before sending failed batches again; it doubles up to `RETRY_BACKOFF_MAX`.
+const RETRY_BACKOFF: Duration = Duration::from_millis(50);
+const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(800);
 
 fn produce_request(topic: &str, batches: &[&Batch], acks: i16, timeout_ms: i32) -> ProduceRequest {
     let mut td = TopicProduceData::default();
@@ -117,12 +159,14 @@ fn outcomes(resp: &ProduceResponse, n: usize) -> Vec<Delivery> {
                 base_offset: pr.base_offset,
                 error_code: 0,
                 error: String::new(),
+                retry: false,
             },
             Some(pr) => {
                 let code = ResponseError::try_from_code(pr.error_code);
                 Delivery {
                     base_offset: -1,
                     error_code: pr.error_code,
+                    retry: retriable(code),
                     error: format!(
                         "{}: {}",
                         code.map_or_else(
@@ -143,7 +187,8 @@ fn outcomes(resp: &ProduceResponse, n: usize) -> Vec<Delivery> {
 
 /// Produces `batches` of `topic` with `acks` (0: answered once appended, without waiting),
 /// here for partitions this node leads and with a Kafka Produce to the leader for the
-/// others; one outcome per batch, in order.
+/// others; one outcome per batch, in order. Batches refused without being written while a
+/// leadership moves are sent again, to the new leader, until `timeout_ms` has passed.
 pub(super) async fn deliver(
     b: &Arc<Broker>,
     leaders: &LeaderConnections,
@@ -152,11 +197,42 @@ pub(super) async fn deliver(
     acks: i16,
     timeout_ms: i32,
 ) -> Vec<Delivery> {
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
+    let all: Vec<&Batch> = batches.iter().collect();
+    let mut results = attempt(b, leaders, topic, &all, acks, timeout_ms).await;
+    let mut backoff = RETRY_BACKOFF;
+    loop {
+        let again: Vec<usize> = (0..results.len()).filter(|&i| results[i].retry).collect();
+        let left = deadline.saturating_duration_since(Instant::now());
+        if again.is_empty() || left <= backoff {
+            break;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let left_ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+        let subset: Vec<&Batch> = again.iter().map(|&i| &batches[i]).collect();
+        let answers = attempt(b, leaders, topic, &subset, acks, left_ms).await;
+        for (i, d) in again.into_iter().zip(answers) {
+            results[i] = d;
+        }
+    }
+    results
+}
+
+/// One attempt at every batch in `batches`.
+async fn attempt(
+    b: &Arc<Broker>,
+    leaders: &LeaderConnections,
+    topic: &str,
+    batches: &[&Batch],
+    acks: i16,
+    timeout_ms: i32,
+) -> Vec<Delivery> {
     // acks=0 still wants the offsets: append as acks=1 and do not wait.
     let (wire_acks, wait) = if acks == 0 { (1, false) } else { (acks, true) };
     let Some(cluster) = b.cluster().cloned() else {
-        let refs: Vec<&Batch> = batches.iter().collect();
-        let req = produce_request(topic, &refs, wire_acks, timeout_ms);
+        let req = produce_request(topic, batches, wire_acks, timeout_ms);
         let resp = produce::produce(b, PRODUCE_VERSION, 0, req, wait).await;
         return outcomes(&resp, batches.len());
     };
@@ -172,7 +248,7 @@ pub(super) async fn deliver(
         {
             Some(l) => by_leader.entry(l).or_default().push(i),
             None => {
-                results[i] = Some(Delivery::failed(
+                results[i] = Some(Delivery::not_written(
                     ResponseError::LeaderNotAvailable,
                     format!("partition {} has no leader now; retry", batch.partition),
                 ))
@@ -180,7 +256,7 @@ pub(super) async fn deliver(
         }
     }
     let calls = by_leader.into_iter().map(|(leader, idx)| {
-        let refs: Vec<&Batch> = idx.iter().map(|&i| &batches[i]).collect();
+        let refs: Vec<&Batch> = idx.iter().map(|&i| batches[i]).collect();
         let req = produce_request(topic, &refs, wire_acks, timeout_ms);
         let addr = image
             .broker(leader)
@@ -196,7 +272,7 @@ pub(super) async fn deliver(
             let Some(addr) = addr else {
                 let d = (0..n)
                     .map(|_| {
-                        Delivery::failed(
+                        Delivery::not_written(
                             ResponseError::NotLeaderOrFollower,
                             format!("the leader, node {leader}, is not reachable now; retry"),
                         )
@@ -208,7 +284,13 @@ pub(super) async fn deliver(
             let limit = Duration::from_millis(timeout_ms.max(0) as u64) + Duration::from_secs(5);
             let d = match leaders.produce(&addr, &req, limit).await {
                 Ok(resp) => outcomes(&resp, n),
-                Err(e) => {
+                Err(ForwardError::Unreachable(e)) => {
+                    let why = format!("the leader, node {leader}, is not reachable ({e}); retry");
+                    (0..n)
+                        .map(|_| Delivery::not_written(ResponseError::NotLeaderOrFollower, why.clone()))
+                        .collect()
+                }
+                Err(ForwardError::Lost(e)) => {
                     let why = format!(
                         "forwarding to the leader, node {leader}, failed ({e}); the records may or may not have been written"
                     );

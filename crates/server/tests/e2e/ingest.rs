@@ -685,12 +685,13 @@ async fn in_a_cluster_any_node_routes_each_record_to_its_partitions_leader() {
 }
 
 /// Records a node forwards go over kept connections: twenty requests through a node that
-/// does not lead the partition open one connection to its leader, not twenty. When that
-/// leader is killed, the kept connections are not used again and the records go to the new
-/// leader.
+/// does not lead the partition open one connection to its leader, not twenty. A request sent
+/// right after that leader is killed, while the cluster still names it, is not refused: the
+/// kept connections are dropped, and the records wait out the failover (as a Kafka producer
+/// retries) and go to the new leader.
 #[tokio::test(flavor = "multi_thread")]
-async fn forwarded_produces_reuse_a_connection_to_the_leader_and_follow_a_new_one() {
-    use crate::cluster::{create_replicated, find_partition, ThreeNodes};
+async fn forwarded_produces_reuse_a_connection_to_the_leader_and_wait_out_its_failover() {
+    use crate::cluster::{create_replicated, ThreeNodes};
     use crate::operations::scrape;
     let mut nodes = ThreeNodes::start(&[]);
     create_replicated(&nodes.bootstrap(), "relay", 1, "1").await;
@@ -721,18 +722,6 @@ async fn forwarded_produces_reuse_a_connection_to_the_leader_and_follow_a_new_on
     );
 
     nodes.node(leader).kill9();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let moved = nodes
-            .status(via)
-            .and_then(|s| find_partition(&s, "relay", 0))
-            .is_some_and(|p| p["leader"].as_u64().is_some_and(|l| l != leader));
-        if moved {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no new leader for relay-0");
-        std::thread::sleep(Duration::from_millis(100));
-    }
     let (status, answer) = post(
         &via_http,
         "/topics/relay",
