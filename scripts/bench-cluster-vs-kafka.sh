@@ -31,6 +31,8 @@ KAFKA_CLUSTER_DIR="$KDIR" KAFKA_FRESH=1 "$KAFKA_KIT/start-cluster.sh" > "$OUT/ka
 KB=127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094
 KPIDS=(); for i in 1 2 3; do KPIDS+=("$(cat "$KDIR/node-$i/kafka.pid")"); done
 echo "== kafka cluster pids ${KPIDS[*]}"
+# The same page cache state before each broker's suite (see bench-vs-kafka.sh).
+"$ROOT/scripts/drop-page-cache.sh"
 BENCH_PARTITIONS=3 BENCH_RF=3 BENCH_PID="${KPIDS[*]}" BENCH_PREFIX=kafka "$KAFKA_KIT/bench.sh" "$KB" 2>&1 | tee "$OUT/kafka-cluster.txt"
 "$KAFKA_KIT/tool.sh" topics --bootstrap-server "$KB" --create --topic failover --partitions 3 --replication-factor 3 >/dev/null
 python3 "$ROOT/scripts/failover_probe.py" "$KB" failover "1=${KPIDS[0]}" "2=${KPIDS[1]}" "3=${KPIDS[2]}" 2>&1 | tee "$OUT/kafka-failover.txt"
@@ -42,6 +44,7 @@ rm -rf "$KDIR"
   set -euo pipefail
   pids=""; for e in $SPATE_NODE_PIDS; do pids="$pids ${e#*=}"; done
   echo "== spate cluster ('"$FSYNC"') pids$pids at $SPATE_BOOTSTRAP"
+  "'"$ROOT"'/scripts/drop-page-cache.sh"
   BENCH_PARTITIONS=3 BENCH_RF=3 BENCH_PID="$pids" BENCH_PREFIX=spate "'"$KAFKA_KIT"'/bench.sh" "$SPATE_BOOTSTRAP" 2>&1 | tee "'"$OUT"'/spate-cluster.txt"
   "'"$KAFKA_KIT"'/tool.sh" topics --bootstrap-server "$SPATE_BOOTSTRAP" --create --topic failover --partitions 3 --replication-factor 3 >/dev/null
   python3 "'"$ROOT"'/scripts/failover_probe.py" "$SPATE_BOOTSTRAP" failover $SPATE_NODE_PIDS 2>&1 | tee "'"$OUT"'/spate-failover.txt"
@@ -50,6 +53,7 @@ rm -rf "$KDIR"
 # 3. spate standalone, same suite with replication factor 1.
 "$ROOT/scripts/with-spate.sh" --spate-arg --fsync --spate-arg "$FSYNC" -- bash -c '
   echo "== spate standalone pid $SPATE_PID at $SPATE_BOOTSTRAP"
+  "'"$ROOT"'/scripts/drop-page-cache.sh"
   BENCH_PARTITIONS=3 BENCH_RF=1 BENCH_PID="$SPATE_PID" BENCH_PREFIX=standalone "'"$KAFKA_KIT"'/bench.sh" "$SPATE_BOOTSTRAP" 2>&1 | tee "'"$OUT"'/spate-standalone.txt"
 '
 echo

@@ -31,6 +31,10 @@ KAFKA_PORT=$KPORT KAFKA_DATA_DIR="$KDIR" KAFKA_FRESH=1 \
   KAFKA_EXTRA_PROPS="group.initial.rebalance.delay.ms=3000" "$KAFKA_KIT/start.sh" > "$OUT/kafka-start.log"
 KPID=$(cat "$KDIR/kafka.pid")
 echo "== kafka pid $KPID"
+# Every broker starts its runs with the page cache in the same state: writing into fresh page
+# cache is most of a broker's CPU per record here, and a run after a multi-GiB one would also
+# pay for writing that back.
+"$ROOT/scripts/drop-page-cache.sh"
 BENCH_PID=$KPID BENCH_PREFIX=kafka "$KAFKA_KIT/bench.sh" 127.0.0.1:$KPORT 2>&1 | tee "$OUT/kafka.txt"
 settle 127.0.0.1:$KPORT kafka
 KAFKA_PORT=$KPORT KAFKA_DATA_DIR="$KDIR" "$KAFKA_KIT/stop.sh" >/dev/null || true
@@ -48,6 +52,7 @@ for entry in "${bins[@]}"; do
   for _ in $(seq 1 100); do [[ -s "$SDIR/stdout" ]] && break; sleep 0.1; done
   SB=$(awk 'NR==1{print $4}' "$SDIR/stdout")
   echo "== spate $label ($policy) pid $SPID at $SB"
+  "$ROOT/scripts/drop-page-cache.sh"
   BENCH_PID=$SPID BENCH_PREFIX=spate "$KAFKA_KIT/bench.sh" "$SB" 2>&1 | tee "$OUT/spate-$label-$policy.txt"
   settle "$SB" "spate-$label-$policy"
   kill $SPID; wait $SPID 2>/dev/null || true
