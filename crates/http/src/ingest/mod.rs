@@ -24,6 +24,7 @@ use bytes::BytesMut;
 use http_body_util::BodyExt;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+use spate_broker::quotas::{QuotaKind, ANONYMOUS};
 use spate_broker::Broker;
 use spate_protocol::messages::{MetadataRequest, TopicName};
 use spate_protocol::StrBytes;
@@ -42,6 +43,10 @@ const METADATA_VERSION: i16 = 12;
 const RECORD_OVERHEAD_MAX: usize = 32;
 /// Most queued fire-and-forget jobs one delivery round takes together.
 const FIRE_ROUND_JOBS: usize = 64;
+/// The header naming the client id that produce quotas apply to.
+pub const CLIENT_ID_HEADER: &str = "x-client-id";
+/// The client id of requests without that header.
+pub const DEFAULT_CLIENT_ID: &str = "spate-http-ingest";
 
 /// Limits and defaults of HTTP ingest.
 #[derive(Clone, Debug)]
@@ -103,6 +108,14 @@ pub enum IngestError {
     /// 429: memory or the fire-and-forget queue is full; retry after a second.
     #[error("{0}")]
     Busy(String),
+    /// 429: the client id is over its producer_byte_rate quota; retry after `retry_after_s`.
+    #[error("{message}")]
+    OverQuota {
+        /// What happened and for how long.
+        message: String,
+        /// Whole seconds until the quota allows more (at least 1).
+        retry_after_s: u64,
+    },
     /// 503: not ready, or shutting down.
     #[error("{0}")]
     Unavailable(String),
@@ -117,7 +130,7 @@ impl IngestError {
             IngestError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             IngestError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             IngestError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            IngestError::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
+            IngestError::Busy(_) | IngestError::OverQuota { .. } => StatusCode::TOO_MANY_REQUESTS,
             IngestError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -126,6 +139,12 @@ impl IngestError {
 impl IntoResponse for IngestError {
     fn into_response(self) -> Response {
         let status = self.status();
+        let retry_after = match &self {
+            IngestError::OverQuota { retry_after_s, .. } => {
+                HeaderValue::from(*retry_after_s.max(&1))
+            }
+            _ => HeaderValue::from_static("1"),
+        };
         // The REST Proxy's error shape: a five-digit code that starts with the status.
         let body = serde_json::json!({
             "error_code": u32::from(status.as_u16()) * 100 + 1,
@@ -133,8 +152,7 @@ impl IntoResponse for IngestError {
         });
         let mut resp = (status, axum::Json(body)).into_response();
         if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp.headers_mut().insert(header::RETRY_AFTER, retry_after);
         }
         resp
     }
@@ -514,6 +532,26 @@ async fn serve(
             body::ACCEPTED_TYPES
         ))
     })?;
+    // Produce quotas apply as to a Kafka producer: by client id, on the encoded bytes. A
+    // client over its rate gets a 429 before anything is read or written, where a Kafka
+    // client would be throttled.
+    let client_id = parts
+        .headers
+        .get(CLIENT_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or(DEFAULT_CLIENT_ID)
+        .to_owned();
+    let wait_ms = broker
+        .quotas
+        .throttle_of(QuotaKind::Produce, ANONYMOUS, &client_id);
+    if wait_ms > 0 {
+        return Err(IngestError::OverQuota {
+            message: format!(
+                "client id {client_id:?} is over its producer_byte_rate quota; retry in {wait_ms} ms"
+            ),
+            retry_after_s: wait_ms.div_ceil(1000),
+        });
+    }
     let max = ingest.config.max_body_bytes;
     let declared = parts
         .headers
@@ -576,10 +614,14 @@ async fn serve(
     }
     let meta = topic_meta(&broker, &topic).await?;
     let prepared = prepare(ingest, &topic, &meta, &records, broker.clock.now_ms())?;
+    let encoded: usize = prepared.batches.iter().map(|b| b.bytes.len()).sum();
+    broker
+        .quotas
+        .record(QuotaKind::Produce, ANONYMOUS, &client_id, encoded as f64);
     let counts = ingest.counts(&topic);
     if fire {
         let n = records.len();
-        let bytes: usize = prepared.batches.iter().map(|b| b.bytes.len()).sum();
+        let bytes = encoded;
         let full = || {
             IngestError::Busy(format!(
                 "the fire-and-forget queue is full ({} of {} records queued); retry shortly",

@@ -229,6 +229,19 @@ pub fn try_http(
     body: &str,
     timeout: Duration,
 ) -> std::io::Result<(u16, String)> {
+    try_http_full(addr, method, path, headers, body, timeout)
+        .map(|(status, _, body)| (status, body))
+}
+
+/// [`try_http`] that also returns the response's header lines.
+pub fn try_http_full(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    timeout: Duration,
+) -> std::io::Result<(u16, String, String)> {
     let sock: std::net::SocketAddr = addr
         .parse()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
@@ -251,11 +264,8 @@ pub fn try_http(
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = raw
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    Ok((status, head.to_string(), body.to_string()))
 }
 
 /// A librdkafka config pointed at `addr`, quiet and quick to give up.

@@ -733,3 +733,61 @@ async fn forwarded_produces_reuse_a_connection_to_the_leader_and_wait_out_its_fa
     let got = read_back(&nodes.bootstrap(), "relay", 1, want);
     assert_eq!(got.len(), want, "every delivered record is in the topic");
 }
+
+/// Produce quotas hold for HTTP producers as for Kafka ones, by client id (the X-Client-Id
+/// header): a client over its producer_byte_rate gets a 429 with Retry-After and nothing of
+/// that request is written; another client id is not held back.
+#[tokio::test]
+async fn an_http_client_over_its_produce_quota_gets_429_with_retry_after_and_writes_nothing() {
+    use crate::harness::{try_http_full, Raw};
+    use crate::quotas::alter;
+    let spate = Spate::start(&[]);
+    create_topic(&spate.addr, "metered", 1, &[]).await;
+    let mut raw = Raw::connect(&spate.addr);
+    let (code, why) = alter(
+        &mut raw,
+        &[("client-id", Some("metered-app"))],
+        &[("producer_byte_rate", 1024.0, false)],
+        false,
+    );
+    assert_eq!(code, 0, "{why:?}");
+    let body = json!({"records": (0..10).map(|i| json!({"value": format!("{i:0>2000}")})).collect::<Vec<_>>()}).to_string();
+    let send = |client: Option<&str>| {
+        let mut headers = vec![("Content-Type", PLAIN)];
+        if let Some(c) = client {
+            headers.push(("X-Client-Id", c));
+        }
+        try_http_full(
+            &spate.http,
+            "POST",
+            "/topics/metered",
+            &headers,
+            &body,
+            Duration::from_secs(20),
+        )
+        .expect("http")
+    };
+    // 20 KB against 1 KB/s, which Kafka's rate measures over its ten-odd one-second
+    // samples: the first request goes through and uses the quota up.
+    let (status, _, answer) = send(Some("metered-app"));
+    assert_eq!(status, 200, "{answer}");
+    let (status, head, answer) = send(Some("metered-app"));
+    assert_eq!(status, 429, "{answer}");
+    assert!(answer.contains("producer_byte_rate"), "{answer}");
+    let retry_after: u64 = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("retry-after:")
+                .map(|v| v.trim().to_owned())
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no Retry-After in {head}"));
+    assert!(retry_after >= 1, "{head}");
+    let (status, _, answer) = send(None);
+    assert_eq!(status, 200, "another client id is not held back: {answer}");
+    let got = read_back(&spate.addr, "metered", 1, 20);
+    assert_eq!(got.len(), 20, "the refused request wrote nothing");
+    let (_, metrics) = http(&spate.http, "GET", "/metrics", &[], "");
+    assert!(metrics.contains("spate_ingest_refused_requests_total{status=\"429\"} 1"));
+}

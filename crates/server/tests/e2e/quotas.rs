@@ -19,9 +19,9 @@ use crate::operations::scrape;
 use crate::produce_consume::create_topic;
 
 /// A quota entity as (type, name) parts; `None` names the default.
-type Entity<'a> = &'a [(&'a str, Option<&'a str>)];
+pub(crate) type Entity<'a> = &'a [(&'a str, Option<&'a str>)];
 
-fn alter(
+pub(crate) fn alter(
     raw: &mut Raw,
     entity: Entity,
     ops: &[(&str, f64, bool)],
