@@ -102,12 +102,40 @@ impl PeerConnection {
         request: &Req,
         timeout: Duration,
     ) -> Result<Resp, PeerError> {
+        let client_id = self.client_id.clone();
+        self.exchange(client_id, key, version, request, timeout)
+            .await
+    }
+
+    /// [`PeerConnection::call`] on behalf of another client: the request carries `client_id`,
+    /// which the peer's quotas count it against.
+    pub async fn call_as<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        client_id: &str,
+        key: ApiKey,
+        version: i16,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, PeerError> {
+        let client_id = StrBytes::from_string(client_id.to_owned());
+        self.exchange(client_id, key, version, request, timeout)
+            .await
+    }
+
+    async fn exchange<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        client_id: StrBytes,
+        key: ApiKey,
+        version: i16,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, PeerError> {
         self.correlation_id = self.correlation_id.wrapping_add(1);
         let header = RequestHeader::default()
             .with_request_api_key(key as i16)
             .with_request_api_version(version)
             .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(self.client_id.clone()));
+            .with_client_id(Some(client_id));
         let body = spate_protocol::codec::encode_request(&header, request)
             .map_err(|e| self.protocol(e.to_string()))?;
         let exchange = async {

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use spate_broker::cluster::{PeerConnection, PeerError};
 use spate_broker::handlers::produce;
+use spate_broker::quotas::{QuotaKind, ANONYMOUS};
 use spate_broker::Broker;
 use spate_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use spate_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
@@ -40,6 +41,7 @@ impl LeaderConnections {
     async fn produce(
         &self,
         addr: &str,
+        client_id: &str,
         req: &ProduceRequest,
         limit: Duration,
     ) -> Result<ProduceResponse, ForwardError> {
@@ -49,10 +51,20 @@ impl LeaderConnections {
                 .await
                 .map_err(ForwardError::Unreachable)?,
         };
-        let resp = conn
-            .call(ApiKey::Produce, PRODUCE_VERSION, req, limit)
+        // Under the HTTP client's id: the leader counts the bytes against its quota.
+        let resp: ProduceResponse = conn
+            .call_as(client_id, ApiKey::Produce, PRODUCE_VERSION, req, limit)
             .await
             .map_err(ForwardError::Lost)?;
+        let throttle = Duration::from_millis(resp.throttle_time_ms.max(0) as u64);
+        if !throttle.is_zero() {
+            // Over its quota on the leader, which mutes this connection for the throttle time:
+            // it is not kept for other clients' records, and the answer waits out the
+            // throttle as a Kafka client waits before its next request.
+            drop(conn);
+            tokio::time::sleep(throttle.min(limit)).await;
+            return Ok(resp);
+        }
         // Only after a whole exchange: a timed-out call may still have its answer coming.
         let mut idle = self.idle.lock();
         let list = idle.entry(addr.to_owned()).or_default();
@@ -82,6 +94,13 @@ pub(super) struct Batch {
     pub(super) bytes: Bytes,
     pub(super) first: usize,
     pub(super) count: usize,
+}
+
+/// Where a request's batches go, and whose produce quota they count against.
+#[derive(Clone, Copy)]
+pub(super) struct Target<'a> {
+    pub(super) topic: &'a str,
+    pub(super) client_id: &'a str,
 }
 
 /// One batch's outcome.
@@ -185,6 +204,14 @@ fn outcomes(resp: &ProduceResponse, n: usize) -> Vec<Delivery> {
         .collect()
 }
 
+/// Counts `batches`' bytes against `client_id`'s produce quota on this node, which writes
+/// them, as the Kafka listener counts a produce request's.
+fn charge(b: &Broker, client_id: &str, batches: &[&Batch]) {
+    let bytes: usize = batches.iter().map(|x| x.bytes.len()).sum();
+    b.quotas
+        .record(QuotaKind::Produce, ANONYMOUS, client_id, bytes as f64);
+}
+
 /// Produces `batches` of `topic` with `acks` (0: answered once appended, without waiting),
 /// here for partitions this node leads and with a Kafka Produce to the leader for the
 /// others; one outcome per batch, in order. Batches refused without being written while a
@@ -192,14 +219,14 @@ fn outcomes(resp: &ProduceResponse, n: usize) -> Vec<Delivery> {
 pub(super) async fn deliver(
     b: &Arc<Broker>,
     leaders: &LeaderConnections,
-    topic: &str,
+    to: Target<'_>,
     batches: &[Batch],
     acks: i16,
     timeout_ms: i32,
 ) -> Vec<Delivery> {
     let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
     let all: Vec<&Batch> = batches.iter().collect();
-    let mut results = attempt(b, leaders, topic, &all, acks, timeout_ms).await;
+    let mut results = attempt(b, leaders, to, &all, acks, timeout_ms).await;
     let mut backoff = RETRY_BACKOFF;
     loop {
         let again: Vec<usize> = (0..results.len()).filter(|&i| results[i].retry).collect();
@@ -212,7 +239,7 @@ pub(super) async fn deliver(
         let left = deadline.saturating_duration_since(Instant::now());
         let left_ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
         let subset: Vec<&Batch> = again.iter().map(|&i| &batches[i]).collect();
-        let answers = attempt(b, leaders, topic, &subset, acks, left_ms).await;
+        let answers = attempt(b, leaders, to, &subset, acks, left_ms).await;
         for (i, d) in again.into_iter().zip(answers) {
             results[i] = d;
         }
@@ -224,14 +251,16 @@ pub(super) async fn deliver(
 async fn attempt(
     b: &Arc<Broker>,
     leaders: &LeaderConnections,
-    topic: &str,
+    to: Target<'_>,
     batches: &[&Batch],
     acks: i16,
     timeout_ms: i32,
 ) -> Vec<Delivery> {
+    let topic = to.topic;
     // acks=0 still wants the offsets: append as acks=1 and do not wait.
     let (wire_acks, wait) = if acks == 0 { (1, false) } else { (acks, true) };
     let Some(cluster) = b.cluster().cloned() else {
+        charge(b, to.client_id, batches);
         let req = produce_request(topic, batches, wire_acks, timeout_ms);
         let resp = produce::produce(b, PRODUCE_VERSION, 0, req, wait).await;
         return outcomes(&resp, batches.len());
@@ -258,6 +287,9 @@ async fn attempt(
     let calls = by_leader.into_iter().map(|(leader, idx)| {
         let refs: Vec<&Batch> = idx.iter().map(|&i| batches[i]).collect();
         let req = produce_request(topic, &refs, wire_acks, timeout_ms);
+        if leader == me {
+            charge(b, to.client_id, &refs);
+        }
         let addr = image
             .broker(leader)
             .filter(|r| !r.fenced)
@@ -282,7 +314,7 @@ async fn attempt(
             };
             // Waits for the leader's acks, plus the time to reach it.
             let limit = Duration::from_millis(timeout_ms.max(0) as u64) + Duration::from_secs(5);
-            let d = match leaders.produce(&addr, &req, limit).await {
+            let d = match leaders.produce(&addr, to.client_id, &req, limit).await {
                 Ok(resp) => outcomes(&resp, n),
                 Err(ForwardError::Unreachable(e)) => {
                     let why = format!("the leader, node {leader}, is not reachable ({e}); retry");

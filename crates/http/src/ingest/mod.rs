@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, Semaphore};
 
 pub use batch::{murmur2, partition_for_key, Codec};
 use batch::{Rec, BATCH_OVERHEAD};
-use deliver::{deliver, Batch, LeaderConnections};
+use deliver::{deliver, Batch, LeaderConnections, Target};
 
 use crate::HttpState;
 
@@ -171,6 +171,8 @@ struct TopicCounts {
 /// A queued fire-and-forget request: its encoded batches and the queue space it holds.
 struct Job {
     topic: Arc<str>,
+    /// The client id its produce quota is counted against.
+    client_id: Arc<str>,
     batches: Vec<Batch>,
     counts: Arc<TopicCounts>,
     _records: tokio::sync::OwnedSemaphorePermit,
@@ -272,11 +274,14 @@ impl Ingest {
                     Err(_) => break,
                 }
             }
-            let mut by_topic: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
+            let mut by_topic: HashMap<(Arc<str>, Arc<str>), Vec<usize>> = HashMap::new();
             for (i, j) in jobs.iter().enumerate() {
-                by_topic.entry(j.topic.clone()).or_default().push(i);
+                by_topic
+                    .entry((j.topic.clone(), j.client_id.clone()))
+                    .or_default()
+                    .push(i);
             }
-            let rounds = by_topic.into_iter().map(|(topic, idx)| {
+            let rounds = by_topic.into_iter().map(|((topic, client_id), idx)| {
                 let batches: Vec<Batch> = idx
                     .iter()
                     .flat_map(|&i| jobs[i].batches.iter().cloned())
@@ -286,8 +291,11 @@ impl Ingest {
                 let acks = self.config.fire_acks;
                 let timeout = self.config.default_timeout_ms;
                 async move {
-                    let results =
-                        deliver(&broker, &me.leaders, &topic, &batches, acks, timeout).await;
+                    let to = Target {
+                        topic: &topic,
+                        client_id: &client_id,
+                    };
+                    let results = deliver(&broker, &me.leaders, to, &batches, acks, timeout).await;
                     (idx, results)
                 }
             });
@@ -532,9 +540,9 @@ async fn serve(
             body::ACCEPTED_TYPES
         ))
     })?;
-    // Produce quotas apply as to a Kafka producer: by client id, on the encoded bytes. A
-    // client over its rate gets a 429 before anything is read or written, where a Kafka
-    // client would be throttled.
+    // Produce quotas apply as to a Kafka producer: by client id, on the encoded bytes, counted
+    // by the node that writes them (`deliver`). A client over its rate here gets a 429 before
+    // anything is read or written, where a Kafka client would be throttled.
     let client_id = parts
         .headers
         .get(CLIENT_ID_HEADER)
@@ -614,14 +622,10 @@ async fn serve(
     }
     let meta = topic_meta(&broker, &topic).await?;
     let prepared = prepare(ingest, &topic, &meta, &records, broker.clock.now_ms())?;
-    let encoded: usize = prepared.batches.iter().map(|b| b.bytes.len()).sum();
-    broker
-        .quotas
-        .record(QuotaKind::Produce, ANONYMOUS, &client_id, encoded as f64);
     let counts = ingest.counts(&topic);
     if fire {
         let n = records.len();
-        let bytes = encoded;
+        let bytes: usize = prepared.batches.iter().map(|b| b.bytes.len()).sum();
         let full = || {
             IngestError::Busy(format!(
                 "the fire-and-forget queue is full ({} of {} records queued); retry shortly",
@@ -652,6 +656,7 @@ async fn serve(
             .map_err(|_| full())?;
         let job = Job {
             topic: Arc::from(topic.as_str()),
+            client_id: Arc::from(client_id.as_str()),
             batches: prepared.batches,
             counts: counts.clone(),
             _records: r,
@@ -671,10 +676,14 @@ async fn serve(
         let body = serde_json::json!({"accepted": n});
         return Ok((StatusCode::ACCEPTED, axum::Json(body)).into_response());
     }
+    let to = Target {
+        topic: &topic,
+        client_id: &client_id,
+    };
     let results = deliver(
         &broker,
         &ingest.leaders,
-        &topic,
+        to,
         &prepared.batches,
         acks,
         timeout_ms,

@@ -791,3 +791,74 @@ async fn an_http_client_over_its_produce_quota_gets_429_with_retry_after_and_wri
     let (_, metrics) = http(&spate.http, "GET", "/metrics", &[], "");
     assert!(metrics.contains("spate_ingest_refused_requests_total{status=\"429\"} 1"));
 }
+
+/// In a cluster the leader, which writes the records, counts them against the HTTP client's
+/// own id (the forwarded request carries it), not against the forwarding node: a client over
+/// its quota is throttled there, and the connection the leader mutes for it is not kept for
+/// other clients' records.
+#[tokio::test(flavor = "multi_thread")]
+async fn forwarded_records_count_against_the_http_clients_quota_on_the_leader() {
+    use crate::cluster::{create_replicated, ThreeNodes};
+    use crate::harness::Raw;
+    use crate::operations::scrape;
+    use crate::quotas::alter;
+    let mut nodes = ThreeNodes::start(&[]);
+    create_replicated(&nodes.bootstrap(), "metered", 1, "1").await;
+    let p = nodes.wait_partition(1, "metered", 0, "an ISR of three", |s| {
+        s["isr"].as_array().is_some_and(|i| i.len() == 3)
+    });
+    let leader = p["leader"].as_u64().expect("leader");
+    let via = (1..=3).find(|&n| n != leader).expect("another node");
+    let leader_addr = nodes.node(leader).addr.clone();
+    let mut raw = Raw::connect(&leader_addr);
+    let (code, why) = alter(
+        &mut raw,
+        &[("client-id", Some("metered-app"))],
+        &[("producer_byte_rate", 1024.0, false)],
+        false,
+    );
+    assert_eq!(code, 0, "{why:?}");
+    let via_http = nodes.node(via).http.clone();
+    let leader_http = nodes.node(leader).http.clone();
+    // Until the quota has reached the leader's image, its records are not yet counted.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !http(&leader_http, "GET", "/metrics", &[], "")
+        .1
+        .contains("spate_quota_limit")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the quota never reached node {leader}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // About 12 KB against 1 KB/s measured over ten-odd seconds: over the quota by a little,
+    // so the answer waits out a short throttle.
+    let body = json!({"records": (0..6).map(|i| json!({"value": format!("{i:0>2000}")})).collect::<Vec<_>>()});
+    let (status, answer) = http(
+        &via_http,
+        "POST",
+        "/topics/metered",
+        &[("Content-Type", PLAIN), ("X-Client-Id", "metered-app")],
+        &body.to_string(),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let m = scrape(&leader_http);
+    let of = |name: &str, client: &str| {
+        m.iter()
+            .filter(|(k, _)| k.starts_with(name) && k.contains(&format!("client_id=\"{client}\"")))
+            .map(|(_, v)| *v)
+            .sum::<f64>()
+    };
+    assert!(
+        of("spate_quota_usage_total", "metered-app") >= 12_000.0,
+        "the leader counted the forwarded bytes against the HTTP client: {m:?}"
+    );
+    assert!(
+        of("spate_quota_throttled_responses_total", "metered-app") >= 1.0,
+        "and throttled it: {m:?}"
+    );
+    assert_eq!(of("spate_quota_usage_total", "spate-ingest"), 0.0);
+    let got = read_back(&nodes.bootstrap(), "metered", 1, 6);
+    assert_eq!(got.len(), 6);
+}
