@@ -32,11 +32,7 @@ if [[ -z "${SPATE_BIN:-}" || -z "${BENCH:-}" ]]; then
 fi
 SPATE_BIN="${SPATE_BIN:-$ROOT/target/release/spate}"
 BENCH="${BENCH:-$ROOT/target/release/spate-bench}"
-K6="${K6:-$HOME/.cache/spate-k6/bin/k6}"
-if [[ ! -x "$K6" ]]; then
-  mkdir -p "$(dirname "$K6")"
-  GOBIN="$(dirname "$K6")" go install go.k6.io/k6@v1.8.1
-fi
+K6="$("$ROOT/scripts/k6.sh")"
 for tool in time wrk; do
   if ! dpkg -s "$tool" >/dev/null 2>&1; then
     if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
@@ -51,11 +47,7 @@ TCK="$(getconf CLK_TCK)"
 
 # Everything below runs against a throw-away broker that scripts/with-spate.sh starts (this
 # script again, inside it) and stops.
-if [[ -z "${SPATE_PID:-}" ]]; then
-  spate_args=()
-  for a in ${SPATE_ARGS:-}; do spate_args+=(--spate-arg "$a"); done
-  SPATE_BIN="$SPATE_BIN" exec "$ROOT/scripts/with-spate.sh" "${spate_args[@]}" -- "$0" "$@"
-fi
+source "$ROOT/scripts/inside-spate.sh"
 PID="$SPATE_PID"
 KAFKA="$SPATE_BOOTSTRAP"
 HTTP="$SPATE_HTTP"

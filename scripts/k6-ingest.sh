@@ -7,25 +7,13 @@
 #   scripts/k6-ingest.sh suite                                  # every mode x records x size, smoke length
 #   SCENARIO=standard scripts/k6-ingest.sh standard fire 100 256
 #
-# k6 is built once from the Go module proxy (go install go.k6.io/k6@v1.8.1) into
-# ~/.cache/spate-k6/bin (K6 overrides the binary). SPATE_BIN picks the broker (default: the
+# k6 is built once from the Go module proxy by scripts/k6.sh into ~/.cache/spate-k6/bin (K6
+# overrides the binary). SPATE_BIN picks the broker (default: the
 # release build if there is one, else the debug build). PARTITIONS (6), SPATE_ARGS (extra
 # broker flags) and K6_ARGS (extra k6 flags) tune the run; VUS, DURATION, MAX_VUS, ACKS pass
 # through to the script.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-K6_VERSION=v1.8.1
-
-k6_bin() {
-  local bin="${K6:-$HOME/.cache/spate-k6/bin/k6}"
-  if [[ ! -x "$bin" ]]; then
-    command -v go >/dev/null || { echo "k6-ingest: needs Go to build k6 (or set K6)" >&2; exit 2; }
-    echo "k6-ingest: building k6 $K6_VERSION (once)" >&2
-    mkdir -p "$(dirname "$bin")"
-    GOBIN="$(dirname "$bin")" go install "go.k6.io/k6@$K6_VERSION" >&2
-  fi
-  echo "$bin"
-}
 
 spate_bin() {
   if [[ -n "${SPATE_BIN:-}" ]]; then echo "$SPATE_BIN"; return; fi
@@ -52,17 +40,14 @@ MODE="${2:-${MODE:-blocking}}"
 RECORDS="${3:-${RECORDS:-10}}"
 SIZE="${4:-${SIZE:-1024}}"
 PARTITIONS="${PARTITIONS:-6}"
-K6="$(k6_bin)"
+K6="$("$ROOT/scripts/k6.sh")"
 BIN="$(spate_bin)"
 TOPIC="k6-$MODE-$RECORDS-$SIZE"
 
 # Everything below runs against a throw-away broker that scripts/with-spate.sh starts (this
 # script again, inside it) and stops.
-if [[ -z "${SPATE_PID:-}" ]]; then
-  spate_args=()
-  for a in ${SPATE_ARGS:-}; do spate_args+=(--spate-arg "$a"); done
-  SPATE_BIN="$BIN" exec "$ROOT/scripts/with-spate.sh" "${spate_args[@]}" -- "$0" "$@"
-fi
+SPATE_BIN="$BIN"
+source "$ROOT/scripts/inside-spate.sh"
 PID="$SPATE_PID"
 HTTP="$SPATE_HTTP"
 WORK="$(mktemp -d)"
