@@ -64,11 +64,7 @@ k() { "$BIN/kubectl" "$@"; }
 jp() { k get "$1" "$2" -o "jsonpath=$3" 2>/dev/null; }
 
 # --- a real spate cluster on loopback: nodes 1-3 found it, 4 and 5 join on scale-out -------
-read -r -a PORTS < <(python3 -c '
-import socket
-s=[socket.socket() for _ in range(17)]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(*[x.getsockname()[1] for x in s])')
+read -r -a PORTS < <(python3 "$ROOT/scripts/free-ports.py" 17)
 declare -A KAFKA CLUSTER HTTP SPID
 for n in 1 2 3 4 5; do
   KAFKA[$n]=${PORTS[$((n - 1))]}; CLUSTER[$n]=${PORTS[$((n + 4))]}; HTTP[$n]=${PORTS[$((n + 9))]}

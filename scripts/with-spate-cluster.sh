@@ -23,21 +23,9 @@ PIDS=()
 # for a quorum that is leaving too.
 cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
-# Three free inter-node ports, held by one python process until all are chosen, and below the
-# kernel's ephemeral range: a port the kernel hands out for outgoing connections can be taken
-# by one between being probed here and the node binding it (the node then never joins).
-read -r P1 P2 P3 < <(python3 -c '
-import random, socket
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-held = []
-while len(held) < 3:
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", random.randrange(10000, max(low, 10001))))
-        held.append(s)
-    except OSError:
-        s.close()
-print(*[x.getsockname()[1] for x in held])')
+# Three free inter-node ports below the ephemeral range (see free-ports.py).
+read -r P1 P2 P3 < <(python3 "$ROOT/scripts/free-ports.py" 3)
+[[ -n "${P3:-}" ]] || { echo "no free ports for the cluster" >&2; exit 1; }
 PEERS="1=127.0.0.1:$P1,2=127.0.0.1:$P2,3=127.0.0.1:$P3"
 for n in 1 2 3; do
   mkdir -p "$WORK/node$n"
