@@ -13,7 +13,7 @@ mod deliver;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use spate_broker::quotas::{QuotaKind, ANONYMOUS};
 use spate_broker::Broker;
+use spate_metrics::Histogram;
 use spate_protocol::messages::{MetadataRequest, TopicName};
 use spate_protocol::StrBytes;
 use tokio::sync::{mpsc, Semaphore};
@@ -198,6 +199,10 @@ pub struct Ingest {
     refused: Mutex<HashMap<u16, u64>>,
     /// Connections to other nodes' partitions, for records this node forwards.
     leaders: LeaderConnections,
+    /// Answered requests by route and HTTP status.
+    answered: Mutex<HashMap<(Route, u16), u64>>,
+    /// Time from a request's arrival to its answer, by route (in `Route::ALL`'s order).
+    latency: [Histogram; 5],
 }
 
 impl Ingest {
@@ -219,6 +224,8 @@ impl Ingest {
             drained: tokio::sync::watch::channel(false).0,
             refused: Mutex::new(HashMap::new()),
             leaders: LeaderConnections::default(),
+            answered: Mutex::new(HashMap::new()),
+            latency: std::array::from_fn(|_| Histogram::latency()),
         })
     }
 
@@ -256,6 +263,19 @@ impl Ingest {
         let c = Arc::new(TopicCounts::default());
         map.insert(topic.to_owned(), c.clone());
         c
+    }
+
+    /// Counts an answered request and the time it took.
+    fn answered(&self, route: Route, status: StatusCode, started: Instant) {
+        *self
+            .answered
+            .lock()
+            .entry((route, status.as_u16()))
+            .or_default() += 1;
+        if let Some(i) = Route::ALL.iter().position(|r| *r == route) {
+            let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            self.latency[i].observe(micros);
+        }
     }
 
     fn refuse(&self, e: IngestError) -> Response {
@@ -360,6 +380,39 @@ struct Call {
     single: bool,
     /// REST Proxy paths answer `application/vnd.kafka.v2+json`.
     rest: bool,
+    /// Which route, for the request metrics.
+    route: Route,
+}
+
+/// The ingest routes, as request metrics label them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Route {
+    Topic,
+    Partition,
+    Produce,
+    ProduceBatch,
+    FireBatch,
+}
+
+impl Route {
+    const ALL: [Route; 5] = [
+        Route::Topic,
+        Route::Partition,
+        Route::Produce,
+        Route::ProduceBatch,
+        Route::FireBatch,
+    ];
+
+    /// The path template.
+    fn path(self) -> &'static str {
+        match self {
+            Route::Topic => "/topics/{topic}",
+            Route::Partition => "/topics/{topic}/partitions/{partition}",
+            Route::Produce => "/produce",
+            Route::ProduceBatch => "/produce/batch",
+            Route::FireBatch => "/produce/fire/batch",
+        }
+    }
 }
 
 async fn rest_topic(
@@ -373,6 +426,7 @@ async fn rest_topic(
         fire: false,
         single: false,
         rest: true,
+        route: Route::Topic,
     };
     run(s, call, req).await
 }
@@ -383,12 +437,15 @@ async fn rest_partition(
     req: Request,
 ) -> Response {
     let ingest = s.ingest.clone();
+    let started = Instant::now();
     let partition = match partition.parse::<i32>() {
         Ok(p) if p >= 0 => p,
         _ => {
-            return ingest.refuse(IngestError::Unprocessable(format!(
+            let resp = ingest.refuse(IngestError::Unprocessable(format!(
                 "partition: {partition:?} is not a partition number"
-            )))
+            )));
+            ingest.answered(Route::Partition, resp.status(), started);
+            return resp;
         }
     };
     let call = Call {
@@ -397,6 +454,7 @@ async fn rest_partition(
         fire: false,
         single: false,
         rest: true,
+        route: Route::Partition,
     };
     run(s, call, req).await
 }
@@ -408,6 +466,7 @@ async fn produce_one(State(s): State<Arc<HttpState>>, req: Request) -> Response 
         fire: false,
         single: true,
         rest: false,
+        route: Route::Produce,
     };
     run(s, call, req).await
 }
@@ -419,6 +478,7 @@ async fn produce_batch(State(s): State<Arc<HttpState>>, req: Request) -> Respons
         fire: false,
         single: false,
         rest: false,
+        route: Route::ProduceBatch,
     };
     run(s, call, req).await
 }
@@ -430,16 +490,21 @@ async fn fire_batch(State(s): State<Arc<HttpState>>, req: Request) -> Response {
         fire: true,
         single: true,
         rest: false,
+        route: Route::FireBatch,
     };
     run(s, call, req).await
 }
 
 async fn run(s: Arc<HttpState>, call: Call, req: Request) -> Response {
     let ingest = s.ingest.clone();
-    match serve(&s, &ingest, call, req).await {
+    let started = Instant::now();
+    let route = call.route;
+    let resp = match serve(&s, &ingest, call, req).await {
         Ok(r) => r,
         Err(e) => ingest.refuse(e),
-    }
+    };
+    ingest.answered(route, resp.status(), started);
+    resp
 }
 
 /// One record's outcome in the answer (the REST Proxy's `offsets` entry).
@@ -993,6 +1058,42 @@ pub fn render_metrics(ingest: &Ingest) -> String {
         &[],
         ingest.queued_records.load(Ordering::Relaxed) as f64,
     );
+    w.family(
+        "spate_ingest_requests_total",
+        "counter",
+        "Ingest requests answered, by route and HTTP status.",
+    );
+    let mut answered: Vec<((Route, u16), u64)> = ingest
+        .answered
+        .lock()
+        .iter()
+        .map(|(k, v)| (*k, *v))
+        .collect();
+    answered.sort_by_key(|((r, status), _)| (r.path(), *status));
+    for ((route, status), n) in answered {
+        let status = status.to_string();
+        w.sample(
+            "spate_ingest_requests_total",
+            &[("route", route.path()), ("status", &status)],
+            n as f64,
+        );
+    }
+    w.family(
+        "spate_ingest_request_duration_seconds",
+        "histogram",
+        "Time from an ingest request's arrival to its answer, by route (blocking requests wait \
+         for their acks).",
+    );
+    for (route, h) in Route::ALL.iter().zip(&ingest.latency) {
+        if h.snapshot().2 > 0 {
+            w.histogram(
+                "spate_ingest_request_duration_seconds",
+                &[("route", route.path())],
+                h,
+                1e6,
+            );
+        }
+    }
     w.family(
         "spate_ingest_refused_requests_total",
         "counter",

@@ -862,3 +862,69 @@ async fn forwarded_records_count_against_the_http_clients_quota_on_the_leader() 
     let got = read_back(&nodes.bootstrap(), "metered", 1, 6);
     assert_eq!(got.len(), 6);
 }
+
+/// Every ingest request is counted by route and status, with its time to answer, beside the
+/// Kafka API's request metrics.
+#[tokio::test]
+async fn ingest_requests_are_counted_by_route_and_status_with_their_durations() {
+    use crate::operations::scrape;
+    let spate = Spate::start(&[]);
+    create_topic(&spate.addr, "counted", 2, &[]).await;
+    let one = json!({"records": [{"value": "v"}]});
+    for _ in 0..2 {
+        assert_eq!(post(&spate.http, "/topics/counted", PLAIN, &one).0, 200);
+    }
+    let no_records = json!({"topic": "counted", "records": []});
+    assert_eq!(
+        post(&spate.http, "/produce/batch", PLAIN, &no_records).0,
+        422
+    );
+    let fire = json!({"topic": "counted", "records": [{"value": "f"}]});
+    assert_eq!(
+        post(&spate.http, "/produce/fire/batch", PLAIN, &fire).0,
+        202
+    );
+    let (status, _) = http(
+        &spate.http,
+        "POST",
+        "/topics/counted/partitions/x",
+        &[("Content-Type", PLAIN)],
+        &one.to_string(),
+    );
+    assert_eq!(status, 422);
+    let m = scrape(&spate.http);
+    let get = |series: &str| m.get(series).copied().unwrap_or(0.0);
+    let topic = r#"route="/topics/{topic}""#;
+    assert_eq!(
+        get(&format!(
+            r#"spate_ingest_requests_total{{{topic},status="200"}}"#
+        )),
+        2.0,
+        "{m:?}"
+    );
+    assert_eq!(
+        get(r#"spate_ingest_requests_total{route="/produce/batch",status="422"}"#),
+        1.0
+    );
+    assert_eq!(
+        get(r#"spate_ingest_requests_total{route="/produce/fire/batch",status="202"}"#),
+        1.0
+    );
+    assert_eq!(
+        get(
+            r#"spate_ingest_requests_total{route="/topics/{topic}/partitions/{partition}",status="422"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(&format!(
+            "spate_ingest_request_duration_seconds_count{{{topic}}}"
+        )),
+        2.0
+    );
+    assert!(
+        get(&format!(
+            "spate_ingest_request_duration_seconds_sum{{{topic}}}"
+        )) > 0.0
+    );
+}
