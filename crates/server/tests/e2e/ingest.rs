@@ -684,6 +684,19 @@ async fn in_a_cluster_any_node_routes_each_record_to_its_partitions_leader() {
     }
 }
 
+/// Three nodes and `topic`, one partition replicated on all three and in sync: the nodes, the
+/// partition's leader and another node.
+async fn three_nodes_and_a_partition(topic: &str) -> (crate::cluster::ThreeNodes, u64, u64) {
+    let nodes = crate::cluster::ThreeNodes::start(&[]);
+    crate::cluster::create_replicated(&nodes.bootstrap(), topic, 1, "1").await;
+    let p = nodes.wait_partition(1, topic, 0, "an ISR of three", |s| {
+        s["isr"].as_array().is_some_and(|i| i.len() == 3)
+    });
+    let leader = p["leader"].as_u64().expect("leader");
+    let other = (1..=3).find(|&n| n != leader).expect("another node");
+    (nodes, leader, other)
+}
+
 /// Records a node forwards go over kept connections: twenty requests through a node that
 /// does not lead the partition open one connection to its leader, not twenty. A request sent
 /// right after that leader is killed, while the cluster still names it, is not refused: the
@@ -691,15 +704,8 @@ async fn in_a_cluster_any_node_routes_each_record_to_its_partitions_leader() {
 /// retries) and go to the new leader.
 #[tokio::test(flavor = "multi_thread")]
 async fn forwarded_produces_reuse_a_connection_to_the_leader_and_wait_out_its_failover() {
-    use crate::cluster::{create_replicated, ThreeNodes};
     use crate::operations::scrape;
-    let mut nodes = ThreeNodes::start(&[]);
-    create_replicated(&nodes.bootstrap(), "relay", 1, "1").await;
-    let p = nodes.wait_partition(1, "relay", 0, "an ISR of three", |s| {
-        s["isr"].as_array().is_some_and(|i| i.len() == 3)
-    });
-    let leader = p["leader"].as_u64().expect("leader");
-    let via = (1..=3).find(|&n| n != leader).expect("another node");
+    let (mut nodes, leader, via) = three_nodes_and_a_partition("relay").await;
     let via_http = nodes.node(via).http.clone();
     let leader_http = nodes.node(leader).http.clone();
     let accepted = || scrape(&leader_http)["spate_connections_accepted_total"];
@@ -739,18 +745,10 @@ async fn forwarded_produces_reuse_a_connection_to_the_leader_and_wait_out_its_fa
 /// that request is written; another client id is not held back.
 #[tokio::test]
 async fn an_http_client_over_its_produce_quota_gets_429_with_retry_after_and_writes_nothing() {
-    use crate::harness::{try_http_full, Raw};
-    use crate::quotas::alter;
+    use crate::harness::try_http_full;
     let spate = Spate::start(&[]);
     create_topic(&spate.addr, "metered", 1, &[]).await;
-    let mut raw = Raw::connect(&spate.addr);
-    let (code, why) = alter(
-        &mut raw,
-        &[("client-id", Some("metered-app"))],
-        &[("producer_byte_rate", 1024.0, false)],
-        false,
-    );
-    assert_eq!(code, 0, "{why:?}");
+    crate::quotas::limit_producer(&spate.addr, "metered-app", 1024.0);
     let body = json!({"records": (0..10).map(|i| json!({"value": format!("{i:0>2000}")})).collect::<Vec<_>>()}).to_string();
     let send = |client: Option<&str>| {
         let mut headers = vec![("Content-Type", PLAIN)];
@@ -798,26 +796,10 @@ async fn an_http_client_over_its_produce_quota_gets_429_with_retry_after_and_wri
 /// other clients' records.
 #[tokio::test(flavor = "multi_thread")]
 async fn forwarded_records_count_against_the_http_clients_quota_on_the_leader() {
-    use crate::cluster::{create_replicated, ThreeNodes};
-    use crate::harness::Raw;
     use crate::operations::scrape;
-    use crate::quotas::alter;
-    let mut nodes = ThreeNodes::start(&[]);
-    create_replicated(&nodes.bootstrap(), "metered", 1, "1").await;
-    let p = nodes.wait_partition(1, "metered", 0, "an ISR of three", |s| {
-        s["isr"].as_array().is_some_and(|i| i.len() == 3)
-    });
-    let leader = p["leader"].as_u64().expect("leader");
-    let via = (1..=3).find(|&n| n != leader).expect("another node");
+    let (mut nodes, leader, via) = three_nodes_and_a_partition("metered").await;
     let leader_addr = nodes.node(leader).addr.clone();
-    let mut raw = Raw::connect(&leader_addr);
-    let (code, why) = alter(
-        &mut raw,
-        &[("client-id", Some("metered-app"))],
-        &[("producer_byte_rate", 1024.0, false)],
-        false,
-    );
-    assert_eq!(code, 0, "{why:?}");
+    crate::quotas::limit_producer(&leader_addr, "metered-app", 1024.0);
     let via_http = nodes.node(via).http.clone();
     let leader_http = nodes.node(leader).http.clone();
     // Until the quota has reached the leader's image, its records are not yet counted.

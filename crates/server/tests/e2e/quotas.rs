@@ -59,6 +59,18 @@ pub(crate) fn alter(
 }
 
 /// Every configured (entity, key, value), as "type=name" parts joined by ",".
+/// Sets `client_id`'s producer_byte_rate through the broker at `addr`.
+pub(crate) fn limit_producer(addr: &str, client_id: &str, bytes_per_second: f64) {
+    let mut raw = Raw::connect(addr);
+    let (code, why) = alter(
+        &mut raw,
+        &[("client-id", Some(client_id))],
+        &[("producer_byte_rate", bytes_per_second, false)],
+        false,
+    );
+    assert_eq!(code, 0, "{why:?}");
+}
+
 fn describe_all(raw: &mut Raw) -> Vec<(String, String, f64)> {
     let resp: DescribeClientQuotasResponse = raw.call(
         ApiKey::DescribeClientQuotas,
@@ -187,14 +199,7 @@ async fn a_producer_over_its_byte_rate_is_throttled_to_the_quota() {
     const QUOTA: f64 = 64.0 * 1024.0;
     let spate = Spate::start(&[]);
     create_topic(&spate.addr, "metered", 1, &[]).await;
-    let mut raw = Raw::connect(&spate.addr);
-    let (code, _) = alter(
-        &mut raw,
-        &[("client-id", Some("metered-app"))],
-        &[("producer_byte_rate", QUOTA, false)],
-        false,
-    );
-    assert_eq!(code, 0);
+    limit_producer(&spate.addr, "metered-app", QUOTA);
     // Small batches, so one request is far below a second's quota and the rate can settle.
     let p = producer(
         &spate.addr,
