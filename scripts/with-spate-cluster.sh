@@ -21,7 +21,8 @@ WORK="$(mktemp -d)"
 PIDS=()
 # SIGKILL: the data is thrown away, and three controlled shutdowns at once would each wait
 # for a quorum that is leaving too.
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+# stderr off first: bash reports each killed job ("Killed ...") on it.
+cleanup() { exec 2>/dev/null; for p in "${PIDS[@]}"; do kill -9 "$p" || true; done; wait || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 # Three free inter-node ports below the ephemeral range (see free-ports.py).
 read -r P1 P2 P3 < <(python3 "$ROOT/scripts/free-ports.py" 3)
