@@ -24,5 +24,7 @@ scripts/kafka-tools-cluster-e2e.sh
 scripts/with-spate.sh -- bash -c 'SPATE_BENCH_BOOTSTRAP=$SPATE_BOOTSTRAP exec scripts/bench-e2e.sh'
 # A real search client (opensearch-py) against searchable topics.
 scripts/search-client-e2e.sh
+# A real REST Proxy client (Confluent's Node.js kafka-rest) against HTTP ingest.
+scripts/rest-client-e2e.sh
 # kafka-python's admin client: delete_records, log dirs, topic partitions, features.
 scripts/kafka-python-admin-e2e.sh

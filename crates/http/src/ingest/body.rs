@@ -33,16 +33,29 @@ pub fn format_of(content_type: &str) -> Option<Format> {
         .trim()
         .to_ascii_lowercase();
     match essence.as_str() {
-        "application/vnd.kafka.json.v2+json" => Some(Format::Json),
-        "application/vnd.kafka.binary.v2+json" => Some(Format::Binary),
+        "application/vnd.kafka.json.v2+json" | "application/vnd.kafka.json.v1+json" => {
+            Some(Format::Json)
+        }
+        // v1 without an embedded format meant binary: base64 keys and values.
+        "application/vnd.kafka.binary.v2+json"
+        | "application/vnd.kafka.binary.v1+json"
+        | "application/vnd.kafka.v1+json" => Some(Format::Binary),
         "application/json" | "application/vnd.kafka.v2+json" => Some(Format::Plain),
         _ => None,
     }
 }
 
+/// The content type of a REST Proxy path's answer: the API version the request was in.
+pub fn answer_type(content_type: &str) -> &'static str {
+    if content_type.to_ascii_lowercase().contains(".v1+json") {
+        "application/vnd.kafka.v1+json"
+    } else {
+        "application/vnd.kafka.v2+json"
+    }
+}
+
 /// Content types accepted, for the 415 message.
-pub const ACCEPTED_TYPES: &str =
-    "application/vnd.kafka.json.v2+json, application/vnd.kafka.binary.v2+json or application/json";
+pub const ACCEPTED_TYPES: &str = "application/vnd.kafka.json.v2+json, application/vnd.kafka.binary.v2+json, application/json, or the REST Proxy's v1 types (application/vnd.kafka.v1+json, binary.v1, json.v1)";
 
 /// Base64 as the REST Proxy writes it; padding optional.
 const BASE64: GeneralPurpose = GeneralPurpose::new(
@@ -393,6 +406,23 @@ mod tests {
         assert_eq!(
             format_of("application/vnd.kafka.json.v2+json"),
             Some(Format::Json)
+        );
+        assert_eq!(
+            format_of("application/vnd.kafka.v1+json"),
+            Some(Format::Binary),
+            "the v1 API's default embedded format"
+        );
+        assert_eq!(
+            format_of("application/vnd.kafka.json.v1+json"),
+            Some(Format::Json)
+        );
+        assert_eq!(
+            answer_type("application/vnd.kafka.binary.v1+json"),
+            "application/vnd.kafka.v1+json"
+        );
+        assert_eq!(
+            answer_type("application/vnd.kafka.binary.v2+json"),
+            "application/vnd.kafka.v2+json"
         );
         assert_eq!(format_of("text/plain"), None);
         assert_eq!(format_of("application/vnd.kafka.avro.v2+json"), None);

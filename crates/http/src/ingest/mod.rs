@@ -605,6 +605,7 @@ async fn serve(
             body::ACCEPTED_TYPES
         ))
     })?;
+    let answer_type = body::answer_type(content_type);
     // Produce quotas apply as to a Kafka producer: by client id, on the encoded bytes, counted
     // by the node that writes them (`deliver`). A client over its rate here gets a 429 before
     // anything is read or written, where a Kafka client would be throttled.
@@ -791,7 +792,7 @@ async fn serve(
     };
     let json = write_answer(&offsets, delivered, failed);
     let content_type = if call.rest {
-        "application/vnd.kafka.v2+json"
+        answer_type
     } else {
         "application/json"
     };
