@@ -22,19 +22,7 @@ fi
 H="$SPATE_HTTP"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-python3 - "$RECORDS" >"$WORK/body.json" <<'PY'
-import sys
-fill = "abcdefghijklmnopqrstuvwxyz0123456789" * 8
-n = int(sys.argv[1])
-print('{"records":[%s]}' % ",".join('{"value":"%s"}' % (("%d|" % i) + fill)[:256] for i in range(n)), end="")
-PY
-cat >"$WORK/post.lua" <<LUA
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-local f = io.open("$WORK/body.json")
-wrk.body = f:read("*a")
-f:close()
-LUA
+"$ROOT/scripts/wrk-ingest-body.sh" "$WORK" "$RECORDS"
 curl -sf -XPOST "http://$H/admin/topics" -H 'content-type: application/json' \
   -d '{"name":"ingest-cluster","partitions":6,"replication_factor":3}' >/dev/null
 for _ in $(seq 1 100); do

@@ -141,19 +141,7 @@ small_cpu=$nat_cpu
 reset native_small
 
 # HTTP ingest with wrk: one body of RECORDS x 256 B keyless records, distinct values.
-python3 - "$RECORDS" >"$WORK/body.json" <<'PY'
-import sys
-fill = "abcdefghijklmnopqrstuvwxyz0123456789" * 8
-n = int(sys.argv[1])
-print('{"records":[%s]}' % ",".join('{"value":"%s"}' % (("%d|" % i) + fill)[:256] for i in range(n)), end="")
-PY
-cat >"$WORK/post.lua" <<LUA
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-local f = io.open("$WORK/body.json")
-wrk.body = f:read("*a")
-f:close()
-LUA
+"$ROOT/scripts/wrk-ingest-body.sh" "$WORK" "$RECORDS"
 create wrk
 c0=$(ticks); n0=$(count wrk); t0=$(date +%s.%N)
 /usr/bin/time -f '%U %S' -o "$WORK/wrk.time" wrk -t1 -c"${WRK_CONNS:-4}" -d"${SECS}s" --latency \
