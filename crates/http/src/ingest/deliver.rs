@@ -17,6 +17,8 @@ use spate_protocol::{ResponseError, StrBytes};
 
 /// Produce request version used for local and forwarded produces (error messages from v8).
 const PRODUCE_VERSION: i16 = 9;
+/// Longest wait for a connection to a leader.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Idle connections kept per leader: about the number of requests forwarded to it at once.
 const IDLE_PER_LEADER: usize = 16;
 
@@ -47,9 +49,13 @@ impl LeaderConnections {
     ) -> Result<ProduceResponse, ForwardError> {
         let mut conn = match self.take(addr) {
             Some(c) => c,
-            None => PeerConnection::connect(addr, "spate-ingest".into(), limit)
-                .await
-                .map_err(ForwardError::Unreachable)?,
+            // A leader that does not accept within seconds is treated as unreachable, so the
+            // records can be retried elsewhere within the request's timeout.
+            None => {
+                PeerConnection::connect(addr, "spate-ingest".into(), limit.min(CONNECT_TIMEOUT))
+                    .await
+                    .map_err(ForwardError::Unreachable)?
+            }
         };
         // Under the HTTP client's id: the leader counts the bytes against its quota.
         let resp: ProduceResponse = conn
