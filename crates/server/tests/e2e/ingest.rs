@@ -46,11 +46,22 @@ type Got = (
 
 /// Reads `count` records from every partition of `topic` (within 30 s), by (partition, offset).
 fn read_back(addr: &str, topic: &str, partitions: i32, count: usize) -> BTreeMap<(i32, i64), Got> {
+    read_back_until(addr, topic, partitions, |got| got.len() >= count)
+}
+
+/// Reads every partition of `topic` from the start until `done` holds for what was read (at
+/// most 30 s), by (partition, offset).
+fn read_back_until(
+    addr: &str,
+    topic: &str,
+    partitions: i32,
+    done: impl Fn(&BTreeMap<(i32, i64), Got>) -> bool,
+) -> BTreeMap<(i32, i64), Got> {
     let parts: Vec<i32> = (0..partitions).collect();
     let c: BaseConsumer = consumer(addr, topic, &parts, 0);
     let mut got = BTreeMap::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while got.len() < count && Instant::now() < deadline {
+    while !done(&got) && Instant::now() < deadline {
         let Some(m) = c.poll(Duration::from_millis(200)) else {
             continue;
         };
@@ -266,99 +277,170 @@ async fn a_key_lands_on_the_partition_librdkafkas_murmur2_partitioner_picks() {
     );
 }
 
+/// Blocking HTTP load: threads post 20-record keyed batches to `/produce/batch` (at most 2000
+/// requests each, 30 s) until stopped, keeping every record answered as delivered.
+struct BlockingLoad {
+    acked: Arc<Mutex<Vec<(i32, i64, String)>>>,
+    answered: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl BlockingLoad {
+    fn start(http_addr: &str, topic: &str, threads: usize) -> Self {
+        let acked: Arc<Mutex<Vec<(i32, i64, String)>>> = Arc::new(Mutex::new(Vec::new()));
+        let answered = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..threads)
+            .map(|t| {
+                let (addr, topic) = (http_addr.to_owned(), topic.to_owned());
+                let (acked, answered, stop) = (acked.clone(), answered.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let deadline = Instant::now() + Duration::from_secs(30);
+                    for r in 0..2000 {
+                        if stop.load(Ordering::SeqCst) || Instant::now() > deadline {
+                            break;
+                        }
+                        let values: Vec<String> =
+                            (0..20).map(|i| format!("t{t}-r{r}-i{i}")).collect();
+                        let records: Vec<Value> = values
+                            .iter()
+                            .map(|v| json!({"key": v, "value": v}))
+                            .collect();
+                        let body = json!({"topic": topic, "records": records}).to_string();
+                        let Ok((status, text)) = try_http(
+                            &addr,
+                            "POST",
+                            "/produce/batch",
+                            &[("Content-Type", PLAIN)],
+                            &body,
+                            Duration::from_secs(40),
+                        ) else {
+                            break;
+                        };
+                        let Ok(answer) = serde_json::from_str::<Value>(&text) else {
+                            break;
+                        };
+                        if status != 200 && status != 207 {
+                            continue;
+                        }
+                        let mut a = acked.lock().unwrap();
+                        for (o, v) in answer["offsets"].as_array().unwrap().iter().zip(&values) {
+                            if o["error_code"].is_null() {
+                                a.push((
+                                    o["partition"].as_i64().unwrap() as i32,
+                                    o["offset"].as_i64().unwrap(),
+                                    v.clone(),
+                                ));
+                            }
+                        }
+                        answered.fetch_add(1, Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        Self {
+            acked,
+            answered,
+            stop,
+            threads,
+        }
+    }
+
+    /// Waits (at most 30 s) until `n` requests have been answered in all; returns how many were.
+    fn wait_answered(&self, n: usize) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.answered.load(Ordering::SeqCst) < n && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.answered.load(Ordering::SeqCst)
+    }
+
+    /// Stops the threads; every record answered as delivered, as (partition, offset, value).
+    fn finish(self) -> Vec<(i32, i64, String)> {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        let acked = self.acked.lock().unwrap().clone();
+        acked
+    }
+}
+
+/// Reads `topic` back until every acknowledged record has been seen at its partition and
+/// offset (a follower that just became leader exposes records as its high watermark catches
+/// up), then checks each one's value.
+fn assert_acknowledged_records_are_there(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    acked: &[(i32, i64, String)],
+) {
+    let got = read_back_until(bootstrap, topic, partitions, |got| {
+        acked.iter().all(|(p, o, _)| got.contains_key(&(*p, *o)))
+    });
+    for (p, o, v) in acked {
+        let rec = got.get(&(*p, *o));
+        assert_eq!(
+            rec.and_then(|r| r.1.clone()),
+            Some(v.clone().into_bytes()),
+            "acknowledged record {v} at {p}/{o} is missing after kill -9 ({} records read)",
+            got.len()
+        );
+    }
+}
+
 #[test]
 fn records_answered_as_delivered_survive_a_kill_9_during_blocking_load() {
     let mut spate = Spate::start(&["--default-partitions", "3"]);
-    let http_addr = spate.http.clone();
-    let acked: Arc<Mutex<Vec<(i32, i64, String)>>> = Arc::new(Mutex::new(Vec::new()));
-    let answered = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut threads = Vec::new();
-    for t in 0..4 {
-        let (addr, acked, answered, stop) = (
-            http_addr.clone(),
-            acked.clone(),
-            answered.clone(),
-            stop.clone(),
-        );
-        threads.push(std::thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            // Bounded: at most 2000 requests per thread, 30 s.
-            for r in 0..2000 {
-                if stop.load(Ordering::SeqCst) || Instant::now() > deadline {
-                    break;
-                }
-                let values: Vec<String> = (0..20).map(|i| format!("t{t}-r{r}-i{i}")).collect();
-                let records: Vec<Value> = values
-                    .iter()
-                    .map(|v| json!({"key": v, "value": v}))
-                    .collect();
-                let body = json!({"topic": "crash", "records": records}).to_string();
-                let Ok((status, text)) = try_http(
-                    &addr,
-                    "POST",
-                    "/produce/batch",
-                    &[("Content-Type", PLAIN)],
-                    &body,
-                    Duration::from_secs(10),
-                ) else {
-                    break;
-                };
-                let Ok(answer) = serde_json::from_str::<Value>(&text) else {
-                    break;
-                };
-                if status != 200 && status != 207 {
-                    continue;
-                }
-                let mut a = acked.lock().unwrap();
-                for (o, v) in answer["offsets"].as_array().unwrap().iter().zip(&values) {
-                    if o["error_code"].is_null() {
-                        a.push((
-                            o["partition"].as_i64().unwrap() as i32,
-                            o["offset"].as_i64().unwrap(),
-                            v.clone(),
-                        ));
-                    }
-                }
-                answered.fetch_add(1, Ordering::SeqCst);
-            }
-        }));
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while answered.load(Ordering::SeqCst) < 40 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let load = BlockingLoad::start(&spate.http, "crash", 4);
+    load.wait_answered(40);
     spate.kill9();
-    stop.store(true, Ordering::SeqCst);
-    for t in threads {
-        t.join().unwrap();
-    }
-    let acked = acked.lock().unwrap().clone();
+    let acked = load.finish();
     assert!(
         acked.len() >= 40 * 20,
         "only {} records acknowledged",
         acked.len()
     );
     spate.restart();
-    // Requests cut off by the kill may have been written without an answer: read everything
-    // the topic holds, not just as many records as were acknowledged.
-    let total = topic_records(&spate.http, "crash");
-    assert!(
-        total >= acked.len() as i64,
-        "{total} records, {} acknowledged",
-        acked.len()
-    );
+    assert_acknowledged_records_are_there(&spate.addr, "crash", 3, &acked);
+}
+
+/// The same in a cluster, through a node that stays up: the leader of some of the partitions
+/// is killed mid-load; requests wait out the failover, and every record answered as delivered
+/// (acks=all, min.insync.replicas=2) is on the surviving replicas.
+#[test]
+fn records_answered_as_delivered_through_another_node_survive_kill_9_of_their_leader() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let got = rt.block_on(async { read_back(&spate.addr, "crash", 3, total as usize) });
-    assert_eq!(got.len() as i64, total, "read back the whole topic");
-    for (p, o, v) in &acked {
-        let rec = got.get(&(*p, *o));
-        assert_eq!(
-            rec.and_then(|r| r.1.clone()),
-            Some(v.clone().into_bytes()),
-            "acknowledged record {v} at {p}/{o} is missing after kill -9"
-        );
+    let mut nodes = crate::cluster::ThreeNodes::start(&[]);
+    rt.block_on(crate::cluster::create_replicated(
+        &nodes.bootstrap(),
+        "crash-cluster",
+        3,
+        "2",
+    ));
+    let mut leaders = Vec::new();
+    for p in 0..3 {
+        let s = nodes.wait_partition(1, "crash-cluster", p, "an ISR of three", |s| {
+            s["isr"].as_array().is_some_and(|i| i.len() == 3)
+        });
+        leaders.push(s["leader"].as_u64().expect("leader"));
     }
+    let victim = leaders[0];
+    let via = (1..=3).find(|&n| n != victim).expect("another node");
+    let via_http = nodes.node(via).http.clone();
+    let load = BlockingLoad::start(&via_http, "crash-cluster", 4);
+    let before = load.wait_answered(40);
+    nodes.node(victim).kill9();
+    // The load goes on through the failover.
+    let after = load.wait_answered(before + 40);
+    let acked = load.finish();
+    assert!(
+        after >= before + 40,
+        "only {} requests answered after the kill",
+        after - before
+    );
+    assert_acknowledged_records_are_there(&nodes.bootstrap(), "crash-cluster", 3, &acked);
 }
 
 fn stats(addr: &str) -> Value {
