@@ -201,8 +201,8 @@ pub struct Ingest {
     leaders: LeaderConnections,
     /// Answered requests by route and HTTP status.
     answered: Mutex<HashMap<(Route, u16), u64>>,
-    /// Time from a request's arrival to its answer, by route (in `Route::ALL`'s order).
-    latency: [Histogram; 5],
+    /// Time from a request's arrival to its answer, by route (indexed by `Route as usize`).
+    latency: [Histogram; Route::ALL.len()],
 }
 
 impl Ingest {
@@ -265,17 +265,26 @@ impl Ingest {
         c
     }
 
-    /// Counts an answered request and the time it took.
-    fn answered(&self, route: Route, status: StatusCode, started: Instant) {
+    /// The response to a request that came by `route` at `started`: its answer, or its
+    /// refusal, counted with the time it took.
+    fn answer(
+        &self,
+        route: Route,
+        started: Instant,
+        result: Result<Response, IngestError>,
+    ) -> Response {
+        let resp = match result {
+            Ok(r) => r,
+            Err(e) => self.refuse(e),
+        };
         *self
             .answered
             .lock()
-            .entry((route, status.as_u16()))
+            .entry((route, resp.status().as_u16()))
             .or_default() += 1;
-        if let Some(i) = Route::ALL.iter().position(|r| *r == route) {
-            let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-            self.latency[i].observe(micros);
-        }
+        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.latency[route as usize].observe(micros);
+        resp
     }
 
     fn refuse(&self, e: IngestError) -> Response {
@@ -371,20 +380,14 @@ struct IngestQuery {
     fire: Option<bool>,
 }
 
-/// Where a request's topic and answer shape come from.
+/// Where a request's topic comes from, and which route it came by.
 struct Call {
     topic: Option<String>,
     partition: Option<i32>,
-    fire: bool,
-    /// `/produce` also takes one record at the top level.
-    single: bool,
-    /// REST Proxy paths answer `application/vnd.kafka.v2+json`.
-    rest: bool,
-    /// Which route, for the request metrics.
     route: Route,
 }
 
-/// The ingest routes, as request metrics label them.
+/// The ingest routes; the answer's shape and the request metrics follow from them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Route {
     Topic,
@@ -395,6 +398,21 @@ enum Route {
 }
 
 impl Route {
+    /// Fire-and-forget (queued, answered 202).
+    fn fire(self) -> bool {
+        self == Route::FireBatch
+    }
+
+    /// Also takes one record at the top level.
+    fn single(self) -> bool {
+        matches!(self, Route::Produce | Route::FireBatch)
+    }
+
+    /// A REST Proxy path: answered as `application/vnd.kafka.v2+json` (or v1).
+    fn rest(self) -> bool {
+        matches!(self, Route::Topic | Route::Partition)
+    }
+
     const ALL: [Route; 5] = [
         Route::Topic,
         Route::Partition,
@@ -423,9 +441,6 @@ async fn rest_topic(
     let call = Call {
         topic: Some(topic),
         partition: None,
-        fire: false,
-        single: false,
-        rest: true,
         route: Route::Topic,
     };
     run(s, call, req).await
@@ -441,19 +456,17 @@ async fn rest_partition(
     let partition = match partition.parse::<i32>() {
         Ok(p) if p >= 0 => p,
         _ => {
-            let resp = ingest.refuse(IngestError::Unprocessable(format!(
-                "partition: {partition:?} is not a partition number"
-            )));
-            ingest.answered(Route::Partition, resp.status(), started);
-            return resp;
+            let why = format!("partition: {partition:?} is not a partition number");
+            return ingest.answer(
+                Route::Partition,
+                started,
+                Err(IngestError::Unprocessable(why)),
+            );
         }
     };
     let call = Call {
         topic: Some(topic),
         partition: Some(partition),
-        fire: false,
-        single: false,
-        rest: true,
         route: Route::Partition,
     };
     run(s, call, req).await
@@ -463,9 +476,6 @@ async fn produce_one(State(s): State<Arc<HttpState>>, req: Request) -> Response 
     let call = Call {
         topic: None,
         partition: None,
-        fire: false,
-        single: true,
-        rest: false,
         route: Route::Produce,
     };
     run(s, call, req).await
@@ -475,9 +485,6 @@ async fn produce_batch(State(s): State<Arc<HttpState>>, req: Request) -> Respons
     let call = Call {
         topic: None,
         partition: None,
-        fire: false,
-        single: false,
-        rest: false,
         route: Route::ProduceBatch,
     };
     run(s, call, req).await
@@ -487,9 +494,6 @@ async fn fire_batch(State(s): State<Arc<HttpState>>, req: Request) -> Response {
     let call = Call {
         topic: None,
         partition: None,
-        fire: true,
-        single: true,
-        rest: false,
         route: Route::FireBatch,
     };
     run(s, call, req).await
@@ -499,12 +503,8 @@ async fn run(s: Arc<HttpState>, call: Call, req: Request) -> Response {
     let ingest = s.ingest.clone();
     let started = Instant::now();
     let route = call.route;
-    let resp = match serve(&s, &ingest, call, req).await {
-        Ok(r) => r,
-        Err(e) => ingest.refuse(e),
-    };
-    ingest.answered(route, resp.status(), started);
-    resp
+    let result = serve(&s, &ingest, call, req).await;
+    ingest.answer(route, started, result)
 }
 
 /// One record's outcome in the answer (the REST Proxy's `offsets` entry).
@@ -579,7 +579,7 @@ async fn serve(
         Some(q) => serde_urlencoded_query(q)?,
     };
     let acks = acks_of(&q)?;
-    let fire = call.fire || q.fire == Some(true);
+    let fire = call.route.fire() || q.fire == Some(true);
     if fire && ingest.closing.load(Ordering::SeqCst) {
         return Err(IngestError::Unavailable(
             "shutting down: not queueing more".into(),
@@ -659,7 +659,7 @@ async fn serve(
         Ok(Err(e)) => return Err(IngestError::BadRequest(format!("reading the body: {e}"))),
         Ok(Ok(c)) => c.to_bytes(),
     };
-    let parsed = body::parse(&raw, format, call.single)?;
+    let parsed = body::parse(&raw, format, call.route.single())?;
     let topic: String = match (call.topic, q.topic, parsed.topic) {
         (Some(t), _, _) => t,
         (None, Some(t), _) => t,
@@ -791,7 +791,7 @@ async fn serve(
         StatusCode::MULTI_STATUS
     };
     let json = write_answer(&offsets, delivered, failed);
-    let content_type = if call.rest {
+    let content_type = if call.route.rest() {
         answer_type
     } else {
         "application/json"
@@ -1120,6 +1120,13 @@ pub fn render_metrics(ingest: &Ingest) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn routes_are_listed_in_the_order_their_latencies_are_indexed() {
+        for (i, r) in Route::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r:?}");
+        }
+    }
 
     #[test]
     fn the_answer_is_the_rest_proxys_json() {
