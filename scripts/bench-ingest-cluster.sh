@@ -37,10 +37,7 @@ ticks() {
   done
   echo "$t"
 }
-count() {
-  curl -sf "http://$H/admin/topics/ingest-cluster" |
-    python3 -c 'import json,sys; print(sum(p["high_watermark"]-p["log_start_offset"] for p in json.load(sys.stdin)["partition_details"]))'
-}
+count() { "$ROOT/scripts/topic-records.sh" "$H" ingest-cluster; }
 accepted() {
   local s=0 h v
   IFS=, read -ra hs <<<"$SPATE_HTTP_ALL"

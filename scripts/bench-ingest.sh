@@ -59,10 +59,7 @@ create() {
   curl -sf -XPOST "http://$HTTP/admin/topics" -H 'content-type: application/json' \
     -d "{\"name\":\"$1\",\"partitions\":6}" >/dev/null
 }
-count() {
-  curl -sf "http://$HTTP/admin/topics/$1" |
-    python3 -c 'import json,sys; print(sum(p["high_watermark"]-p["log_start_offset"] for p in json.load(sys.stdin)["partition_details"]))'
-}
+count() { "$ROOT/scripts/topic-records.sh" "$HTTP" "$1"; }
 client_cpu() { awk '{printf "%.2f", $1 + $2}' "$1"; }  # /usr/bin/time -f '%U %S' output
 
 echo "bench-ingest: spate pid $PID ($SPATE_BIN), $SECS s per run, $(nproc) cores"

@@ -65,10 +65,7 @@ metric() {  # the count of a k6 counter in the summary, 0 when absent
   python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["metrics"]; print(int(m.get(sys.argv[2],{}).get("count",0)))' \
     "$WORK/summary.json" "$1"
 }
-topic_count() {
-  curl -sf "http://$HTTP/admin/topics/$TOPIC" |
-    python3 -c 'import json,sys; print(sum(p["high_watermark"]-p["log_start_offset"] for p in json.load(sys.stdin)["partition_details"]))'
-}
+topic_count() { "$ROOT/scripts/topic-records.sh" "$HTTP" "$TOPIC"; }
 if [[ "$MODE" == "fire" ]]; then
   told="$(metric ingest_accepted_records)"
   for _ in $(seq 1 600); do  # at most 60 s for the queue to drain
