@@ -19,9 +19,9 @@ use crate::operations::scrape;
 use crate::produce_consume::create_topic;
 
 /// A quota entity as (type, name) parts; `None` names the default.
-pub(crate) type Entity<'a> = &'a [(&'a str, Option<&'a str>)];
+type Entity<'a> = &'a [(&'a str, Option<&'a str>)];
 
-pub(crate) fn alter(
+fn alter(
     raw: &mut Raw,
     entity: Entity,
     ops: &[(&str, f64, bool)],
@@ -58,7 +58,6 @@ pub(crate) fn alter(
     )
 }
 
-/// Every configured (entity, key, value), as "type=name" parts joined by ",".
 /// Sets `client_id`'s producer_byte_rate through the broker at `addr`.
 pub(crate) fn limit_producer(addr: &str, client_id: &str, bytes_per_second: f64) {
     let mut raw = Raw::connect(addr);
@@ -71,6 +70,7 @@ pub(crate) fn limit_producer(addr: &str, client_id: &str, bytes_per_second: f64)
     assert_eq!(code, 0, "{why:?}");
 }
 
+/// Every configured (entity, key, value), as "type=name" parts joined by ",".
 fn describe_all(raw: &mut Raw) -> Vec<(String, String, f64)> {
     let resp: DescribeClientQuotasResponse = raw.call(
         ApiKey::DescribeClientQuotas,
