@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A real REST Proxy client, Confluent's Node.js `kafka-rest` (npm, v1 API), produces to a
 # throw-away spate: strings, Buffers, keys, explicit partitions and a partition that does not
-# exist (a 404 for the client); then every record is read back with librdkafka (confluent-kafka) and compared byte for
-# byte. The npm package goes to ~/.cache/spate-npm (NPM_PREFIX overrides).
+# exist (a 404 for the client); then every record is read back with librdkafka
+# (confluent-kafka) and compared byte for byte. The npm package goes to ~/.cache/spate-npm
+# (NPM_PREFIX overrides).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PREFIX="${NPM_PREFIX:-$HOME/.cache/spate-npm}"
@@ -20,10 +21,13 @@ if [[ ! -d "$PREFIX/node_modules/kafka-rest" ]]; then
 fi
 python3 -c "import confluent_kafka" 2>/dev/null || pip install -q confluent-kafka
 export NODE_PATH="$PREFIX/node_modules"
-exec "$ROOT/scripts/with-spate.sh" -- bash -c '
+SENT="$(mktemp)"
+trap 'rm -f "$SENT"' EXIT
+export SENT
+"$ROOT/scripts/with-spate.sh" -- bash -c '
   set -euo pipefail
   curl -sf -XPOST "http://$SPATE_HTTP/admin/topics" -H "content-type: application/json" \
     -d "{\"name\":\"rest-client\",\"partitions\":3}" >/dev/null
-  node "'"$ROOT"'/scripts/rest_client_e2e.js" "http://$SPATE_HTTP" > "${TMPDIR:-/tmp}/rest-client-sent.json"
-  python3 "'"$ROOT"'/scripts/rest_client_readback.py" "$SPATE_BOOTSTRAP" rest-client "${TMPDIR:-/tmp}/rest-client-sent.json"
+  node "'"$ROOT"'/scripts/rest_client_e2e.js" "http://$SPATE_HTTP" > "$SENT"
+  python3 "'"$ROOT"'/scripts/rest_client_readback.py" "$SPATE_BOOTSTRAP" rest-client "$SENT"
 '
