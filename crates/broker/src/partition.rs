@@ -136,6 +136,28 @@ impl Partition {
         ))
     }
 
+    /// Opens a replica of a cluster topic. It starts as a follower of no leader: it takes no
+    /// produce and no DeleteRecords until the metadata quorum makes it leader, and its high
+    /// watermark is its log start, never above what the cluster confirmed (the log end may hold
+    /// records that were never committed and that the next leader truncates away).
+    pub fn open_replica(
+        dir: &Path,
+        index: i32,
+        config: LogConfig,
+        flusher: Flusher,
+    ) -> Result<(Self, Vec<String>), BrokerError> {
+        let (p, notes) = Self::open(dir, index, config, flusher)?;
+        p.become_replica();
+        Ok((p, notes))
+    }
+
+    fn become_replica(&self) {
+        let st = self.state.write();
+        self.leader_epoch.store(-1, Ordering::SeqCst);
+        self.role.store(Role::Follower as u8, Ordering::SeqCst);
+        self.high_watermark.send_replace(st.log.start_offset());
+    }
+
     /// Saves the producer states so the next start need not read the whole log to rebuild
     /// them. Does nothing when nothing was appended since the last snapshot.
     pub fn write_producer_snapshot(&self) -> Result<(), BrokerError> {
@@ -298,6 +320,25 @@ impl Partition {
         }
     }
 
+    /// What a follower's next fetch reports it holds: its log end, or with `synced_only`
+    /// (fsync profiles) how far its log is on disk, so the leader never counts towards the
+    /// high watermark records a follower could lose in a power failure. `None` once the log
+    /// failed: the replica is out of service and reports nothing.
+    pub fn replica_fetch_offset(&self, synced_only: bool) -> Option<i64> {
+        let st = self.state.read();
+        let end = st.log.end_offset();
+        if st.log.is_failed() {
+            return None;
+        }
+        if !synced_only {
+            return Some(end);
+        }
+        match st.log.durable_now() {
+            Durability::Synced(o) => Some(o.clamp(st.log.start_offset(), end)),
+            Durability::Failed => None,
+        }
+    }
+
     fn leader_end(&self) -> i64 {
         self.own_end(&self.state.read().log)
     }
@@ -323,11 +364,24 @@ impl Partition {
             .and_then(|l| l.check_lagging(now_ms))
     }
 
-    /// A proposed ISR change did not commit.
-    pub fn isr_change_failed(&self) {
+    /// The proposed ISR change `change` was refused as never applied: forgets it (and only
+    /// it) so the leader may decide again.
+    pub fn isr_change_failed(&self, change: &IsrChange) {
         if let Some(l) = self.replication.lock().as_mut() {
-            l.on_isr_change_failed();
+            l.on_isr_change_failed(change);
         }
+    }
+
+    /// The high watermark consumers may be told, or `None` while this broker leads at an
+    /// epoch whose high watermark is not known yet: until it reaches the epoch's start
+    /// offset it may be below what the previous leader exposed (KIP-207).
+    pub fn known_high_watermark(&self) -> Option<i64> {
+        let known = self
+            .replication
+            .lock()
+            .as_ref()
+            .is_none_or(LeaderState::high_watermark_known);
+        known.then(|| self.high_watermark())
     }
 
     /// Whether an acks=all produce may be appended (`None` when not leading in a cluster).
@@ -351,6 +405,15 @@ impl Partition {
             .as_ref()
             .filter(|l| l.leader_epoch() == leader_epoch)
             .map(|l| l.ack_state(last_offset, min_isr))
+    }
+
+    /// Whether `replica` is in the committed ISR this broker leads with (`false` when not
+    /// leading in a cluster).
+    pub fn leads_with_in_sync(&self, replica: BrokerId) -> bool {
+        self.replication
+            .lock()
+            .as_ref()
+            .is_some_and(|l| l.isr().contains(&replica))
     }
 
     /// The leader's replication view (ISR, followers' progress), for status pages.
@@ -883,6 +946,67 @@ mod tests {
         ));
     }
 
+    fn leadership(isr: Vec<BrokerId>) -> Leadership {
+        Leadership {
+            me: 1,
+            leader_epoch: 7,
+            partition_epoch: 3,
+            replicas: vec![1, 2, 3],
+            isr,
+            sync_acks: false,
+        }
+    }
+
+    #[test]
+    fn a_reopened_replica_takes_no_produce_and_exposes_nothing_until_the_quorum_makes_it_leader() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, _) = open(dir.path());
+        append(&p, &idempotent(0, 3)).unwrap();
+        drop(p);
+        let (p, _) = Partition::open_replica(
+            dir.path(),
+            0,
+            LogConfig::default(),
+            Flusher::start(FsyncPolicy::Never).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(p.role(), Role::Follower);
+        assert_eq!((p.log_end_offset(), p.high_watermark()), (3, 0));
+        assert!(matches!(
+            append(&p, &idempotent(3, 1)),
+            Err(AppendError::Refused(ResponseError::NotLeaderOrFollower))
+        ));
+        assert!(matches!(
+            p.delete_records_before(-1),
+            Err(AppendError::Refused(ResponseError::NotLeaderOrFollower))
+        ));
+        // Made leader with followers that have not fetched: the three records are not
+        // committed yet, and the high watermark is not known (below the epoch start).
+        p.become_leader(leadership(vec![1, 2, 3]), 0, 30_000);
+        assert_eq!(p.high_watermark(), 0);
+        assert_eq!(p.known_high_watermark(), None);
+        assert_eq!(p.accepts_acks_all(2), Some(true));
+        for follower in [2, 3] {
+            p.on_replica_fetch(follower, 3, 0, 1).unwrap();
+        }
+        assert_eq!(p.known_high_watermark(), Some(3));
+    }
+
+    #[test]
+    fn a_leader_alone_in_the_isr_knows_its_high_watermark_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, _) = Partition::open_replica(
+            dir.path(),
+            0,
+            LogConfig::default(),
+            Flusher::start(FsyncPolicy::Never).unwrap(),
+        )
+        .unwrap();
+        p.become_leader(leadership(vec![1]), 0, 30_000);
+        append(&p, &idempotent(0, 2)).unwrap();
+        assert_eq!(p.known_high_watermark(), Some(2));
+    }
+
     #[test]
     fn truncation_forgets_removed_batches_so_their_retry_is_appended_again() {
         let dir = tempfile::tempdir().unwrap();
@@ -938,6 +1062,37 @@ mod tests {
             p.read(0, 1024, true),
             Err(LogError::Failed { .. })
         ));
+        flusher.shutdown();
+    }
+
+    #[test]
+    fn a_follower_under_an_fsync_profile_reports_only_what_is_on_disk() {
+        let disk = spate_log::sim::SimDisk::new();
+        let flusher = Flusher::start(FsyncPolicy::Always).unwrap();
+        let (p, _) = Partition::open_on(
+            disk.storage(),
+            Path::new("/data/t/0"),
+            0,
+            LogConfig::default(),
+            flusher.clone(),
+        )
+        .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let mut rx = p.durable_offset();
+        append(&p, &idempotent(0, 1)).unwrap();
+        assert_eq!(rt.block_on(spate_log::wait_durable(&mut rx, 1)), Ok(()));
+        assert_eq!(p.replica_fetch_offset(true), Some(1));
+        // The next record's fsync fails: the log end is 2, but nothing past 1 is on disk, and
+        // the replica reports nothing at all rather than its log end.
+        disk.fail_fsync(true);
+        append(&p, &idempotent(1, 1)).unwrap();
+        let _ = rt.block_on(spate_log::wait_durable(&mut rx, 2));
+        assert_eq!(p.log_end_offset(), 2);
+        assert_eq!(p.replica_fetch_offset(true), None);
+        assert_eq!(p.replica_fetch_offset(false), None);
         flusher.shutdown();
     }
 

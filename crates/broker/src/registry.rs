@@ -369,7 +369,12 @@ impl TopicRegistry {
                 partitions.push(None);
                 continue;
             }
-            let (partition, n) = Partition::open(
+            let open = if hosted.is_some() {
+                Partition::open_replica
+            } else {
+                Partition::open
+            };
+            let (partition, n) = open(
                 &dir.join(p.to_string()),
                 p,
                 log_config.clone(),
@@ -605,7 +610,9 @@ impl TopicRegistry {
                     format!("topic '{}' has no partition {p}", topic.name),
                 ));
             }
-            let (partition, _) = Partition::open(
+            // A replica is a follower until the quorum's roles reach it: a produce arriving
+            // in between must not land in a partition that commits on its own.
+            let (partition, _) = Partition::open_replica(
                 &topic.dir.join(p.to_string()),
                 p,
                 log_config.clone(),

@@ -308,8 +308,31 @@ impl LeaderState {
     /// again. Not for a timeout, nor for a stale-partition-epoch answer, which may answer a
     /// retry of a proposal that was applied: dropping an applied expansion would let the high
     /// watermark pass the joiner. Those wait for the image ([`LeaderState::on_metadata`]).
-    pub fn on_isr_change_failed(&mut self) {
-        self.pending = None;
+    ///
+    /// Only `change` itself is dropped: a refusal that arrives after the image settled it and
+    /// the leader proposed another must not clear the newer one (which would let the high
+    /// watermark stop counting a replica that the newer proposal may already have added).
+    /// Returns whether the pending change was dropped.
+    pub fn on_isr_change_failed(&mut self, change: &IsrChange) -> bool {
+        let same = change.leader_epoch == self.leader_epoch
+            && change.partition_epoch == self.partition_epoch
+            && self.pending.as_deref() == Some(change.isr.as_slice());
+        if same {
+            self.pending = None;
+        }
+        same
+    }
+
+    /// The leader's log end when it took this epoch. Until the high watermark reaches it, the
+    /// high watermark is not known (it may be below what an earlier leader exposed, KIP-207).
+    pub fn epoch_start_offset(&self) -> i64 {
+        self.epoch_start_offset
+    }
+
+    /// Whether the high watermark has reached the epoch start: only then does it say at least
+    /// as much as any earlier leader of the partition said.
+    pub fn high_watermark_known(&self) -> bool {
+        self.high_watermark >= self.epoch_start_offset
     }
 
     fn propose(&mut self, isr: Vec<BrokerId>) -> IsrChange {
@@ -543,10 +566,44 @@ mod tests {
     #[test]
     fn a_refused_change_can_be_proposed_again() {
         let mut l = leader(&[1, 2], 0, 0);
-        assert!(l.check_lagging(LAG + 1).is_some());
+        let change = l.check_lagging(LAG + 1).expect("a shrink");
         assert!(l.check_lagging(LAG + 2).is_none());
-        l.on_isr_change_failed();
+        assert!(l.on_isr_change_failed(&change));
         assert!(l.check_lagging(LAG + 3).is_some());
+    }
+
+    #[test]
+    fn a_late_refusal_clears_only_the_change_it_refused_not_a_newer_one() {
+        let mut l = leader(&[1, 2], 10, 0);
+        let first = l.check_lagging(LAG + 1).expect("shrink of 2");
+        assert_eq!(first.isr, vec![1]);
+        // The image settles the shrink at partition epoch 11; 2 catches up and is proposed
+        // back in at that epoch.
+        l.on_metadata(11, vec![1, 2, 3], vec![1], BTreeSet::new(), 10, LAG + 2);
+        let second = l
+            .on_follower_fetch(2, 10, 10, LAG + 3)
+            .unwrap()
+            .expand
+            .expect("expansion");
+        assert_eq!(second.isr, vec![1, 2]);
+        // The first proposal's retry is refused late: that says nothing about the second.
+        assert!(!l.on_isr_change_failed(&first));
+        assert_eq!(l.pending_isr(), Some(&[1, 2][..]));
+        // While the expansion is out, the high watermark waits for 2 as well.
+        assert_eq!(l.on_leader_append(20), None);
+        assert!(l.on_isr_change_failed(&second));
+        assert_eq!(l.pending_isr(), None);
+    }
+
+    #[test]
+    fn the_high_watermark_is_unknown_until_it_reaches_the_epoch_start() {
+        let mut l = leader(&[1, 2, 3], 100, 40);
+        assert_eq!(l.epoch_start_offset(), 100);
+        assert!(!l.high_watermark_known());
+        l.on_follower_fetch(2, 100, 100, 1).unwrap();
+        assert!(!l.high_watermark_known(), "3 has not fetched");
+        l.on_follower_fetch(3, 100, 100, 2).unwrap();
+        assert!(l.high_watermark_known());
     }
 
     /// Epoch lookups over a list of (epoch, start offset) with log end `end`.

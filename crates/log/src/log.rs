@@ -380,11 +380,24 @@ impl Log {
                 reason: format!("its header says {} bytes", header.total_len()),
             });
         }
-        if header.base_offset != self.end_offset() {
-            return Err(LogError::OffsetMismatch {
-                expected: self.end_offset(),
-                found: header.base_offset,
-            });
+        let end = self.end_offset();
+        if header.base_offset != end {
+            // An empty replica started at the leader's log start, which DeleteRecords put
+            // inside a batch: the leader sends that whole batch. Take it from its base and
+            // keep the start where it was, or the replica could never rejoin (KAFKA-6975).
+            let starts_inside =
+                self.start == end && header.base_offset < end && header.last_offset() >= end;
+            if !starts_inside {
+                return Err(LogError::OffsetMismatch {
+                    expected: end,
+                    found: header.base_offset,
+                });
+            }
+            self.reset_to(header.base_offset, now_ms)?;
+            let (head, body) = batch.split_at(HEADER_LEN);
+            let info = self.write(head, body, &header, now_ms)?;
+            self.advance_start(end)?;
+            return Ok(info);
         }
         let (head, body) = batch.split_at(HEADER_LEN);
         self.write(head, body, &header, now_ms)

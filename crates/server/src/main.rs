@@ -133,7 +133,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
         data_dir.display(),
         args.fsync
     );
-    let accept = accept_loop(listener, broker.clone());
+    let accept = async {
+        // Bound already, so clients queue in the backlog; answered once this node's view of
+        // the cluster is no older than the quorum's (a stale view sends clients to old
+        // leaders and shows ISRs that are gone).
+        if let Some(c) = &cluster {
+            tracing::info!(
+                "waiting to catch up with the metadata quorum before answering Kafka requests"
+            );
+            c.caught_up().await;
+            tracing::info!("caught up with the metadata quorum: answering Kafka requests");
+        }
+        accept_loop(listener, broker.clone()).await
+    };
     tokio::select! {
         r = accept => r?,
         _ = shutdown_signal() => tracing::info!("shutting down"),

@@ -439,10 +439,19 @@ async fn fetch(
         me,
         "follower.replication.throttled.rate",
     );
+    let image = cluster.image();
+    // As Kafka: only replicas outside the ISR are throttled; slowing an in-sync one would
+    // hold back the high watermark and drop it from the ISR.
+    let in_sync = |topic: &str, index: i32| {
+        image
+            .partition(topic, index)
+            .is_some_and(|p| p.isr.contains(&me))
+    };
     let mut throttled_keys: std::collections::BTreeSet<Key> = match rate {
         None => Default::default(),
         Some(_) => work
             .iter()
+            .filter(|((topic, index), _)| !in_sync(topic, *index))
             .filter(|((topic, index), _)| {
                 b.topics.get(topic).is_some_and(|t| {
                     t.with_config(|c| {
@@ -477,12 +486,19 @@ async fn fetch(
     } else {
         work
     };
+    let wait_fsync = b.config.fsync.acks_wait_for_fsync();
     let mut by_topic: BTreeMap<&str, (Uuid, Vec<FetchPartition>)> = BTreeMap::new();
     for ((topic, index), f) in &work {
+        // Under an fsync profile the fetch offset tells the leader what is on disk here, not
+        // the log end: after a failed or slow fsync the leader must not count the rest.
+        let Some(fetch_offset) = f.partition.replica_fetch_offset(wait_fsync) else {
+            // The log failed: this replica is offline until the broker restarts.
+            continue;
+        };
         let mut p = FetchPartition::default();
         p.partition = *index;
         p.current_leader_epoch = f.epoch;
-        p.fetch_offset = f.partition.log_end_offset();
+        p.fetch_offset = fetch_offset;
         p.last_fetched_epoch = -1;
         p.log_start_offset = f.partition.log_start_offset();
         p.partition_max_bytes = settings.replica_fetch_max_bytes;
@@ -496,6 +512,11 @@ async fn fetch(
             .or_insert((f.topic_id, Vec::new()))
             .1
             .push(p);
+    }
+    if by_topic.is_empty() {
+        // Every replica here is offline: nothing to ask the leader for.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        return Ok(false);
     }
     let mut req = FetchRequest::default();
     req.replica_id = cluster.broker_id.into();
@@ -525,7 +546,6 @@ async fn fetch(
             reason: format!("fetch refused with error {}", resp.error_code),
         });
     }
-    let wait_fsync = b.config.fsync.acks_wait_for_fsync();
     let mut progress = false;
     for t in resp.responses {
         for pd in t.partitions {
@@ -604,6 +624,8 @@ async fn fetch(
                     .await
                     .map_or(true, |r| r.is_err())
                 {
+                    // The next fetch reports only what is on disk (nothing, if the fsync
+                    // failed and took the log out of service).
                     tracing::error!(topic = %key.0, partition = key.1, "replica data did not reach disk");
                 }
             }

@@ -45,6 +45,9 @@ use crate::groups::OFFSETS_LOG;
 use crate::partition::Partition;
 use crate::Broker;
 
+/// Pause before applying an image again after a step of it failed.
+const RECONCILE_RETRY: Duration = Duration::from_millis(500);
+
 /// Longest a controlled shutdown waits for the controller to move leaderships away.
 const CONTROLLED_SHUTDOWN_WAIT: Duration = Duration::from_secs(15);
 
@@ -246,6 +249,40 @@ impl Cluster {
         tokio::time::timeout(timeout, wait).await.unwrap_or(false)
     }
 
+    /// Whether `image` holds this process's current registration: proof that the image is
+    /// at least as new as everything the quorum had committed when this process registered.
+    fn holds_own_registration(&self, image: &MetadataImage) -> bool {
+        let Some(epoch) = self.broker_epoch() else {
+            return false;
+        };
+        image
+            .broker(self.broker_id)
+            .is_some_and(|b| b.epoch == epoch)
+    }
+
+    /// Waits until local partitions reflect an image that holds this process's registration:
+    /// the node has caught up with the metadata quorum, and what it answers about leaders,
+    /// ISRs and offsets is no older than the quorum's state when it started. Kafka requests
+    /// are not answered before this (as a Kafka broker starts its request processing only
+    /// once it has caught up with the metadata log).
+    pub async fn caught_up(&self) {
+        let mut rx = self.reconciled.subscribe();
+        loop {
+            let done = rx
+                .borrow_and_update()
+                .as_deref()
+                .is_some_and(|image| self.holds_own_registration(image));
+            if done {
+                return;
+            }
+            // The broker epoch arrives on another channel: look again now and then too.
+            tokio::select! {
+                r = rx.changed() => if r.is_err() { return },
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+        }
+    }
+
     /// Whether the node is ready to serve: registered, a controller known, local state
     /// brought in line with the metadata, and every partition it follows caught up to its
     /// leader's high watermark.
@@ -259,6 +296,9 @@ impl Cluster {
         let Some(applied) = self.reconciled.borrow().clone() else {
             return Err("metadata not applied to local partitions yet".into());
         };
+        if !self.holds_own_registration(&applied) {
+            return Err("not caught up with the metadata quorum yet".into());
+        }
         // Once enough brokers are up for the offsets topic it is about to exist, and this
         // node is about to follow some of its partitions: ready before that would be ready
         // for a moment, then catching up.
@@ -435,14 +475,21 @@ async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
         return;
     };
     let mut images = cluster.node.subscribe();
+    // An image from before this node caught up could delete topics that exist or show
+    // leaderships long gone. The commit index restored from the local log proves nothing
+    // (it may be far behind the quorum's); this process's own registration does: the leader
+    // committed it, so once it is applied here, so is everything committed before it.
     loop {
         if cluster.stopping.load(Ordering::SeqCst) {
             return;
         }
-        if cluster.node.metrics().await.caught_up() {
+        if cluster.holds_own_registration(&images.borrow_and_update()) {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::select! {
+            _ = images.changed() => {}
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
     }
     let mut applied: Option<(Arc<MetadataImage>, Option<i64>)> = None;
     loop {
@@ -454,14 +501,22 @@ async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
         let same = applied.as_ref().is_some_and(|(prev, prev_epoch)| {
             *prev_epoch == epoch && reconcile::same_for_replication(prev, &image)
         });
+        let mut retry = false;
         if !same {
             let c = cluster.clone();
             let img = image.clone();
             let done = tokio::task::spawn_blocking(move || reconcile::apply(&b, &c, &img)).await;
-            if let Err(e) = done {
-                tracing::error!(error = %e, "applying metadata to local partitions failed");
+            match done {
+                Ok(true) => applied = Some((image.clone(), epoch)),
+                // Not marked applied: the same image is applied again after a pause, even if
+                // no newer one comes, so a partition is not left in its old role until some
+                // unrelated change.
+                Ok(false) => retry = true,
+                Err(e) => {
+                    tracing::error!(error = %e, "applying metadata to local partitions failed; retrying");
+                    retry = true;
+                }
             }
-            applied = Some((image.clone(), epoch));
         }
         cluster.reconciled.send_replace(Some(image.clone()));
         if let Some(b) = broker.upgrade() {
@@ -469,7 +524,16 @@ async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
             ensure_offsets_topic(&cluster, &b, &image);
         }
         ensure_cluster_id(&cluster, &image);
-        if images.changed().await.is_err() || cluster.stopping.load(Ordering::SeqCst) {
+        if retry {
+            applied = None;
+            tokio::select! {
+                r = images.changed() => if r.is_err() { return },
+                _ = tokio::time::sleep(RECONCILE_RETRY) => {}
+            }
+        } else if images.changed().await.is_err() {
+            return;
+        }
+        if cluster.stopping.load(Ordering::SeqCst) {
             return;
         }
     }
@@ -589,7 +653,7 @@ async fn propose_isr_changes(
             // applied, so the leader may decide again.
             Err(ProposeError::Refused(e)) => {
                 tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, error = %e, "ISR change refused");
-                p.partition.isr_change_failed();
+                p.partition.isr_change_failed(&p.change);
             }
             // Unanswered: it may have been applied. Keep it pending and ask again; a repeat
             // of an applied change is refused as stale and the image settles it.
@@ -657,7 +721,7 @@ impl Cluster {
         };
         if let Err(e) = self.isr_tx.send(proposal) {
             // Only when shutting down: forget the change so a later check may retry.
-            e.0.partition.isr_change_failed();
+            e.0.partition.isr_change_failed(&e.0.change);
         }
     }
 

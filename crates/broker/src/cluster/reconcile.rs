@@ -25,8 +25,11 @@ pub(super) fn same_for_replication(a: &MetadataImage, b: &MetadataImage) -> bool
             .all(|(x, y)| x.id == y.id && x.epoch == y.epoch && x.fenced == y.fenced)
 }
 
-/// Applies `image` to the local registry and partition roles.
-pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) {
+/// Applies `image` to the local registry and partition roles. Returns `false` when some
+/// step failed (a full disk creating a replica, a coordinator that could not load): the
+/// caller applies the image again later rather than take it as done.
+pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) -> bool {
+    let mut complete = true;
     let view = View {
         now: b.clock.monotonic_ms().max(0) as u64,
         fenced: Cluster::fenced(image),
@@ -37,7 +40,8 @@ pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) {
         match ensure_topic(b, cluster, t) {
             Ok(local) => set_roles(cluster, &view, t, &local),
             Err(e) => {
-                tracing::error!(topic = %t.name, error = %e, "cannot create the local replica of a topic");
+                tracing::error!(topic = %t.name, error = %e, "cannot create the local replica of a topic; retrying");
+                complete = false;
             }
         }
     }
@@ -52,7 +56,8 @@ pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) {
                 Some(p) => {
                     let epoch = p.leader_epoch();
                     if let Err(e) = b.groups.take_over(index, count, p, epoch) {
-                        tracing::error!(partition = index, error = %e, "cannot load committed offsets from a replicated offsets partition");
+                        tracing::error!(partition = index, error = %e, "cannot load committed offsets from a replicated offsets partition; retrying");
+                        complete = false;
                     }
                 }
                 None => b.groups.step_down(index),
@@ -70,11 +75,13 @@ pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) {
                     tracing::info!(topic = %local.name, "deleted: the topic is gone from the cluster metadata")
                 }
                 Err(e) => {
-                    tracing::warn!(topic = %local.name, error = %e, "cannot delete local topic")
+                    tracing::warn!(topic = %local.name, error = %e, "cannot delete local topic; retrying");
+                    complete = false;
                 }
             }
         }
     }
+    complete
 }
 
 /// The partitions of `t` with a replica assigned to `me` (reassignment targets included).

@@ -120,8 +120,15 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
             };
             partition_max.push(fp.partition_max_bytes);
             let mut max_bytes = clamp_limit(fp.partition_max_bytes, fetch_max);
-            let budget = match (leader_throttle, &topic) {
-                (Some((c, rate)), Some(t)) => c.leader_throttle_budget(rate, t, fp.partition),
+            // As Kafka: a throttle never slows a replica in the ISR (it would hold back the
+            // high watermark and could drop the replica from the ISR); it is for replicas
+            // catching up, such as a reassignment's new ones.
+            let budget = match (leader_throttle, &topic, &partition, replica) {
+                (Some((c, rate)), Some(t), Some(p), Some(follower))
+                    if !p.leads_with_in_sync(follower) =>
+                {
+                    c.leader_throttle_budget(rate, t, fp.partition)
+                }
                 _ => None,
             };
             if let Some(budget) = budget {

@@ -78,8 +78,15 @@ fn lookup(
         tracing::error!(partition = p.index, error = %e, "ListOffsets read failed");
         ResponseError::KafkaStorageError
     };
+    // A leader that took over recently answers only once its high watermark has reached
+    // the epoch start: before that it may be below what the previous leader said, and a
+    // consumer would see offsets go backwards (KIP-207).
+    let high_watermark = || {
+        p.known_high_watermark()
+            .ok_or(ResponseError::OffsetNotAvailable)
+    };
     match ts {
-        LATEST => Ok((p.high_watermark(), -1, epoch)),
+        LATEST => Ok((high_watermark()?, -1, epoch)),
         EARLIEST | EARLIEST_LOCAL if ts == EARLIEST || version >= 8 => {
             Ok((p.log_start_offset(), -1, epoch))
         }
@@ -91,7 +98,7 @@ fn lookup(
             None => (-1, -1, -1),
         }),
         t if t >= 0 => Ok(match p.offset_for_timestamp(t).map_err(storage)? {
-            Some(hit) if hit.offset < p.high_watermark() => (hit.offset, hit.timestamp, epoch),
+            Some(hit) if hit.offset < high_watermark()? => (hit.offset, hit.timestamp, epoch),
             _ => (-1, -1, -1),
         }),
         _ => Err(ResponseError::InvalidRequest),

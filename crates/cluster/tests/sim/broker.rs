@@ -661,8 +661,8 @@ impl Broker {
             CommandError::InvalidIsr { .. } | CommandError::IneligibleReplica { .. }
         );
         if let Role::Leader(ls) = &mut self.role {
-            if never_applied && ls.leader_epoch() == change.leader_epoch {
-                ls.on_isr_change_failed();
+            if never_applied {
+                ls.on_isr_change_failed(&change);
             }
         }
     }

@@ -425,3 +425,42 @@ fn deleting_segments_whose_seals_are_still_queued_keeps_the_log_in_service() {
         assert_eq!(a.base_offset, 150);
     }
 }
+
+#[test]
+fn an_empty_replica_started_inside_a_batch_takes_the_whole_batch_and_keeps_its_start() {
+    let leader_dir = tempfile::tempdir().unwrap();
+    let mut leader = open(leader_dir.path(), LogConfig::default());
+    leader.append(&batch(5, 10, 10), 2, None, 0).unwrap();
+    leader.append(&batch(3, 20, 10), 2, None, 0).unwrap();
+    // DeleteRecords to offset 2, inside the first batch.
+    assert_eq!(leader.advance_start(2).unwrap(), 2);
+    let sent = leader.read(2, 1 << 20, leader.end_offset(), true).unwrap();
+    assert_eq!(offsets(&sent), vec![(0, 4), (5, 7)]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut replica = open(dir.path(), LogConfig::default());
+    replica.reset_to(2, 0).unwrap();
+    for (pos, h) in Batches::new(&sent.records) {
+        replica
+            .append_replica(&sent.records[pos..pos + h.total_len()], 0)
+            .unwrap();
+    }
+    assert_eq!((replica.start_offset(), replica.end_offset()), (2, 8));
+    assert_eq!(replica.epochs().first().map(|e| e.epoch), Some(2));
+    drop(replica);
+    let replica = open(dir.path(), LogConfig::default());
+    assert_eq!((replica.start_offset(), replica.end_offset()), (2, 8));
+
+    // A batch that does not reach the empty log's start, or a gap, is still refused.
+    let dir = tempfile::tempdir().unwrap();
+    let mut replica = open(dir.path(), LogConfig::default());
+    replica.reset_to(6, 0).unwrap();
+    let first = Batches::new(&sent.records).next().unwrap().1.total_len();
+    assert!(matches!(
+        replica.append_replica(&sent.records[..first], 0),
+        Err(LogError::OffsetMismatch {
+            expected: 6,
+            found: 0
+        })
+    ));
+}

@@ -971,3 +971,91 @@ async fn delete_records_on_the_leader_moves_every_replicas_start_and_holds_after
     assert_eq!((low, high), (30, 40));
     assert_eq!(read_values(&cons, 10), (30..40).collect::<Vec<_>>());
 }
+
+/// ListOffsets latest for partition 0 of `topic` on one connection: (error code, offset).
+fn latest_offset(raw: &mut Raw, topic: &str) -> (i16, i64) {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+    let mut lp = ListOffsetsPartition::default();
+    lp.partition_index = 0;
+    lp.timestamp = -1;
+    lp.current_leader_epoch = -1;
+    let mut lt = ListOffsetsTopic::default();
+    lt.name = TopicName(StrBytes::from_string(topic.to_string()));
+    lt.partitions = vec![lp];
+    let mut req = ListOffsetsRequest::default();
+    req.replica_id = (-1).into();
+    req.topics = vec![lt];
+    let resp: ListOffsetsResponse = raw.call(ApiKey::ListOffsets, 7, &req);
+    let p = &resp.topics[0].partitions[0];
+    (p.error_code, p.offset)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_old_leader_answers_only_once_caught_up_and_takes_no_produce_as_leader() {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse, ProduceResponse};
+    let mut c = ThreeNodes::start(&[]);
+    create_replicated(&c.bootstrap(), "stale", 1, "1").await;
+    let p = c.wait_partition(1, "stale", 0, "ISR of three", |p| ids(&p["isr"]).len() == 3);
+    let old = p["leader"].as_u64().expect("leader");
+    let observer = (1..=3).find(|&n| n != old).expect("another node");
+    let prod = producer(&c.bootstrap(), &[("acks", "all")]);
+    for i in 0..5 {
+        prod.send(
+            FutureRecord::<(), _>::to("stale").payload(&i.to_string()),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("produce");
+    }
+    drop(prod);
+    c.node(old).kill9();
+    let moved = c.wait_partition(
+        observer,
+        "stale",
+        0,
+        "leadership moved off the killed node",
+        |p| p["leader"].as_u64().is_some_and(|l| l != old) && !ids(&p["isr"]).contains(&old),
+    );
+    let new_leader = moved["leader"].as_u64().expect("new leader");
+    c.node(old).restart();
+    // The very first request to the restarted node: its local log still says it leads the
+    // partition at the old epoch. It must not take the produce as leader (acks=1 would be
+    // acknowledged, then truncated away when it follows the new leader).
+    let mut raw = Raw::connect(&c.nodes[&old].addr);
+    let req = crate::bad_input::produce("stale", crate::bad_input::batch(-1, 0, 1), 1);
+    let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req);
+    let code = resp.responses[0].partition_responses[0].error_code;
+    assert_eq!(
+        code, 6,
+        "a restarted old leader answered a produce with {code}, not NOT_LEADER_OR_FOLLOWER"
+    );
+    // Its Metadata names the leader the survivors elected, not its pre-crash view.
+    let mut md = MetadataRequest::default();
+    let mut t = MetadataRequestTopic::default();
+    t.name = Some(TopicName(StrBytes::from_static_str("stale")));
+    md.topics = Some(vec![t]);
+    let resp: MetadataResponse = raw.call(ApiKey::Metadata, 12, &md);
+    let leader = resp.topics[0].partitions[0].leader_id.0;
+    assert_eq!(
+        leader as u64, new_leader,
+        "the restarted node answered its stale leadership: {resp:?}"
+    );
+    // The leader it names answers, and holds exactly the five acknowledged records.
+    // OFFSET_NOT_AVAILABLE (retriable) until its high watermark reaches its epoch start.
+    let mut to_leader = Raw::connect(&c.nodes[&new_leader].addr);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let latest = loop {
+        let got = latest_offset(&mut to_leader, "stale");
+        if got.0 != 78 || Instant::now() > deadline {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(latest, (0, 5));
+    let back = c.wait_partition(new_leader, "stale", 0, "old leader back in the ISR", |p| {
+        ids(&p["isr"]).contains(&old)
+    });
+    assert_eq!(back["log_end_offset"].as_i64(), Some(5), "{back}");
+}

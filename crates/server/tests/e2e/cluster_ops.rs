@@ -685,3 +685,83 @@ fn cli(args: &[&str]) -> (bool, String) {
         ),
     )
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_throttles_never_slow_replicas_in_the_isr() {
+    let mut c = ThreeNodes::start(&[]);
+    create_replicated(&c.bootstrap(), "steady", 1, "3").await;
+    let p = c.wait_partition(1, "steady", 0, "ISR of three", |p| {
+        ids(&p["isr"]).len() == 3
+    });
+    let leader = p["leader"].as_u64().expect("leader");
+    // Throttles on both sides, far below what the load needs, for every replica of the
+    // topic: as kafka-reassign-partitions --throttle would leave them during a move.
+    let mut admin = Raw::connect(&c.node(1).addr);
+    for node in ["1", "2", "3"] {
+        throttle(
+            &mut admin,
+            node,
+            "follower.replication.throttled.rate",
+            "1000",
+        );
+        throttle(
+            &mut admin,
+            node,
+            "leader.replication.throttled.rate",
+            "1000",
+        );
+    }
+    throttle_topic(
+        &mut admin,
+        "steady",
+        "follower.replication.throttled.replicas",
+        "*",
+    );
+    throttle_topic(
+        &mut admin,
+        "steady",
+        "leader.replication.throttled.replicas",
+        "*",
+    );
+    // 100 records of 1 KB with min.insync.replicas=3: at 1000 B/s this would take 100 s per
+    // follower, past the 30 s delivery timeout, if in-sync followers were throttled.
+    let prod = producer(
+        &c.bootstrap(),
+        &[
+            ("acks", "all"),
+            ("linger.ms", "0"),
+            ("message.timeout.ms", "30000"),
+        ],
+    );
+    let value = "v".repeat(1000);
+    for _ in 0..100 {
+        prod.send(
+            FutureRecord::<(), _>::to("steady").payload(&value),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("acks=all delivery with every replica in sync");
+    }
+    let p = c.wait_partition(leader, "steady", 0, "all records committed", |p| {
+        p["high_watermark"].as_i64() == Some(100)
+    });
+    assert_eq!(ids(&p["isr"]).len(), 3, "{p}");
+    for id in [1, 2, 3] {
+        let (_, text) = http(&c.node(id).http.clone(), "GET", "/metrics", &[], "");
+        for name in [
+            "spate_cluster_throttled_replication_bytes_total",
+            "spate_cluster_leader_throttled_replication_bytes_total",
+        ] {
+            let value: f64 = text
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_whitespace().last())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            assert_eq!(
+                value, 0.0,
+                "node {id} throttled in-sync replication: {name}"
+            );
+        }
+    }
+}
