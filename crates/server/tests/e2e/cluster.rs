@@ -1059,3 +1059,33 @@ async fn a_restarted_old_leader_answers_only_once_caught_up_and_takes_no_produce
     });
     assert_eq!(back["log_end_offset"].as_i64(), Some(5), "{back}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_could_not_be_created_is_created_once_the_disk_allows_it() {
+    let mut c = ThreeNodes::start(&[]);
+    // A file where node 3 would make the topic's directory: creating its replica fails, as
+    // on a full disk, and nothing else about the topic changes afterwards.
+    let blocker = c.node(3).data_dir().join("topics").join("blocked");
+    std::fs::write(&blocker, b"in the way").expect("blocker file");
+    create_replicated(&c.bootstrap(), "blocked", 1, "1").await;
+    assert!(
+        c.node(3)
+            .wait_for_log("cannot create the local replica of a topic"),
+        "{}",
+        c.node(3).log()
+    );
+    std::fs::remove_file(&blocker).expect("remove blocker");
+    let prod = producer(
+        &c.bootstrap(),
+        &[("acks", "all"), ("message.timeout.ms", "30000")],
+    );
+    prod.send(
+        FutureRecord::<(), _>::to("blocked").payload("one"),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("produce");
+    c.wait_partition(3, "blocked", 0, "node 3 holds the record", |p| {
+        p["log_end_offset"] == 1 || p["following"]["log_end_offset"] == 1
+    });
+}
