@@ -402,6 +402,8 @@ struct Inner {
     peers: BTreeMap<NodeId, String>,
     local_addr: SocketAddr,
     propose_timeout: Duration,
+    /// How long the controller waits for a broker's heartbeat before fencing it.
+    session_timeout: Duration,
     /// Idle connections to leaders, for forwarded proposals.
     forward_pool: Mutex<BTreeMap<NodeId, Vec<PeerClient>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -492,6 +494,7 @@ impl MetadataNode {
             peers: config.peers.clone(),
             local_addr,
             propose_timeout: config.propose_timeout,
+            session_timeout: config.session_timeout,
             forward_pool: Mutex::new(BTreeMap::new()),
             tasks: Mutex::new(Vec::new()),
         });
@@ -771,12 +774,22 @@ impl MetadataNode {
         let (epoch_tx, epoch_rx) = watch::channel(None);
         let (stop_tx, stop_rx) = watch::channel(false);
         let node = self.clone();
-        let task = tokio::spawn(broker_session(node, info, interval, epoch_tx, stop_rx));
+        let lease = Arc::new(Mutex::new(None));
+        let task = tokio::spawn(broker_session(
+            node,
+            info,
+            interval,
+            epoch_tx,
+            stop_rx,
+            lease.clone(),
+        ));
         BrokerSession {
             epoch: epoch_rx,
             stop: stop_tx,
             task,
             node: self.clone(),
+            lease,
+            session_timeout: self.inner.session_timeout,
         }
     }
 
@@ -825,12 +838,25 @@ pub struct BrokerSession {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     node: MetadataNode,
+    /// When the last registration or heartbeat that committed was sent.
+    lease: Arc<Mutex<Option<Instant>>>,
+    session_timeout: Duration,
 }
 
 impl BrokerSession {
     /// The current broker epoch (`None` until registered).
     pub fn epoch(&self) -> watch::Receiver<Option<i64>> {
         self.epoch.clone()
+    }
+
+    /// Whether a registration or heartbeat sent less than the session timeout ago committed.
+    /// Once not, the controller may have fenced this broker and elected other leaders (it
+    /// counts the session from when it received that heartbeat, which is no earlier than
+    /// its sending): a broker cut off from the quorum must stop leading by then.
+    pub fn lease_valid(&self) -> bool {
+        self.lease
+            .lock()
+            .is_some_and(|sent| sent.elapsed() < self.session_timeout)
     }
 
     /// Waits until the broker is registered; returns its epoch.
@@ -885,6 +911,7 @@ async fn broker_session(
     interval: Duration,
     epoch_tx: watch::Sender<Option<i64>>,
     mut stop: watch::Receiver<bool>,
+    lease: Arc<Mutex<Option<Instant>>>,
 ) {
     let Ok(broker_id) = BrokerId::try_from(node.node_id()) else {
         tracing::error!(node_id = node.node_id(), "node id is not a valid broker id");
@@ -915,6 +942,7 @@ async fn broker_session(
                 shutting_down: false,
             },
         };
+        let sent = Instant::now();
         let proposal = node.propose(cmd);
         let result = tokio::select! {
             r = proposal => r,
@@ -923,9 +951,10 @@ async fn broker_session(
         match result {
             Ok(CommandOutcome::BrokerRegistered { broker_epoch }) => {
                 tracing::info!(broker_id, broker_epoch, "broker registered");
+                *lease.lock() = Some(sent);
                 epoch_tx.send_replace(Some(broker_epoch));
             }
-            Ok(_) => {}
+            Ok(_) => *lease.lock() = Some(sent),
             Err(ProposeError::Refused(e @ CommandError::BrokerRetired { .. })) => {
                 tracing::warn!(broker_id, error = %e, "this node was decommissioned: it no longer registers; stop it, or add it to the cluster again");
                 epoch_tx.send_replace(None);
@@ -942,6 +971,7 @@ async fn broker_session(
                 | CommandError::BrokerNotRegistered { .. }),
             )) => {
                 tracing::warn!(broker_id, error = %e, "broker registration lost; registering again");
+                *lease.lock() = None;
                 incarnation = Uuid::new_v4();
                 epoch_tx.send_replace(None);
                 continue;

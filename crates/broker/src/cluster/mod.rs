@@ -124,6 +124,9 @@ pub struct Cluster {
     isr_rx: Mutex<Option<mpsc::UnboundedReceiver<IsrProposal>>>,
     /// The last image every local partition was brought in line with.
     reconciled: watch::Sender<Option<Arc<MetadataImage>>>,
+    /// Bumped when this broker's session lease is lost or regained: the current image is
+    /// applied again, since whether this broker may lead changed without a new image.
+    resync: watch::Sender<u64>,
     stopping: AtomicBool,
     /// A proposal creating the offsets topic is out.
     creating_offsets_topic: AtomicBool,
@@ -434,6 +437,7 @@ impl Broker {
             isr_tx,
             isr_rx: Mutex::new(Some(isr_rx)),
             reconciled: watch::Sender::new(None),
+            resync: watch::Sender::new(0),
             stopping: AtomicBool::new(false),
             creating_offsets_topic: AtomicBool::new(false),
             producer_ids: Mutex::new((0, 0)),
@@ -460,6 +464,7 @@ impl Broker {
             .start_broker_session(info, cluster.settings.heartbeat_interval);
         *cluster.session.lock() = Some(session);
         tokio::spawn(reconcile_loop(Arc::downgrade(self)));
+        tokio::spawn(watch_lease(Arc::downgrade(&cluster)));
         if let Some(rx) = cluster.isr_rx.lock().take() {
             tokio::spawn(propose_isr_changes(Arc::downgrade(self), rx));
         }
@@ -475,6 +480,7 @@ async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
         return;
     };
     let mut images = cluster.node.subscribe();
+    let mut resync = cluster.resync.subscribe();
     // An image from before this node caught up could delete topics that exist or show
     // leaderships long gone. The commit index restored from the local log proves nothing
     // (it may be far behind the quorum's); this process's own registration does: the leader
@@ -524,14 +530,21 @@ async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
             ensure_offsets_topic(&cluster, &b, &image);
         }
         ensure_cluster_id(&cluster, &image);
+        let pause = if retry {
+            RECONCILE_RETRY
+        } else {
+            Duration::MAX
+        };
+        tokio::select! {
+            r = images.changed() => if r.is_err() { return },
+            r = resync.changed() => {
+                if r.is_err() { return }
+                retry = true;
+            }
+            _ = tokio::time::sleep(pause) => {}
+        }
         if retry {
             applied = None;
-            tokio::select! {
-                r = images.changed() => if r.is_err() { return },
-                _ = tokio::time::sleep(RECONCILE_RETRY) => {}
-            }
-        } else if images.changed().await.is_err() {
-            return;
         }
         if cluster.stopping.load(Ordering::SeqCst) {
             return;
@@ -677,6 +690,35 @@ async fn propose_isr_changes(
     }
 }
 
+/// How often a broker checks that its heartbeats still commit.
+const LEASE_CHECK: Duration = Duration::from_millis(100);
+
+/// Watches this broker's session lease: a broker whose heartbeats have not committed for the
+/// session timeout (cut off from the quorum, or paused) may already have been fenced and
+/// replaced as leader, so it steps down from every leadership rather than go on taking
+/// produces and serving a frozen high watermark; it leads again once a heartbeat commits
+/// and the image still names it.
+async fn watch_lease(cluster: std::sync::Weak<Cluster>) {
+    let mut was_valid = false;
+    loop {
+        tokio::time::sleep(LEASE_CHECK).await;
+        let Some(c) = cluster.upgrade() else { return };
+        if c.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let valid = c.lease_valid();
+        if valid != was_valid {
+            if valid {
+                tracing::info!("heartbeats commit again: leading what the metadata assigns here");
+            } else if c.broker_epoch().is_some() {
+                tracing::warn!("no heartbeat committed for the session timeout: stepping down from every leadership until the quorum answers");
+            }
+            was_valid = valid;
+            c.resync.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}
+
 /// Every quarter of `replica.lag.time.max.ms`, each led partition drops followers that
 /// stopped catching up.
 async fn check_isr_loop(broker: std::sync::Weak<Broker>) {
@@ -723,6 +765,15 @@ impl Cluster {
             // Only when shutting down: forget the change so a later check may retry.
             e.0.partition.isr_change_failed(&e.0.change);
         }
+    }
+
+    /// Whether this broker's heartbeats are reaching the quorum (see
+    /// `BrokerSession::lease_valid`).
+    pub(crate) fn lease_valid(&self) -> bool {
+        self.session
+            .lock()
+            .as_ref()
+            .is_some_and(|s| s.lease_valid())
     }
 
     /// Whether the image names this process's own registration, unfenced: only then may it

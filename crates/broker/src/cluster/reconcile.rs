@@ -33,7 +33,7 @@ pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) -> boo
     let view = View {
         now: b.clock.monotonic_ms().max(0) as u64,
         fenced: Cluster::fenced(image),
-        may_lead: cluster.registered_in(image),
+        may_lead: cluster.registered_in(image) && cluster.lease_valid(),
         sync_acks: b.config.fsync.acks_wait_for_fsync(),
     };
     for t in image.topics().values() {

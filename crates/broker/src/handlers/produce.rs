@@ -68,6 +68,9 @@ pub fn produce(
     let mut waits = Vec::new();
     let mut replicated = Vec::new();
     let clustered = b.cluster().is_some();
+    // A broker whose heartbeats have not committed for the session timeout may already have
+    // been replaced as leader: it takes no produce, even before its roles catch up.
+    let out_of_session = b.cluster().is_some_and(|c| !c.lease_valid());
     let bad_acks = !matches!(acks, -1..=1);
     let fsync_acks = b.config.fsync.acks_wait_for_fsync() && acks != 0;
     for (ti, td) in req.topic_data.into_iter().enumerate() {
@@ -86,6 +89,11 @@ pub fn produce(
                 Err((
                     ResponseError::InvalidRequiredAcks,
                     format!("acks must be -1, 0 or 1, got {acks}"),
+                ))
+            } else if out_of_session {
+                Err((
+                    ResponseError::NotLeaderOrFollower,
+                    "this broker has lost its session with the controller; retry on the current leader".into(),
                 ))
             } else if req.transactional_id.is_some() {
                 Err((

@@ -1089,3 +1089,53 @@ async fn a_replica_that_could_not_be_created_is_created_once_the_disk_allows_it(
         p["log_end_offset"] == 1 || p["following"]["log_end_offset"] == 1
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_that_outlived_its_session_takes_no_produce_when_it_resumes() {
+    use kafka_protocol::messages::ProduceResponse;
+    let signal = |pid: u32, sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{sig} {pid}");
+    };
+    let c = ThreeNodes::start(&[]);
+    create_replicated(&c.bootstrap(), "paused", 1, "1").await;
+    let p = c.wait_partition(1, "paused", 0, "ISR of three", |p| {
+        ids(&p["isr"]).len() == 3
+    });
+    let old = p["leader"].as_u64().expect("leader");
+    let observer = (1..=3).find(|&n| n != old).expect("another node");
+    let mut raw = Raw::connect(&c.nodes[&old].addr);
+    let produce = |first: i32, acks: i16| {
+        crate::bad_input::produce("paused", crate::bad_input::batch(-1, first, 1), acks)
+    };
+    // acks=all: this one is on every replica before the pause, so it must survive it.
+    let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &produce(0, -1));
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+    let pid = c.nodes[&old].pid().expect("pid");
+    signal(pid, "STOP");
+    c.wait_partition(
+        observer,
+        "paused",
+        0,
+        "a new leader while the old one is paused",
+        |p| p["leader"].as_u64().is_some_and(|l| l != old),
+    );
+    // Sent while it is paused: the request waits in its socket, beside the quorum's news.
+    raw.send(ApiKey::Produce, 9, &produce(1, 1));
+    signal(pid, "CONT");
+    let (_, resp): (i32, ProduceResponse) = raw.recv(ApiKey::Produce, 9);
+    let code = resp.responses[0].partition_responses[0].error_code;
+    assert_eq!(
+        code, 6,
+        "a leader that outlived its session took a produce ({code}) after resuming"
+    );
+    let back = c.wait_partition(observer, "paused", 0, "old leader back in the ISR", |p| {
+        ids(&p["isr"]).contains(&old)
+    });
+    let leader = back["leader"].as_u64().expect("leader");
+    let mut to_leader = Raw::connect(&c.nodes[&leader].addr);
+    assert_eq!(latest_offset(&mut to_leader, "paused"), (0, 1));
+}
