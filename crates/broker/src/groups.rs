@@ -157,6 +157,33 @@ struct Led {
     /// Where a rewrite of the live records began, once the log start may move up to it (in
     /// a cluster, when the high watermark has passed it).
     pending_cut: Option<i64>,
+    /// Commits written to a replicated partition and not yet below its high watermark, in
+    /// log order: they enter the offset store only once committed, so OffsetFetch never
+    /// returns an offset that a failover would lose (Kafka's pending offset commits).
+    unreplicated: Vec<UnreplicatedCommit>,
+}
+
+/// Offset commits written at offsets below `end`, waiting for the high watermark.
+struct UnreplicatedCommit {
+    end: i64,
+    group: String,
+    entries: Vec<(String, i32, Option<Committed>)>,
+}
+
+impl Led {
+    /// Moves the commits now below the high watermark into `store`, oldest first.
+    fn apply_replicated(&mut self, store: &mut OffsetStore) {
+        if self.unreplicated.is_empty() {
+            return;
+        }
+        let hw = self.partition.high_watermark();
+        let ready = self.unreplicated.iter().take_while(|c| c.end <= hw).count();
+        for c in self.unreplicated.drain(..ready) {
+            for (topic, partition, value) in c.entries {
+                store.apply(&c.group, &topic, partition, value);
+            }
+        }
+    }
 }
 
 /// The offsets partitions, by index. Its lock orders every write: records reach the logs in
@@ -257,6 +284,7 @@ impl GroupService {
                     epoch: p.leader_epoch(),
                     partition: p,
                     pending_cut: None,
+                    unreplicated: Vec::new(),
                 });
             }
         }
@@ -368,6 +396,7 @@ impl GroupService {
             partition,
             epoch,
             pending_cut: None,
+            unreplicated: Vec::new(),
         });
         tracing::info!(
             partition = index,
@@ -537,17 +566,24 @@ impl GroupService {
 
     /// Committed offsets, read under the store lock.
     pub fn offsets<T>(&self, f: impl FnOnce(&OffsetStore) -> T) -> T {
-        f(&self.offsets.lock())
+        let mut parts = self.partitions.lock();
+        let mut store = self.offsets.lock();
+        for led in parts.led.iter_mut().flatten() {
+            led.apply_replicated(&mut store);
+        }
+        drop(parts);
+        f(&store)
     }
 
     /// Writes commits (or, with `None` values, deletions) to the group's offsets partition
-    /// and applies them. Returns where they went, for durability waits.
+    /// and applies them: at once when standalone, once replicated in a cluster. Returns where
+    /// they went, for durability waits.
     pub fn write(
         &self,
         group: &str,
         entries: &[(String, i32, Option<Committed>)],
     ) -> Result<Written, ResponseError> {
-        let parts = self.partitions.lock();
+        let mut parts = self.partitions.lock();
         if parts.count == 0 {
             return Err(ResponseError::CoordinatorNotAvailable);
         }
@@ -567,8 +603,21 @@ impl GroupService {
         let written = append_batch(&parts, index, &batch)?;
         // Applied under the partitions lock so the store and the logs agree on order.
         let mut store = self.offsets.lock();
-        for (topic, partition, value) in entries {
-            store.apply(group, topic, *partition, value.clone());
+        match parts.led.get_mut(index).and_then(Option::as_mut) {
+            // Replicated: the store takes them once the high watermark passes them.
+            Some(led) if written.partition.role() == Role::Leader => {
+                led.unreplicated.push(UnreplicatedCommit {
+                    end: written.end,
+                    group: group.to_owned(),
+                    entries: entries.to_vec(),
+                });
+                led.apply_replicated(&mut store);
+            }
+            _ => {
+                for (topic, partition, value) in entries {
+                    store.apply(group, topic, *partition, value.clone());
+                }
+            }
         }
         Ok(written)
     }
@@ -1034,6 +1083,47 @@ mod tests {
             metadata: Some("m".into()),
             commit_timestamp_ms: now_ms(),
         })
+    }
+
+    #[test]
+    fn a_commit_to_a_replicated_partition_is_not_fetched_before_it_is_replicated() {
+        let dir = tempfile::tempdir().unwrap();
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+        let svc = open(dir.path(), &flusher);
+        let index = offsets_partition_for("g", 4);
+        let replica_dir = tempfile::tempdir().unwrap();
+        let (p, _) = Partition::open_replica(
+            replica_dir.path(),
+            index as i32,
+            LogConfig::default(),
+            flusher.clone(),
+        )
+        .unwrap();
+        let p = Arc::new(p);
+        p.become_leader(
+            crate::partition::Leadership {
+                me: 1,
+                leader_epoch: 3,
+                partition_epoch: 1,
+                replicas: vec![1, 2],
+                isr: vec![1, 2],
+                sync_acks: false,
+            },
+            0,
+            30_000,
+        );
+        svc.take_over(index, 4, p.clone(), 3).unwrap();
+        let fetched = |svc: &GroupService| svc.offsets(|s| s.get("g", "t", 0).map(|c| c.offset));
+        let first = svc.write("g", &[("t".into(), 0, committed(5))]).unwrap();
+        assert_eq!(fetched(&svc), None, "written, not yet on the follower");
+        p.on_replica_fetch(2, first.end, 0, 1).unwrap();
+        assert_eq!(fetched(&svc), Some(5));
+        // A later commit waits too, and an earlier one is never reapplied over it.
+        let second = svc.write("g", &[("t".into(), 0, committed(9))]).unwrap();
+        assert_eq!(fetched(&svc), Some(5));
+        p.on_replica_fetch(2, second.end, 0, 2).unwrap();
+        assert_eq!(fetched(&svc), Some(9));
+        flusher.shutdown();
     }
 
     #[test]
