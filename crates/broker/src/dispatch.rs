@@ -382,6 +382,9 @@ impl Broker {
             Request::DescribeCluster(r) => {
                 ctx.now(&charge, handlers::cluster::describe(self, version, r))
             }
+            Request::DescribeQuorum(r) => {
+                ctx.later(handlers::quorum::describe(self.clone(), version, r))
+            }
             Request::InitProducerId(r) => {
                 Ok(Reply::Later(ctx.on_blocking_pool(self, move |b| {
                     handlers::producer_ids::init(b, r)

@@ -1028,8 +1028,14 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn an_fsync_failure_takes_the_partition_offline() {
+    /// A partition on a simulated disk that syncs every append, and a runtime to wait on
+    /// its flusher.
+    fn on_simulated_disk_with_fsync() -> (
+        spate_log::sim::SimDisk,
+        Flusher,
+        Partition,
+        tokio::runtime::Runtime,
+    ) {
         let disk = spate_log::sim::SimDisk::new();
         let flusher = Flusher::start(FsyncPolicy::Always).unwrap();
         let (p, _) = Partition::open_on(
@@ -1044,6 +1050,12 @@ mod tests {
             .enable_time()
             .build()
             .unwrap();
+        (disk, flusher, p, rt)
+    }
+
+    #[test]
+    fn an_fsync_failure_takes_the_partition_offline() {
+        let (disk, flusher, p, rt) = on_simulated_disk_with_fsync();
         let mut rx = p.durable_offset();
         append(&p, &idempotent(0, 1)).unwrap();
         // The flusher syncs in the background: let the first record reach disk before the
@@ -1067,20 +1079,7 @@ mod tests {
 
     #[test]
     fn a_follower_under_an_fsync_profile_reports_only_what_is_on_disk() {
-        let disk = spate_log::sim::SimDisk::new();
-        let flusher = Flusher::start(FsyncPolicy::Always).unwrap();
-        let (p, _) = Partition::open_on(
-            disk.storage(),
-            Path::new("/data/t/0"),
-            0,
-            LogConfig::default(),
-            flusher.clone(),
-        )
-        .unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
+        let (disk, flusher, p, rt) = on_simulated_disk_with_fsync();
         let mut rx = p.durable_offset();
         append(&p, &idempotent(0, 1)).unwrap();
         assert_eq!(rt.block_on(spate_log::wait_durable(&mut rx, 1)), Ok(()));

@@ -27,6 +27,14 @@ pub enum MembershipChange {
         /// Its inter-node address.
         addr: String,
     },
+    /// Add a node reachable at `addr` as an observer: it follows the metadata log as a
+    /// learner and serves as a broker, but does not vote (nodes beyond the voters).
+    Observe {
+        /// The node's id.
+        node_id: NodeId,
+        /// Its inter-node address.
+        addr: String,
+    },
     /// Remove a node from the quorum (voter or learner).
     Remove {
         /// The node's id.
@@ -94,7 +102,48 @@ pub async fn change_on_leader(
         return Err(MembershipError::NotLeader { leader });
     }
     let current = members(raft);
+    if let MembershipChange::Add { node_id, addr } | MembershipChange::Observe { node_id, addr } =
+        change
+    {
+        if let Some((other, _)) = current
+            .nodes
+            .iter()
+            .find(|(id, a)| *id != node_id && a.as_str() == addr)
+        {
+            return Err(MembershipError::Refused(format!(
+                "address {addr} already belongs to node {other}"
+            )));
+        }
+        if i32::try_from(*node_id).is_err() {
+            return Err(MembershipError::Refused(format!(
+                "node id {node_id} is not a valid broker id"
+            )));
+        }
+    }
     match change {
+        MembershipChange::Observe { node_id, addr } => {
+            if current.voters.contains(node_id) {
+                return Err(MembershipError::Refused(format!(
+                    "node {node_id} is a voter of the metadata quorum; start it with its id in --cluster-peers"
+                )));
+            }
+            match current.nodes.get(node_id) {
+                Some(known) if known == addr => return Ok(()),
+                Some(known) => {
+                    return Err(MembershipError::Refused(format!(
+                        "node {node_id} is already an observer at {known}, not {addr}"
+                    )))
+                }
+                None => {}
+            }
+            // Not blocking: the learner catches up in the background, and the broker on it
+            // registers once it has.
+            raft.add_learner(*node_id, PeerNode { addr: addr.clone() }, false)
+                .await
+                .map_err(write_error)?;
+            tracing::info!(node_id, addr, "node joined the metadata quorum as an observer");
+            Ok(())
+        }
         MembershipChange::Add { node_id, addr } => {
             if current.voters.contains(node_id) {
                 return match current.nodes.get(node_id) {
@@ -104,20 +153,6 @@ pub async fn change_on_leader(
                     ))),
                     None => Ok(()),
                 };
-            }
-            if let Some((other, _)) = current
-                .nodes
-                .iter()
-                .find(|(id, a)| *id != node_id && a.as_str() == addr)
-            {
-                return Err(MembershipError::Refused(format!(
-                    "address {addr} already belongs to node {other}"
-                )));
-            }
-            if i32::try_from(*node_id).is_err() {
-                return Err(MembershipError::Refused(format!(
-                    "node id {node_id} is not a valid broker id"
-                )));
             }
             let node = PeerNode { addr: addr.clone() };
             match tokio::time::timeout(

@@ -57,7 +57,7 @@ pub enum ConfigError {
         second: NodeId,
     },
     /// The node's own id is not in the peer list.
-    #[error("--node-id {node_id} is not in --cluster-peers (which has {known:?}); every node must list itself")]
+    #[error("--node-id {node_id} is not in --cluster-peers (which has {known:?}); every voter must list itself, and a node joining as an observer needs --cluster-listen")]
     OwnIdMissing {
         /// This node's id.
         node_id: NodeId,
@@ -180,6 +180,10 @@ pub struct NodeConfig {
     pub propose_timeout: Duration,
     /// A snapshot is taken after this many log entries (then the log before it is purged).
     pub snapshot_every_entries: u64,
+    /// `Some(address other nodes reach this one at)` for an observer: a node not among the
+    /// voters in `peers`, which follows the metadata log and serves as a broker without
+    /// voting.
+    pub observer_addr: Option<String>,
 }
 
 impl NodeConfig {
@@ -200,9 +204,50 @@ impl NodeConfig {
             controller_interval: Duration::from_millis(500),
             propose_timeout: Duration::from_secs(10),
             snapshot_every_entries: 1000,
+            observer_addr: None,
         };
         config.validate()?;
         Ok(config)
+    }
+
+    /// A configuration for an observer: `voters` does not hold `node_id`, and the voters
+    /// reach this node at `addr`.
+    pub fn observer(
+        node_id: NodeId,
+        voters: BTreeMap<NodeId, String>,
+        listen: SocketAddr,
+        addr: String,
+        data_dir: PathBuf,
+    ) -> Result<Self, ConfigError> {
+        let mut config = Self::new_unchecked(node_id, voters, listen, data_dir);
+        config.observer_addr = Some(addr);
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn new_unchecked(
+        node_id: NodeId,
+        peers: BTreeMap<NodeId, String>,
+        listen: SocketAddr,
+        data_dir: PathBuf,
+    ) -> Self {
+        Self {
+            node_id,
+            peers,
+            listen,
+            data_dir,
+            timings: RaftTimings::default(),
+            session_timeout: Duration::from_secs(9),
+            controller_interval: Duration::from_millis(500),
+            propose_timeout: Duration::from_secs(10),
+            snapshot_every_entries: 1000,
+            observer_addr: None,
+        }
+    }
+
+    /// Whether this node joins as an observer (not one of the configured voters).
+    pub fn is_observer(&self) -> bool {
+        !self.peers.contains_key(&self.node_id)
     }
 
     /// Checks the node id and peer list.
@@ -213,7 +258,7 @@ impl NodeConfig {
         if self.peers.is_empty() {
             return Err(ConfigError::EmptyPeers);
         }
-        if !self.peers.contains_key(&self.node_id) {
+        if !self.peers.contains_key(&self.node_id) && self.observer_addr.is_none() {
             return Err(ConfigError::OwnIdMissing {
                 node_id: self.node_id,
                 known: self.peers.keys().copied().collect(),
@@ -404,6 +449,8 @@ struct Inner {
     propose_timeout: Duration,
     /// How long the controller waits for a broker's heartbeat before fencing it.
     session_timeout: Duration,
+    /// The address voters reach this node at, when it is an observer.
+    observer_addr: Option<String>,
     /// Idle connections to leaders, for forwarded proposals.
     forward_pool: Mutex<BTreeMap<NodeId, Vec<PeerClient>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -495,6 +542,7 @@ impl MetadataNode {
             local_addr,
             propose_timeout: config.propose_timeout,
             session_timeout: config.session_timeout,
+            observer_addr: config.observer_addr.clone(),
             forward_pool: Mutex::new(BTreeMap::new()),
             tasks: Mutex::new(Vec::new()),
         });
@@ -513,13 +561,21 @@ impl MetadataNode {
             )));
         }
         tasks.push(tokio::spawn(run_controller(
-            raft,
+            raft.clone(),
             health,
             inner.image.clone(),
             config.session_timeout,
             config.controller_interval,
             config.propose_timeout,
         )));
+        if let (true, Some(addr)) = (config.is_observer(), config.observer_addr.clone()) {
+            tasks.push(tokio::spawn(join_as_observer(
+                raft.clone(),
+                config.node_id,
+                addr,
+                config.peers.clone(),
+            )));
+        }
         inner.tasks.lock().extend(tasks);
         tracing::info!(
             node_id = config.node_id,
@@ -921,6 +977,7 @@ async fn broker_session(
         .peers()
         .get(&node.node_id())
         .cloned()
+        .or_else(|| node.inner.observer_addr.clone())
         .unwrap_or_else(|| node.local_addr().to_string());
     let mut incarnation = Uuid::new_v4();
     loop {
@@ -982,6 +1039,63 @@ async fn broker_session(
             _ = tokio::time::sleep(interval) => {}
             _ = stop.changed() => return,
         }
+    }
+}
+
+/// Asks the voters, until one that leads accepts, to take this node in as an observer (a
+/// learner that never votes); returns once the membership this node applied holds it.
+async fn join_as_observer(
+    raft: MetadataRaft,
+    node_id: NodeId,
+    addr: String,
+    voters: BTreeMap<NodeId, String>,
+) {
+    let change = MembershipChange::Observe {
+        node_id,
+        addr: addr.clone(),
+    };
+    let mut warned = false;
+    loop {
+        if crate::membership::members(&raft)
+            .nodes
+            .contains_key(&node_id)
+        {
+            tracing::info!(node_id, addr, "following the metadata quorum as an observer");
+            return;
+        }
+        let mut targets: Vec<(NodeId, String)> =
+            voters.iter().map(|(id, a)| (*id, a.clone())).collect();
+        let mut asked = 0;
+        while let Some((id, target)) = targets.pop() {
+            asked += 1;
+            if asked > voters.len() + 2 {
+                break;
+            }
+            let mut client = PeerClient::new(node_id, id, target);
+            match client
+                .change_membership(change.clone(), Duration::from_secs(5))
+                .await
+            {
+                Ok(Ok(())) => break,
+                Ok(Err(MembershipError::NotLeader {
+                    leader: Some((leader, leader_addr)),
+                })) => {
+                    let leader_addr = voters.get(&leader).cloned().unwrap_or(leader_addr);
+                    targets.push((leader, leader_addr));
+                }
+                Ok(Err(MembershipError::Refused(why))) => {
+                    tracing::error!(node_id, reason = %why, "the metadata quorum refused this node as an observer");
+                    return;
+                }
+                Ok(Err(e)) => tracing::debug!(node_id, voter = id, error = %e, "joining as an observer"),
+                Err(e) => tracing::debug!(node_id, voter = id, error = %e, "joining as an observer"),
+            }
+        }
+        if !warned {
+            tracing::info!(node_id, voters = ?voters.keys().collect::<Vec<_>>(), "asking the voters to take this node in as an observer");
+            warned = true;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

@@ -87,6 +87,9 @@ pub const SUPPORTED: &[Supported] = &[
     // describes each member's type.
     api(ApiKey::ConsumerGroupHeartbeat, 0, 1),
     api(ApiKey::ConsumerGroupDescribe, 0, 1),
+    // The metadata quorum's voters and observers (kafka-metadata-quorum describe); v2 adds
+    // each node's listeners and the replicas' directory ids (none here: one log dir).
+    api(ApiKey::DescribeQuorum, 0, 2),
 ];
 
 /// Looks up the advertised range for a raw API key.

@@ -51,6 +51,7 @@ pub enum Request {
     PushTelemetry(PushTelemetryRequest),
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
     ConsumerGroupDescribe(ConsumerGroupDescribeRequest),
+    DescribeQuorum(DescribeQuorumRequest),
 }
 
 /// What a frame turned out to be.
@@ -141,6 +142,7 @@ impl Request {
             ApiKey::PushTelemetry => body!(PushTelemetry),
             ApiKey::ConsumerGroupHeartbeat => body!(ConsumerGroupHeartbeat),
             ApiKey::ConsumerGroupDescribe => body!(ConsumerGroupDescribe),
+            ApiKey::DescribeQuorum => body!(DescribeQuorum),
             // The supported table lists a key this match does not know: answer, don't panic.
             _ => return Ok(Decoded::Unsupported(prefix)),
         };

@@ -482,13 +482,16 @@ impl Args {
             }
         };
         let peers = spate_cluster::node::parse_peers(peers).context("--cluster-peers")?;
-        let Some(own) = peers.get(&id) else {
-            bail!(
-                "--node-id {id} is not in --cluster-peers (ids there: {:?})",
+        // A node not among the voters joins as an observer: it needs its own address.
+        let observer = !peers.contains_key(&id);
+        let listen_text = match (peers.get(&id), &self.cluster_listen) {
+            (_, Some(listen)) => listen.clone(),
+            (Some(own), None) => own.clone(),
+            (None, None) => bail!(
+                "--node-id {id} is not in --cluster-peers (ids there: {:?}): list it there to run a voter, or give --cluster-listen to join as an observer (a broker that does not vote)",
                 peers.keys().collect::<Vec<_>>()
-            );
+            ),
         };
-        let listen_text = self.cluster_listen.clone().unwrap_or_else(|| own.clone());
         let listen = std::net::ToSocketAddrs::to_socket_addrs(&listen_text)
             .with_context(|| format!("--cluster-listen '{listen_text}' is not HOST:PORT"))?
             .next()
@@ -504,9 +507,21 @@ impl Args {
         if self.default_replication_factor < 1 {
             bail!("--default-replication-factor must be at least 1");
         }
-        let mut node =
+        let mut node = if observer {
+            if listen.ip().is_unspecified() {
+                bail!("--cluster-listen {listen_text}: an observer's address is what the voters connect to; give a specific host, not {}", listen.ip());
+            }
+            spate_cluster::node::NodeConfig::observer(
+                id,
+                peers,
+                listen,
+                listen_text.clone(),
+                self.data_dir.clone(),
+            )
+        } else {
             spate_cluster::node::NodeConfig::new(id, peers, listen, self.data_dir.clone())
-                .context("cluster configuration")?;
+        }
+        .context("cluster configuration")?;
         node.session_timeout = Duration::from_millis(self.broker_session_timeout_ms);
         let settings = spate_broker::cluster::ClusterSettings {
             replica_lag_time_max_ms: self.replica_lag_time_max_ms,

@@ -16,6 +16,7 @@ pub mod metadata;
 pub mod mutation_quota;
 pub mod offsets;
 pub mod produce;
+pub mod quorum;
 pub mod producer_ids;
 pub mod telemetry;
 pub mod topic_partitions;

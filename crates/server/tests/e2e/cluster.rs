@@ -94,6 +94,24 @@ impl ThreeNodes {
         addr
     }
 
+    /// Starts node `id` as an observer: `--cluster-peers` lists only the voters, and its own
+    /// `--cluster-listen` is where they reach it.
+    pub fn start_observer(&mut self, id: u64, extra: &[&str]) {
+        let listen = format!("127.0.0.1:{}", free_ports(1)[0]);
+        let id_text = id.to_string();
+        let mut args = vec![
+            "--node-id",
+            &id_text,
+            "--cluster-peers",
+            &self.peers,
+            "--cluster-listen",
+            &listen,
+        ];
+        args.extend(FAST);
+        args.extend(extra);
+        self.nodes.insert(id, Spate::start(&args));
+    }
+
     /// Ids of the nodes whose processes run.
     pub fn running(&self) -> Vec<u64> {
         self.nodes
@@ -208,7 +226,7 @@ pub async fn create_replicated(bootstrap: &str, name: &str, partitions: i32, min
 }
 
 /// Reads `partition` of `topic` from offset 0 until `want` records or the deadline.
-fn read_values(c: &BaseConsumer, want: usize) -> Vec<u64> {
+pub fn read_values(c: &BaseConsumer, want: usize) -> Vec<u64> {
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while out.len() < want && Instant::now() < deadline {

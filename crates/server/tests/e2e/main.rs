@@ -8,6 +8,7 @@ mod bad_input;
 mod cluster;
 mod cluster_chaos;
 mod cluster_netns;
+mod cluster_observers;
 mod cluster_ops;
 mod consumer_groups;
 mod durability;
