@@ -3,7 +3,7 @@
 # topic through one node and --describe through another shows leaders and a full ISR; RF
 # above the brokers is refused; the console producer, console consumer and
 # kafka-consumer-groups each go through a different node (also a KIP-848 consumer group); then every check of
-# kafka-tools-e2e.sh runs against the cluster. Exits non-zero on the first mismatch.
+# kafka-tools-e2e.sh runs against the cluster; kafka-metadata-quorum describes the quorum. Exits non-zero on the first mismatch.
 #   scripts/kafka-tools-cluster-e2e.sh     against a throw-away cluster (SPATE_BIN overrides the binary)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -120,6 +120,15 @@ grep -q "leader.imbalance.check.interval.seconds=30" "$WORK/defaults" || { cat "
 klass kafka.admin.ConfigCommand --bootstrap-server "$B1" --alter --entity-type brokers --entity-default \
   --add-config no.such.setting=1 >/dev/null 2>&1 && fail "an unknown broker config was accepted"
 pass "kafka-configs sets and shows a cluster-wide broker default; refuses unknown keys"
+
+# The metadata quorum as kafka-metadata-quorum shows it: asked of a follower node, answered by
+# the quorum leader (DescribeQuorum).
+tool kafka-metadata-quorum --bootstrap-server "$B2" describe --status > "$WORK/quorum" || { cat "$WORK/tool.err" >&2; fail "kafka-metadata-quorum describe --status"; }
+grep -qE '^LeaderId:[[:space:]]+[123]$' "$WORK/quorum" && grep -q '"id": 1,' "$WORK/quorum" && grep -q '"id": 2,' "$WORK/quorum" && grep -q '"id": 3,' "$WORK/quorum" \
+  || { cat "$WORK/quorum" >&2; fail "kafka-metadata-quorum --status: no leader among three voters"; }
+tool kafka-metadata-quorum --bootstrap-server "$B3" describe --replication > "$WORK/replication" || { cat "$WORK/tool.err" >&2; fail "kafka-metadata-quorum describe --replication"; }
+[[ "$(grep -cE '(Leader|Follower)[[:space:]]*$' "$WORK/replication")" == 3 ]] || { cat "$WORK/replication" >&2; fail "kafka-metadata-quorum --replication: expected a leader and two followers"; }
+pass "kafka-metadata-quorum describe --status and --replication: three voters, one leader"
 
 echo "--- the single-broker tool checks, against the cluster"
 "$ROOT/scripts/kafka-tools-e2e.sh"
