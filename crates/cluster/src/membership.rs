@@ -141,7 +141,11 @@ pub async fn change_on_leader(
             raft.add_learner(*node_id, PeerNode { addr: addr.clone() }, false)
                 .await
                 .map_err(write_error)?;
-            tracing::info!(node_id, addr, "node joined the metadata quorum as an observer");
+            tracing::info!(
+                node_id,
+                addr,
+                "node joined the metadata quorum as an observer"
+            );
             Ok(())
         }
         MembershipChange::Add { node_id, addr } => {

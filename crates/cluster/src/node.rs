@@ -1060,7 +1060,11 @@ async fn join_as_observer(
             .nodes
             .contains_key(&node_id)
         {
-            tracing::info!(node_id, addr, "following the metadata quorum as an observer");
+            tracing::info!(
+                node_id,
+                addr,
+                "following the metadata quorum as an observer"
+            );
             return;
         }
         let mut targets: Vec<(NodeId, String)> =
@@ -1087,8 +1091,12 @@ async fn join_as_observer(
                     tracing::error!(node_id, reason = %why, "the metadata quorum refused this node as an observer");
                     return;
                 }
-                Ok(Err(e)) => tracing::debug!(node_id, voter = id, error = %e, "joining as an observer"),
-                Err(e) => tracing::debug!(node_id, voter = id, error = %e, "joining as an observer"),
+                Ok(Err(e)) => {
+                    tracing::debug!(node_id, voter = id, error = %e, "joining as an observer")
+                }
+                Err(e) => {
+                    tracing::debug!(node_id, voter = id, error = %e, "joining as an observer")
+                }
             }
         }
         if !warned {

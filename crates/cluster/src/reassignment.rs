@@ -377,9 +377,15 @@ pub fn complete_reassignments(image: &MetadataImage) -> Vec<MetadataCommand> {
         .collect()
 }
 
-/// Reassignments moving replicas off brokers being decommissioned, one per partition not
-/// already moving: the replica is replaced, in the same position, by the least-loaded
-/// placeable broker not yet holding the partition. A partition with no such broker waits.
+/// Partitions moving off decommissioned brokers at once: one, so a decommission copies one
+/// replica at a time and never floods the remaining brokers (or the network) with catch-up
+/// traffic, as the operations guide promises.
+const DECOMMISSION_MOVES_AT_ONCE: usize = 1;
+
+/// Reassignments moving replicas off brokers being decommissioned, at most
+/// [`DECOMMISSION_MOVES_AT_ONCE`] in flight: the replica is replaced, in the same position, by
+/// the least-loaded placeable broker not yet holding the partition. A partition with no such
+/// broker waits.
 pub fn decommission_moves(image: &MetadataImage) -> Vec<MetadataCommand> {
     let leaving: BTreeSet<BrokerId> = image
         .brokers()
@@ -390,9 +396,20 @@ pub fn decommission_moves(image: &MetadataImage) -> Vec<MetadataCommand> {
     if leaving.is_empty() {
         return Vec::new();
     }
+    let in_flight = image
+        .partitions_iter()
+        .filter(|(_, _, p)| p.is_reassigning() && p.removing.iter().any(|b| leaving.contains(b)))
+        .count();
+    let room = DECOMMISSION_MOVES_AT_ONCE.saturating_sub(in_flight);
+    if room == 0 {
+        return Vec::new();
+    }
     let (mut load, _) = loads(image);
     let mut cmds = Vec::new();
     for (topic, partition, p) in image.partitions_iter() {
+        if cmds.len() == room {
+            break;
+        }
         if p.is_reassigning() || !p.replicas.iter().any(|b| leaving.contains(b)) {
             continue;
         }
@@ -811,6 +828,11 @@ mod tests {
                 target: Some(vec![4, 2, 3]),
             }]
         );
+        // One move at a time: a second partition waits until the first completes.
+        topic(&mut image, "uu", vec![vec![1, 2, 3]]);
+        assert_eq!(decommission_moves(&image).len(), 1);
+        image.apply(&cmds[0]).unwrap();
+        assert_eq!(decommission_moves(&image), vec![]);
         // New topics avoid the broker being emptied.
         let create =
             create_topic_command(&image, "new", Uuid::from_u128(7), 4, 3, BTreeMap::new()).unwrap();

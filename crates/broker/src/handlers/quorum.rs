@@ -13,8 +13,8 @@ use spate_protocol::messages::describe_quorum_response::{
 use spate_protocol::messages::{
     ApiKey, BrokerId, DescribeQuorumRequest, DescribeQuorumResponse, TopicName,
 };
-use spate_protocol::StrBytes;
 use spate_protocol::ResponseError;
+use spate_protocol::StrBytes;
 
 use crate::cluster::{Cluster, PeerConnection};
 use crate::Broker;
@@ -55,7 +55,11 @@ fn standalone(b: &Broker, version: i16) -> DescribeQuorumResponse {
     p.current_voters = vec![replica(id, 0, -1, -1)];
     let mut resp = response(p);
     if version >= 2 {
-        resp.nodes = vec![node_entry(id, &b.config.advertised_host, b.config.advertised_port)];
+        resp.nodes = vec![node_entry(
+            id,
+            &b.config.advertised_host,
+            b.config.advertised_port,
+        )];
     }
     resp
 }
@@ -107,7 +111,11 @@ async fn on_leader(cluster: &Cluster, version: i16) -> DescribeQuorumResponse {
             .keys()
             .filter_map(|&id| {
                 let reg = image.broker(i32::try_from(id).ok()?)?;
-                Some(node_entry(reg.id, &reg.kafka_host, i32::from(reg.kafka_port)))
+                Some(node_entry(
+                    reg.id,
+                    &reg.kafka_host,
+                    i32::from(reg.kafka_port),
+                ))
             })
             .collect();
     }

@@ -5,9 +5,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
-use kafka_protocol::messages::{
-    ApiKey, DescribeQuorumRequest, DescribeQuorumResponse, TopicName,
-};
+use kafka_protocol::messages::{ApiKey, DescribeQuorumRequest, DescribeQuorumResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::producer::FutureRecord;
