@@ -146,6 +146,8 @@ pub fn create_partitions_command(
 struct Seen {
     epoch: i64,
     heartbeat_count: u64,
+    /// Heartbeats of this registration received as messages (see `heartbeat::Heartbeats`).
+    messages: u64,
     first_seen_ms: u64,
     changed_ms: Option<u64>,
     /// Its process is known to be gone (its port refuses connections): expired without
@@ -193,11 +195,27 @@ impl LivenessTracker {
                         Seen {
                             epoch: b.epoch,
                             heartbeat_count: b.heartbeat_count,
+                            messages: 0,
                             first_seen_ms: now_ms,
                             changed_ms,
                             down: false,
                         },
                     );
+                }
+            }
+        }
+    }
+
+    /// Records heartbeats received as messages (`broker -> (registration epoch, count)`) as
+    /// seen at `now_ms`: a count that moved for the registration the tracker knows is a sign
+    /// of life, like a heartbeat in the image.
+    pub fn observe_heartbeats(&mut self, beats: &BTreeMap<BrokerId, (i64, u64)>, now_ms: u64) {
+        for (id, &(epoch, count)) in beats {
+            if let Some(seen) = self.brokers.get_mut(id) {
+                if seen.epoch == epoch && seen.messages != count {
+                    seen.messages = count;
+                    seen.changed_ms = Some(now_ms);
+                    seen.down = false;
                 }
             }
         }
@@ -705,6 +723,41 @@ pub(crate) mod tests {
             )
             .len(),
             2
+        );
+    }
+
+    #[test]
+    fn heartbeats_received_as_messages_keep_a_broker_live_and_unfence_it() {
+        let mut image = image_with_brokers(&[1, 2]);
+        let mut tracker = LivenessTracker::new();
+        tracker.observe(&image, 0);
+        let epoch_of = |image: &MetadataImage, id| image.broker(id).unwrap().epoch;
+        let (e1, e2) = (epoch_of(&image, 1), epoch_of(&image, 2));
+        // Broker 1 heartbeats by message every second, broker 2 falls silent: only 2 is
+        // fenced, though the image shows no heartbeat of either.
+        for t in 1..=10u64 {
+            let beats = BTreeMap::from([(1, (e1, t))]);
+            tracker.observe_heartbeats(&beats, t * 1_000);
+        }
+        let cmds = reconcile(&image, &tracker, 10_000, TIMEOUT, PassOptions::default());
+        assert_eq!(
+            cmds,
+            vec![MetadataCommand::FenceBroker {
+                broker_id: 2,
+                broker_epoch: e2
+            }]
+        );
+        apply_all(&mut image, cmds);
+        // A count for another (older) registration of 2 is no sign of life; its own is.
+        tracker.observe_heartbeats(&BTreeMap::from([(2, (e2 - 1, 5))]), 11_000);
+        assert!(reconcile(&image, &tracker, 11_000, TIMEOUT, PassOptions::default()).is_empty());
+        tracker.observe_heartbeats(&BTreeMap::from([(2, (e2, 1))]), 12_000);
+        assert_eq!(
+            reconcile(&image, &tracker, 12_000, TIMEOUT, PassOptions::default()),
+            vec![MetadataCommand::UnfenceBroker {
+                broker_id: 2,
+                broker_epoch: e2
+            }]
         );
     }
 

@@ -12,6 +12,7 @@
 //! - [`node`]: [`node::MetadataNode`], which wires it all and is what a broker uses.
 
 pub mod controller;
+pub mod heartbeat;
 pub mod membership;
 pub mod metadata;
 pub mod network;

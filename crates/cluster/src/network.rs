@@ -34,6 +34,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::heartbeat::{self, HeartbeatError};
 use crate::membership::{MembershipChange, MembershipError};
 use crate::metadata::MetadataCommand;
 use crate::raft::{MetadataRaft, NodeId, PeerNode, TypeConfig};
@@ -79,6 +80,11 @@ enum Request {
     ClientWrite(MetadataCommand),
     Hello,
     Membership(MembershipChange),
+    /// A broker's heartbeat, for the active controller (out of the Raft log).
+    BrokerHeartbeat {
+        broker_id: crate::metadata::BrokerId,
+        broker_epoch: i64,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -91,6 +97,7 @@ enum Response {
     ClientWrite(ClientWriteResult),
     Hello(HelloResponse),
     Membership(Result<(), MembershipError>),
+    BrokerHeartbeat(Result<(), HeartbeatError>),
     /// The server would not handle the request; the reason says why.
     Refused(String),
 }
@@ -367,6 +374,25 @@ impl PeerClient {
         }
     }
 
+    /// Sends a broker heartbeat to the peer, which takes it if it is the active controller.
+    pub async fn broker_heartbeat(
+        &mut self,
+        broker_id: crate::metadata::BrokerId,
+        broker_epoch: i64,
+        timeout: Duration,
+    ) -> Result<Result<(), HeartbeatError>, TransportError> {
+        let req = Request::BrokerHeartbeat {
+            broker_id,
+            broker_epoch,
+        };
+        match self.call(req, timeout).await? {
+            Response::BrokerHeartbeat(r) => Ok(r),
+            _ => Err(TransportError::UnexpectedResponse {
+                target: self.target,
+            }),
+        }
+    }
+
     /// Asks the peer who it is and what peers it knows.
     pub async fn hello(&mut self, timeout: Duration) -> Result<HelloResponse, TransportError> {
         match self.call(Request::Hello, timeout).await? {
@@ -505,7 +531,9 @@ pub async fn serve(
     raft: MetadataRaft,
     node_id: NodeId,
     peers: BTreeMap<NodeId, String>,
+    heartbeats: heartbeat::Receiver,
 ) {
+    let heartbeats = Arc::new(heartbeats);
     let peers = Arc::new(peers);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut connections = JoinSet::new();
@@ -527,9 +555,10 @@ pub async fn serve(
         };
         let raft = raft.clone();
         let peers = peers.clone();
+        let heartbeats = heartbeats.clone();
         connections.spawn(async move {
             let _permit = permit;
-            if let Err(e) = serve_connection(stream, raft, node_id, peers).await {
+            if let Err(e) = serve_connection(stream, raft, node_id, peers, heartbeats).await {
                 tracing::debug!(%remote, error = %e, "metadata quorum: connection closed");
             }
         });
@@ -541,6 +570,7 @@ async fn serve_connection(
     raft: MetadataRaft,
     node_id: NodeId,
     peers: Arc<BTreeMap<NodeId, String>>,
+    heartbeats: Arc<heartbeat::Receiver>,
 ) -> io::Result<()> {
     stream.set_nodelay(true)?;
     loop {
@@ -566,7 +596,7 @@ async fn serve_connection(
             Ok(req) => {
                 match tokio::time::timeout(
                     HANDLER_TIMEOUT,
-                    handle(&raft, node_id, &peers, req.body),
+                    handle(&raft, node_id, &peers, &heartbeats, req.body),
                 )
                 .await
                 {
@@ -595,6 +625,7 @@ async fn handle(
     raft: &MetadataRaft,
     node_id: NodeId,
     peers: &BTreeMap<NodeId, String>,
+    heartbeats: &heartbeat::Receiver,
     req: Request,
 ) -> Response {
     match req {
@@ -607,6 +638,10 @@ async fn handle(
         Request::Membership(change) => {
             Response::Membership(crate::membership::change_on_leader(raft, &change).await)
         }
+        Request::BrokerHeartbeat {
+            broker_id,
+            broker_epoch,
+        } => Response::BrokerHeartbeat(heartbeats.receive(broker_id, broker_epoch).await),
         Request::Hello => Response::Hello(HelloResponse {
             node_id,
             peers: peers.clone(),

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use crate::controller::{reconcile, LivenessTracker, PassOptions};
+use crate::heartbeat::{self, HeartbeatError};
 use crate::membership::{Members, MembershipChange, MembershipError};
 use crate::metadata::{BrokerId, CommandError, CommandOutcome, MetadataCommand, MetadataImage};
 use crate::network::{serve, ClientWriteResult, NetworkFactory, PeerClient, PeerHealth};
@@ -451,6 +452,8 @@ struct Inner {
     session_timeout: Duration,
     /// The address voters reach this node at, when it is an observer.
     observer_addr: Option<String>,
+    /// Takes broker heartbeats while this node is the active controller.
+    heartbeats: heartbeat::Receiver,
     /// Idle connections to leaders, for forwarded proposals.
     forward_pool: Mutex<BTreeMap<NodeId, Vec<PeerClient>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -534,6 +537,11 @@ impl MetadataNode {
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
 
+        let heartbeats = heartbeat::Receiver {
+            raft: raft.clone(),
+            image: image.clone(),
+            board: Arc::new(heartbeat::Heartbeats::default()),
+        };
         let inner = Arc::new(Inner {
             node_id: config.node_id,
             raft: raft.clone(),
@@ -543,6 +551,7 @@ impl MetadataNode {
             propose_timeout: config.propose_timeout,
             session_timeout: config.session_timeout,
             observer_addr: config.observer_addr.clone(),
+            heartbeats: heartbeats.clone(),
             forward_pool: Mutex::new(BTreeMap::new()),
             tasks: Mutex::new(Vec::new()),
         });
@@ -552,6 +561,7 @@ impl MetadataNode {
             raft.clone(),
             config.node_id,
             config.peers.clone(),
+            heartbeats.clone(),
         )));
         if lowest == Some(config.node_id) {
             tasks.push(tokio::spawn(form_cluster(
@@ -563,6 +573,7 @@ impl MetadataNode {
         tasks.push(tokio::spawn(run_controller(
             raft.clone(),
             health,
+            heartbeats.board.clone(),
             inner.image.clone(),
             config.session_timeout,
             config.controller_interval,
@@ -734,6 +745,59 @@ impl MetadataNode {
             tokio::time::sleep(backoff.min(remaining)).await;
             backoff = (backoff * 2).min(Duration::from_millis(500));
         }
+    }
+
+    /// Sends a broker heartbeat of `broker_id` at registration `broker_epoch` to the active
+    /// controller (taken here when this node is it), within `timeout`. Not a log entry: see
+    /// [`crate::heartbeat`].
+    pub async fn heartbeat(
+        &self,
+        broker_id: BrokerId,
+        broker_epoch: i64,
+        timeout: Duration,
+    ) -> Result<(), HeartbeatError> {
+        let deadline = Instant::now() + timeout;
+        let mut leader = self.leader_id();
+        // The local Raft's view first, then at most one redirect to the leader it names.
+        for _ in 0..2 {
+            let Some(id) = leader else {
+                return Err(HeartbeatError::Failed(
+                    "no metadata quorum leader is known".into(),
+                ));
+            };
+            let result = if id == self.inner.node_id {
+                self.inner.heartbeats.receive(broker_id, broker_epoch).await
+            } else {
+                let addr = self
+                    .inner
+                    .peers
+                    .get(&id)
+                    .cloned()
+                    .or_else(|| self.members().nodes.get(&id).cloned())
+                    .ok_or_else(|| {
+                        HeartbeatError::Failed(format!("leader {id} has no known address"))
+                    })?;
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                let mut client = PeerClient::new(self.inner.node_id, id, addr);
+                let sent = tokio::select! {
+                    r = client.broker_heartbeat(broker_id, broker_epoch, remaining) => r,
+                    () = self.leader_moves_from(id) => {
+                        leader = self.leader_id();
+                        continue;
+                    }
+                };
+                sent.unwrap_or_else(|e| Err(HeartbeatError::Failed(e.to_string())))
+            };
+            match result {
+                Err(HeartbeatError::NotLeader {
+                    leader: Some((next, _)),
+                }) if next != id => leader = Some(next),
+                other => return other,
+            }
+        }
+        Err(HeartbeatError::Failed(
+            "the quorum leader moved while the heartbeat was sent".into(),
+        ))
     }
 
     /// The quorum's voters and members as this node last applied them.
@@ -980,24 +1044,46 @@ async fn broker_session(
         .or_else(|| node.inner.observer_addr.clone())
         .unwrap_or_else(|| node.local_addr().to_string());
     let mut incarnation = Uuid::new_v4();
+    // A heartbeat waits at most half a session: a later one may still arrive in time.
+    let heartbeat_timeout = node.inner.session_timeout / 2;
     loop {
-        let cmd = match *epoch_tx.borrow() {
-            None => MetadataCommand::RegisterBroker {
-                broker_id,
-                incarnation,
-                inter_node_addr: inter_node_addr.clone(),
-                kafka_host: info.kafka_host.clone(),
-                kafka_port: info.kafka_port,
-                rack: info.rack.clone(),
-                http_addr: info.http_addr.clone(),
-                now_ms: wall_clock_ms(),
-            },
-            Some(broker_epoch) => MetadataCommand::BrokerHeartbeat {
-                broker_id,
-                broker_epoch,
-                now_ms: wall_clock_ms(),
-                shutting_down: false,
-            },
+        let registered = *epoch_tx.borrow();
+        if let Some(broker_epoch) = registered {
+            let sent = Instant::now();
+            let result = tokio::select! {
+                r = node.heartbeat(broker_id, broker_epoch, heartbeat_timeout) => r,
+                _ = stop.changed() => return,
+            };
+            match result {
+                Ok(()) => *lease.lock() = Some(sent),
+                Err(HeartbeatError::Refused(
+                    e @ (CommandError::StaleBrokerEpoch { .. }
+                    | CommandError::BrokerNotRegistered { .. }),
+                )) => {
+                    tracing::warn!(broker_id, error = %e, "broker registration lost; registering again");
+                    *lease.lock() = None;
+                    incarnation = Uuid::new_v4();
+                    epoch_tx.send_replace(None);
+                    continue;
+                }
+                Err(e) => tracing::warn!(broker_id, error = %e, "broker heartbeat failed"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = stop.changed() => return,
+            }
+            continue;
+        }
+        // Registration goes through the log: it changes the metadata every node needs.
+        let cmd = MetadataCommand::RegisterBroker {
+            broker_id,
+            incarnation,
+            inter_node_addr: inter_node_addr.clone(),
+            kafka_host: info.kafka_host.clone(),
+            kafka_port: info.kafka_port,
+            rack: info.rack.clone(),
+            http_addr: info.http_addr.clone(),
+            now_ms: wall_clock_ms(),
         };
         let sent = Instant::now();
         let proposal = node.propose(cmd);
@@ -1011,7 +1097,7 @@ async fn broker_session(
                 *lease.lock() = Some(sent);
                 epoch_tx.send_replace(Some(broker_epoch));
             }
-            Ok(_) => *lease.lock() = Some(sent),
+            Ok(_) => {}
             Err(ProposeError::Refused(e @ CommandError::BrokerRetired { .. })) => {
                 tracing::warn!(broker_id, error = %e, "this node was decommissioned: it no longer registers; stop it, or add it to the cluster again");
                 epoch_tx.send_replace(None);
@@ -1023,17 +1109,7 @@ async fn broker_session(
                     "broker id still registered by an earlier process; retrying until the controller fences it"
                 );
             }
-            Err(ProposeError::Refused(
-                e @ (CommandError::StaleBrokerEpoch { .. }
-                | CommandError::BrokerNotRegistered { .. }),
-            )) => {
-                tracing::warn!(broker_id, error = %e, "broker registration lost; registering again");
-                *lease.lock() = None;
-                incarnation = Uuid::new_v4();
-                epoch_tx.send_replace(None);
-                continue;
-            }
-            Err(e) => tracing::warn!(broker_id, error = %e, "broker heartbeat failed"),
+            Err(e) => tracing::warn!(broker_id, error = %e, "broker registration failed; retrying"),
         }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
@@ -1189,6 +1265,7 @@ const REFUSED_FOR_DOWN: Duration = Duration::from_secs(1);
 async fn run_controller(
     raft: MetadataRaft,
     health: Arc<PeerHealth>,
+    heartbeats: Arc<heartbeat::Heartbeats>,
     image: watch::Receiver<Arc<MetadataImage>>,
     session_timeout: Duration,
     interval: Duration,
@@ -1233,11 +1310,14 @@ async fn run_controller(
             Some((t, tr)) if *t == term => tr,
             slot => {
                 tracing::info!(term, "this node is now the active controller");
+                // Counts from an earlier term mean nothing to a new tracker.
+                heartbeats.clear();
                 &mut slot.insert((term, LivenessTracker::new())).1
             }
         };
         let current = image.borrow().clone();
         tracker.observe(&current, now_ms);
+        tracker.observe_heartbeats(&heartbeats.snapshot(), now_ms);
         for peer in health.down(REFUSED_FOR_DOWN) {
             if let Ok(id) = BrokerId::try_from(peer) {
                 if current.is_live(id) {
@@ -1421,7 +1501,18 @@ mod tests {
         let err =
             NodeConfig::new(3, peers, "127.0.0.1:0".parse().unwrap(), "/tmp/x".into()).unwrap_err();
         assert!(matches!(err, ConfigError::OwnIdMissing { node_id: 3, .. }));
-        assert!(err.to_string().contains("every node must list itself"));
+        assert!(err.to_string().contains("every voter must list itself"));
+        // With its own address it is an observer.
+        let peers = parse_peers("1=a:1,2=b:2").unwrap();
+        let observer = NodeConfig::observer(
+            3,
+            peers,
+            "127.0.0.1:0".parse().unwrap(),
+            "c:3".into(),
+            "/tmp/x".into(),
+        )
+        .unwrap();
+        assert!(observer.is_observer());
     }
 
     #[test]
