@@ -83,16 +83,7 @@ impl Receiver {
         broker_id: BrokerId,
         broker_epoch: i64,
     ) -> Result<(), HeartbeatError> {
-        if let Err(e) = self.raft.get_read_log_id().await {
-            return Err(match e {
-                openraft::error::RaftError::APIError(
-                    openraft::error::CheckIsLeaderError::ForwardToLeader(f),
-                ) => HeartbeatError::NotLeader {
-                    leader: f.leader_id.zip(f.leader_node.map(|n| n.addr)),
-                },
-                other => HeartbeatError::Failed(other.to_string()),
-            });
-        }
+        self.raft.get_read_log_id().await.map_err(not_leader)?;
         let current = self
             .image
             .borrow()
@@ -110,6 +101,31 @@ impl Receiver {
         }
         self.board.record(broker_id, broker_epoch);
         Ok(())
+    }
+
+    /// This leader's commit index, once a quorum has confirmed it still leads (Raft's
+    /// ReadIndex): a node that applied up to it has everything committed before the ask.
+    pub async fn read_index(&self) -> Result<Option<u64>, HeartbeatError> {
+        match self.raft.get_read_log_id().await {
+            Ok((read, _applied)) => Ok(read.map(|l| l.index)),
+            Err(e) => Err(not_leader(e)),
+        }
+    }
+}
+
+fn not_leader(
+    e: openraft::error::RaftError<
+        NodeId,
+        openraft::error::CheckIsLeaderError<NodeId, crate::raft::PeerNode>,
+    >,
+) -> HeartbeatError {
+    match e {
+        openraft::error::RaftError::APIError(
+            openraft::error::CheckIsLeaderError::ForwardToLeader(f),
+        ) => HeartbeatError::NotLeader {
+            leader: f.leader_id.zip(f.leader_node.map(|n| n.addr)),
+        },
+        other => HeartbeatError::Failed(other.to_string()),
     }
 }
 

@@ -85,6 +85,8 @@ enum Request {
         broker_id: crate::metadata::BrokerId,
         broker_epoch: i64,
     },
+    /// The leader's commit index, confirmed with a quorum (Raft's ReadIndex).
+    ReadIndex,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -98,6 +100,7 @@ enum Response {
     Hello(HelloResponse),
     Membership(Result<(), MembershipError>),
     BrokerHeartbeat(Result<(), HeartbeatError>),
+    ReadIndex(Result<Option<u64>, HeartbeatError>),
     /// The server would not handle the request; the reason says why.
     Refused(String),
 }
@@ -393,6 +396,19 @@ impl PeerClient {
         }
     }
 
+    /// Asks the peer, if it leads, for its commit index confirmed with a quorum.
+    pub async fn read_index(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Result<Option<u64>, HeartbeatError>, TransportError> {
+        match self.call(Request::ReadIndex, timeout).await? {
+            Response::ReadIndex(r) => Ok(r),
+            _ => Err(TransportError::UnexpectedResponse {
+                target: self.target,
+            }),
+        }
+    }
+
     /// Asks the peer who it is and what peers it knows.
     pub async fn hello(&mut self, timeout: Duration) -> Result<HelloResponse, TransportError> {
         match self.call(Request::Hello, timeout).await? {
@@ -521,6 +537,17 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     }
 }
 
+/// What the inter-node server answers from besides Raft itself.
+#[derive(Clone)]
+pub struct PeerServices {
+    /// Takes broker heartbeats (and read-index requests) while this node leads the quorum.
+    pub heartbeats: heartbeat::Receiver,
+    /// Set while this voter rejoins after losing its metadata log: it grants no vote, since
+    /// it no longer holds entries it may have acknowledged (Raft's safety rests on voters
+    /// keeping their logs; KIP-853 treats such a node as a new one for the same reason).
+    pub rejoining: Arc<std::sync::atomic::AtomicBool>,
+}
+
 /// Serves Raft RPCs, forwarded client writes and hellos for `raft` on `listener` until the
 /// returned future is dropped (dropping it also closes every connection it accepted).
 ///
@@ -531,9 +558,9 @@ pub async fn serve(
     raft: MetadataRaft,
     node_id: NodeId,
     peers: BTreeMap<NodeId, String>,
-    heartbeats: heartbeat::Receiver,
+    state: PeerServices,
 ) {
-    let heartbeats = Arc::new(heartbeats);
+    let heartbeats = Arc::new(state);
     let peers = Arc::new(peers);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut connections = JoinSet::new();
@@ -570,7 +597,7 @@ async fn serve_connection(
     raft: MetadataRaft,
     node_id: NodeId,
     peers: Arc<BTreeMap<NodeId, String>>,
-    heartbeats: Arc<heartbeat::Receiver>,
+    heartbeats: Arc<PeerServices>,
 ) -> io::Result<()> {
     stream.set_nodelay(true)?;
     loop {
@@ -625,11 +652,19 @@ async fn handle(
     raft: &MetadataRaft,
     node_id: NodeId,
     peers: &BTreeMap<NodeId, String>,
-    heartbeats: &heartbeat::Receiver,
+    state: &PeerServices,
     req: Request,
 ) -> Response {
     match req {
         Request::AppendEntries(r) => Response::AppendEntries(raft.append_entries(r).await),
+        // A voter that lost its log must not help elect a leader that lacks what it had
+        // acknowledged: no vote until it has caught up again (see `PeerServices::rejoining`).
+        Request::Vote(_) if state.rejoining.load(std::sync::atomic::Ordering::SeqCst) => {
+            Response::Refused(
+                "this voter lost its metadata log and grants no vote until it has caught up"
+                    .to_owned(),
+            )
+        }
         Request::Vote(r) => Response::Vote(raft.vote(r).await),
         Request::InstallSnapshot(r) => Response::InstallSnapshot(raft.install_snapshot(r).await),
         // Only the leader accepts; anyone else answers ForwardToLeader and the caller retries
@@ -641,7 +676,8 @@ async fn handle(
         Request::BrokerHeartbeat {
             broker_id,
             broker_epoch,
-        } => Response::BrokerHeartbeat(heartbeats.receive(broker_id, broker_epoch).await),
+        } => Response::BrokerHeartbeat(state.heartbeats.receive(broker_id, broker_epoch).await),
+        Request::ReadIndex => Response::ReadIndex(state.heartbeats.read_index().await),
         Request::Hello => Response::Hello(HelloResponse {
             node_id,
             peers: peers.clone(),

@@ -20,7 +20,9 @@ use crate::controller::{reconcile, LivenessTracker, PassOptions};
 use crate::heartbeat::{self, HeartbeatError};
 use crate::membership::{Members, MembershipChange, MembershipError};
 use crate::metadata::{BrokerId, CommandError, CommandOutcome, MetadataCommand, MetadataImage};
-use crate::network::{serve, ClientWriteResult, NetworkFactory, PeerClient, PeerHealth};
+use crate::network::{
+    serve, ClientWriteResult, NetworkFactory, PeerClient, PeerHealth, PeerServices,
+};
 use crate::raft::{open_storage, MetadataRaft, NodeId, PeerNode, StorageError};
 
 /// A problem with the cluster configuration (peer list, node id).
@@ -512,6 +514,19 @@ impl MetadataNode {
                 "empty metadata directory: joining the cluster as a fresh replica; the leader sends the metadata log (a new node, or a wiped data dir)"
             );
         }
+        // Asked before this node serves its peers, so no peer can form the cluster on its
+        // answer in between: a voter that finds the cluster already formed with an empty
+        // log of its own lost (or never had) what it may have acknowledged, and must not
+        // vote until it has caught up.
+        let rejoining =
+            fresh && !config.is_observer() && formed_elsewhere(config.node_id, &config.peers).await;
+        if rejoining {
+            tracing::warn!(
+                node_id = config.node_id,
+                "a voter with an empty metadata log in a formed cluster: it grants no vote until it has caught up with the leader"
+            );
+        }
+        let rejoining = Arc::new(std::sync::atomic::AtomicBool::new(rejoining));
         let (log, sm) = open_storage(&dir)
             .await
             .map_err(|source| StartError::Storage {
@@ -561,8 +576,19 @@ impl MetadataNode {
             raft.clone(),
             config.node_id,
             config.peers.clone(),
-            heartbeats.clone(),
+            PeerServices {
+                heartbeats: heartbeats.clone(),
+                rejoining: rejoining.clone(),
+            },
         )));
+        if rejoining.load(std::sync::atomic::Ordering::SeqCst) {
+            tasks.push(tokio::spawn(catch_up_before_voting(
+                raft.clone(),
+                config.node_id,
+                config.peers.clone(),
+                rejoining,
+            )));
+        }
         if lowest == Some(config.node_id) {
             tasks.push(tokio::spawn(form_cluster(
                 raft.clone(),
@@ -1116,6 +1142,65 @@ async fn broker_session(
             _ = stop.changed() => return,
         }
     }
+}
+
+/// Whether some peer's Raft already holds a membership: the cluster was formed without this
+/// node's current log.
+async fn formed_elsewhere(node_id: NodeId, peers: &BTreeMap<NodeId, String>) -> bool {
+    for (&id, addr) in peers.iter().filter(|(&id, _)| id != node_id) {
+        let mut client = PeerClient::new(node_id, id, addr.clone());
+        if let Ok(hello) = client.hello(Duration::from_secs(1)).await {
+            if hello.initialized {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Clears `rejoining` once this node has applied everything the leader had committed when
+/// asked (Raft's ReadIndex on the leader): from then on its vote is as good as any voter's.
+async fn catch_up_before_voting(
+    raft: MetadataRaft,
+    node_id: NodeId,
+    peers: BTreeMap<NodeId, String>,
+    rejoining: Arc<std::sync::atomic::AtomicBool>,
+) {
+    loop {
+        let leader = raft.metrics().borrow().current_leader;
+        match leader {
+            Some(l) if l == node_id => break,
+            Some(l) => {
+                let addr = peers
+                    .get(&l)
+                    .cloned()
+                    .or_else(|| crate::membership::members(&raft).nodes.get(&l).cloned());
+                if let Some(addr) = addr {
+                    let mut client = PeerClient::new(node_id, l, addr);
+                    if let Ok(Ok(index)) = client.read_index(Duration::from_secs(5)).await {
+                        let caught_up = match index {
+                            None => true,
+                            Some(i) => raft
+                                .wait(Some(Duration::from_secs(30)))
+                                .applied_index_at_least(Some(i), "rejoining voter catches up")
+                                .await
+                                .is_ok(),
+                        };
+                        if caught_up {
+                            break;
+                        }
+                    }
+                }
+            }
+            None => {}
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    rejoining.store(false, std::sync::atomic::Ordering::SeqCst);
+    tracing::info!(
+        node_id,
+        "caught up with the metadata quorum after an empty start: voting again"
+    );
 }
 
 /// Asks the voters, until one that leads accepts, to take this node in as an observer (a
