@@ -5,6 +5,9 @@
 #   1. metadata propagation: for each N in PARTITION_COUNTS, CreateTopics of N partitions,
 #      replication factor 3, until every node, asked on its own connection, answers Metadata
 #      with all N partitions led (scripts/cluster_ops_probe.py propagate, polls every 20 ms);
+#      then until every partition's leader answers ListOffsets for it (leaders_serve: a node
+#      can be named leader in Metadata before it opened the partition), and when
+#      CreateTopics was answered; all timed from CreateTopics sent;
 #   2. idle CPU: with those topics and no traffic, each broker process's CPU time (utime +
 #      stime in /proc/PID/stat) over IDLE_SECONDS, in percent of one core; measured before
 #      any kill, so no node is catching up;
@@ -14,7 +17,10 @@
 #      kafka-metadata-quorum describe --status, a combined broker+controller node; spate:
 #      "controller" of GET /admin/cluster). The probe topic has one partition led by the node
 #      to kill; the node is restarted and the cluster healthy (every partition led, full ISR,
-#      on every node) before the next step.
+#      on every node) before the next step. On loopback the ports of a killed node refuse
+#      connections at once: spate fences such a node without waiting for its session timeout,
+#      Kafka waits for broker.session.timeout.ms; a host that vanishes without refusing
+#      (power loss, network partition) would take spate its session timeout too.
 # Both run with their defaults, nothing shortened:
 #   Kafka 4.3: broker.session.timeout.ms 9000, broker.heartbeat.interval.ms 2000,
 #     controller.quorum.election.timeout.ms 1000, controller.quorum.fetch.timeout.ms 2000,
@@ -22,9 +28,10 @@
 #   spate: --broker-session-timeout-ms 9000, --broker-heartbeat-interval-ms 1000, quorum
 #     heartbeat 250 ms and election timeout 1000-2000 ms, --replica-lag-time-max-ms 30000.
 # Results in $OUT (default target/bench-cluster-ops/<date>); a table is printed at the end.
-# Env: PARTITION_COUNTS ("10 3000"), IDLE_SECONDS (60), IDLE_SETTLE_SECONDS (10: quiet time
-#      before sampling), HEALTHY_TIMEOUT (600 s), SPATE_BIN (default: builds
-#      target/release/spate), BENCH_ONLY=kafka|spate.
+# Env: PARTITION_COUNTS ("10 3000"), IDLE_SECONDS (60), IDLE_SETTLE_SECONDS (30: quiet time
+#      before sampling; Kafka's JVM still settles, at a few % per node, over its first tens
+#      of seconds, see $OUT/kafka-idle.tsv), HEALTHY_TIMEOUT (600 s, also the bound of each propagation probe), SPATE_BIN (default:
+#      builds target/release/spate), BENCH_ONLY=kafka|spate.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KAFKA_KIT="$ROOT/scripts/kafka"
@@ -32,7 +39,7 @@ OUT="${OUT:-$ROOT/target/bench-cluster-ops/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT"
 COUNTS="${PARTITION_COUNTS:-10 3000}"
 IDLE="${IDLE_SECONDS:-60}"
-SETTLE="${IDLE_SETTLE_SECONDS:-10}"
+SETTLE="${IDLE_SETTLE_SECONDS:-30}"
 export PROBE_TIMEOUT="${HEALTHY_TIMEOUT:-600}"
 if [[ -z "${SPATE_BIN:-}" && "${BENCH_ONLY:-}" != kafka ]]; then
   cargo build --release --bin spate --manifest-path "$ROOT/Cargo.toml"
@@ -48,24 +55,14 @@ KDIR="" SDIR="" SPIDS=()
 # its kafka.pid files), spate by SIGKILL (its data is thrown away, see with-spate-cluster.sh).
 cleanup() {
   set +e
-  if [[ -n "$KDIR" ]]; then
-    keep_logs kafka "$KDIR"/node-*/logs/server.log
-    KAFKA_CLUSTER_DIR="$KDIR" "$KAFKA_KIT/stop-cluster.sh" >/dev/null 2>&1
-    rm -rf "$KDIR"
-  fi
-  if [[ -n "$SDIR" ]]; then
-    for p in "${SPIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    keep_logs spate "$SDIR"/node-*.log
-    rm -rf "$SDIR"
-  fi
+  [[ -n "$KDIR" ]] && kafka_down
+  [[ -n "$SDIR" ]] && spate_down
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-keep_logs() {  # keep_logs NAME LOG...: the last lines of each node's log, for a post-mortem
-  local name=$1 f; shift
+keep_log() {  # keep_log NAME NODE LOG: the end of a node's log, for a post-mortem
   mkdir -p "$OUT/logs"
-  for f in "$@"; do [[ -f "$f" ]] && tail -n 3000 "$f" > "$OUT/logs/$name-$(basename "$(dirname "$f")")-$(basename "$f")"; done
+  [[ -f "$3" ]] && tail -n 5000 "$3" > "$OUT/logs/$1-node-$2.log"
   return 0
 }
 
@@ -89,7 +86,8 @@ kafka_controller() {
     | awk '$1 == "LeaderId:" { print $2 }'
 }
 kafka_down() {
-  keep_logs kafka "$KDIR"/node-*/logs/server.log
+  local i
+  for i in 1 2 3; do keep_log kafka "$i" "$KDIR/node-$i/logs/server.log"; done
   KAFKA_CLUSTER_DIR="$KDIR" "$KAFKA_KIT/stop-cluster.sh" >/dev/null 2>&1 || true
   rm -rf "$KDIR"; KDIR=""
 }
@@ -112,10 +110,16 @@ spate_start() {
     --http-listen "127.0.0.1:${SHTTP[i]}" --data-dir "$SDIR/node-$i" \
     >> "$SDIR/node-$i.out" 2>> "$SDIR/node-$i.log" &
   SPIDS[i]=$!
+  # Not a job of this shell: bash would report each kill -9 of the failover probe.
+  disown "$!"
 }
 spate_wait_ready() {
-  for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:${SHTTP[$1]}/ready" >/dev/null && return 0; sleep 0.1; done
-  echo "spate node $1 not ready after 60 s: $(curl -s "http://127.0.0.1:${SHTTP[$1]}/ready")" >&2
+  for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:${SHTTP[$1]}/ready" >/dev/null && return 0
+    alive "${SPIDS[$1]}" || break
+    sleep 0.1
+  done
+  echo "spate node $1 not ready: $(curl -s "http://127.0.0.1:${SHTTP[$1]}/ready" || echo exited)" >&2
   tail -n 30 "$SDIR/node-$1.log" >&2
   return 1
 }
@@ -130,10 +134,10 @@ spate_controller() {  # asks the nodes in turn: one may be down
   return 1
 }
 spate_down() {
-  local p
+  local i p
   for p in "${SPIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  keep_logs spate "$SDIR"/node-*.log
+  for p in "${SPIDS[@]}"; do for _ in $(seq 1 100); do alive "$p" || break; sleep 0.1; done; done
+  for i in 1 2 3; do keep_log spate "$i" "$SDIR/node-$i.log"; done
   rm -rf "$SDIR"; SDIR="" SPIDS=()
 }
 
@@ -150,16 +154,46 @@ record() { echo "$2 $3" >> "$OUT/$1.results"; echo "$1 $2: $3"; }
 alive() { local s; s="$(awk '{ sub(/^.*\) /, ""); print $1 }' "/proc/$1/stat" 2>/dev/null)"; [[ -n "$s" && "$s" != Z ]]; }
 ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 
+pct() { awk -v d="$1" -v hz="$TCK" -v s="$2" 'BEGIN { printf "%.2f", d / hz / s * 100 }'; }
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }'; }
+# Each node's CPU over IDLE s, and per window of at most 10 s in $OUT/NAME-idle.tsv (whether a
+# node is still settling shows there).
+idle_cpu() {
+  local name=$1 i step elapsed=0 total=0 rss=0 line
+  local -a pids first prev now
+  for i in 1 2 3; do pids[i]="$("${name}_pid" "$i")"; first[i]="$(ticks "${pids[i]}")"; prev[i]=${first[i]}; done
+  local start=$EPOCHREALTIME mark=$EPOCHREALTIME
+  echo "end_s node1_pct node2_pct node3_pct" > "$OUT/$name-idle.tsv"
+  while (( elapsed < IDLE )); do
+    step=$(( IDLE - elapsed < 10 ? IDLE - elapsed : 10 ))
+    sleep "$step"; elapsed=$(( elapsed + step ))
+    local took; took="$(since "$mark")"; mark=$EPOCHREALTIME
+    line="$elapsed"
+    for i in 1 2 3; do now[i]="$(ticks "${pids[i]}")"; line="$line $(pct $(( now[i] - prev[i] )) "$took")"; prev[i]=${now[i]}; done
+    echo "$line" >> "$OUT/$name-idle.tsv"
+  done
+  local all; all="$(since "$start")"
+  for i in 1 2 3; do
+    local p; p="$(pct $(( now[i] - first[i] )) "$all")"
+    record "$name" "idle_cpu_pct_node$i" "$p"
+    total="$(awk -v a="$total" -v b="$p" 'BEGIN { printf "%.2f", a + b }')"
+    rss=$(( rss + $(awk '/^VmRSS:/ { print $2 }' "/proc/${pids[i]}/status") ))
+  done
+  record "$name" idle_cpu_pct_total "$total"
+  record "$name" idle_rss_mib_total $(( rss / 1024 ))
+}
+
 suite() {
-  local name=$1 n i pid
+  local name=$1 n i k pid
   : > "$OUT/$name.results"
   healthy "$name"
   for n in $COUNTS; do
     echo "== $name: CreateTopics ops-p$n ($n partitions, RF 3) until every node has every leader"
     if probe propagate "ops-p$n" "$n" $NODES > "$OUT/$name-propagate-$n.txt" 2>&1; then
       cat "$OUT/$name-propagate-$n.txt"
-      record "$name" "propagation_ms_$n" "$(sed -n 's/.*propagation_ms=\([0-9]*\).*/\1/p' "$OUT/$name-propagate-$n.txt")"
-      record "$name" "create_ms_$n" "$(sed -n 's/.*create_ms=\([0-9]*\).*/\1/p' "$OUT/$name-propagate-$n.txt")"
+      for k in propagation_ms leaders_serve_ms create_ms; do
+        record "$name" "${k}_$n" "$(sed -n "s/.*\b$k=\([0-9]*\).*/\1/p" "$OUT/$name-propagate-$n.txt")"
+      done
     else
       cat "$OUT/$name-propagate-$n.txt" >&2
       record "$name" "propagation_ms_$n" failed
@@ -167,23 +201,9 @@ suite() {
     healthy "$name"
   done
 
-  echo "== $name: idle CPU over $IDLE s (after $SETTLE s quiet), topics: $COUNTS partitions"
+  echo "== $name: idle CPU over $IDLE s (after $SETTLE s quiet), topics of $COUNTS partitions"
   sleep "$SETTLE"
-  local -a t0 t1 pids
-  for i in 1 2 3; do pids[i]="$("${name}_pid" "$i")"; t0[i]="$(ticks "${pids[i]}")"; done
-  local start=$EPOCHREALTIME
-  sleep "$IDLE"
-  local took; took="$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')"
-  local total=0 rss=0
-  for i in 1 2 3; do
-    t1[i]="$(ticks "${pids[i]}")"
-    local pct; pct="$(awk -v d=$(( t1[i] - t0[i] )) -v hz="$TCK" -v s="$took" 'BEGIN { printf "%.2f", d / hz / s * 100 }')"
-    record "$name" "idle_cpu_pct_node$i" "$pct"
-    total="$(awk -v a="$total" -v b="$pct" 'BEGIN { printf "%.2f", a + b }')"
-    rss=$(( rss + $(awk '/^VmRSS:/ { print $2 }' "/proc/${pids[i]}/status") ))
-  done
-  record "$name" idle_cpu_pct_total "$total"
-  record "$name" idle_rss_mib_total $(( rss / 1024 ))
+  idle_cpu "$name"
 
   local controller victim kind
   for kind in leader controller; do
@@ -197,7 +217,7 @@ suite() {
     for i in 1 2 3; do pidlist="$pidlist $i=$("${name}_pid" "$i")"; done
     # shellcheck disable=SC2086
     if PROBE_PARTITION=0 timeout 300 python3 "$ROOT/scripts/failover_probe.py" "$(bootstrap)" "ops-failover-$kind" $pidlist > "$f" 2>&1; then
-      cat "$f"
+      grep "^failover_ms=" "$f"
       grep -q "killed_node=$victim " "$f" || echo "$name: the probe killed another node than $victim" >&2
       record "$name" "failover_${kind}_ms" "$(sed -n 's/.*failover_ms=\([0-9]*\).*/\1/p' "$f")"
     else
@@ -234,7 +254,7 @@ value() { awk -v k="$2" '$1 == k { print $2 }' "$OUT/$1.results" 2>/dev/null; }
   echo "== summary (3 nodes on loopback; propagation and failover in ms, idle CPU in % of one core)"
   printf "%-28s %12s %12s\n" metric kafka spate
   keys=()
-  for n in $COUNTS; do keys+=("propagation_ms_$n" "create_ms_$n"); done
+  for n in $COUNTS; do keys+=("propagation_ms_$n" "leaders_serve_ms_$n" "create_ms_$n"); done
   keys+=(idle_cpu_pct_node1 idle_cpu_pct_node2 idle_cpu_pct_node3 idle_cpu_pct_total idle_rss_mib_total
          failover_leader_ms failover_controller_ms)
   for k in "${keys[@]}"; do

@@ -6,9 +6,11 @@ librdkafka (confluent-kafka) through the first node.
 
     python3 scripts/cluster_ops_probe.py propagate TOPIC PARTITIONS ID=ADDR...
         CreateTopics (PARTITIONS, replication factor 3), then asks every node for TOPIC's
-        Metadata every PROBE_POLL_MS until all PARTITIONS have a leader there. Prints
-        `propagation_ms=<slowest node> create_ms=<CreateTopics answered> node<ID>_ms=...` and
-        what the nodes answered meanwhile.
+        Metadata every PROBE_POLL_MS until all PARTITIONS have a leader there; then asks
+        each leader for ListOffsets of its partitions until it answers them all (a node may
+        be named leader before it acts as one). Prints `propagation_ms=<slowest node>
+        leaders_serve_ms=<last partition served> create_ms=<CreateTopics answered>
+        node<ID>_ms=...` and what the nodes answered meanwhile; all from CreateTopics sent.
     python3 scripts/cluster_ops_probe.py healthy ID=ADDR...
         Waits until every node's Metadata lists all the nodes and every partition of every
         topic with a leader and a full ISR.
@@ -36,6 +38,10 @@ POLL = float(os.environ.get("PROBE_POLL_MS", "20")) / 1000
 
 def err_name(code):
     return KafkaError(code).name()
+
+
+def string(s):
+    return struct.pack(">h", len(s.encode())) + s.encode()
 
 
 class Reader:
@@ -75,9 +81,8 @@ class Node:
             out += chunk
         return bytes(out)
 
-    def metadata(self, topics=None, timeout=5.0):
-        """{"brokers": {id, ...}, "topics": {name: (error, {partition: (error, leader,
-        replicas, isr)})}} as this node answers Metadata v8 for `topics` (None: all)."""
+    def _call(self, api_key, version, body, timeout):
+        """Sends one request (header v1) and returns a Reader past the response header."""
         try:
             if self.sock is None:
                 self.sock = socket.create_connection(self.addr, timeout=timeout)
@@ -85,16 +90,8 @@ class Node:
             self.sock.settimeout(timeout)
             self.corr += 1
             client = b"cluster-ops-probe"
-            body = struct.pack(">hhih", 3, 8, self.corr, len(client)) + client
-            if topics is None:
-                body += struct.pack(">i", -1)
-            else:
-                body += struct.pack(">i", len(topics))
-                for t in topics:
-                    body += struct.pack(">h", len(t.encode())) + t.encode()
-            # No auto-creation (a poll must not create the topic), no authorized operations.
-            body += struct.pack(">???", False, False, False)
-            self.sock.sendall(struct.pack(">i", len(body)) + body)
+            req = struct.pack(">hhih", api_key, version, self.corr, len(client)) + client + body
+            self.sock.sendall(struct.pack(">i", len(req)) + req)
             size = struct.unpack(">i", self._recv(4))[0]
             r = Reader(self._recv(size))
         except OSError:
@@ -103,6 +100,17 @@ class Node:
         if r.take(">i") != self.corr:
             self.close()
             raise ConnectionError("correlation id mismatch")
+        return r
+
+    def metadata(self, topics=None, timeout=5.0):
+        """{"brokers": {id, ...}, "topics": {name: (error, {partition: (error, leader,
+        replicas, isr)})}} as this node answers Metadata v8 for `topics` (None: all)."""
+        if topics is None:
+            body = struct.pack(">i", -1)
+        else:
+            body = struct.pack(">i", len(topics)) + b"".join(string(t) for t in topics)
+        # No auto-creation (a poll must not create the topic), no authorized operations.
+        r = self._call(3, 8, body + struct.pack(">???", False, False, False), timeout)
         r.take(">i")  # throttle_time_ms
         brokers = r.array(lambda: (r.take(">i"), r.string(), r.take(">i"), r.string()))
         r.string()  # cluster_id
@@ -123,6 +131,25 @@ class Node:
 
         return {"brokers": {b[0] for b in brokers}, "topics": dict(r.array(topic))}
 
+    def list_offsets(self, topic, partitions, timeout=5.0):
+        """{partition: error code} of ListOffsets v4 (latest) for `partitions` of `topic`: 0
+        once this node leads the partition and serves it."""
+        body = struct.pack(">ib", -1, 0) + struct.pack(">i", 1) + string(topic)
+        body += struct.pack(">i", len(partitions))
+        body += b"".join(struct.pack(">iiq", p, -1, -1) for p in partitions)
+        r = self._call(2, 4, body, timeout)
+        r.take(">i")  # throttle_time_ms
+
+        def partition():
+            index, err = r.take(">i"), r.take(">h")
+            r.take(">q"), r.take(">q"), r.take(">i")  # timestamp, offset, leader_epoch
+            return index, err
+
+        out = {}
+        for _name, parts in r.array(lambda: (r.string(), r.array(partition))):
+            out.update(parts)
+        return out
+
     def close(self):
         if self.sock is not None:
             self.sock.close()
@@ -134,7 +161,8 @@ def parse_nodes(args):
 
 
 def admin(node):
-    return AdminClient({"bootstrap.servers": "%s:%d" % node.addr})
+    # librdkafka's informational lines (telemetry, reconnects) would clutter the report.
+    return AdminClient({"bootstrap.servers": "%s:%d" % node.addr, "log_level": 3})
 
 
 def propagate(topic, partitions, nodes):
@@ -145,55 +173,93 @@ def propagate(topic, partitions, nodes):
             sys.exit(f"topic {topic} exists already on node {n.id}")
     creator = admin(nodes[0])
     creator.list_topics(timeout=30)
-    done, answers = {}, collections.Counter()
+    done, led, served, answers = {}, {}, {}, collections.Counter()
     lock = threading.Lock()
+    created = {}
     t0 = time.monotonic()
     future = creator.create_topics([NewTopic(topic, partitions, 3)], request_timeout=TIMEOUT)[topic]
+    future.add_done_callback(lambda f: created.setdefault("ms", (time.monotonic() - t0) * 1000))
     deadline = t0 + TIMEOUT
 
-    def watch(n):
+    def poll(n, ask, tag):
+        """Calls ask() every POLL until it returns True; the answers it lists are counted."""
         while time.monotonic() < deadline:
             start = time.monotonic()
             seen = []
             try:
-                err, parts = n.metadata([topic])["topics"][topic]
-                if err:
-                    seen.append(err_name(err))
-                elif len(parts) == partitions and all(e == 0 and leader >= 0 for e, leader, _, _ in parts.values()):
-                    with lock:
-                        done[n.id] = (time.monotonic() - t0) * 1000
+                if ask(seen):
                     return
-                else:
-                    seen.append("partially_led")
-                    seen += [err_name(e) for e, _, _, _ in parts.values() if e]
             except OSError as e:
                 seen.append(type(e).__name__)
             with lock:
-                answers.update(seen)
+                answers.update(f"{tag}:{s}" for s in seen)
             time.sleep(max(0.0, POLL - (time.monotonic() - start)))
 
-    threads = [threading.Thread(target=watch, args=(n,), daemon=True) for n in nodes]
-    for t in threads:
-        t.start()
-    create_ms, create_err = None, None
+    def metadata_led(n):
+        def ask(seen):
+            err, parts = n.metadata([topic])["topics"][topic]
+            if err:
+                seen.append(err_name(err))
+            elif len(parts) == partitions and all(e == 0 and leader >= 0 for e, leader, _, _ in parts.values()):
+                with lock:
+                    done[n.id] = (time.monotonic() - t0) * 1000
+                    led[n.id] = {i: leader for i, (_, leader, _, _) in parts.items()}
+                return True
+            else:
+                seen.append("partially_led")
+                seen.extend(err_name(e) for e, _, _, _ in parts.values() if e)
+            return False
+        poll(n, ask, "metadata")
+
+    def leader_serves(n, pending):
+        # Metadata names a leader as soon as the controller chose it; whether that node
+        # already acts as one shows in ListOffsets, which only a partition's leader answers.
+        def ask(seen):
+            for p, err in n.list_offsets(topic, sorted(pending)).items():
+                if err == 0:
+                    pending.discard(p)
+                else:
+                    seen.append(err_name(err))
+            if not pending:
+                with lock:
+                    served[n.id] = (time.monotonic() - t0) * 1000
+                return True
+            return False
+        poll(n, ask, "listoffsets")
+
+    def run(target, args_list):
+        threads = [threading.Thread(target=target, args=a, daemon=True) for a in args_list]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()) + 10)
+
+    run(metadata_led, [(n,) for n in nodes])
+    if len(done) == len(nodes):
+        by_leader = collections.defaultdict(set)
+        for i, leader in led[nodes[0].id].items():
+            by_leader[leader].add(i)
+        by_id = {n.id: n for n in nodes}
+        run(leader_serves, [(by_id[k], v) for k, v in by_leader.items() if k in by_id])
+    create_err = None
     try:
-        future.result(timeout=TIMEOUT)
-        create_ms = (time.monotonic() - t0) * 1000
+        future.result(timeout=max(0.0, deadline - time.monotonic()) + 1)
+        created.setdefault("ms", (time.monotonic() - t0) * 1000)  # the callback may not have run yet
     except Exception as e:  # the polls still tell whether the topic arrived
         create_err = e
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()) + 10)
     seen = ",".join(f"{k}:{v}" for k, v in sorted(answers.items())) or "none"
     per_node = " ".join(f"node{i}_ms={done[i]:.0f}" for i in sorted(done))
     if create_err is not None:
         print(f"CreateTopics failed: {create_err}", file=sys.stderr)
-    if len(done) < len(nodes) or create_err is not None:
+    leaders = set(led[nodes[0].id].values()) if led else set()
+    if len(done) < len(nodes) or set(served) != leaders or create_err is not None:
         missing = sorted({n.id for n in nodes} - set(done))
         print(f"propagation of {topic} ({partitions} partitions) incomplete after {TIMEOUT:.0f} s: "
-              f"nodes {missing} not there; {per_node}; answers meanwhile: {seen}", file=sys.stderr)
+              f"Metadata without every leader on nodes {missing}, leaders {sorted(leaders - set(served))} "
+              f"not serving; {per_node}; answers meanwhile: {seen}", file=sys.stderr)
         return 1
-    print(f"propagation_ms={max(done.values()):.0f} create_ms={create_ms:.0f} {per_node} "
-          f"partitions={partitions} answers_meanwhile={seen}")
+    print(f"propagation_ms={max(done.values()):.0f} leaders_serve_ms={max(served.values()):.0f} "
+          f"create_ms={created['ms']:.0f} {per_node} partitions={partitions} answers_meanwhile={seen}")
     return 0
 
 

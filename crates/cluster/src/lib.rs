@@ -17,6 +17,7 @@ pub mod membership;
 pub mod metadata;
 pub mod network;
 pub mod node;
+pub mod pre_vote;
 pub mod raft;
 pub mod reassignment;
 pub mod replication;

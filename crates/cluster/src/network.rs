@@ -87,6 +87,10 @@ enum Request {
     },
     /// The leader's commit index, confirmed with a quorum (Raft's ReadIndex).
     ReadIndex,
+    /// Would the peer vote for a candidate whose log ends here (see `pre_vote`)?
+    PreVote {
+        last_log: Option<openraft::LogId<NodeId>>,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -101,6 +105,7 @@ enum Response {
     Membership(Result<(), MembershipError>),
     BrokerHeartbeat(Result<(), HeartbeatError>),
     ReadIndex(Result<Option<u64>, HeartbeatError>),
+    PreVote(bool),
     /// The server would not handle the request; the reason says why.
     Refused(String),
 }
@@ -396,6 +401,20 @@ impl PeerClient {
         }
     }
 
+    /// Asks the peer whether it would vote for a candidate whose log ends at `last_log`.
+    pub async fn pre_vote(
+        &mut self,
+        last_log: Option<openraft::LogId<NodeId>>,
+        timeout: Duration,
+    ) -> Result<bool, TransportError> {
+        match self.call(Request::PreVote { last_log }, timeout).await? {
+            Response::PreVote(granted) => Ok(granted),
+            _ => Err(TransportError::UnexpectedResponse {
+                target: self.target,
+            }),
+        }
+    }
+
     /// Asks the peer, if it leads, for its commit index confirmed with a quorum.
     pub async fn read_index(
         &mut self,
@@ -546,6 +565,8 @@ pub struct PeerServices {
     /// it no longer holds entries it may have acknowledged (Raft's safety rests on voters
     /// keeping their logs; KIP-853 treats such a node as a new one for the same reason).
     pub rejoining: Arc<std::sync::atomic::AtomicBool>,
+    /// What this voter answers to pre-votes, and when it last heard from a leader.
+    pub pre_vote: Arc<crate::pre_vote::PreVote>,
 }
 
 /// Serves Raft RPCs, forwarded client writes and hellos for `raft` on `listener` until the
@@ -656,7 +677,10 @@ async fn handle(
     req: Request,
 ) -> Response {
     match req {
-        Request::AppendEntries(r) => Response::AppendEntries(raft.append_entries(r).await),
+        Request::AppendEntries(r) => {
+            state.pre_vote.heard_from_leader();
+            Response::AppendEntries(raft.append_entries(r).await)
+        }
         // A voter that lost its log must not help elect a leader that lacks what it had
         // acknowledged: no vote until it has caught up again (see `PeerServices::rejoining`).
         Request::Vote(_) if state.rejoining.load(std::sync::atomic::Ordering::SeqCst) => {
@@ -678,6 +702,10 @@ async fn handle(
             broker_epoch,
         } => Response::BrokerHeartbeat(state.heartbeats.receive(broker_id, broker_epoch).await),
         Request::ReadIndex => Response::ReadIndex(state.heartbeats.read_index().await),
+        Request::PreVote { last_log } => Response::PreVote(
+            !state.rejoining.load(std::sync::atomic::Ordering::SeqCst)
+                && state.pre_vote.grant(last_log),
+        ),
         Request::Hello => Response::Hello(HelloResponse {
             node_id,
             peers: peers.clone(),

@@ -527,12 +527,13 @@ impl MetadataNode {
             );
         }
         let rejoining = Arc::new(std::sync::atomic::AtomicBool::new(rejoining));
-        let (log, sm) = open_storage(&dir)
+        let (mut log, sm) = open_storage(&dir)
             .await
             .map_err(|source| StartError::Storage {
                 dir: dir.clone(),
                 source: Box::new(source),
             })?;
+        let log_reader = openraft::storage::RaftLogStorage::get_log_reader(&mut log).await;
         if log.torn_bytes_dropped() > 0 {
             tracing::warn!(
                 node_id = config.node_id,
@@ -552,6 +553,11 @@ impl MetadataNode {
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
 
+        let pre_vote = Arc::new(crate::pre_vote::PreVote::new(
+            raft.clone(),
+            log_reader,
+            Duration::from_millis(config.timings.election_min_ms),
+        ));
         let heartbeats = heartbeat::Receiver {
             raft: raft.clone(),
             image: image.clone(),
@@ -579,8 +585,24 @@ impl MetadataNode {
             PeerServices {
                 heartbeats: heartbeats.clone(),
                 rejoining: rejoining.clone(),
+                pre_vote: pre_vote.clone(),
             },
         )));
+        let voters = {
+            let raft = raft.clone();
+            let peers = config.peers.clone();
+            move || {
+                let m = crate::membership::members(&raft);
+                m.voters
+                    .iter()
+                    .filter_map(|id| {
+                        let addr = peers.get(id).or_else(|| m.nodes.get(id))?;
+                        Some((*id, addr.clone()))
+                    })
+                    .collect::<Vec<_>>()
+            }
+        };
+        tasks.push(tokio::spawn(pre_vote.guard(config.node_id, voters)));
         if rejoining.load(std::sync::atomic::Ordering::SeqCst) {
             tasks.push(tokio::spawn(catch_up_before_voting(
                 raft.clone(),

@@ -78,6 +78,18 @@ pub struct LogReader {
     shared: Arc<Shared>,
 }
 
+impl LogReader {
+    /// The id of the last entry (or, in an empty log, the last purged one): what a vote
+    /// compares logs by.
+    pub fn last_log_id(&self) -> Option<LogId<NodeId>> {
+        let mem = self.shared.mem.read();
+        mem.entries
+            .last_key_value()
+            .map(|(_, e)| e.log_id)
+            .or(mem.last_purged)
+    }
+}
+
 enum Decoded {
     Record(Box<LogEntry>, usize),
     End,

@@ -491,3 +491,74 @@ async fn an_isolated_leader_stops_acknowledging_acks_all_and_truncates_its_diver
         divergent_acks_1.len()
     ));
 }
+
+/// The metadata quorum's (leader, term) as node `n` reports it.
+fn quorum_of(n: &Node) -> Result<(u64, u64), String> {
+    let s = n.status()?;
+    let leader = s["quorum"]["leader"].as_u64().ok_or("no quorum leader")?;
+    let term = s["quorum"]["term"].as_u64().ok_or("no term")?;
+    Ok((leader, term))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_returning_from_isolation_does_not_force_a_metadata_election() {
+    if let Some(why) = netns::unavailable() {
+        return skip_or_fail(&why);
+    }
+    let net = match Net::create(3) {
+        Ok(net) => net,
+        Err(e) => return skip_or_fail(&format!("cannot create network namespaces: {e}")),
+    };
+    let nodes: Vec<Node> = (1..=3).map(|id| Node::start(&net, id, 3)).collect();
+    wait_for(
+        "every node to be ready",
+        Duration::from_secs(60),
+        || match nodes.iter().find(|n| !n.ready()) {
+            None => Ok(()),
+            Some(n) => Err(format!("node {} not ready", n.id)),
+        },
+    );
+    let (leader, term) = wait_for("a stable quorum", Duration::from_secs(30), || {
+        let views = nodes.iter().map(quorum_of).collect::<Result<Vec<_>, _>>()?;
+        let first = views[0];
+        views
+            .iter()
+            .all(|v| *v == first)
+            .then_some(first)
+            .ok_or_else(|| format!("{views:?}"))
+    });
+    let follower = (1..=3u8)
+        .find(|&n| u64::from(n) != leader)
+        .expect("a follower");
+    let others: Vec<u8> = (1..=3).filter(|&n| n != follower).collect();
+    for &m in &others {
+        net.cut(follower, m);
+    }
+    // Several election timeouts (1-2 s each): the follower campaigns alone.
+    std::thread::sleep(Duration::from_secs(8));
+    for &m in &others {
+        net.heal(follower, m);
+    }
+    // It rejoins under the same leader and term: its lone campaigns must not depose a
+    // leader that kept its quorum all along.
+    wait_for(
+        "the returned follower to follow the same leader",
+        Duration::from_secs(30),
+        || {
+            let v = quorum_of(&nodes[usize::from(follower) - 1])?;
+            (v.0 == leader)
+                .then_some(())
+                .ok_or_else(|| format!("{v:?}"))
+        },
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let views = nodes
+        .iter()
+        .map(quorum_of)
+        .collect::<Result<Vec<_>, _>>()
+        .expect("quorum views");
+    assert!(
+        views.iter().all(|&v| v == (leader, term)),
+        "leader {leader} at term {term} before the isolation, after: {views:?}"
+    );
+}
