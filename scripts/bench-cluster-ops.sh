@@ -30,8 +30,9 @@
 # Results in $OUT (default target/bench-cluster-ops/<date>); a table is printed at the end.
 # Env: PARTITION_COUNTS ("10 3000"), IDLE_SECONDS (60), IDLE_SETTLE_SECONDS (30: quiet time
 #      before sampling; Kafka's JVM still settles, at a few % per node, over its first tens
-#      of seconds, see $OUT/kafka-idle.tsv), HEALTHY_TIMEOUT (600 s, also the bound of each propagation probe), SPATE_BIN (default:
-#      builds target/release/spate), BENCH_ONLY=kafka|spate.
+#      of seconds, see $OUT/kafka-idle.tsv), HEALTHY_TIMEOUT (600 s, also the bound of each
+#      propagation probe), SPATE_BIN (default: builds target/release/spate),
+#      BENCH_ONLY=kafka|spate.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KAFKA_KIT="$ROOT/scripts/kafka"

@@ -235,9 +235,20 @@ impl LivenessTracker {
     /// rather than after the session timeout. Fencing a live broker by mistake costs only a
     /// leader move, never data, so hard evidence is enough. A later heartbeat of the same
     /// registration, or a new registration, clears it.
-    pub fn mark_down(&mut self, broker: BrokerId) {
-        if let Some(s) = self.brokers.get_mut(&broker) {
-            s.down = true;
+    ///
+    /// `refusing_ms` is how long the refusals have lasted as of `now_ms`: a broker that showed
+    /// a sign of life since they began is not down (the refusals are stale: a connection that
+    /// is never retried keeps its last answer), and `false` says so, so the caller can forget
+    /// them instead of fencing and unfencing the broker on every pass.
+    pub fn mark_down(&mut self, broker: BrokerId, refusing_ms: u64, now_ms: u64) -> bool {
+        let began = now_ms.saturating_sub(refusing_ms);
+        match self.brokers.get_mut(&broker) {
+            Some(s) if s.changed_ms.is_some_and(|alive| alive >= began) => false,
+            Some(s) => {
+                s.down = true;
+                true
+            }
+            None => true,
         }
     }
 
@@ -683,7 +694,7 @@ pub(crate) mod tests {
         let mut image = image_with_brokers(&[1, 2, 3]);
         let mut tracker = LivenessTracker::new();
         tracker.observe(&image, 100_000);
-        tracker.mark_down(3);
+        assert!(tracker.mark_down(3, 1_000, 100_000));
         let cmds = reconcile(&image, &tracker, 100_001, TIMEOUT, PassOptions::default());
         assert_eq!(
             cmds,
@@ -696,6 +707,25 @@ pub(crate) mod tests {
         heartbeat(&mut image, 3, 100_002);
         tracker.observe(&image, 100_002);
         assert!(!tracker.is_expired(3, 100_003, TIMEOUT));
+    }
+
+    #[test]
+    fn refusals_older_than_a_heartbeat_do_not_fence_a_live_broker_again() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        let mut tracker = LivenessTracker::new();
+        tracker.observe(&image, 0);
+        heartbeat(&mut image, 3, 5_000);
+        tracker.observe(&image, 5_000);
+        // Its port refused connections from t=2_000 to now (t=6_000), but it heartbeated at
+        // t=5_000: the refusals are stale, it stays live, and the caller forgets them.
+        assert!(!tracker.mark_down(3, 4_000, 6_000));
+        assert!(reconcile(&image, &tracker, 6_000, TIMEOUT, PassOptions::default()).is_empty());
+        // Refusals that began after its last heartbeat still fence it at once.
+        assert!(tracker.mark_down(3, 500, 6_000));
+        assert_eq!(
+            reconcile(&image, &tracker, 6_000, TIMEOUT, PassOptions::default()).len(),
+            1
+        );
     }
 
     #[test]

@@ -226,13 +226,13 @@ impl PeerHealth {
         self.refusing.lock().remove(&peer);
     }
 
-    /// Peers that have refused every connection for at least `streak`.
-    pub fn down(&self, streak: Duration) -> Vec<NodeId> {
+    /// Peers that have refused every connection for at least `streak`, with how long.
+    pub fn down(&self, streak: Duration) -> Vec<(NodeId, Duration)> {
         self.refusing
             .lock()
             .iter()
-            .filter(|(_, since)| since.elapsed() >= streak)
-            .map(|(id, _)| *id)
+            .map(|(id, since)| (*id, since.elapsed()))
+            .filter(|(_, refusing)| *refusing >= streak)
             .collect()
     }
 }
@@ -726,7 +726,14 @@ mod tests {
         let health = Arc::new(PeerHealth::default());
         let mut client = PeerClient::new(1, 2, addr.to_string()).with_health(health.clone());
         assert!(client.hello(Duration::from_secs(2)).await.is_err());
-        assert_eq!(health.down(Duration::ZERO), vec![2]);
+        assert_eq!(
+            health
+                .down(Duration::ZERO)
+                .iter()
+                .map(|(id, _)| *id)
+                .collect::<Vec<_>>(),
+            vec![2]
+        );
         assert!(
             health.down(Duration::from_secs(60)).is_empty(),
             "not refused for long yet"

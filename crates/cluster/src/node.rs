@@ -1425,12 +1425,17 @@ async fn run_controller(
         let current = image.borrow().clone();
         tracker.observe(&current, now_ms);
         tracker.observe_heartbeats(&heartbeats.snapshot(), now_ms);
-        for peer in health.down(REFUSED_FOR_DOWN) {
+        for (peer, refusing) in health.down(REFUSED_FOR_DOWN) {
             if let Ok(id) = BrokerId::try_from(peer) {
+                let refusing_ms = u64::try_from(refusing.as_millis()).unwrap_or(u64::MAX);
+                if !tracker.mark_down(id, refusing_ms, now_ms) {
+                    // It heartbeated since: the refusals are stale, not a dead process.
+                    health.reached(peer);
+                    continue;
+                }
                 if current.is_live(id) {
                     tracing::info!(broker = id, "its inter-node port refuses connections: fencing it without waiting for the session timeout");
                 }
-                tracker.mark_down(id);
             }
         }
         let settings = RebalanceSettings::from_image(&current);
