@@ -239,7 +239,13 @@ impl Partition {
     /// produces are taken and the high watermark moves as the ISR catches up.
     pub fn become_leader(&self, l: Leadership, now_ms: u64, lag_time_max_ms: u64) {
         let leader_epoch = l.leader_epoch;
-        let st = self.state.write();
+        let mut st = self.state.write();
+        // The epoch checkpoint is written now (the caller is on the blocking pool), not by the
+        // epoch's first produce on an async worker. Should it fail, that first append tries
+        // again and reports the storage error.
+        if let Err(e) = st.log.begin_epoch(leader_epoch) {
+            tracing::error!(partition = self.index, epoch = leader_epoch, error = %e, "cannot record the new leader epoch");
+        }
         self.follower_starts.lock().clear();
         self.sync_acks.store(l.sync_acks, Ordering::SeqCst);
         let end = self.own_end(&st.log);
@@ -497,6 +503,12 @@ impl Partition {
             *cur = hw;
             changed
         });
+    }
+
+    /// Whether a batch of leader epoch `epoch` would start a new epoch here (its append then
+    /// writes and fsyncs the epoch checkpoint: a follower does that off the async workers).
+    pub fn epoch_is_new(&self, epoch: i32) -> bool {
+        self.state.read().log.epoch_is_new(epoch)
     }
 
     /// Every leader epoch that wrote to this partition and where it started.
@@ -1005,6 +1017,26 @@ mod tests {
         p.become_leader(leadership(vec![1]), 0, 30_000);
         append(&p, &idempotent(0, 2)).unwrap();
         assert_eq!(p.known_high_watermark(), Some(2));
+    }
+
+    #[test]
+    fn a_new_leader_records_its_epoch_when_it_takes_it_not_at_its_first_produce() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, _) = open(dir.path());
+        append(&p, &idempotent(0, 3)).unwrap();
+        p.set_role(Role::Follower, 0);
+        p.become_leader(leadership(vec![1]), 0, 30_000);
+        let latest = p.epochs().last().copied();
+        assert_eq!(
+            latest,
+            Some(EpochEntry {
+                epoch: 7,
+                start_offset: 3
+            })
+        );
+        assert!(!p.epoch_is_new(7), "the first produce writes no checkpoint");
+        let on_disk = std::fs::read_to_string(dir.path().join(spate_log::CHECKPOINT_FILE)).unwrap();
+        assert!(on_disk.contains("7 3"), "{on_disk}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub mod storage;
 
 pub use config::{FsyncPolicy, LogConfig};
 pub use durability::{wait_durable, Durability, DurabilityError, Flusher};
-pub use epochs::EpochEntry;
+pub use epochs::{EpochEntry, CHECKPOINT_FILE};
 pub use error::LogError;
 pub use log::{AppendInfo, Log, ReadResult, TimestampLookup};
 pub use storage::{FsStorage, Storage};

@@ -403,6 +403,32 @@ impl Log {
         self.write(head, body, &header, now_ms)
     }
 
+    /// Records that `epoch` writes from `start_offset` on, persisting the checkpoint (an
+    /// fsync) when the epoch is new. A leader calls it when it takes the epoch, on the
+    /// blocking pool, so the first produce of the epoch does not fsync on an async worker.
+    pub fn begin_epoch(&mut self, epoch: i32) -> Result<(), LogError> {
+        let end = self.end_offset();
+        self.record_epoch(epoch, end)
+    }
+
+    /// Whether appending a batch of `epoch` would first write the epoch checkpoint.
+    pub fn epoch_is_new(&self, epoch: i32) -> bool {
+        self.epochs.latest().is_none_or(|e| e.epoch != epoch)
+    }
+
+    fn record_epoch(&mut self, epoch: i32, start_offset: i64) -> Result<(), LogError> {
+        if !self.epoch_is_new(epoch) {
+            return Ok(());
+        }
+        if let Err(e) = self.epochs.assign(epoch, start_offset) {
+            if matches!(e, LogError::Io { .. }) {
+                self.sync.fail();
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Writes a batch whose offsets and epoch are final, recording a new epoch first.
     fn write(
         &mut self,
@@ -412,15 +438,7 @@ impl Log {
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
         self.adopt_finished_seals();
-        let epoch = header.partition_leader_epoch;
-        if self.epochs.latest().is_none_or(|e| e.epoch != epoch) {
-            if let Err(e) = self.epochs.assign(epoch, header.base_offset) {
-                if matches!(e, LogError::Io { .. }) {
-                    self.sync.fail();
-                }
-                return Err(e);
-            }
-        }
+        self.record_epoch(header.partition_leader_epoch, header.base_offset)?;
         self.maybe_roll((head.len() + body.len()) as u64, now_ms)?;
         let interval = self.config.index_interval_bytes as u64;
         let n = self.segments.len();

@@ -601,7 +601,14 @@ async fn fetch(
                         // Already here (a fetch overlapping one that raced with truncation).
                         continue;
                     }
-                    match p.append_replica(batch, f.epoch) {
+                    // The first batch of a new epoch writes and fsyncs the epoch checkpoint:
+                    // off the async workers, like truncation.
+                    let appended_here = if p.epoch_is_new(h.partition_leader_epoch) {
+                        tokio::task::block_in_place(|| p.append_replica(batch, f.epoch))
+                    } else {
+                        p.append_replica(batch, f.epoch)
+                    };
+                    match appended_here {
                         Ok(()) => appended = true,
                         Err(AppendError::Refused(e)) => {
                             tracing::debug!(topic = %key.0, partition = key.1, error = ?e, "replica append refused; the partition moved on");
