@@ -61,9 +61,9 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-keep_log() {  # keep_log NAME NODE LOG: the end of a node's log, for a post-mortem
+keep_log() {  # keep_log NAME NODE LOG: a node's whole log (its start and the restart), compressed
   mkdir -p "$OUT/logs"
-  [[ -f "$3" ]] && tail -n 5000 "$3" > "$OUT/logs/$1-node-$2.log"
+  [[ -f "$3" ]] && gzip -c "$3" > "$OUT/logs/$1-node-$2.log.gz"
   return 0
 }
 
@@ -96,7 +96,7 @@ kafka_down() {
 # --- spate: three processes on fixed free ports, so that a restarted node keeps its addresses.
 spate_up() {
   SDIR="$(mktemp -d /tmp/spate-cluster-ops.XXXX)"
-  local ports
+  local ports i
   read -r -a ports < <(python3 "$ROOT/scripts/free-ports.py" 9)
   [[ ${#ports[@]} == 9 ]] || { echo "no free ports for the spate cluster" >&2; exit 1; }
   SKAFKA=("" "${ports[@]:0:3}") SHTTP=("" "${ports[@]:3:3}")

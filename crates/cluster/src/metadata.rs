@@ -7,6 +7,7 @@
 //! command as a no-op with a typed reason.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use spate_quotas::{QuotaEntity, QuotaKey, QuotaTable, QuotaValue};
@@ -148,7 +149,10 @@ pub struct ProducerIdBlock {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetadataImage {
     pub(crate) brokers: BTreeMap<BrokerId, BrokerRegistration>,
-    pub(crate) topics: BTreeMap<String, TopicImage>,
+    /// Shared with the images before and after a change that leaves them alone: applying a
+    /// command copies only the topics it changes (copy-on-write), and comparing two images
+    /// skips every topic they share by pointer.
+    pub(crate) topics: BTreeMap<String, Arc<TopicImage>>,
     /// Dynamic broker configs (Kafka's `kafka-configs --entity-type brokers`), by resource
     /// name: `""` is the cluster-wide default, `"3"` broker 3.
     #[serde(default)]
@@ -777,19 +781,20 @@ impl MetadataImage {
         self.brokers.get(&id).is_some_and(|b| !b.fenced)
     }
 
-    /// All topics, by name.
-    pub fn topics(&self) -> &BTreeMap<String, TopicImage> {
+    /// All topics, by name. A topic no command changed is the same `Arc` in both images
+    /// (`Arc::ptr_eq` tells what changed between two images without comparing contents).
+    pub fn topics(&self) -> &BTreeMap<String, Arc<TopicImage>> {
         &self.topics
     }
 
     /// One topic by name.
     pub fn topic(&self, name: &str) -> Option<&TopicImage> {
-        self.topics.get(name)
+        self.topics.get(name).map(|t| &**t)
     }
 
     /// One topic by id (a scan: topic ids are looked up rarely, by Fetch v13+ and deletes).
     pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicImage> {
-        self.topics.values().find(|t| t.id == id)
+        self.topics.values().find(|t| t.id == id).map(|t| &**t)
     }
 
     /// One partition.
@@ -1144,12 +1149,12 @@ impl MetadataImage {
         let partitions = self.new_partitions(assignment, replication_factor)?;
         self.topics.insert(
             name.to_owned(),
-            TopicImage {
+            Arc::new(TopicImage {
                 name: name.to_owned(),
                 id: topic_id,
                 configs: configs.clone(),
                 partitions,
-            },
+            }),
         );
         Ok(CommandOutcome::TopicCreated { topic_id })
     }
@@ -1174,7 +1179,7 @@ impl MetadataImage {
             })?;
         let mut new = self.new_partitions(assignment, replication_factor)?;
         if let Some(topic) = self.topics.get_mut(name) {
-            topic.partitions.append(&mut new);
+            Arc::make_mut(topic).partitions.append(&mut new);
         }
         Ok(CommandOutcome::PartitionsCreated { partition_count })
     }
@@ -1254,7 +1259,7 @@ impl MetadataImage {
                 reason: format!("key {key:?} is both set and removed"),
             });
         }
-        if let Some(topic) = self.topics.get_mut(name) {
+        if let Some(topic) = self.topics.get_mut(name).map(Arc::make_mut) {
             for key in remove {
                 topic.configs.remove(key);
             }
@@ -1273,6 +1278,7 @@ impl MetadataImage {
         let t = self
             .topics
             .get_mut(topic)
+            .map(Arc::make_mut)
             .ok_or_else(|| CommandError::UnknownTopic {
                 name: topic.to_owned(),
             })?;
@@ -1592,6 +1598,30 @@ mod tests {
             },
         );
         image
+    }
+
+    #[test]
+    fn a_change_copies_only_the_topic_it_touches() {
+        let mut image = cluster();
+        ok(
+            &mut image,
+            MetadataCommand::CreateTopic {
+                name: "u".to_owned(),
+                topic_id: uuid(101),
+                configs: BTreeMap::new(),
+                assignment: vec![vec![1, 2, 3]],
+            },
+        );
+        let before = image.clone();
+        ok(&mut image, alter_isr(vec![1, 2], 0, 0));
+        let shared = |name: &str| Arc::ptr_eq(&before.topics()[name], &image.topics()[name]);
+        assert!(!shared("t"), "the changed topic is a copy");
+        assert!(shared("u"), "the other topic is shared, not copied");
+        assert_ne!(before.topics()["t"], image.topics()["t"]);
+        // A snapshot still round-trips through JSON.
+        let json = serde_json::to_vec(&image).unwrap();
+        let back: MetadataImage = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back, image);
     }
 
     fn fence(image: &mut MetadataImage, id: BrokerId) {

@@ -497,27 +497,44 @@ async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
     }
-    let mut applied: Option<(Arc<MetadataImage>, Option<i64>)> = None;
+    // The last image applied in full (with the broker epoch then): the next one is applied
+    // against it, touching only what changed.
+    let mut applied: Option<(reconcile::Baseline, Option<i64>)> = None;
     loop {
         let image = images.borrow_and_update().clone();
         let Some(b) = broker.upgrade() else { return };
         let epoch = cluster.broker_epoch();
-        // Heartbeats change the image every second per node; they matter here only when the
-        // topics or the brokers' registrations changed too.
+        // Images that change nothing about topics or the brokers' registrations need no work.
         let same = applied.as_ref().is_some_and(|(prev, prev_epoch)| {
-            *prev_epoch == epoch && reconcile::same_for_replication(prev, &image)
+            *prev_epoch == epoch && reconcile::same_for_replication(&prev.image, &image)
         });
         let mut retry = false;
         if !same {
             let c = cluster.clone();
             let img = image.clone();
-            let done = tokio::task::spawn_blocking(move || reconcile::apply(&b, &c, &img)).await;
+            // A changed broker epoch asks for a full pass, as does a first one.
+            let baseline = applied
+                .take()
+                .filter(|(_, prev_epoch)| *prev_epoch == epoch)
+                .map(|(base, _)| base);
+            let done = tokio::task::spawn_blocking(move || {
+                reconcile::apply(&b, &c, &img, baseline.as_ref())
+            })
+            .await;
             match done {
-                Ok(true) => applied = Some((image.clone(), epoch)),
+                Ok((true, may_lead)) => {
+                    applied = Some((
+                        reconcile::Baseline {
+                            image: image.clone(),
+                            may_lead,
+                        },
+                        epoch,
+                    ))
+                }
                 // Not marked applied: the same image is applied again after a pause, even if
                 // no newer one comes, so a partition is not left in its old role until some
                 // unrelated change.
-                Ok(false) => retry = true,
+                Ok((false, _)) => retry = true,
                 Err(e) => {
                     tracing::error!(error = %e, "applying metadata to local partitions failed; retrying");
                     retry = true;

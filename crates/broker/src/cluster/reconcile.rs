@@ -17,18 +17,40 @@ use crate::Broker;
 /// assignments, leaders, epochs, ISRs) and same registrations (epochs, fencing). Heartbeat
 /// counters and times, which change every second, do not count.
 pub(super) fn same_for_replication(a: &MetadataImage, b: &MetadataImage) -> bool {
-    a.topics() == b.topics()
-        && a.brokers().len() == b.brokers().len()
+    // Topics both images share by pointer compare in O(1) each.
+    a.topics() == b.topics() && same_registrations(a, b)
+}
+
+/// Same brokers with the same registration epochs and fencing.
+fn same_registrations(a: &MetadataImage, b: &MetadataImage) -> bool {
+    a.brokers().len() == b.brokers().len()
         && a.brokers()
             .values()
             .zip(b.brokers().values())
             .all(|(x, y)| x.id == y.id && x.epoch == y.epoch && x.fenced == y.fenced)
 }
 
-/// Applies `image` to the local registry and partition roles. Returns `false` when some
-/// step failed (a full disk creating a replica, a coordinator that could not load): the
-/// caller applies the image again later rather than take it as done.
-pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) -> bool {
+/// An image already applied in full, and whether this broker could lead then: topics it
+/// shares with the next image (the same `Arc`) need no work if nothing about the brokers
+/// changed either.
+pub(super) struct Baseline {
+    /// The image applied.
+    pub image: std::sync::Arc<MetadataImage>,
+    /// Whether this broker could lead when it was applied.
+    pub may_lead: bool,
+}
+
+/// Applies `image` to the local registry and partition roles: every topic, or with a
+/// `baseline` only the topics that changed since it (a change costs what it touches, not
+/// the whole image). Returns whether every step succeeded (`false` after a full disk
+/// creating a replica, a coordinator that could not load: the caller applies the image again,
+/// in full, rather than take it as done) and whether this broker could lead.
+pub(super) fn apply(
+    b: &Broker,
+    cluster: &Cluster,
+    image: &MetadataImage,
+    baseline: Option<&Baseline>,
+) -> (bool, bool) {
     let mut complete = true;
     let view = View {
         now: b.clock.monotonic_ms().max(0) as u64,
@@ -36,7 +58,18 @@ pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) -> boo
         may_lead: cluster.registered_in(image) && cluster.lease_valid(),
         sync_acks: b.config.fsync.acks_wait_for_fsync(),
     };
+    let unchanged_brokers = baseline
+        .filter(|base| base.may_lead == view.may_lead && same_registrations(&base.image, image));
     for t in image.topics().values() {
+        let untouched = unchanged_brokers.is_some_and(|base| {
+            base.image
+                .topics()
+                .get(&t.name)
+                .is_some_and(|before| std::sync::Arc::ptr_eq(before, t))
+        });
+        if untouched {
+            continue;
+        }
         match ensure_topic(b, cluster, t) {
             Ok(local) => set_roles(cluster, &view, t, &local),
             Err(e) => {
@@ -81,7 +114,7 @@ pub(super) fn apply(b: &Broker, cluster: &Cluster, image: &MetadataImage) -> boo
             }
         }
     }
-    complete
+    (complete, view.may_lead)
 }
 
 /// The partitions of `t` with a replica assigned to `me` (reassignment targets included).
