@@ -370,6 +370,10 @@ pub enum MetadataCommand {
     },
     /// Several commands applied atomically: all or none.
     Batch(Vec<MetadataCommand>),
+    /// Several independent commands in one entry, each applied or refused on its own (as
+    /// Kafka's AlterPartition carries the ISR changes of many partitions): one Raft round
+    /// for what would otherwise be one each.
+    Each(Vec<MetadataCommand>),
 }
 
 /// The typed result of a command that was applied.
@@ -438,6 +442,8 @@ pub enum CommandOutcome {
     ClientQuotasAltered,
     /// Outcomes of a batch, in order.
     Batch(Vec<CommandOutcome>),
+    /// The result of each command of an `Each`, in order.
+    Each(Vec<Result<CommandOutcome, CommandError>>),
     /// A Raft-internal entry (blank or membership) with no metadata effect.
     Noop,
 }
@@ -1001,6 +1007,10 @@ impl MetadataImage {
                 *self = scratch;
                 Ok(CommandOutcome::Batch(outcomes))
             }
+            // A refused command leaves the image as it was, so the others need no copy.
+            MetadataCommand::Each(cmds) => Ok(CommandOutcome::Each(
+                cmds.iter().map(|cmd| self.apply(cmd)).collect(),
+            )),
         }
     }
 
@@ -1622,6 +1632,28 @@ mod tests {
         let json = serde_json::to_vec(&image).unwrap();
         let back: MetadataImage = serde_json::from_slice(&json).unwrap();
         assert_eq!(back, image);
+    }
+
+    #[test]
+    fn each_applies_or_refuses_its_commands_one_by_one() {
+        let mut image = cluster();
+        let out = ok(
+            &mut image,
+            MetadataCommand::Each(vec![
+                alter_isr(vec![1, 2], 0, 0),
+                // Stale partition epoch: refused alone, the first one stands.
+                alter_isr(vec![1], 0, 0),
+            ]),
+        );
+        let CommandOutcome::Each(results) = out else {
+            panic!("not an Each outcome: {out:?}");
+        };
+        assert!(results[0].is_ok(), "{results:?}");
+        assert!(
+            matches!(results[1], Err(CommandError::StalePartitionEpoch { .. })),
+            "{results:?}"
+        );
+        assert_eq!(image.partition("t", 0).unwrap().isr, vec![1, 2]);
     }
 
     fn fence(image: &mut MetadataImage, id: BrokerId) {

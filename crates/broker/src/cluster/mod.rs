@@ -636,73 +636,123 @@ fn ensure_offsets_topic(cluster: &Arc<Cluster>, broker: &Broker, image: &Metadat
     });
 }
 
+/// Most ISR changes proposed in one metadata entry.
+const ISR_CHANGES_PER_PROPOSAL: usize = 1000;
+
 /// Proposes the ISR changes leaders ask for, one at a time per partition (the partition
-/// itself refuses a second while one is out).
+/// itself refuses a second while one is out), and everything queued meanwhile in the same
+/// entry (`MetadataCommand::Each`, as Kafka's AlterPartition carries many partitions): after
+/// a broker returns, its partitions' expansions take a few Raft rounds, not one each.
 async fn propose_isr_changes(
     broker: std::sync::Weak<Broker>,
     mut rx: mpsc::UnboundedReceiver<IsrProposal>,
 ) {
-    while let Some(p) = rx.recv().await {
+    while let Some(first) = rx.recv().await {
+        let mut queued = vec![first];
+        while queued.len() < ISR_CHANGES_PER_PROPOSAL {
+            match rx.try_recv() {
+                Ok(p) => queued.push(p),
+                Err(_) => break,
+            }
+        }
         let Some(b) = broker.upgrade() else { return };
         let Some(cluster) = b.cluster().cloned() else {
             return;
         };
-        let shrink = p
-            .partition
-            .leader_view()
-            .is_some_and(|l| p.change.isr.len() < l.isr().len());
-        let cmd = MetadataCommand::AlterIsr {
-            topic: p.topic.clone(),
-            partition: p.partition.index,
-            leader: cluster.broker_id,
-            leader_epoch: p.change.leader_epoch,
-            partition_epoch: p.change.partition_epoch,
-            isr: p.change.isr.clone(),
+        let mut cmds: Vec<MetadataCommand> = queued
+            .iter()
+            .map(|p| MetadataCommand::AlterIsr {
+                topic: p.topic.clone(),
+                partition: p.partition.index,
+                leader: cluster.broker_id,
+                leader_epoch: p.change.leader_epoch,
+                partition_epoch: p.change.partition_epoch,
+                isr: p.change.isr.clone(),
+            })
+            .collect();
+        let cmd = if cmds.len() == 1 {
+            cmds.remove(0)
+        } else {
+            MetadataCommand::Each(cmds)
         };
-        match cluster.propose(cmd).await {
-            Ok(_) => {
-                tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, "ISR changed");
-                if shrink {
-                    cluster.metrics.isr_shrinks.inc();
-                } else {
-                    cluster.metrics.isr_expands.inc();
-                }
+        let answers: Vec<Result<(), ProposeError>> = match cluster.propose(cmd).await {
+            Ok(CommandOutcome::Each(results)) => results
+                .into_iter()
+                .map(|r| r.map(|_| ()).map_err(ProposeError::Refused))
+                .collect(),
+            Ok(_) => queued.iter().map(|_| Ok(())).collect(),
+            Err(ProposeError::Refused(e)) if queued.len() == 1 => {
+                vec![Err(ProposeError::Refused(e))]
             }
-            // The partition moved on (a newer partition or leader epoch, or another leader),
-            // possibly because an earlier attempt of this very change was applied: the image
-            // that carries the move settles the pending change, so nothing to undo here.
-            Err(ProposeError::Refused(
-                CommandError::StalePartitionEpoch { .. }
-                | CommandError::FencedLeaderEpoch { .. }
-                | CommandError::UnknownLeaderEpoch { .. }
-                | CommandError::NotLeader { .. },
-            )) => {
-                tracing::debug!(topic = %p.topic, partition = p.partition.index, "ISR change overtaken by a newer partition state");
-            }
-            // Refused on its merits (an ineligible replica, an invalid ISR): it was never
-            // applied, so the leader may decide again.
-            Err(ProposeError::Refused(e)) => {
-                tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, error = %e, "ISR change refused");
-                p.partition.isr_change_failed(&p.change);
-            }
-            // Unanswered: it may have been applied. Keep it pending and ask again; a repeat
-            // of an applied change is refused as stale and the image settles it.
             Err(e) => {
-                tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, error = %e, "ISR change unanswered; retrying");
-                let b = broker.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    let still_pending = p.partition.leader_view().is_some_and(|l| {
-                        l.leader_epoch() == p.change.leader_epoch
-                            && l.pending_isr() == Some(p.change.isr.as_slice())
-                    });
-                    if let (true, Some(b)) = (still_pending, b.upgrade()) {
-                        if let Some(c) = b.cluster() {
-                            let _ = c.isr_tx.send(p);
-                        }
-                    }
-                });
+                // Unanswered (or the entry itself refused): the same for every change.
+                let why = e.to_string();
+                queued
+                    .iter()
+                    .map(|_| Err(ProposeError::Stopped(why.clone())))
+                    .collect()
             }
+        };
+        for (p, answer) in queued.into_iter().zip(answers) {
+            settle_isr_change(&broker, &cluster, p, answer);
+        }
+    }
+}
+
+/// Acts on the quorum's answer to one proposed ISR change.
+fn settle_isr_change(
+    broker: &std::sync::Weak<Broker>,
+    cluster: &Cluster,
+    p: IsrProposal,
+    answer: Result<(), ProposeError>,
+) {
+    match answer {
+        Ok(()) => {
+            let shrink = p
+                .partition
+                .leader_view()
+                .is_some_and(|l| p.change.isr.len() < l.isr().len());
+            tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, "ISR changed");
+            if shrink {
+                cluster.metrics.isr_shrinks.inc();
+            } else {
+                cluster.metrics.isr_expands.inc();
+            }
+        }
+        // The partition moved on (a newer partition or leader epoch, or another leader),
+        // possibly because an earlier attempt of this very change was applied: the image
+        // that carries the move settles the pending change, so nothing to undo here.
+        Err(ProposeError::Refused(
+            CommandError::StalePartitionEpoch { .. }
+            | CommandError::FencedLeaderEpoch { .. }
+            | CommandError::UnknownLeaderEpoch { .. }
+            | CommandError::NotLeader { .. },
+        )) => {
+            tracing::debug!(topic = %p.topic, partition = p.partition.index, "ISR change overtaken by a newer partition state");
+        }
+        // Refused on its merits (an ineligible replica, an invalid ISR): it was never
+        // applied, so the leader may decide again.
+        Err(ProposeError::Refused(e)) => {
+            tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, error = %e, "ISR change refused");
+            p.partition.isr_change_failed(&p.change);
+        }
+        // Unanswered: it may have been applied. Keep it pending and ask again; a repeat
+        // of an applied change is refused as stale and the image settles it.
+        Err(e) => {
+            tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, error = %e, "ISR change unanswered; retrying");
+            let b = broker.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let still_pending = p.partition.leader_view().is_some_and(|l| {
+                    l.leader_epoch() == p.change.leader_epoch
+                        && l.pending_isr() == Some(p.change.isr.as_slice())
+                });
+                if let (true, Some(b)) = (still_pending, b.upgrade()) {
+                    if let Some(c) = b.cluster() {
+                        let _ = c.isr_tx.send(p);
+                    }
+                }
+            });
         }
     }
 }
