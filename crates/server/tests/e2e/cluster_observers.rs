@@ -50,10 +50,27 @@ async fn produce_all(bootstrap: &str, values: std::ops::Range<u64>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observers_hold_replicas_without_voting_and_acknowledged_records_survive_kill_9_of_a_voter_and_an_observer(
 ) {
+    voters_and_observers(2).await;
+}
+
+/// Three voters and six observers as real processes; long on two cores, so run on demand:
+/// `cargo test -p spate-server --test e2e nine_nodes -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "nine processes: cargo test -p spate-server --test e2e nine_nodes -- --ignored"]
+async fn nine_nodes_three_voters_six_observers_survive_kill_9_of_a_voter_and_an_observer() {
+    voters_and_observers(6).await;
+}
+
+/// Starts `observer_count` observers beside three voters, checks DescribeQuorum, spreads a
+/// topic over every node, kills a voter and an observer with kill -9 and reads back every
+/// acknowledged record.
+async fn voters_and_observers(observer_count: u64) {
     let mut c = ThreeNodes::start(&[]);
-    c.start_observer(4, &[]);
-    c.start_observer(5, &[]);
-    c.wait_ready(&[4, 5]);
+    let observer_ids: Vec<u64> = (4..4 + observer_count).collect();
+    for &id in &observer_ids {
+        c.start_observer(id, &[]);
+    }
+    c.wait_ready(&observer_ids);
 
     // Asked of an observer, answered by the quorum leader: three voters, two observers.
     let q = describe_quorum(&c.node(4).addr.clone());
@@ -62,7 +79,8 @@ async fn observers_hold_replicas_without_voting_and_acknowledged_records_survive
     let voters: BTreeSet<i32> = p.current_voters.iter().map(|r| r.replica_id.0).collect();
     let observers: BTreeSet<i32> = p.observers.iter().map(|r| r.replica_id.0).collect();
     assert_eq!(voters, BTreeSet::from([1, 2, 3]), "{q:?}");
-    assert_eq!(observers, BTreeSet::from([4, 5]), "{q:?}");
+    let expected: BTreeSet<i32> = observer_ids.iter().map(|&id| id as i32).collect();
+    assert_eq!(observers, expected, "{q:?}");
     assert!(voters.contains(&p.leader_id.0), "{q:?}");
     assert!(p.high_watermark > 0, "{q:?}");
     assert!(
@@ -70,7 +88,12 @@ async fn observers_hold_replicas_without_voting_and_acknowledged_records_survive
         "observers follow the log: {q:?}"
     );
     let listed: BTreeSet<i32> = q.nodes.iter().map(|n| n.node_id.0).collect();
-    assert_eq!(listed, BTreeSet::from([1, 2, 3, 4, 5]), "{q:?}");
+    let all: BTreeSet<u64> = (1..4 + observer_count).collect();
+    assert_eq!(
+        listed,
+        all.iter().map(|&id| id as i32).collect::<BTreeSet<i32>>(),
+        "{q:?}"
+    );
 
     let t = NewTopic::new("wide", PARTITIONS, TopicReplication::Fixed(3))
         .set("min.insync.replicas", "1");
@@ -95,13 +118,13 @@ async fn observers_hold_replicas_without_voting_and_acknowledged_records_survive
         .flat_map(|p| ids(&p["replicas"]))
         .collect();
     assert_eq!(
-        holders,
-        BTreeSet::from([1, 2, 3, 4, 5]),
+        holders, all,
         "replicas spread over voters and observers: {status}"
     );
 
     produce_all(&c.bootstrap(), 0..200).await;
-    c.node(5).kill9();
+    let last_observer = *observer_ids.last().expect("an observer");
+    c.node(last_observer).kill9();
     c.node(3).kill9();
     produce_all(&c.bootstrap(), 200..300).await;
 
