@@ -113,10 +113,22 @@ async fn voters_and_observers(observer_count: u64) {
         assert!(Instant::now() < deadline, "ISRs of three: {s}");
         std::thread::sleep(Duration::from_millis(100));
     };
-    let holders: BTreeSet<u64> = (0..PARTITIONS as i64)
+    // Placement balances load over every broker, the offsets topic's replicas included:
+    // together the topics use every node, and "wide" uses the observers.
+    let holders: BTreeSet<u64> = status["partitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| ids(&p["replicas"]))
+        .collect();
+    let wide: BTreeSet<u64> = (0..PARTITIONS as i64)
         .filter_map(|i| find_partition(&status, "wide", i))
         .flat_map(|p| ids(&p["replicas"]))
         .collect();
+    assert!(
+        observer_ids.iter().all(|id| wide.contains(id)),
+        "every observer holds replicas of the topic: {status}"
+    );
     assert_eq!(
         holders, all,
         "replicas spread over voters and observers: {status}"
