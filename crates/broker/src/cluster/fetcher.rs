@@ -363,11 +363,13 @@ async fn truncate(
             Duration::from_secs(10),
         )
         .await?;
+    let by_key: std::collections::HashMap<(&str, i32), _> = asks
+        .iter()
+        .map(|entry| ((entry.0 .0.as_str(), entry.0 .1), entry))
+        .collect();
     for t in resp.topics {
         for r in t.partitions {
-            let Some((key, f, _)) = asks.iter().find(|((topic, index), _, _)| {
-                topic.as_str() == t.topic.as_str() && *index == r.partition
-            }) else {
+            let Some((key, f, _)) = by_key.get(&(t.topic.as_str(), r.partition)).copied() else {
                 continue;
             };
             if r.error_code != 0 {
@@ -547,11 +549,17 @@ async fn fetch(
         });
     }
     let mut progress = false;
+    // A fetcher follows every partition its leader leads here (thousands in a large
+    // cluster): matching the response to its partitions by scanning was quadratic, and the
+    // largest cost of an idle cluster.
+    let by_key: std::collections::HashMap<(&str, i32), &(Key, Follow)> = work
+        .iter()
+        .map(|entry| ((entry.0 .0.as_str(), entry.0 .1), entry))
+        .collect();
     for t in resp.responses {
         for pd in t.partitions {
-            let Some((key, f)) = work.iter().find(|((topic, index), _)| {
-                topic.as_str() == t.topic.as_str() && *index == pd.partition_index
-            }) else {
+            let Some((key, f)) = by_key.get(&(t.topic.as_str(), pd.partition_index)).copied()
+            else {
                 continue;
             };
             let p = &f.partition;
