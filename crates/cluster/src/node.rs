@@ -197,18 +197,7 @@ impl NodeConfig {
         listen: SocketAddr,
         data_dir: PathBuf,
     ) -> Result<Self, ConfigError> {
-        let config = Self {
-            node_id,
-            peers,
-            listen,
-            data_dir,
-            timings: RaftTimings::default(),
-            session_timeout: Duration::from_secs(9),
-            controller_interval: Duration::from_millis(500),
-            propose_timeout: Duration::from_secs(10),
-            snapshot_every_entries: 1000,
-            observer_addr: None,
-        };
+        let config = Self::new_unchecked(node_id, peers, listen, data_dir);
         config.validate()?;
         Ok(config)
     }

@@ -127,6 +127,18 @@ impl Drop for Node {
     }
 }
 
+/// Waits (at most 60 s) until every node answers /ready.
+fn wait_all_ready(nodes: &[Node]) {
+    wait_for(
+        "every node to be ready",
+        Duration::from_secs(60),
+        || match nodes.iter().find(|n| !n.ready()) {
+            None => Ok(()),
+            Some(n) => Err(format!("node {} not ready", n.id)),
+        },
+    );
+}
+
 /// Polls `probe` every 100 ms until it gives a value (see `netns::wait_for`).
 fn wait_for<T>(what: &str, within: Duration, probe: impl FnMut() -> Result<T, String>) -> T {
     netns::wait_for(what, within, Duration::from_millis(100), probe)
@@ -195,14 +207,7 @@ async fn an_isolated_leader_stops_acknowledging_acks_all_and_truncates_its_diver
     let all = bootstrap(&[1, 2, 3]);
 
     // 1. A healthy cluster, a topic on all three nodes, some acks=all records.
-    wait_for(
-        "every node to be ready",
-        Duration::from_secs(60),
-        || match nodes.iter().find(|n| !n.ready()) {
-            None => Ok(()),
-            Some(n) => Err(format!("node {} not ready", n.id)),
-        },
-    );
+    wait_all_ready(&nodes);
     phase("all three nodes ready");
     let topic = NewTopic::new(TOPIC, 1, TopicReplication::Fixed(3)).set("min.insync.replicas", "2");
     let created = admin(&all)
@@ -519,14 +524,7 @@ async fn a_follower_returning_from_isolation_does_not_force_a_metadata_election(
         Err(e) => return skip_or_fail(&format!("cannot create network namespaces: {e}")),
     };
     let nodes: Vec<Node> = (1..=3).map(|id| Node::start(&net, id, 3)).collect();
-    wait_for(
-        "every node to be ready",
-        Duration::from_secs(60),
-        || match nodes.iter().find(|n| !n.ready()) {
-            None => Ok(()),
-            Some(n) => Err(format!("node {} not ready", n.id)),
-        },
-    );
+    wait_all_ready(&nodes);
     let (leader, term) = wait_for("a stable quorum", Duration::from_secs(30), || {
         let views = nodes.iter().map(quorum_of).collect::<Result<Vec<_>, _>>()?;
         let first = views[0];
