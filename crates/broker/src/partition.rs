@@ -316,14 +316,10 @@ impl Partition {
     /// The leader's own end for the high watermark: its log end, or under an fsync profile
     /// how far its log is on disk.
     fn own_end(&self, log: &Log) -> i64 {
-        let end = log.end_offset();
         if !self.sync_acks.load(Ordering::SeqCst) {
-            return end;
+            return log.end_offset();
         }
-        match log.durable_now() {
-            Durability::Synced(o) => o.min(end),
-            Durability::Failed => log.start_offset(),
-        }
+        synced_end(log).unwrap_or_else(|| log.start_offset())
     }
 
     /// What a follower's next fetch reports it holds: its log end, or with `synced_only`
@@ -332,17 +328,13 @@ impl Partition {
     /// failed: the replica is out of service and reports nothing.
     pub fn replica_fetch_offset(&self, synced_only: bool) -> Option<i64> {
         let st = self.state.read();
-        let end = st.log.end_offset();
         if st.log.is_failed() {
             return None;
         }
         if !synced_only {
-            return Some(end);
+            return Some(st.log.end_offset());
         }
-        match st.log.durable_now() {
-            Durability::Synced(o) => Some(o.clamp(st.log.start_offset(), end)),
-            Durability::Failed => None,
-        }
+        synced_end(&st.log).map(|o| o.max(st.log.start_offset()))
     }
 
     fn leader_end(&self) -> i64 {
@@ -768,6 +760,14 @@ impl Partition {
     /// Deletes segments past retention as of `now_ms` (the broker's clock); returns how many.
     pub fn enforce_retention(&self, now_ms: i64) -> Result<usize, LogError> {
         self.state.write().log.enforce_retention(now_ms)
+    }
+}
+
+/// How far `log` is on disk (never past its end); `None` once an fsync failed.
+fn synced_end(log: &Log) -> Option<i64> {
+    match log.durable_now() {
+        Durability::Synced(o) => Some(o.min(log.end_offset())),
+        Durability::Failed => None,
     }
 }
 

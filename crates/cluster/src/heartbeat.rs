@@ -106,10 +106,8 @@ impl Receiver {
     /// This leader's commit index, once a quorum has confirmed it still leads (Raft's
     /// ReadIndex): a node that applied up to it has everything committed before the ask.
     pub async fn read_index(&self) -> Result<Option<u64>, HeartbeatError> {
-        match self.raft.get_read_log_id().await {
-            Ok((read, _applied)) => Ok(read.map(|l| l.index)),
-            Err(e) => Err(not_leader(e)),
-        }
+        let (read, _applied) = self.raft.get_read_log_id().await.map_err(not_leader)?;
+        Ok(read.map(|l| l.index))
     }
 }
 

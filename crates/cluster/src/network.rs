@@ -579,9 +579,9 @@ pub async fn serve(
     raft: MetadataRaft,
     node_id: NodeId,
     peers: BTreeMap<NodeId, String>,
-    state: PeerServices,
+    services: PeerServices,
 ) {
-    let heartbeats = Arc::new(state);
+    let services = Arc::new(services);
     let peers = Arc::new(peers);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut connections = JoinSet::new();
@@ -603,10 +603,10 @@ pub async fn serve(
         };
         let raft = raft.clone();
         let peers = peers.clone();
-        let heartbeats = heartbeats.clone();
+        let services = services.clone();
         connections.spawn(async move {
             let _permit = permit;
-            if let Err(e) = serve_connection(stream, raft, node_id, peers, heartbeats).await {
+            if let Err(e) = serve_connection(stream, raft, node_id, peers, services).await {
                 tracing::debug!(%remote, error = %e, "metadata quorum: connection closed");
             }
         });
@@ -618,7 +618,7 @@ async fn serve_connection(
     raft: MetadataRaft,
     node_id: NodeId,
     peers: Arc<BTreeMap<NodeId, String>>,
-    heartbeats: Arc<PeerServices>,
+    services: Arc<PeerServices>,
 ) -> io::Result<()> {
     stream.set_nodelay(true)?;
     loop {
@@ -644,7 +644,7 @@ async fn serve_connection(
             Ok(req) => {
                 match tokio::time::timeout(
                     HANDLER_TIMEOUT,
-                    handle(&raft, node_id, &peers, &heartbeats, req.body),
+                    handle(&raft, node_id, &peers, &services, req.body),
                 )
                 .await
                 {

@@ -584,10 +584,7 @@ impl MetadataNode {
                 let m = crate::membership::members(&raft);
                 m.voters
                     .iter()
-                    .filter_map(|id| {
-                        let addr = peers.get(id).or_else(|| m.nodes.get(id))?;
-                        Some((*id, addr.clone()))
-                    })
+                    .filter_map(|&id| Some((id, peer_addr(&peers, &m, id)?)))
                     .collect::<Vec<_>>()
             }
         };
@@ -805,15 +802,9 @@ impl MetadataNode {
             let result = if id == self.inner.node_id {
                 self.inner.heartbeats.receive(broker_id, broker_epoch).await
             } else {
-                let addr = self
-                    .inner
-                    .peers
-                    .get(&id)
-                    .cloned()
-                    .or_else(|| self.members().nodes.get(&id).cloned())
-                    .ok_or_else(|| {
-                        HeartbeatError::Failed(format!("leader {id} has no known address"))
-                    })?;
+                let addr = peer_addr(&self.inner.peers, &self.members(), id).ok_or_else(|| {
+                    HeartbeatError::Failed(format!("leader {id} has no known address"))
+                })?;
                 let remaining = deadline.saturating_duration_since(Instant::now());
                 let mut client = PeerClient::new(self.inner.node_id, id, addr);
                 let sent = tokio::select! {
@@ -1155,6 +1146,12 @@ async fn broker_session(
     }
 }
 
+/// Where to reach node `id`: its address in this node's configuration first (as
+/// `NetworkFactory::new` decides), else the one the membership records (an observer's).
+fn peer_addr(peers: &BTreeMap<NodeId, String>, members: &Members, id: NodeId) -> Option<String> {
+    peers.get(&id).or_else(|| members.nodes.get(&id)).cloned()
+}
+
 /// Whether some peer's Raft already holds a membership: the cluster was formed without this
 /// node's current log.
 async fn formed_elsewhere(node_id: NodeId, peers: &BTreeMap<NodeId, String>) -> bool {
@@ -1182,10 +1179,7 @@ async fn catch_up_before_voting(
         match leader {
             Some(l) if l == node_id => break,
             Some(l) => {
-                let addr = peers
-                    .get(&l)
-                    .cloned()
-                    .or_else(|| crate::membership::members(&raft).nodes.get(&l).cloned());
+                let addr = peer_addr(&peers, &crate::membership::members(&raft), l);
                 if let Some(addr) = addr {
                     let mut client = PeerClient::new(node_id, l, addr);
                     if let Ok(Ok(index)) = client.read_index(Duration::from_secs(5)).await {

@@ -10,7 +10,6 @@
 //! timer stays in charge of *when*; this only switches it on (`runtime_config().elect`) while
 //! a majority agrees there is no leader.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -119,7 +118,7 @@ impl PreVote {
             .into_iter()
             .filter(|g| *g)
             .count();
-        let distinct: BTreeSet<NodeId> = voters.iter().map(|(id, _)| *id).collect();
-        granted * 2 > distinct.len()
+        // `voters` comes from the membership's voter set: one entry per voter.
+        granted * 2 > voters.len()
     }
 }

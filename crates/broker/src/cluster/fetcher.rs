@@ -436,12 +436,9 @@ async fn fetch(
     let settings = cluster.settings();
     // Replicas under a follower throttle sit out this fetch while its rate is used up.
     let me = cluster.broker_id;
-    let rate = super::broker_configs::throttle_rate(
-        &cluster.image(),
-        me,
-        "follower.replication.throttled.rate",
-    );
     let image = cluster.image();
+    let rate =
+        super::broker_configs::throttle_rate(&image, me, "follower.replication.throttled.rate");
     // As Kafka: only replicas outside the ISR are throttled; slowing an in-sync one would
     // hold back the high watermark and drop it from the ISR.
     let in_sync = |topic: &str, index: i32| {

@@ -144,8 +144,7 @@ async fn forward(
         .map_err(|e| e.to_string())
 }
 
-fn response(p: PartitionData) -> DescribeQuorumResponse {
-    let mut p = p;
+fn response(mut p: PartitionData) -> DescribeQuorumResponse {
     p.partition_index = 0;
     let mut t = TopicData::default();
     t.topic_name = TopicName(StrBytes::from_static_str(METADATA_TOPIC));
