@@ -146,7 +146,18 @@ impl Partition {
         config: LogConfig,
         flusher: Flusher,
     ) -> Result<(Self, Vec<String>), BrokerError> {
-        let (p, notes) = Self::open(dir, index, config, flusher)?;
+        Self::open_replica_on(FsStorage::shared(), dir, index, config, flusher)
+    }
+
+    /// [`Partition::open_replica`] on `storage` (a simulated disk in the simulation).
+    pub fn open_replica_on(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        index: i32,
+        config: LogConfig,
+        flusher: Flusher,
+    ) -> Result<(Self, Vec<String>), BrokerError> {
+        let (p, notes) = Self::open_on(storage, dir, index, config, flusher)?;
         p.become_replica();
         Ok((p, notes))
     }

@@ -225,19 +225,44 @@ impl Flusher {
     /// Fails when the thread cannot be started: acknowledgements that wait for fsync would
     /// otherwise wait forever, so the caller must not serve.
     pub fn with_metrics(policy: FsyncPolicy, metrics: Arc<Registry>) -> std::io::Result<Self> {
-        let inner = Arc::new(Inner {
-            policy,
-            metrics,
-            queue: Mutex::new(Queue::default()),
-            wake: Condvar::new(),
-            stop: AtomicBool::new(false),
-        });
+        let inner = Self::inner(policy, metrics);
         // Even with `Never` the thread runs: it seals rolled segments off the append path.
         let worker = inner.clone();
         std::thread::Builder::new()
             .name("spate-flusher".into())
             .spawn(move || run(&worker))?;
         Ok(Self { inner })
+    }
+
+    /// A flusher with no thread: queued fsyncs and segment seals run only when
+    /// [`Flusher::flush_now`] is called. A deterministic simulation decides that moment in
+    /// its own virtual time instead of racing a background thread.
+    pub fn manual(policy: FsyncPolicy) -> Self {
+        Self {
+            inner: Self::inner(policy, Arc::new(Registry::default())),
+        }
+    }
+
+    fn inner(policy: FsyncPolicy, metrics: Arc<Registry>) -> Arc<Inner> {
+        Arc::new(Inner {
+            policy,
+            metrics,
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// Runs every queued segment seal and fsync here and now, whatever the policy (the
+    /// background write-back of a manual flusher).
+    pub fn flush_now(&self) {
+        let pending = std::mem::take(&mut *self.inner.queue.lock());
+        for job in pending.jobs {
+            job();
+        }
+        for s in pending.syncs {
+            s.sync(&self.inner.metrics);
+        }
     }
 
     /// The policy this flusher enforces.

@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use spate_cluster::metadata::BrokerId;
-use spate_cluster::replication::{resolve_divergence, Divergence};
 use spate_log::wait_durable;
-use spate_protocol::batch::Batches;
 use spate_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use spate_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
@@ -29,7 +27,11 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::peer::{PeerConnection, PeerError};
-use crate::partition::{AppendError, Partition};
+use crate::partition::Partition;
+use crate::replica::{
+    copy_batches, epoch_to_ask, follow_leader, on_epoch_answer, on_fetch_error, Blocking, CopyStop,
+    EpochStep, FetchErrorStep, Phase,
+};
 use crate::Broker;
 
 /// Fetch v12: the last version naming topics (not ids), with leader epochs for fencing.
@@ -43,13 +45,14 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 type Key = (String, i32);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Looking for the divergence point; `ask` is the epoch to ask about next (the latest
-    /// local one when `None`).
-    Truncating { ask: Option<i32> },
-    /// Copying batches.
-    Fetching,
+/// Blocking steps of the fetcher (truncation, a new epoch's checkpoint) leave the async
+/// workers.
+struct OffWorkers;
+
+impl Blocking for OffWorkers {
+    fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+        tokio::task::block_in_place(f)
+    }
 }
 
 #[derive(Clone)]
@@ -131,7 +134,7 @@ impl Follows {
                 epoch,
                 topic_id,
                 partition,
-                phase: Phase::Truncating { ask: None },
+                phase: Phase::START,
                 leader_high_watermark: -1,
             },
         );
@@ -318,18 +321,13 @@ async fn truncate(
     let mut progress = false;
     let mut asks = Vec::new();
     for (key, f) in work {
-        let epochs = f.partition.epochs();
-        let ask = match (f.phase, epochs.last()) {
-            (Phase::Truncating { ask: Some(e) }, _) => e,
-            (_, Some(last)) => last.epoch,
+        let Some(ask) = epoch_to_ask(&f.partition, f.phase) else {
             // An empty log (or one written before epochs were kept) has nothing to cut.
-            (_, None) => {
-                cluster
-                    .follows
-                    .update(&key, &f, |cur| cur.phase = Phase::Fetching);
-                progress = true;
-                continue;
-            }
+            cluster
+                .follows
+                .update(&key, &f, |cur| cur.phase = Phase::Fetching);
+            progress = true;
+            continue;
         };
         asks.push((key, f, ask));
     }
@@ -378,46 +376,27 @@ async fn truncate(
             }
             let answer = (r.leader_epoch >= 0 && r.end_offset >= 0)
                 .then_some((r.leader_epoch, r.end_offset));
-            let p = &f.partition;
-            let first_epoch_start = p.epochs().first().map_or(0, |e| e.start_offset);
-            let end = p.log_end_offset();
-            match resolve_divergence(
-                answer,
-                |e| p.end_offset_for_epoch(e),
-                end,
-                first_epoch_start,
-            ) {
-                Divergence::AskAgain(epoch) => {
+            match on_epoch_answer(&f.partition, f.epoch, answer, &OffWorkers) {
+                EpochStep::AskAgain(epoch) => {
                     cluster.follows.update(key, f, |cur| {
                         cur.phase = Phase::Truncating { ask: Some(epoch) }
                     });
                     progress = true;
                 }
-                Divergence::TruncateTo(offset) => {
-                    let offset = offset.max(p.log_start_offset());
-                    if offset < end {
-                        let cut =
-                            tokio::task::block_in_place(|| p.truncate_following(offset, f.epoch));
-                        match cut {
-                            Ok(Some(new_end)) => {
-                                cluster
-                                    .metrics
-                                    .truncated_records
-                                    .add((end - new_end).max(0) as u64);
-                                tracing::info!(topic = %key.0, partition = key.1, from = end, to = new_end, leader = f.leader, epoch = f.epoch, "truncated divergent tail");
-                            }
-                            Ok(None) => continue,
-                            Err(e) => {
-                                tracing::error!(topic = %key.0, partition = key.1, error = %e, "truncation failed");
-                                continue;
-                            }
-                        }
+                EpochStep::Fetch { cut } => {
+                    if let Some((from, to)) = cut {
+                        cluster
+                            .metrics
+                            .truncated_records
+                            .add((from - to).max(0) as u64);
+                        tracing::info!(topic = %key.0, partition = key.1, from, to, leader = f.leader, epoch = f.epoch, "truncated divergent tail");
                     }
                     cluster
                         .follows
                         .update(key, f, |cur| cur.phase = Phase::Fetching);
                     progress = true;
                 }
+                EpochStep::Moved | EpochStep::Failed => {}
             }
         }
     }
@@ -560,79 +539,42 @@ async fn fetch(
                 continue;
             };
             let p = &f.partition;
-            match ResponseError::try_from_code(pd.error_code) {
-                None => {}
-                Some(ResponseError::OffsetOutOfRange) => {
-                    let end = p.log_end_offset();
-                    if pd.log_start_offset > end {
-                        // The leader no longer holds what we lack (retention): start over
-                        // where its log starts.
-                        let start = pd.log_start_offset;
-                        match tokio::task::block_in_place(|| p.reset_following(start, f.epoch)) {
-                            Ok(true) => {
-                                tracing::warn!(topic = %key.0, partition = key.1, from = end, to = start, "replica behind the leader's log start: emptied and restarted at it");
-                                progress = true;
-                            }
-                            Ok(false) => {}
-                            Err(e) => {
-                                tracing::error!(topic = %key.0, partition = key.1, error = %e, "cannot restart the replica at the leader's log start")
-                            }
-                        }
-                    } else {
-                        // Our log end is past the leader's: find the divergence again.
-                        tracing::info!(topic = %key.0, partition = key.1, log_end = end, "replica fetch out of range; looking for the divergence again");
+            if let Some(e) = ResponseError::try_from_code(pd.error_code) {
+                match on_fetch_error(p, f.epoch, e, pd.log_start_offset, &OffWorkers) {
+                    FetchErrorStep::Restarted { at } => {
+                        tracing::warn!(topic = %key.0, partition = key.1, to = at, "replica behind the leader's log start: emptied and restarted at it");
+                        progress = true;
+                    }
+                    FetchErrorStep::FindDivergence => {
+                        tracing::info!(topic = %key.0, partition = key.1, log_end = p.log_end_offset(), "replica fetch out of range; looking for the divergence again");
                         cluster
                             .follows
-                            .update(key, f, |cur| cur.phase = Phase::Truncating { ask: None });
+                            .update(key, f, |cur| cur.phase = Phase::START);
                     }
-                    continue;
+                    FetchErrorStep::Wait => {
+                        tracing::debug!(topic = %key.0, partition = key.1, error = ?e, "replica fetch refused by the leader");
+                    }
                 }
-                Some(e) => {
-                    tracing::debug!(topic = %key.0, partition = key.1, error = ?e, "replica fetch refused by the leader");
-                    continue;
-                }
+                continue;
             }
-            let mut appended = false;
+            let mut copied = None;
             if let Some(records) = pd.records.as_ref().filter(|r| !r.is_empty()) {
                 if throttled_keys.contains(key) {
                     cluster.follower_throttle.record(records.len());
                     cluster.metrics.throttled_bytes.add(records.len() as u64);
                 }
-                for (pos, h) in Batches::new(records) {
-                    let Some(batch) = records.get(pos..pos + h.total_len()) else {
-                        break;
-                    };
-                    if h.last_offset() < p.log_end_offset() {
-                        // Already here (a fetch overlapping one that raced with truncation).
-                        continue;
-                    }
-                    // The first batch of a new epoch writes and fsyncs the epoch checkpoint:
-                    // off the async workers, like truncation.
-                    let appended_here = if p.epoch_is_new(h.partition_leader_epoch) {
-                        tokio::task::block_in_place(|| p.append_replica(batch, f.epoch))
-                    } else {
-                        p.append_replica(batch, f.epoch)
-                    };
-                    match appended_here {
-                        Ok(()) => appended = true,
-                        Err(AppendError::Refused(e)) => {
-                            tracing::debug!(topic = %key.0, partition = key.1, error = ?e, "replica append refused; the partition moved on");
-                            break;
-                        }
-                        Err(AppendError::Storage(e)) => {
-                            tracing::error!(topic = %key.0, partition = key.1, error = %e, "replica append failed");
-                            break;
-                        }
-                    }
+                let c = copy_batches(p, f.epoch, records, &OffWorkers);
+                if let Some(CopyStop::Refused(e)) = c.stopped {
+                    tracing::debug!(topic = %key.0, partition = key.1, error = ?e, "replica append refused; the partition moved on");
                 }
+                copied = Some(c);
             }
-            let end = p.log_end_offset();
-            if appended && wait_fsync {
+            if let (Some(c), true) = (copied.filter(|c| c.appended), wait_fsync) {
                 // Under an fsync profile the next fetch, which tells the leader we hold these
                 // records, goes out only once they are on disk: acks=all then means on disk
                 // on every in-sync replica.
                 let mut durable = p.durable_offset();
-                if tokio::time::timeout(Duration::from_secs(30), wait_durable(&mut durable, end))
+                if tokio::time::timeout(Duration::from_secs(30), wait_durable(&mut durable, c.end))
                     .await
                     .map_or(true, |r| r.is_err())
                 {
@@ -641,16 +583,15 @@ async fn fetch(
                     tracing::error!(topic = %key.0, partition = key.1, "replica data did not reach disk");
                 }
             }
-            if !p.follow_high_watermark(pd.high_watermark.min(end), f.epoch) {
+            if !follow_leader(
+                p,
+                f.epoch,
+                pd.high_watermark,
+                pd.log_start_offset,
+                &OffWorkers,
+            ) {
                 // This partition left that leader's epoch while the fetch was out.
                 continue;
-            }
-            if pd.log_start_offset > p.log_start_offset() {
-                // DeleteRecords (or retention) moved the leader's start: follow it.
-                let start = pd.log_start_offset;
-                if let Err(e) = tokio::task::block_in_place(|| p.follow_log_start(start, f.epoch)) {
-                    tracing::error!(topic = %key.0, partition = key.1, error = %e, "cannot move the replica's log start to the leader's");
-                }
             }
             let hw = pd.high_watermark;
             cluster

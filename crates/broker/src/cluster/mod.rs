@@ -23,9 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use spate_cluster::metadata::{
-    BrokerId, CommandError, CommandOutcome, MetadataCommand, MetadataImage,
-};
+use spate_cluster::metadata::{BrokerId, CommandOutcome, MetadataCommand, MetadataImage};
 use spate_cluster::node::{BrokerInfo, BrokerSession, MetadataNode, ProposeError};
 use spate_cluster::replication::IsrChange;
 use spate_metrics::Counter;
@@ -43,6 +41,7 @@ pub use peer::{PeerConnection, PeerError};
 
 use crate::groups::OFFSETS_LOG;
 use crate::partition::Partition;
+use crate::replica::{self, isr_answer, IsrAnswer};
 use crate::Broker;
 
 /// Pause before applying an image again after a step of it failed.
@@ -706,8 +705,15 @@ fn settle_isr_change(
     p: IsrProposal,
     answer: Result<(), ProposeError>,
 ) {
-    match answer {
-        Ok(()) => {
+    let refusal = match &answer {
+        Ok(()) => Ok(Ok(())),
+        Err(ProposeError::Refused(e)) => Ok(Err(e)),
+        Err(_) => Err(()),
+    };
+    let verdict = isr_answer(refusal);
+    replica::settle_isr_change(&p.partition, &p.change, verdict);
+    match verdict {
+        IsrAnswer::Applied => {
             let shrink = p
                 .partition
                 .leader_view()
@@ -719,27 +725,14 @@ fn settle_isr_change(
                 cluster.metrics.isr_expands.inc();
             }
         }
-        // The partition moved on (a newer partition or leader epoch, or another leader),
-        // possibly because an earlier attempt of this very change was applied: the image
-        // that carries the move settles the pending change, so nothing to undo here.
-        Err(ProposeError::Refused(
-            CommandError::StalePartitionEpoch { .. }
-            | CommandError::FencedLeaderEpoch { .. }
-            | CommandError::UnknownLeaderEpoch { .. }
-            | CommandError::NotLeader { .. },
-        )) => {
+        IsrAnswer::Overtaken => {
             tracing::debug!(topic = %p.topic, partition = p.partition.index, "ISR change overtaken by a newer partition state");
         }
-        // Refused on its merits (an ineligible replica, an invalid ISR): it was never
-        // applied, so the leader may decide again.
-        Err(ProposeError::Refused(e)) => {
-            tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, error = %e, "ISR change refused");
-            p.partition.isr_change_failed(&p.change);
+        IsrAnswer::NeverApplied => {
+            tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, answer = ?answer.err(), "ISR change refused");
         }
-        // Unanswered: it may have been applied. Keep it pending and ask again; a repeat
-        // of an applied change is refused as stale and the image settles it.
-        Err(e) => {
-            tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, error = %e, "ISR change unanswered; retrying");
+        IsrAnswer::Unanswered => {
+            tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, answer = ?answer.err(), "ISR change unanswered; retrying");
             let b = broker.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(500)).await;

@@ -8,8 +8,9 @@ use spate_cluster::metadata::{MetadataImage, TopicImage};
 
 use super::Cluster;
 use crate::groups::OFFSETS_LOG;
-use crate::partition::{Leadership, Role};
+use crate::partition::Role;
 use crate::registry::Topic;
+use crate::replica::{take_role, RoleChange, RoleContext};
 use crate::topic_config::TopicConfig;
 use crate::Broker;
 
@@ -227,14 +228,14 @@ struct View {
 /// Sets each partition's role from the image: leader (with its ISR view), follower of the
 /// leader (fetching), or idle follower (no leader, or not a replica here).
 fn set_roles(cluster: &Cluster, view: &View, t: &TopicImage, local: &Topic) {
-    let me = cluster.broker_id;
-    let lag = cluster.settings.replica_lag_time_max_ms;
-    let View {
-        now,
-        ref fenced,
-        may_lead,
-        sync_acks,
-    } = *view;
+    let cx = RoleContext {
+        me: cluster.broker_id,
+        may_lead: view.may_lead,
+        fenced: &view.fenced,
+        now_ms: view.now,
+        lag_time_max_ms: cluster.settings.replica_lag_time_max_ms,
+        sync_acks: view.sync_acks,
+    };
     for (index, ps) in t.partitions.iter().enumerate() {
         let Ok(index) = i32::try_from(index) else {
             continue;
@@ -242,48 +243,27 @@ fn set_roles(cluster: &Cluster, view: &View, t: &TopicImage, local: &Topic) {
         let Some(p) = local.partition(index) else {
             continue;
         };
-        match ps.leader {
-            Some(leader) if leader == me && may_lead => {
+        let before = (p.role(), p.leader_epoch());
+        let change = take_role(&p, ps, &cx);
+        match change {
+            RoleChange::Leads { new } => {
                 cluster.follows.unassign(&t.name, index);
-                if p.role() == Role::Leader && p.leader_epoch() == ps.leader_epoch {
-                    p.leader_metadata(
-                        ps.partition_epoch,
-                        ps.replicas.clone(),
-                        ps.isr.clone(),
-                        fenced.clone(),
-                        now,
-                    );
-                } else {
+                if new {
                     tracing::info!(topic = %t.name, partition = index, epoch = ps.leader_epoch, isr = ?ps.isr, "leading");
-                    let leadership = Leadership {
-                        me,
-                        leader_epoch: ps.leader_epoch,
-                        partition_epoch: ps.partition_epoch,
-                        replicas: ps.replicas.clone(),
-                        isr: ps.isr.clone(),
-                        sync_acks,
-                    };
-                    p.become_leader(leadership, now, lag);
-                    if sync_acks {
+                    if view.sync_acks {
                         watch_durability(p.clone(), ps.leader_epoch);
                     }
                 }
             }
-            Some(leader) if leader != me && ps.replicas.contains(&me) => {
-                if p.role() != Role::Follower || p.leader_epoch() != ps.leader_epoch {
-                    tracing::info!(topic = %t.name, partition = index, leader, epoch = ps.leader_epoch, "following");
-                    p.set_role(Role::Follower, ps.leader_epoch);
+            RoleChange::Follows { leader, epoch } => {
+                if before != (Role::Follower, epoch) {
+                    tracing::info!(topic = %t.name, partition = index, leader, epoch, "following");
                 }
                 cluster
                     .follows
-                    .assign(&cluster.broker, &t.name, t.id, p, leader, ps.leader_epoch);
+                    .assign(&cluster.broker, &t.name, t.id, p, leader, epoch);
             }
-            _ => {
-                cluster.follows.unassign(&t.name, index);
-                if p.role() != Role::Follower || p.leader_epoch() != ps.leader_epoch {
-                    p.set_role(Role::Follower, ps.leader_epoch);
-                }
-            }
+            RoleChange::Idle => cluster.follows.unassign(&t.name, index),
         }
     }
 }

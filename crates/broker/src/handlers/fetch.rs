@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use crate::budget::Permit;
 use crate::partition::{Partition, Role};
 use crate::registry::Topic;
+use crate::replica;
 use crate::Broker;
 
 /// Upper bound on how long a fetch may wait, whatever the client asks.
@@ -180,20 +181,22 @@ fn admit(
         return Some(ResponseError::NotLeaderOrFollower);
     }
     let follower = replica?;
-    let epoch = p.leader_epoch();
-    if current_leader_epoch >= 0 && current_leader_epoch != epoch {
-        // Checked again when reading; a fetch from another epoch must not count as progress.
-        return None;
-    }
-    match p.on_replica_fetch(follower, fetch_offset, fp.log_start_offset, now_ms) {
+    match replica::admit_replica_fetch(
+        p,
+        follower,
+        current_leader_epoch,
+        fetch_offset,
+        fp.log_start_offset,
+        now_ms,
+    ) {
         Ok(Some(change)) => {
             cluster.request_isr_change(&t.name, p.clone(), change);
             None
         }
         Ok(None) => None,
         Err(e) => {
-            tracing::warn!(topic = %t.name, partition = p.index, follower, reason = ?e, "replica fetch refused: the fetching broker holds no replica of this partition here");
-            Some(ResponseError::NotLeaderOrFollower)
+            tracing::warn!(topic = %t.name, partition = p.index, follower, "replica fetch refused: the fetching broker holds no replica of this partition here");
+            Some(e)
         }
     }
 }
@@ -418,11 +421,8 @@ fn read_all(
                 if version >= 4 {
                     pd.aborted_transactions = Some(Vec::new());
                 }
-                let epoch = p.leader_epoch();
-                if s.current_leader_epoch >= 0 && s.current_leader_epoch > epoch {
-                    Some(ResponseError::UnknownLeaderEpoch)
-                } else if s.current_leader_epoch >= 0 && s.current_leader_epoch < epoch {
-                    Some(ResponseError::FencedLeaderEpoch)
+                if let Some(e) = replica::fence(p, s.current_leader_epoch) {
+                    Some(e)
                 } else if s.held {
                     // Under a leader throttle whose rate is used up: no records this time.
                     None

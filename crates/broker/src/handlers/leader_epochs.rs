@@ -10,7 +10,8 @@ use spate_protocol::messages::offset_for_leader_epoch_response::{
 use spate_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 use spate_protocol::ResponseError;
 
-use crate::partition::{Partition, Role};
+use crate::partition::Partition;
+use crate::replica;
 use crate::Broker;
 
 /// Kafka's replica id for tools that may ask any replica, not only the leader.
@@ -65,21 +66,8 @@ fn lookup(
     current_leader_epoch: i32,
     epoch: i32,
 ) -> Result<(i32, i64), ResponseError> {
-    if b.cluster().is_some() && p.role() != Role::Leader && replica_id != DEBUGGING_REPLICA_ID {
-        return Err(ResponseError::NotLeaderOrFollower);
-    }
-    if p.is_offline() {
-        return Err(ResponseError::KafkaStorageError);
-    }
-    let mine = p.leader_epoch();
-    if current_leader_epoch >= 0 && current_leader_epoch < mine {
-        return Err(ResponseError::FencedLeaderEpoch);
-    }
-    if current_leader_epoch > mine {
-        return Err(ResponseError::UnknownLeaderEpoch);
-    }
-    Ok(p.end_offset_for_epoch(epoch)
-        .unwrap_or((UNDEFINED_EPOCH, UNDEFINED_OFFSET)))
+    let leading_required = b.cluster().is_some() && replica_id != DEBUGGING_REPLICA_ID;
+    replica::epoch_end(p, leading_required, current_leader_epoch, epoch)
 }
 
 #[cfg(test)]

@@ -9,13 +9,15 @@ use super::broker::Broker;
 use super::check::Checker;
 use super::clients::{Consumer, Producer};
 use super::controller::Controller;
-use super::net::{Event, Links, NodeId, Out, Queue, Timer, CONSUMER, CONTROLLER, PRODUCER};
+use super::net::{Event, Links, Msg, NodeId, Out, Queue, Timer, CONSUMER, CONTROLLER, PRODUCER};
 use super::rng::Rng;
 use super::*;
 
 /// The world's own timers (faults and heals) run on this node.
 pub const WORLD: NodeId = -1;
 const TRACE_LEN: usize = 50;
+/// Every this many events the checker's views are compared with the logs on the disks.
+const VERIFY_EVERY: u64 = 500;
 /// Bound on the events the heal-and-settle phase may take.
 const SETTLE_MAX_EVENTS: u64 = 60_000;
 
@@ -30,6 +32,11 @@ pub struct Config {
     pub loss_per_mille: u64,
     pub slow_per_mille: u64,
     pub slow_max_ms: u64,
+    /// How long a leader waits for an answer to an ISR change before asking again: below
+    /// the image publication period, retries race the image that settles the change.
+    pub alter_isr_retry_ms: u64,
+    /// Chance that an answer to an ISR change is delivered twice.
+    pub duplicate_isr_answers_per_mille: u64,
 }
 
 impl Config {
@@ -43,6 +50,12 @@ impl Config {
             loss_per_mille: rng.range(0, 50),
             slow_per_mille: rng.range(0, 200),
             slow_max_ms: rng.range(10, 150),
+            alter_isr_retry_ms: if rng.chance(500) {
+                rng.range(20, PUBLISH_MS)
+            } else {
+                ALTER_ISR_RETRY_MS
+            },
+            duplicate_isr_answers_per_mille: rng.range(0, 300),
         }
     }
 
@@ -55,6 +68,8 @@ impl Config {
             loss_per_mille: 0,
             slow_per_mille: 0,
             slow_max_ms: 10,
+            alter_isr_retry_ms: ALTER_ISR_RETRY_MS,
+            duplicate_isr_answers_per_mille: 0,
         }
     }
 }
@@ -86,6 +101,8 @@ pub struct World {
     pub checker: Checker,
     trace: VecDeque<String>,
     chaos_on: bool,
+    /// Brokers that hear no image until the given time.
+    blackouts: BTreeMap<BrokerId, u64>,
 }
 
 impl World {
@@ -104,13 +121,14 @@ impl World {
             checker: Checker::default(),
             trace: VecDeque::new(),
             chaos_on: cfg.chaos,
+            blackouts: BTreeMap::new(),
             cfg,
         };
         let mut out = Out::default();
         w.controller.start(&mut out);
         w.apply_out(CONTROLLER, 0, out);
         for id in BROKERS {
-            let mut b = Broker::new(id, w.cfg.synced_acks);
+            let mut b = Broker::new(id, w.cfg.synced_acks, w.cfg.alter_isr_retry_ms);
             b.set_broker_epoch(epochs[&id]);
             let mut out = Out::default();
             b.start(&mut out);
@@ -184,6 +202,23 @@ impl World {
             } else {
                 self.rng.range(1, 4)
             };
+            if matches!(msg, Msg::AlterIsrResult { .. })
+                && self.rng.chance(self.cfg.duplicate_isr_answers_per_mille)
+            {
+                // The same answer twice, the copy possibly overtaking the original or
+                // arriving after the leader asked again.
+                let again = self.rng.range(1, 400);
+                self.queue.push(
+                    self.now + again,
+                    Event::Deliver {
+                        from: node,
+                        from_incarnation: incarnation,
+                        to,
+                        to_incarnation,
+                        msg: msg.clone(),
+                    },
+                );
+            }
             self.queue.push(
                 self.now + delay,
                 Event::Deliver {
@@ -276,9 +311,18 @@ impl World {
                             self.note(format!("{from}->{to} dropped (process gone): {summary}"));
                             return true;
                         }
+                        let dark = self.blackouts.get(&b).is_some_and(|&until| now < until);
+                        if dark && matches!(msg, Msg::Image { .. }) {
+                            self.note(format!("{from}->{to} dropped (image blackout): {summary}"));
+                            return true;
+                        }
                         let inc = broker.incarnation;
                         broker.handle(now, from, from_incarnation, msg, &mut out);
+                        let refreshed = broker.refresh_view();
                         self.note(format!("{from}->{to} {summary}"));
+                        if let Err(e) = refreshed {
+                            self.fail(&e);
+                        }
                         (b, inc)
                     }
                 }
@@ -304,6 +348,9 @@ impl World {
                             return true;
                         }
                         broker.timer(now, timer, &mut out);
+                        if let Err(e) = broker.refresh_view() {
+                            self.fail(&e);
+                        }
                     }
                 }
                 if !matches!(timer, Timer::ConsumerPoll | Timer::Flush) {
@@ -318,6 +365,9 @@ impl World {
     }
 
     fn check(&mut self) {
+        if self.step.is_multiple_of(VERIFY_EVERY) {
+            self.verify_views();
+        }
         if let Err(e) =
             self.checker
                 .check(&mut self.brokers, &self.controller, self.cfg.synced_acks)
@@ -390,13 +440,21 @@ impl World {
         }
     }
 
-    /// Power loss: the unsynced tail is lost except `keep` of its records.
-    pub fn power_loss(&mut self, id: BrokerId, keep: usize) {
-        self.note(format!("POWER LOSS broker {id} (keeps {keep} unsynced)"));
+    /// Power loss: the unsynced bytes are lost; `torn` keeps a seeded prefix of them (the
+    /// page cache wrote some back), cutting the last write anywhere.
+    pub fn power_loss(&mut self, id: BrokerId, torn: bool) {
+        let seed = self.rng.range(1, u64::MAX / 2);
+        self.note(format!("POWER LOSS broker {id} (torn: {torn})"));
         if let Some(b) = self.brokers.get_mut(&id) {
-            b.crash();
-            b.log.power_loss(keep);
+            b.power_loss(super::broker::tear(torn, seed));
         }
+    }
+
+    /// An image blackout: `id` hears no image for `ms` (its heartbeats still go through, so
+    /// it stays registered and unfenced while its world goes stale).
+    pub fn blackout(&mut self, id: BrokerId, ms: u64) {
+        self.note(format!("IMAGE BLACKOUT broker {id} for {ms} ms"));
+        self.blackouts.insert(id, self.now + ms);
     }
 
     pub fn restart(&mut self, id: BrokerId) {
@@ -455,8 +513,8 @@ impl World {
                 self.later(d, Timer::Restart { broker: b });
             }
             18..=31 if up && self.cfg.synced_acks => {
-                let keep = self.unsynced_survivors(b);
-                self.power_loss(b, keep);
+                let torn = self.rng.chance(500);
+                self.power_loss(b, torn);
                 let d = self.rng.range(50, 1500);
                 self.later(d, Timer::Restart { broker: b });
             }
@@ -464,8 +522,8 @@ impl World {
                 // The whole rack goes dark.
                 for id in BROKERS {
                     if self.brokers[&id].up {
-                        let keep = self.unsynced_survivors(id);
-                        self.power_loss(id, keep);
+                        let torn = self.rng.chance(500);
+                        self.power_loss(id, torn);
                     }
                     let d = self.rng.range(50, 1000);
                     self.later(d, Timer::Restart { broker: id });
@@ -489,17 +547,21 @@ impl World {
                 }
             }
             70..=74 => self.heal_all(),
+            75..=80 if up => {
+                let d = self.rng.range(100, 1500);
+                self.blackout(b, d);
+            }
+            81..=84 if up => {
+                // Back before any image arrives: the new process must not act on its
+                // predecessor's world.
+                self.crash(b);
+                let d = self.rng.range(1, 10);
+                self.later(d, Timer::Restart { broker: b });
+            }
             _ => {}
         }
         let next = self.rng.range(100, 700);
         self.later(next, Timer::Chaos);
-    }
-
-    /// How many unsynced records survive a power loss: any prefix of the unsynced tail.
-    fn unsynced_survivors(&mut self, id: BrokerId) -> usize {
-        let log = &self.brokers[&id].log;
-        let unsynced = (log.end() - log.synced_end()).max(0) as u64;
-        self.rng.range(0, unsynced) as usize
     }
 
     // ---- whole runs ----
@@ -529,17 +591,27 @@ impl World {
         let Some(l) = p.leader else { return false };
         let leader = &self.brokers[&l];
         let leads = leader
-            .leader_state()
-            .is_some_and(|ls| ls.leader_epoch() == p.leader_epoch && ls.isr().len() == 3);
+            .leading()
+            .is_some_and(|(epoch, _, isr)| epoch == p.leader_epoch && isr.len() == 3);
         leads
             && p.isr.len() == 3
             && self.producer.is_idle()
             && self.brokers.values().all(|b| {
-                b.up && b.log.records() == leader.log.records() && b.hw == leader.log.end()
+                b.up && b.log.records() == leader.log.records() && b.hw() == leader.log.end()
             })
     }
 
+    /// Re-reads every live broker's whole log: the incremental views did not drift.
+    fn verify_views(&self) {
+        for b in self.brokers.values() {
+            if let Err(e) = b.verify_view() {
+                self.fail(&format!("broker {}: {e}", b.id));
+            }
+        }
+    }
+
     pub fn final_check(&self) {
+        self.verify_views();
         if let Err(e) = self.checker.final_check(&self.brokers) {
             self.fail(&e);
         }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use spate_cluster::metadata::BrokerId;
 
-use super::broker::{Broker, Role};
+use super::broker::Broker;
 use super::controller::Controller;
 use super::log::Record;
 use super::*;
@@ -141,19 +141,18 @@ impl Checker {
             if !b.up {
                 continue;
             }
-            if b.hw < 0 || b.hw > b.log.end() {
+            let hw = b.hw();
+            if hw < 0 || hw > b.log.end() {
                 return Err(format!(
-                    "broker {} high watermark {} outside its log (end {})",
+                    "broker {} high watermark {hw} outside its log (end {})",
                     b.id,
-                    b.hw,
                     b.log.end()
                 ));
             }
             // Invariants 1 and 3: what a replica exposes below its high watermark is one
             // history, the same on every replica and never rewritten.
-            self.verify_prefix(b, b.hw as usize, true)?;
-            if let Role::Leader(ls) = &b.role {
-                let epoch = ls.leader_epoch();
+            self.verify_prefix(b, hw as usize, true)?;
+            if let Some((epoch, hw, _)) = b.leading() {
                 // Invariant 2: one leader per epoch, the one the controller named.
                 if let Some(other) = leaders.insert(epoch, b.id) {
                     return Err(format!(
@@ -171,7 +170,6 @@ impl Checker {
                     }
                 }
                 // Invariant 3: a leader's exposed high watermark never moves back.
-                let hw = ls.high_watermark();
                 if let Some(&(inc, e, prev)) = self.exposed.get(&b.id) {
                     if inc == b.incarnation && e == epoch && hw < prev {
                         return Err(format!(

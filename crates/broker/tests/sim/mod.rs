@@ -1,7 +1,10 @@
 //! A seeded, deterministic, single-threaded simulation of one partition replicated on three
-//! brokers, driving spate's real replication core: `MetadataImage::apply` for every metadata
-//! change, `controller::reconcile` for liveness, fencing and elections, `LeaderState` on the
-//! leader and `resolve_divergence` on followers. Time is a counter in ms; every message and
+//! brokers, running spate's real code: `MetadataImage::apply` for every metadata change and
+//! `controller::reconcile` for liveness, fencing and elections on the controller; on each
+//! broker the real `Partition` (log, producer state, `LeaderState`) on a simulated disk with
+//! a manual flusher, driven through the `replica` steps the cluster's tasks run (the role an
+//! image gives, the leader's fetch admission and fencing, the follower's divergence, copy and
+//! high watermark steps, the ISR change verdict). Time is a counter in ms; every message and
 //! timer is an event in one queue ordered by (time, sequence number).
 
 #![allow(dead_code)] // each test uses a different part of the harness

@@ -7,6 +7,9 @@ use std::rc::Rc;
 use spate_cluster::metadata::{BrokerId, CommandError, MetadataImage};
 use spate_cluster::replication::IsrChange;
 
+use bytes::Bytes;
+use spate_protocol::ResponseError;
+
 use super::log::Record;
 
 /// What one node's handler asks the world to do, and what it tells the checker.
@@ -42,16 +45,16 @@ pub const CONTROLLER: NodeId = 0;
 pub const PRODUCER: NodeId = 8;
 pub const CONSUMER: NodeId = 9;
 
-/// The Kafka errors the simulated brokers answer with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KafkaError {
-    NotLeaderOrFollower,
-    FencedLeaderEpoch,
-    UnknownLeaderEpoch,
-    NotEnoughReplicas,
-    NotEnoughReplicasAfterAppend,
-    RequestTimedOut,
-    OffsetOutOfRange,
+/// The Kafka errors the brokers answer with (the real ones).
+pub type KafkaError = ResponseError;
+
+/// A leader's answer to a follower's fetch.
+#[derive(Clone, Debug)]
+pub struct FetchData {
+    /// Whole batches, as read from the leader's log.
+    pub records: Bytes,
+    pub high_watermark: i64,
+    pub log_start: i64,
 }
 
 #[derive(Clone, Debug)]
@@ -92,10 +95,12 @@ pub enum Msg {
         req: u64,
         current_epoch: i32,
         fetch_offset: i64,
+        log_start: i64,
     },
+    /// An error carries the leader's log start (a follower behind it starts over there).
     FetchResult {
         req: u64,
-        result: Result<(Vec<Record>, i64), KafkaError>,
+        result: Result<FetchData, (KafkaError, i64)>,
     },
     // Clients <-> leader.
     Produce {
@@ -127,14 +132,15 @@ impl Msg {
                     p.map(|p| (p.leader, p.leader_epoch, p.partition_epoch, p.isr.clone()))
                 )
             }
-            Msg::FetchResult {
-                req,
-                result: Ok((recs, hw)),
-            } => format!(
-                "FetchResult req={req} {} records from {:?} hw={hw}",
-                recs.len(),
-                recs.first().map(|r| r.offset)
-            ),
+            Msg::FetchResult { req, result: Ok(d) } => {
+                let recs = super::log::decode(&d.records);
+                format!(
+                    "FetchResult req={req} {} records from {:?} hw={}",
+                    recs.len(),
+                    recs.first().map(|r| r.offset),
+                    d.high_watermark
+                )
+            }
             Msg::ConsumerFetchResult { req, records } => {
                 format!("ConsumerFetchResult req={req} {} records", records.len())
             }
@@ -147,19 +153,33 @@ impl Msg {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Timer {
     Heartbeat,
-    RequestTimeout { req: u64 },
-    FetchBackoff { req_gen: u64 },
+    RequestTimeout {
+        req: u64,
+    },
+    FetchBackoff {
+        req_gen: u64,
+    },
     LagCheck,
     Flush,
     ControllerTick,
     Publish,
     ProduceNext,
-    ProduceTimeout { req: u64 },
+    ProduceTimeout {
+        req: u64,
+    },
     ConsumerPoll,
     GroupCommit,
+    /// A follower's copied records reached its disk.
+    FollowerSynced {
+        req_gen: u64,
+    },
     Chaos,
-    Heal { link: (NodeId, NodeId) },
-    Restart { broker: BrokerId },
+    Heal {
+        link: (NodeId, NodeId),
+    },
+    Restart {
+        broker: BrokerId,
+    },
 }
 
 #[derive(Clone, Debug)]
