@@ -251,6 +251,13 @@ impl Partition {
     pub fn become_leader(&self, l: Leadership, now_ms: u64, lag_time_max_ms: u64) {
         let leader_epoch = l.leader_epoch;
         let mut st = self.state.write();
+        // Leader epochs only grow: a process never leads an epoch older than one it saw.
+        debug_assert!(
+            leader_epoch > self.leader_epoch() || self.role() != Role::Leader,
+            "partition {}: leading epoch {leader_epoch} after epoch {}",
+            self.index,
+            self.leader_epoch()
+        );
         // The epoch checkpoint is written now (the caller is on the blocking pool), not by the
         // epoch's first produce on an async worker. Should it fail, that first append tries
         // again and reports the storage error.
@@ -431,6 +438,12 @@ impl Partition {
     }
 
     fn raise_high_watermark(&self, hw: i64) {
+        debug_assert!(
+            hw <= *self.log_end.borrow(),
+            "partition {}: high watermark {hw} raised past the log end {}",
+            self.index,
+            *self.log_end.borrow()
+        );
         self.high_watermark.send_if_modified(|cur| {
             let changed = hw > *cur;
             if changed {
@@ -590,6 +603,13 @@ impl Partition {
     }
 
     fn truncate_locked(&self, st: &mut State, offset: i64) -> Result<i64, BrokerError> {
+        // A leader's log is the partition's history: only followers (and standalone tests)
+        // cut theirs.
+        debug_assert!(
+            self.role() != Role::Leader,
+            "partition {}: a leader truncating its log to {offset}",
+            self.index
+        );
         let end = st.log.truncate_to(offset, now_ms())?;
         if self.snapshot_offset.load(Ordering::Relaxed) > end {
             // The snapshot describes offsets that no longer exist.

@@ -355,7 +355,44 @@ impl LeaderState {
 
     /// Moves the high watermark up to the smallest log end of the (maximal) ISR. It never
     /// moves back: what was exposed stays exposed.
+    /// The invariants every step keeps, asserted in debug builds (the tests and the
+    /// replication simulation run them after every step): the leader is in its ISR and in
+    /// any ISR it proposes, and its high watermark is never past its own log end (it only
+    /// rises, by the minimum over the ISR, and the leader's end only grows).
+    fn assert_invariants(&self, log_end_offset: i64) {
+        debug_assert!(
+            self.isr.contains(&self.local),
+            "leader {} not in its ISR {:?}",
+            self.local,
+            self.isr
+        );
+        debug_assert!(
+            self.pending
+                .as_ref()
+                .is_none_or(|p| p.contains(&self.local)),
+            "leader {} proposed an ISR without itself: {:?}",
+            self.local,
+            self.pending
+        );
+        debug_assert!(
+            self.high_watermark <= log_end_offset,
+            "high watermark {} past the leader's end {log_end_offset}",
+            self.high_watermark
+        );
+    }
+
     fn maybe_advance(&mut self, log_end_offset: i64) -> Option<i64> {
+        let before = self.high_watermark;
+        let advanced = self.advance(log_end_offset);
+        debug_assert!(
+            self.high_watermark >= before,
+            "the high watermark moved back"
+        );
+        self.assert_invariants(log_end_offset);
+        advanced
+    }
+
+    fn advance(&mut self, log_end_offset: i64) -> Option<i64> {
         let mut hw = log_end_offset;
         let members = self
             .isr

@@ -298,6 +298,7 @@ impl Log {
                 .sync_dir(&self.dir)
                 .ctx("fsync log dir", &self.dir)?;
         }
+        self.assert_invariants(true);
         Ok(offset)
     }
 
@@ -450,6 +451,7 @@ impl Log {
         }
         self.sync.written(&seg.file, header.next_offset());
         self.flusher.mark_dirty(&self.sync);
+        self.assert_invariants(false);
         Ok(AppendInfo {
             base_offset: header.base_offset,
             last_offset: header.last_offset(),
@@ -745,7 +747,65 @@ impl Log {
         let new_end = result?;
         self.epochs.truncate_from_end(new_end)?;
         self.sync.reset(new_end);
+        self.assert_invariants(true);
         Ok(new_end)
+    }
+
+    /// The invariants of the log's shape, asserted in debug builds (the tests and the
+    /// replication simulation): the start is within the log, segments follow each other in
+    /// offset order, and leader epochs grow with their start offsets, none starting past the
+    /// end. `full` checks every segment and epoch; otherwise only the last two of each (the
+    /// append path stays O(1)).
+    fn assert_invariants(&self, full: bool) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        let end = self.end_offset();
+        debug_assert!(
+            self.start <= end,
+            "{}: log start {} past the end {end}",
+            self.dir.display(),
+            self.start
+        );
+        let skip_segments = if full {
+            0
+        } else {
+            self.segments.len().saturating_sub(2)
+        };
+        for pair in self.segments[skip_segments..].windows(2) {
+            debug_assert!(
+                pair[0].next_offset <= pair[1].base_offset,
+                "{}: segment {} ends at {}, after the next one's base {}",
+                self.dir.display(),
+                pair[0].base_offset,
+                pair[0].next_offset,
+                pair[1].base_offset
+            );
+        }
+        let epochs = self.epochs.entries();
+        let skip_epochs = if full {
+            0
+        } else {
+            epochs.len().saturating_sub(2)
+        };
+        for pair in epochs[skip_epochs..].windows(2) {
+            debug_assert!(
+                pair[0].epoch < pair[1].epoch && pair[0].start_offset <= pair[1].start_offset,
+                "{}: leader epochs out of order: {:?} then {:?}",
+                self.dir.display(),
+                pair[0],
+                pair[1]
+            );
+        }
+        if let Some(last) = epochs.last() {
+            debug_assert!(
+                last.start_offset <= end,
+                "{}: epoch {} starts at {}, past the end {end}",
+                self.dir.display(),
+                last.epoch,
+                last.start_offset
+            );
+        }
     }
 
     /// Empties the log and starts it over at `offset`: a follower whose log ends before the
@@ -776,6 +836,7 @@ impl Log {
         }
         result?;
         self.sync.reset(offset);
+        self.assert_invariants(true);
         Ok(())
     }
 

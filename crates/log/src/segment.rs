@@ -466,12 +466,21 @@ impl Segment {
         h: &BatchHeader,
         index_interval: u64,
     ) -> Result<(), LogError> {
+        // Offsets only grow within a segment, and a segment holds only its own.
+        debug_assert!(
+            h.base_offset >= self.next_offset && h.base_offset >= self.base_offset,
+            "{}: batch at {} appended after offset {}",
+            self.path.display(),
+            h.base_offset,
+            self.next_offset
+        );
         let at = self.size;
         self.file
             .write_two_at(head, body, at)
             .ctx("write segment", &self.path)?;
         self.size += (head.len() + body.len()) as u64;
         self.track(at, h, index_interval);
+        debug_assert!(self.next_offset > self.base_offset && self.size > 0);
         Ok(())
     }
 
