@@ -2,26 +2,59 @@
 //! acks=all producers and a consumer run for the whole duration while a seeded fault schedule
 //! kills (-9), pauses and restarts nodes and cuts and heals links. At the end everything is
 //! healed, the cluster must converge, and a checker compares what the clients saw with the
-//! final log and the three replicas' files with each other.
+//! final log and the three replicas with each other.
 //!
-//! `#[ignore]`d: run it with `scripts/chaos.sh [SECONDS]` (needs root for the namespaces).
-//! Environment: `SPATE_CHAOS_SECONDS` (default 300), `SPATE_CHAOS_SEED` (replays a
+//! The same harness runs against Apache Kafka (issue 22): with `SPATE_CHAOS_TARGET=kafka`
+//! each node is a Kafka 4.x KRaft process (broker and controller in one JVM, static quorum of
+//! the three namespace addresses) started with `java` from the jars `scripts/kafka/fetch.sh`
+//! pins, and killed, paused and restarted exactly like a spate node. Only the replica
+//! comparison differs: spate's replicas are read from their segment files after the nodes
+//! stop, Kafka's through the protocol while they still run (a Fetch v12 to each replica,
+//! followers included, which Kafka serves up to its high watermark since KIP-392).
+//!
+//! The consumer records its own view of every fetch in the run directory (issue 22, item 12):
+//! librdkafka's `fetch`/`msg`/`topic` debug lines (`consumer-debug.log`), one parsed line per
+//! fetch reply and partition with the broker, the leader epoch it fetched with, the error and
+//! the high watermark (`consumer-fetches.tsv`), and once a second the client's statistics per
+//! partition: leader, leader epoch, fetch state, high watermark, positions
+//! (`consumer-stats.tsv`). The report sums them up per partition: the lowest and highest high
+//! watermark seen, every time a reply's high watermark was below one seen before, and the
+//! longest stretch without progress while the consumer was behind the high watermark.
+//!
+//! `#[ignore]`d: run it with `scripts/chaos.sh [SECONDS]` or `scripts/chaos.sh --kafka
+//! [SECONDS]` (needs root for the namespaces). Environment: `SPATE_CHAOS_SECONDS` (default
+//! 300), `SPATE_CHAOS_SEED` (replays a schedule; the same seed gives spate and Kafka the same
 //! schedule), `SPATE_CHAOS_KEEP=1` (keep the node directories after a passing run too; a
-//! failing run always keeps them), `SPATE_CHAOS_FSYNC` (passed to the nodes as `--fsync`),
-//! `SPATE_CHAOS_MESSAGE_TIMEOUT_MS` (the producers' message.timeout.ms, default 25000).
+//! failing run always keeps them), `SPATE_CHAOS_FSYNC` (passed to spate nodes as `--fsync`),
+//! `SPATE_CHAOS_MESSAGE_TIMEOUT_MS` (the producers' message.timeout.ms, default 25000),
+//! `SPATE_CHAOS_TARGET` (`spate`, the default, or `kafka`), and for Kafka
+//! `SPATE_CHAOS_KAFKA_LIB` (the directory of the jars; chaos.sh sets it), `JAVA` (default
+//! `java`), `SPATE_CHAOS_KAFKA_HEAP` (default `-Xms512m -Xmx1g`).
 
-use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufWriter, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+    MetadataRequest, MetadataResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::TopicPartitionList;
@@ -60,6 +93,101 @@ const CONVERGE_WITHIN: Duration = Duration::from_secs(180);
 const READ_WITHIN: Duration = Duration::from_secs(120);
 
 // ---------------------------------------------------------------------------------------
+// What the nodes run: spate, or Apache Kafka from the kit's jars.
+
+/// Kafka's controller listener (its broker listener is `KAFKA_PORT`).
+const KAFKA_CONTROLLER_PORT: u16 = 9093;
+/// bin/kafka-run-class.sh's JVM flags for servers.
+const KAFKA_JVM_OPTS: &[&str] = &[
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:MaxInlineLevel=15",
+    "-Djava.awt.headless=true",
+];
+
+/// How to run Kafka: the JVM, the jars and the cluster's id.
+struct KafkaKit {
+    java: String,
+    /// `<lib>/*`.
+    classpath: String,
+    log4j: PathBuf,
+    heap: String,
+    cluster_id: String,
+    version: String,
+}
+
+impl KafkaKit {
+    /// From the environment chaos.sh sets (`SPATE_CHAOS_KAFKA_LIB`, `JAVA`).
+    fn from_env() -> Self {
+        let lib = std::env::var("SPATE_CHAOS_KAFKA_LIB").unwrap_or_else(|_| {
+            panic!(
+                "SPATE_CHAOS_TARGET=kafka needs SPATE_CHAOS_KAFKA_LIB, the directory of Kafka's \
+                 jars: run it through `scripts/chaos.sh --kafka`, which fetches them"
+            )
+        });
+        let version = std::fs::read_dir(&lib)
+            .ok()
+            .and_then(|d| {
+                d.filter_map(Result::ok).find_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.strip_prefix("kafka-clients-")
+                        .and_then(|v| v.strip_suffix(".jar"))
+                        .map(str::to_owned)
+                })
+            })
+            .unwrap_or_else(|| panic!("no kafka-clients jar in {lib}"));
+        // A cluster id is 16 bytes in URL-safe base64; not drawn from the seeded RNG, so
+        // the fault schedule of a seed stays the one spate gets.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(7, |d| d.as_nanos());
+        let mut id = Rng(nanos as u64 ^ u64::from(std::process::id()));
+        let mut raw = [0u8; 16];
+        raw[..8].copy_from_slice(&id.next().to_be_bytes());
+        raw[8..].copy_from_slice(&id.next().to_be_bytes());
+        // Not starting with '-' (as Kafka's own random ids): the tools would take it for a flag.
+        raw[0] &= 0x7f;
+        use base64::Engine as _;
+        Self {
+            java: std::env::var("JAVA").unwrap_or_else(|_| "java".into()),
+            classpath: format!("{lib}/*"),
+            log4j: Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../scripts/kafka/log4j2.properties"),
+            heap: std::env::var("SPATE_CHAOS_KAFKA_HEAP")
+                .unwrap_or_else(|_| "-Xms512m -Xmx1g".into()),
+            cluster_id: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw),
+            version,
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Target {
+    Spate,
+    Kafka(Arc<KafkaKit>),
+}
+
+impl Target {
+    fn from_env() -> Self {
+        match std::env::var("SPATE_CHAOS_TARGET").as_deref() {
+            Err(_) | Ok("") | Ok("spate") => Target::Spate,
+            Ok("kafka") => Target::Kafka(Arc::new(KafkaKit::from_env())),
+            Ok(other) => panic!("SPATE_CHAOS_TARGET={other}: expected spate or kafka"),
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Target::Spate => "spate".into(),
+            Target::Kafka(kit) => format!("Apache Kafka {} (KRaft)", kit.version),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // A seeded RNG (splitmix64): the same seed gives the same fault schedule.
 
 struct Rng(u64);
@@ -95,9 +223,10 @@ impl Rng {
 
 struct ChaosNode {
     id: u8,
+    target: Target,
     kafka: String,
     http: String,
-    /// Holds `data/` and `spate.log`.
+    /// Holds `data/` and the node's log (`spate.log`; Kafka: `logs/server.log`).
     dir: PathBuf,
     process: Option<NsProcess>,
     paused: bool,
@@ -105,26 +234,105 @@ struct ChaosNode {
 }
 
 impl ChaosNode {
-    fn new(net: &Net, id: u8, root: &Path) -> Self {
+    fn new(net: &Net, target: &Target, id: u8, root: &Path) -> Self {
         let dir = root.join(format!("node{id}"));
-        std::fs::create_dir_all(&dir).expect("node dir");
-        Self {
+        std::fs::create_dir_all(dir.join("logs")).expect("node dir");
+        let node = Self {
             id,
+            target: target.clone(),
             kafka: format!("{}:{KAFKA_PORT}", net.addr(id)),
             http: format!("{}:{HTTP_PORT}", net.addr(id)),
             dir,
             process: None,
             paused: false,
             starts: 0,
+        };
+        if let Target::Kafka(_) = target {
+            node.write_kafka_properties(net);
         }
+        node
     }
 
     fn log_path(&self) -> PathBuf {
-        self.dir.join("spate.log")
+        match self.target {
+            Target::Spate => self.dir.join("spate.log"),
+            Target::Kafka(_) => self.dir.join("logs/server.log"),
+        }
+    }
+
+    /// Where the process's stdout and stderr go (for Kafka, log4j writes `log_path`).
+    fn stdout_path(&self) -> PathBuf {
+        match self.target {
+            Target::Spate => self.log_path(),
+            Target::Kafka(_) => self.dir.join("logs/stdout.log"),
+        }
     }
 
     fn data_dir(&self) -> PathBuf {
         self.dir.join("data")
+    }
+
+    /// Kafka's server.properties: broker and controller in one process, a static quorum of
+    /// the three nodes' namespace addresses, and the failure detection spate's nodes get
+    /// (session 2 s, heartbeats every 300 ms, a follower out of the ISR after 3 s).
+    fn write_kafka_properties(&self, net: &Net) {
+        let voters: Vec<String> = (1..=NODES)
+            .map(|m| format!("{m}@{}:{KAFKA_CONTROLLER_PORT}", net.addr(m)))
+            .collect();
+        let addr = net.addr(self.id);
+        let props = [
+            "process.roles=broker,controller".to_string(),
+            format!("node.id={}", self.id),
+            format!("controller.quorum.voters={}", voters.join(",")),
+            format!("listeners=PLAINTEXT://{addr}:{KAFKA_PORT},CONTROLLER://{addr}:{KAFKA_CONTROLLER_PORT}"),
+            format!("advertised.listeners=PLAINTEXT://{addr}:{KAFKA_PORT}"),
+            "inter.broker.listener.name=PLAINTEXT".into(),
+            "controller.listener.names=CONTROLLER".into(),
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT".into(),
+            format!("log.dirs={}", self.data_dir().display()),
+            "num.partitions=1".into(),
+            format!("default.replication.factor={NODES}"),
+            "min.insync.replicas=2".into(),
+            format!("offsets.topic.replication.factor={NODES}"),
+            format!("transaction.state.log.replication.factor={NODES}"),
+            "transaction.state.log.min.isr=2".into(),
+            format!("share.coordinator.state.topic.replication.factor={NODES}"),
+            "share.coordinator.state.topic.min.isr=2".into(),
+            "group.initial.rebalance.delay.ms=0".into(),
+            "broker.session.timeout.ms=2000".into(),
+            "broker.heartbeat.interval.ms=300".into(),
+            "replica.lag.time.max.ms=3000".into(),
+            "unclean.leader.election.enable=false".into(),
+        ];
+        std::fs::write(self.dir.join("server.properties"), props.join("\n") + "\n")
+            .expect("server.properties");
+    }
+
+    /// `kafka-storage format` for this node (before its first start).
+    fn kafka_format(&self, kit: &KafkaKit) -> std::process::Child {
+        let out = std::fs::File::create(self.dir.join("logs/format.log")).expect("format log");
+        let err = out.try_clone().expect("format log");
+        std::process::Command::new(&kit.java)
+            .arg(format!(
+                "-Dlog4j2.configurationFile={}",
+                kit.log4j.display()
+            ))
+            .args(["-Dspate.kafka.appender=STDERR", "-Dspate.kafka.level=WARN"])
+            .arg("-cp")
+            .arg(&kit.classpath)
+            .args([
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                &kit.cluster_id,
+                "-c",
+            ])
+            .arg(self.dir.join("server.properties"))
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("run kafka.tools.StorageTool (is java on PATH?)")
     }
 
     /// Appends a marker line to the node's log, so restarts and faults show up in it.
@@ -140,27 +348,50 @@ impl ChaosNode {
 
     fn start(&mut self, net: &Net) {
         assert!(self.process.is_none(), "node {} already runs", self.id);
-        let peers: Vec<String> = (1..=NODES)
-            .map(|m| format!("{m}={}:{PEER_PORT}", net.addr(m)))
-            .collect();
-        let mut cmd = net.command(self.id, Path::new(env!("CARGO_BIN_EXE_spate")));
-        cmd.args(["--node-id", &self.id.to_string()])
-            .args(["--cluster-peers", &peers.join(",")])
-            .args(["--listen", &self.kafka, "--advertised-address", &self.kafka])
-            .args(["--http-listen", &self.http])
-            .arg("--data-dir")
-            .arg(self.data_dir())
-            .args(["--broker-session-timeout-ms", "2000"])
-            .args(["--broker-heartbeat-interval-ms", "300"])
-            .args(["--replica-lag-time-max-ms", "3000"])
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1");
-        if let Ok(fsync) = std::env::var("SPATE_CHAOS_FSYNC") {
-            cmd.args(["--fsync", &fsync]);
-        }
+        let cmd = match &self.target {
+            Target::Spate => {
+                let peers: Vec<String> = (1..=NODES)
+                    .map(|m| format!("{m}={}:{PEER_PORT}", net.addr(m)))
+                    .collect();
+                let mut cmd = net.command(self.id, Path::new(env!("CARGO_BIN_EXE_spate")));
+                cmd.args(["--node-id", &self.id.to_string()])
+                    .args(["--cluster-peers", &peers.join(",")])
+                    .args(["--listen", &self.kafka, "--advertised-address", &self.kafka])
+                    .args(["--http-listen", &self.http])
+                    .arg("--data-dir")
+                    .arg(self.data_dir())
+                    .args(["--broker-session-timeout-ms", "2000"])
+                    .args(["--broker-heartbeat-interval-ms", "300"])
+                    .args(["--replica-lag-time-max-ms", "3000"])
+                    .env("RUST_LOG", "info")
+                    .env("NO_COLOR", "1");
+                if let Ok(fsync) = std::env::var("SPATE_CHAOS_FSYNC") {
+                    cmd.args(["--fsync", &fsync]);
+                }
+                cmd
+            }
+            Target::Kafka(kit) => {
+                let mut cmd = net.command(self.id, Path::new(&kit.java));
+                cmd.args(kit.heap.split_whitespace())
+                    .args(KAFKA_JVM_OPTS)
+                    .arg(format!(
+                        "-Dlog4j2.configurationFile={}",
+                        kit.log4j.display()
+                    ))
+                    .arg(format!(
+                        "-Dkafka.logs.dir={}",
+                        self.dir.join("logs").display()
+                    ))
+                    .arg("-cp")
+                    .arg(&kit.classpath)
+                    .arg("kafka.Kafka")
+                    .arg(self.dir.join("server.properties"));
+                cmd
+            }
+        };
         self.starts += 1;
         self.mark(&format!("start #{}", self.starts));
-        self.process = Some(NsProcess::spawn(cmd, &self.log_path()));
+        self.process = Some(NsProcess::spawn(cmd, &self.stdout_path()));
         self.paused = false;
     }
 
@@ -194,11 +425,17 @@ impl ChaosNode {
         self.process.as_mut().is_some_and(NsProcess::running)
     }
 
+    /// spate: `/ready` answers 200. Kafka: it answers a Metadata request naming itself
+    /// among the brokers (a KRaft broker serves requests only once it has started).
     fn ready(&self) -> bool {
-        netns::node_ready(&self.http)
+        match self.target {
+            Target::Spate => netns::node_ready(&self.http),
+            Target::Kafka(_) => kafka_metadata(&self.kafka)
+                .is_ok_and(|m| m.brokers.iter().any(|b| b.node_id.0 == i32::from(self.id))),
+        }
     }
 
-    /// This node's `/admin/cluster`.
+    /// This node's `/admin/cluster` (spate only).
     fn status(&self) -> Result<Value, String> {
         netns::node_status(&self.http, self.id)
     }
@@ -326,6 +563,7 @@ impl Schedule {
 
 struct Cluster<'a> {
     net: &'a Net,
+    target: Target,
     nodes: Vec<ChaosNode>,
 }
 
@@ -445,6 +683,33 @@ impl Cluster<'_> {
 
     fn any_status(&self) -> Option<Value> {
         self.nodes.iter().find_map(|n| n.status().ok())
+    }
+
+    /// Whether every partition's ISR holds every node (as any node that answers sees it).
+    fn isr_whole(&self) -> Result<(), String> {
+        match self.target {
+            Target::Spate => {
+                let s = self.any_status().ok_or("no node answers")?;
+                for p in 0..PARTITIONS {
+                    let v = partition_view(&s, p).ok_or("no partition")?;
+                    if ids(&v["isr"]).len() != usize::from(NODES) {
+                        return Err(format!("{v}"));
+                    }
+                }
+                Ok(())
+            }
+            Target::Kafka(_) => {
+                let views = self
+                    .nodes
+                    .iter()
+                    .find_map(|n| kafka_partitions(&n.kafka).ok())
+                    .ok_or("no node answers")?;
+                match views.iter().find(|v| v.isr.len() != usize::from(NODES)) {
+                    None => Ok(()),
+                    Some(v) => Err(format!("{v:?}")),
+                }
+            }
+        }
     }
 }
 
@@ -568,22 +833,407 @@ struct ConsumerLog {
     next: [i64; PARTITIONS as usize],
 }
 
-fn chaos_consumer(bootstrap: &str, group: &str) -> BaseConsumer {
-    let c: BaseConsumer = client_config(bootstrap)
-        .set("group.id", group)
+// ---------------------------------------------------------------------------------------
+// The consumer's own record of its fetches (issue 22, item 12). librdkafka gives no hook per
+// fetch, but with `debug=fetch,msg` it logs every Fetch request per partition ("Fetch topic
+// T [P] at offset O (leader epoch E, current leader epoch C, vN)", on the broker's thread)
+// and every reply per partition ("Topic T [P] MessageSet size S, error "E", MaxOffset HW,
+// LSO L, ..."): the log callback writes every line to consumer-debug.log and parses these
+// two into consumer-fetches.tsv, one line per reply and partition. The statistics callback
+// (once a second) adds what the client believes: leader, leader epoch, fetch state, high
+// watermark and positions per partition (consumer-stats.tsv).
+
+/// What the consumer's fetches showed for one partition.
+#[derive(Default)]
+struct PartitionWatch {
+    replies: u64,
+    /// Replies per answering broker (librdkafka's name, `host:port/id`).
+    brokers: BTreeMap<String, u64>,
+    /// Leader epochs the consumer fetched with (its current leader epoch).
+    epochs: BTreeSet<i32>,
+    /// Replies per error (librdkafka's text; "Success" is none).
+    errors: BTreeMap<String, u64>,
+    hw_min: Option<i64>,
+    /// The highest high watermark an error-free reply carried: (hw, t, broker, epoch).
+    hw_max: Option<(i64, f64, String, i32)>,
+    /// Error-free replies whose high watermark was below the highest seen before.
+    hw_decreases: u64,
+    hw_decrease_examples: Vec<String>,
+    /// The next offset the application gets.
+    position: i64,
+    last_delivery: Option<f64>,
+    /// Since when the consumer has been behind the highest high watermark seen without
+    /// receiving a record.
+    behind_since: Option<f64>,
+    /// Longest stretch behind the high watermark without a record: (seconds, from t, at
+    /// offset).
+    longest_stall: (f64, f64, i64),
+    /// Longest time between two records, also when there was nothing to read: (seconds,
+    /// from t).
+    longest_gap: (f64, f64),
+    /// Statistics samples per fetch state.
+    fetch_states: BTreeMap<String, u64>,
+}
+
+#[derive(Default)]
+struct WatchState {
+    parts: Vec<PartitionWatch>,
+    /// (broker, partition) -> (fetch offset, the position's epoch, current leader epoch) of
+    /// the last Fetch request, for pairing with its reply.
+    requested: HashMap<(String, i32), (i64, i32, i32)>,
+    /// Client-level errors (the error callback).
+    client_errors: BTreeMap<String, u64>,
+    debug_lines: u64,
+}
+
+struct FetchWatch {
+    /// Times are seconds since this instant (the start of the chaos phase).
+    t0: Instant,
+    debug: Mutex<BufWriter<std::fs::File>>,
+    fetches: Mutex<BufWriter<std::fs::File>>,
+    stats: Mutex<BufWriter<std::fs::File>>,
+    state: Mutex<WatchState>,
+}
+
+/// The text between `after` and the next `until` in `s`.
+fn between<'a>(s: &'a str, after: &str, until: &str) -> Option<&'a str> {
+    let rest = &s[s.find(after)? + after.len()..];
+    Some(&rest[..rest.find(until)?])
+}
+
+impl FetchWatch {
+    fn create(dir: &Path, t0: Instant) -> Arc<Self> {
+        let open = |name: &str, header: &str| {
+            let mut w = BufWriter::new(std::fs::File::create(dir.join(name)).expect(name));
+            let _ = writeln!(w, "{header}");
+            Mutex::new(w)
+        };
+        Arc::new(Self {
+            t0,
+            debug: open(
+                "consumer-debug.log",
+                "# t (s since the chaos phase began) level facility librdkafka's line",
+            ),
+            fetches: open(
+                "consumer-fetches.tsv",
+                "# t\tbroker\tpartition\tfetch_offset\tposition_epoch\tleader_epoch\terror\thigh_watermark\tlast_stable\tbytes",
+            ),
+            stats: open(
+                "consumer-stats.tsv",
+                "# t\tpartition\tbroker\tleader\tleader_epoch\tfetch_state\thi_offset\tls_offset\tlo_offset\tnext_offset\tapp_offset\tfetchq_cnt\trxmsgs\n\
+                 # t\tbroker\tname\tnodeid\tstate\tstateage_ms\ttx\trx\ttxerrs\trxerrs\treq_timeouts\tdisconnects\tFetch_requests",
+            ),
+            state: Mutex::new(WatchState {
+                parts: (0..PARTITIONS).map(|_| PartitionWatch::default()).collect(),
+                ..WatchState::default()
+            }),
+        })
+    }
+
+    fn t(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    /// One librdkafka log line: written as it is, and parsed when it is a Fetch request or
+    /// a reply for one partition.
+    fn line(&self, level: RDKafkaLogLevel, fac: &str, msg: &str) {
+        let t = self.t();
+        if let Ok(mut f) = self.debug.lock() {
+            let _ = writeln!(f, "{t:10.3} {level:?} {fac} {msg}");
+        }
+        // "[thrd:NAME]: BROKER: body"; BROKER is librdkafka's `host:port/id`.
+        let rest = msg
+            .strip_prefix("[thrd:")
+            .and_then(|m| m.split_once("]: "))
+            .map_or(msg, |(_, r)| r);
+        let Some((broker, body)) = rest.split_once(": ") else {
+            return;
+        };
+        if !broker.contains('/') {
+            return;
+        }
+        let mut st = self.state.lock().expect("watch state");
+        st.debug_lines += 1;
+        if let Some(req) = body.strip_prefix("Fetch topic ") {
+            if !req.starts_with(&format!("{TOPIC} [")) {
+                return;
+            }
+            let parsed = (|| {
+                Some((
+                    between(req, "[", "]")?.parse::<i32>().ok()?,
+                    between(req, "at offset ", " ")?.parse::<i64>().ok()?,
+                    between(req, "(leader epoch ", ",")?.parse::<i32>().ok()?,
+                    between(req, "current leader epoch ", ",")?
+                        .parse::<i32>()
+                        .ok()?,
+                ))
+            })();
+            if let Some((p, offset, pos_epoch, epoch)) = parsed {
+                st.requested
+                    .insert((broker.to_string(), p), (offset, pos_epoch, epoch));
+            }
+            return;
+        }
+        let Some(reply) = body.strip_prefix(&format!("Topic {TOPIC} [")) else {
+            return;
+        };
+        if !reply.contains("MessageSet size") {
+            return;
+        }
+        let parsed = (|| {
+            Some((
+                reply[..reply.find(']')?].parse::<i32>().ok()?,
+                between(reply, "MessageSet size ", ",")?
+                    .parse::<i64>()
+                    .ok()?,
+                between(reply, "error \"", "\"")?.to_string(),
+                between(reply, "MaxOffset ", ",")?.parse::<i64>().ok()?,
+                between(reply, "LSO ", ",")?.parse::<i64>().ok()?,
+            ))
+        })();
+        let Some((p, size, error, hw, lso)) = parsed else {
+            return;
+        };
+        if !(0..PARTITIONS).contains(&p) {
+            return;
+        }
+        let (offset, pos_epoch, epoch) = st
+            .requested
+            .get(&(broker.to_string(), p))
+            .copied()
+            .unwrap_or((-1, -1, -1));
+        if let Ok(mut f) = self.fetches.lock() {
+            let _ = writeln!(
+                f,
+                "{t:.3}\t{broker}\t{p}\t{offset}\t{pos_epoch}\t{epoch}\t{error}\t{hw}\t{lso}\t{size}"
+            );
+        }
+        let w = &mut st.parts[p as usize];
+        w.replies += 1;
+        *w.brokers.entry(broker.to_string()).or_default() += 1;
+        w.epochs.insert(epoch);
+        *w.errors.entry(error.clone()).or_default() += 1;
+        if error != "Success" || hw < 0 {
+            return;
+        }
+        w.hw_min = Some(w.hw_min.map_or(hw, |m| m.min(hw)));
+        match &w.hw_max {
+            Some((max, at, from, max_epoch)) if hw < *max => {
+                w.hw_decreases += 1;
+                if w.hw_decrease_examples.len() < 10 {
+                    let ex = format!(
+                        "t={t:.1}s {broker} epoch {epoch} answered high watermark {hw} (fetching at {offset}); {from} epoch {max_epoch} had answered {max} at t={at:.1}s"
+                    );
+                    w.hw_decrease_examples.push(ex);
+                }
+            }
+            Some((max, ..)) if hw == *max => {}
+            _ => w.hw_max = Some((hw, t, broker.to_string(), epoch)),
+        }
+        if hw > w.position && w.behind_since.is_none() {
+            w.behind_since = Some(t);
+        }
+    }
+
+    /// The application received the record at `offset` of partition `p`.
+    fn delivered(&self, p: i32, offset: i64) {
+        let t = self.t();
+        let mut st = self.state.lock().expect("watch state");
+        let Some(w) = st.parts.get_mut(p as usize) else {
+            return;
+        };
+        if let Some(last) = w.last_delivery {
+            if t - last > w.longest_gap.0 {
+                w.longest_gap = (t - last, last);
+            }
+        }
+        w.last_delivery = Some(t);
+        if let Some(since) = w.behind_since {
+            if t - since > w.longest_stall.0 {
+                w.longest_stall = (t - since, since, w.position);
+            }
+        }
+        w.position = offset + 1;
+        let hw = w.hw_max.as_ref().map_or(0, |m| m.0);
+        w.behind_since = (w.position < hw).then_some(t);
+    }
+
+    /// One statistics emission (JSON).
+    fn statistics(&self, json: &[u8]) {
+        let t = self.t();
+        let Ok(v) = serde_json::from_slice::<Value>(json) else {
+            return;
+        };
+        let mut lines = Vec::new();
+        let mut states = Vec::new();
+        if let Some(parts) = v["topics"][TOPIC]["partitions"].as_object() {
+            for (p, x) in parts {
+                let Ok(p) = p.parse::<i32>() else { continue };
+                if !(0..PARTITIONS).contains(&p) {
+                    continue;
+                }
+                let state = x["fetch_state"].as_str().unwrap_or("?").to_string();
+                lines.push(format!(
+                    "{t:.3}\tpartition\t{p}\t{}\t{}\t{}\t{state}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    x["broker"],
+                    x["leader"],
+                    x["leader_epoch"],
+                    x["hi_offset"],
+                    x["ls_offset"],
+                    x["lo_offset"],
+                    x["next_offset"],
+                    x["app_offset"],
+                    x["fetchq_cnt"],
+                    x["rxmsgs"]
+                ));
+                states.push((p, state));
+            }
+        }
+        if let Some(brokers) = v["brokers"].as_object() {
+            for (name, b) in brokers {
+                if b["nodeid"].as_i64().unwrap_or(-1) < 0 {
+                    continue;
+                }
+                lines.push(format!(
+                    "{t:.3}\tbroker\t{name}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    b["nodeid"],
+                    b["state"].as_str().unwrap_or("?"),
+                    b["stateage"].as_i64().map_or(-1, |us| us / 1000),
+                    b["tx"],
+                    b["rx"],
+                    b["txerrs"],
+                    b["rxerrs"],
+                    b["req_timeouts"],
+                    b["disconnects"],
+                    b["req"]["Fetch"]
+                ));
+            }
+        }
+        if let Ok(mut f) = self.stats.lock() {
+            for l in lines {
+                let _ = writeln!(f, "{l}");
+            }
+        }
+        let mut st = self.state.lock().expect("watch state");
+        for (p, state) in states {
+            *st.parts[p as usize].fetch_states.entry(state).or_default() += 1;
+        }
+    }
+
+    fn client_error(&self, error: &KafkaError, reason: &str) {
+        let t = self.t();
+        if let Ok(mut f) = self.debug.lock() {
+            let _ = writeln!(f, "{t:10.3} ERROR-CALLBACK {error}: {reason}");
+        }
+        let mut st = self.state.lock().expect("watch state");
+        if st.client_errors.len() < 50 {
+            *st.client_errors.entry(error.to_string()).or_default() += 1;
+        }
+    }
+
+    /// Flushes the files and sums up per partition (open stretches end now).
+    fn finish(&self) -> Vec<String> {
+        let t = self.t();
+        for f in [&self.debug, &self.fetches, &self.stats] {
+            if let Ok(mut f) = f.lock() {
+                let _ = f.flush();
+            }
+        }
+        let st = self.state.lock().expect("watch state");
+        let mut out = vec![format!(
+            "consumer's fetch log: {} librdkafka broker lines; files consumer-debug.log, consumer-fetches.tsv, consumer-stats.tsv in the run directory",
+            st.debug_lines
+        )];
+        for (p, w) in st.parts.iter().enumerate() {
+            let mut stall = w.longest_stall;
+            if let Some(since) = w.behind_since {
+                if t - since > stall.0 {
+                    stall = (t - since, since, w.position);
+                }
+            }
+            let errors: Vec<String> = w
+                .errors
+                .iter()
+                .filter(|(e, _)| e.as_str() != "Success")
+                .map(|(e, n)| format!("{e} x{n}"))
+                .collect();
+            out.push(format!(
+                "  {TOPIC}-{p}: {} fetch replies (by broker {:?}); leader epochs fetched with {:?}; error replies [{}]; high watermark lowest {} highest {}; high watermark decreases seen {}; longest stretch behind the high watermark without progress {:.2}s (from t={:.1}s, at offset {}); longest gap between records {:.2}s (from t={:.1}s); fetch states sampled {:?}",
+                w.replies,
+                w.brokers,
+                w.epochs,
+                errors.join(", "),
+                w.hw_min.map_or("-".into(), |h| h.to_string()),
+                w.hw_max.as_ref().map_or("-".into(), |h| h.0.to_string()),
+                w.hw_decreases,
+                stall.0,
+                stall.1,
+                stall.2,
+                w.longest_gap.0,
+                w.longest_gap.1,
+                w.fetch_states,
+            ));
+            for ex in &w.hw_decrease_examples {
+                out.push(format!("    high watermark decrease: {ex}"));
+            }
+        }
+        for (e, n) in &st.client_errors {
+            out.push(format!("  consumer client error x{n}: {e}"));
+        }
+        out
+    }
+}
+
+/// The chaos consumer's context: every log line, statistics and error go to the watch.
+struct Watched(Arc<FetchWatch>);
+
+impl ClientContext for Watched {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.0.line(level, fac, log_message);
+    }
+
+    fn stats_raw(&self, statistics: &[u8]) {
+        self.0.statistics(statistics);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.0.client_error(&error, reason);
+    }
+}
+
+impl ConsumerContext for Watched {}
+
+fn consumer_config(bootstrap: &str, group: &str) -> ClientConfig {
+    let mut c = client_config(bootstrap);
+    c.set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
         .set("auto.offset.reset", "earliest")
         .set("fetch.wait.max.ms", "100")
-        .set("topic.metadata.refresh.interval.ms", "5000")
-        .create()
-        .expect("chaos consumer");
+        .set("topic.metadata.refresh.interval.ms", "5000");
+    c
+}
+
+fn assign_all<C: ConsumerContext>(c: &BaseConsumer<C>) {
     let mut tpl = TopicPartitionList::new();
     for p in 0..PARTITIONS {
         tpl.add_partition_offset(TOPIC, p, rdkafka::Offset::Beginning)
             .expect("assign");
     }
     c.assign(&tpl).expect("assign");
+}
+
+/// The continuous consumer, with its fetches recorded by `watch`.
+fn chaos_consumer(bootstrap: &str, group: &str, watch: Arc<FetchWatch>) -> BaseConsumer<Watched> {
+    let mut config = consumer_config(bootstrap, group);
+    config
+        .set("debug", "fetch,msg,topic")
+        .set("statistics.interval.ms", "1000")
+        .set_log_level(RDKafkaLogLevel::Debug);
+    let c: BaseConsumer<Watched> = config
+        .create_with_context(Watched(watch))
+        .expect("chaos consumer");
+    assign_all(&c);
     c
 }
 
@@ -593,8 +1243,9 @@ fn consume_loop(
     stop: Arc<AtomicBool>,
     until: Instant,
     log: Arc<Mutex<ConsumerLog>>,
+    watch: Arc<FetchWatch>,
 ) {
-    let c = chaos_consumer(&bootstrap, "chaos-reader");
+    let c = chaos_consumer(&bootstrap, "chaos-reader", watch.clone());
     while !stop.load(Ordering::SeqCst) && Instant::now() < until {
         let Some(m) = c.poll(Duration::from_millis(200)) else {
             continue;
@@ -605,6 +1256,7 @@ fn consume_loop(
             Ok(m) => {
                 let value = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
                 let (p, o) = (m.partition(), m.offset());
+                watch.delivered(p, o);
                 let next = &mut log.next[p as usize];
                 if o < *next {
                     log.rewinds += 1;
@@ -625,7 +1277,10 @@ fn consume_loop(
 /// Reads every partition from offset 0 up to `ends[p]` (exclusive): (partition, offset) ->
 /// payload, plus offsets that were read twice with different payloads.
 fn read_all(bootstrap: &str, ends: &[i64]) -> (BTreeMap<(i32, i64), String>, u64) {
-    let c = chaos_consumer(bootstrap, "chaos-final-read");
+    let c: BaseConsumer = consumer_config(bootstrap, "chaos-final-read")
+        .create()
+        .expect("final reader");
+    assign_all(&c);
     let mut log = BTreeMap::new();
     let mut conflicting = 0;
     let mut next = vec![0i64; ends.len()];
@@ -672,9 +1327,17 @@ fn partition_view(status: &Value, p: i32) -> Option<Value> {
 }
 
 /// Per partition (leader, leader epoch, high watermark) once every node agrees on leader and
-/// epoch, the ISR is all three, and on the leader the high watermark, its log end and every
+/// epoch, the ISR is all three, and the high watermark, the leader's log end and every
 /// follower's log end are equal.
 fn converged(c: &Cluster<'_>) -> Result<Vec<(u8, i64, i64)>, String> {
+    match c.target {
+        Target::Spate => spate_converged(c),
+        Target::Kafka(_) => kafka_converged(c),
+    }
+}
+
+/// `converged` for spate, from every node's `/admin/cluster`.
+fn spate_converged(c: &Cluster<'_>) -> Result<Vec<(u8, i64, i64)>, String> {
     let views: Vec<Value> = c
         .nodes
         .iter()
@@ -720,6 +1383,245 @@ fn converged(c: &Cluster<'_>) -> Result<Vec<(u8, i64, i64)>, String> {
         out.push((leader, epoch, hw));
     }
     Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// Kafka's view, through the protocol: a Metadata request to each node for leaders, epochs and
+// ISRs; ListOffsets for the high watermark (from the leader) and each replica's log end (the
+// debugging replica id -2, which Kafka serves from followers too); Fetch v12 to each replica
+// for its batches.
+
+/// One request on a fresh connection with short timeouts.
+fn kafka_call<Req: Encodable, Resp: Decodable>(
+    addr: &str,
+    key: ApiKey,
+    version: i16,
+    req: &Req,
+) -> Result<Resp, String> {
+    let sock: SocketAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
+    let mut s = TcpStream::connect_timeout(&sock, Duration::from_secs(2))
+        .map_err(|e| format!("{addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .and_then(|()| s.set_write_timeout(Some(Duration::from_secs(5))))
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("spate-chaos")));
+    let body = spate_protocol::codec::encode_request(&header, req)
+        .map_err(|e| format!("encode {key:?}: {e:?}"))?;
+    let mut framed = BytesMut::with_capacity(body.len() + 4);
+    framed.put_i32(body.len() as i32);
+    framed.extend_from_slice(&body);
+    s.write_all(&framed).map_err(|e| format!("{addr}: {e}"))?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).map_err(|e| format!("{addr}: {e}"))?;
+    let mut frame = vec![0u8; i32::from_be_bytes(len).max(0) as usize];
+    s.read_exact(&mut frame)
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let mut frame = Bytes::from(frame);
+    ResponseHeader::decode(&mut frame, key.response_header_version(version))
+        .map_err(|e| format!("{addr}: {key:?} header: {e}"))?;
+    Resp::decode(&mut frame, version).map_err(|e| format!("{addr}: {key:?} body: {e}"))
+}
+
+fn topic_name() -> TopicName {
+    TopicName(StrBytes::from_static_str(TOPIC))
+}
+
+fn kafka_metadata(addr: &str) -> Result<MetadataResponse, String> {
+    let req = MetadataRequest::default()
+        .with_topics(Some(vec![
+            MetadataRequestTopic::default().with_name(Some(topic_name()))
+        ]))
+        .with_allow_auto_topic_creation(false);
+    kafka_call(addr, ApiKey::Metadata, 12, &req)
+}
+
+/// A partition as one Kafka node sees it.
+#[derive(Debug, PartialEq)]
+struct KafkaPartition {
+    partition: i32,
+    leader: i32,
+    epoch: i32,
+    isr: Vec<i32>,
+}
+
+/// Every partition of the test topic as the node at `addr` sees it.
+fn kafka_partitions(addr: &str) -> Result<Vec<KafkaPartition>, String> {
+    let m = kafka_metadata(addr)?;
+    let t = m
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref() == Some(&topic_name()))
+        .ok_or_else(|| format!("{addr}: no topic {TOPIC}"))?;
+    if t.error_code != 0 {
+        return Err(format!("{addr}: {TOPIC}: error {}", t.error_code));
+    }
+    let mut out: Vec<KafkaPartition> = t
+        .partitions
+        .iter()
+        .map(|p| {
+            let mut isr: Vec<i32> = p.isr_nodes.iter().map(|b| b.0).collect();
+            isr.sort_unstable();
+            KafkaPartition {
+                partition: p.partition_index,
+                leader: p.leader_id.0,
+                epoch: p.leader_epoch,
+                isr,
+            }
+        })
+        .collect();
+    out.sort_by_key(|p| p.partition);
+    if out.len() != PARTITIONS as usize {
+        return Err(format!("{addr}: {} partitions", out.len()));
+    }
+    Ok(out)
+}
+
+/// ListOffsets (latest) for partition `p` at `addr`: as a consumer (replica id -1) the high
+/// watermark, from the leader only; as the debugging replica (-2) the replica's log end.
+fn kafka_latest(addr: &str, replica_id: i32, p: i32) -> Result<i64, String> {
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(replica_id))
+        .with_isolation_level(0)
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(topic_name())
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(p)
+                .with_current_leader_epoch(-1)
+                .with_timestamp(-1)])]);
+    let resp: ListOffsetsResponse = kafka_call(addr, ApiKey::ListOffsets, 7, &req)?;
+    let part = resp
+        .topics
+        .first()
+        .and_then(|t| t.partitions.first())
+        .ok_or_else(|| format!("{addr}: empty ListOffsets answer"))?;
+    if part.error_code != 0 {
+        return Err(format!(
+            "{addr}: ListOffsets {TOPIC}-{p} (replica id {replica_id}): error {}",
+            part.error_code
+        ));
+    }
+    Ok(part.offset)
+}
+
+/// Fetch v12 of partition `p` at `offset` from the node at `addr` (leader or follower):
+/// (error code, that replica's high watermark, records).
+fn kafka_fetch(addr: &str, p: i32, offset: i64) -> Result<(i16, i64, Bytes), String> {
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(4 << 20)
+        .with_isolation_level(0)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic_name())
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(p)
+                .with_current_leader_epoch(-1)
+                .with_fetch_offset(offset)
+                .with_last_fetched_epoch(-1)
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(1 << 20)])])
+        .with_rack_id(StrBytes::from_static_str(""));
+    let resp: FetchResponse = kafka_call(addr, ApiKey::Fetch, 12, &req)?;
+    if resp.error_code != 0 {
+        return Err(format!("{addr}: Fetch error {}", resp.error_code));
+    }
+    let part = resp
+        .responses
+        .first()
+        .and_then(|t| t.partitions.first())
+        .ok_or_else(|| format!("{addr}: empty Fetch answer"))?;
+    Ok((
+        part.error_code,
+        part.high_watermark,
+        part.records.clone().unwrap_or_default(),
+    ))
+}
+
+/// `converged` for Kafka: every node's metadata agrees on leader and epoch with the ISR
+/// whole; the leader's high watermark equals every replica's log end.
+fn kafka_converged(c: &Cluster<'_>) -> Result<Vec<(u8, i64, i64)>, String> {
+    let views: Vec<Vec<KafkaPartition>> = c
+        .nodes
+        .iter()
+        .map(|n| kafka_partitions(&n.kafka))
+        .collect::<Result<_, _>>()?;
+    let mut out = Vec::new();
+    for p in 0..PARTITIONS {
+        let first = &views[0][p as usize];
+        if views.iter().any(|v| {
+            let x = &v[p as usize];
+            (x.leader, x.epoch) != (first.leader, first.epoch)
+        }) {
+            let seen: Vec<_> = views.iter().map(|v| &v[p as usize]).collect();
+            return Err(format!("{TOPIC}-{p}: nodes disagree: {seen:?}"));
+        }
+        if first.isr.len() != usize::from(NODES) {
+            return Err(format!("{TOPIC}-{p}: ISR not whole: {first:?}"));
+        }
+        let leader = u8::try_from(first.leader)
+            .ok()
+            .filter(|l| (1..=NODES).contains(l))
+            .ok_or_else(|| format!("{TOPIC}-{p}: no leader: {first:?}"))?;
+        let hw = kafka_latest(&c.nodes[usize::from(leader) - 1].kafka, -1, p)?;
+        for n in &c.nodes {
+            let end = kafka_latest(&n.kafka, -2, p)?;
+            if end != hw {
+                return Err(format!(
+                    "{TOPIC}-{p}: node {} log end {end}, high watermark {hw}",
+                    n.id
+                ));
+            }
+        }
+        out.push((leader, i64::from(first.epoch), hw));
+    }
+    Ok(out)
+}
+
+/// Node `addr`'s copy of partition `p` below `hw`, read through Fetch (a follower answers up
+/// to its own high watermark, which reaches `hw` within a replication round or two): its
+/// batches and how far they reach.
+fn kafka_replica(addr: &str, p: i32, hw: i64) -> Result<(Vec<StoredBatch>, i64), String> {
+    let mut batches = Vec::new();
+    let mut offset = 0i64;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while offset < hw {
+        let (err, replica_hw, records) = kafka_fetch(addr, p, offset)?;
+        if err != 0 {
+            return Err(format!(
+                "{addr}: Fetch {TOPIC}-{p} at {offset}: error {err}"
+            ));
+        }
+        let before = offset;
+        for (at, h) in Batches::new(&records) {
+            if h.base_offset >= hw {
+                break;
+            }
+            if h.last_offset() >= offset {
+                batches.push(StoredBatch {
+                    base_offset: h.base_offset,
+                    last_offset: h.last_offset(),
+                    leader_epoch: h.partition_leader_epoch,
+                    bytes: records.slice(at..at + h.total_len()),
+                });
+                offset = h.next_offset();
+            }
+        }
+        if offset == before {
+            if Instant::now() > deadline {
+                return Ok((batches, replica_hw.min(offset)));
+            }
+            // Nothing new: this replica's high watermark has not reached `offset` yet.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    Ok((batches, offset))
 }
 
 /// Polls `probe` every 250 ms until it gives a value (see `netns::wait_for`).
@@ -889,6 +1791,47 @@ fn read_replica(dir: &Path, hw: i64) -> Result<(Vec<StoredBatch>, i64, Vec<Strin
 // ---------------------------------------------------------------------------------------
 // The run.
 
+/// Counts where the replicas of partition `p` differ below `hw`: a replica whose log or
+/// batches end below it, and every position in the batch sequence where the copies differ.
+fn compare_replicas(
+    p: usize,
+    hw: i64,
+    copies: &[(Vec<StoredBatch>, i64, Vec<String>)],
+    differences: &mut u64,
+    notes: &mut Vec<String>,
+) {
+    for (i, (batches, end, repairs)) in copies.iter().enumerate() {
+        if !repairs.is_empty() {
+            notes.push(format!(
+                "node {} {TOPIC}-{p}: recovery repaired {repairs:?}",
+                i + 1
+            ));
+        }
+        let covered = batches.last().map_or(0, |b| b.last_offset + 1);
+        if *end < hw || covered < hw {
+            *differences += 1;
+            notes.push(format!(
+                "node {} {TOPIC}-{p}: log end {end}, batches cover up to {covered}, below the high watermark {hw}",
+                i + 1
+            ));
+        }
+    }
+    let longest = copies.iter().map(|c| c.0.len()).max().unwrap_or(0);
+    notes.push(format!(
+        "{TOPIC}-{p}: batches below the high watermark {hw} per node {:?}",
+        copies.iter().map(|c| c.0.len()).collect::<Vec<_>>()
+    ));
+    for k in 0..longest {
+        let at: Vec<Option<&StoredBatch>> = copies.iter().map(|c| c.0.get(k)).collect();
+        if at.iter().any(|b| *b != at[0]) {
+            *differences += 1;
+            if notes.len() < 24 {
+                notes.push(format!("{TOPIC}-{p} batch #{k}: {at:?}"));
+            }
+        }
+    }
+}
+
 fn skip_or_fail(why: &str) {
     if std::env::var("SPATE_SKIP_NETNS").as_deref() == Ok("1") {
         eprintln!("SKIPPED (SPATE_SKIP_NETNS=1): {why}");
@@ -922,8 +1865,15 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
         duration.as_secs()
     );
     let mut rng = Rng(seed);
+    let target = Target::from_env();
+    eprintln!("chaos: the nodes run {}", target.name());
 
-    let root = std::env::temp_dir().join(format!("spate-chaos-{}-{seed}", std::process::id()));
+    let kind = match target {
+        Target::Spate => "spate",
+        Target::Kafka(_) => "kafka",
+    };
+    let root =
+        std::env::temp_dir().join(format!("spate-chaos-{kind}-{}-{seed}", std::process::id()));
     std::fs::create_dir_all(&root).expect("run dir");
     let mut run_dir = RunDir {
         path: root.clone(),
@@ -936,10 +1886,23 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
     // Declared after `net`: the nodes are killed before the namespaces go.
     let mut cluster = Cluster {
         net: &net,
+        target: target.clone(),
         nodes: (1..=NODES)
-            .map(|id| ChaosNode::new(&net, id, &root))
+            .map(|id| ChaosNode::new(&net, &target, id, &root))
             .collect(),
     };
+    if let Target::Kafka(kit) = &target {
+        let formats: Vec<_> = cluster.nodes.iter().map(|n| n.kafka_format(kit)).collect();
+        for (mut f, n) in formats.into_iter().zip(&cluster.nodes) {
+            let status = f.wait().expect("kafka-storage format");
+            assert!(
+                status.success(),
+                "kafka-storage format for node {} failed: {}",
+                n.id,
+                std::fs::read_to_string(n.dir.join("logs/format.log")).unwrap_or_default()
+            );
+        }
+    }
     for id in 1..=NODES {
         let net = cluster.net;
         cluster.node(id).start(net);
@@ -970,7 +1933,9 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
     );
     eprintln!("chaos: cluster ready, topic {TOPIC} with {PARTITIONS} partitions, RF 3, min ISR 2");
 
-    // Clients.
+    // Clients. The chaos phase's clock starts with them.
+    let t0 = Instant::now();
+    let watch = FetchWatch::create(&root, t0);
     let stop_producing = Arc::new(AtomicBool::new(false));
     let _stop_producing_guard = StopOnDrop(stop_producing.clone());
     let max_records = PRODUCE_RATE_PER_S * (duration.as_secs() + 600);
@@ -990,11 +1955,11 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
     let consumer = {
         let (b, stop, log) = (bootstrap.clone(), stop_consuming.clone(), consumed.clone());
         let until = Instant::now() + duration + Duration::from_secs(900);
-        std::thread::spawn(move || consume_loop(b, stop, until, log))
+        let watch = watch.clone();
+        std::thread::spawn(move || consume_loop(b, stop, until, log, watch))
     };
 
     // Faults.
-    let t0 = Instant::now();
     let mut schedule = Schedule {
         t0,
         events: Vec::new(),
@@ -1034,16 +1999,7 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
     wait_for(
         "every partition's ISR to be whole again",
         CONVERGE_WITHIN,
-        || {
-            let s = cluster.any_status().ok_or("no node answers")?;
-            for p in 0..PARTITIONS {
-                let v = partition_view(&s, p).ok_or("no partition")?;
-                if ids(&v["isr"]).len() != usize::from(NODES) {
-                    return Err(format!("{v}"));
-                }
-            }
-            Ok(())
-        },
+        || cluster.isr_whole(),
     );
     schedule.note("final: all nodes ready, every ISR whole; stopping producers".into());
     stop_producing.store(true, Ordering::SeqCst);
@@ -1083,6 +2039,7 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
     };
     stop_consuming.store(true, Ordering::SeqCst);
     consumer.join().expect("consumer thread");
+    let fetch_summary = watch.finish();
     let consumed = std::mem::take(&mut *consumed.lock().expect("consumer log"));
 
     // The final log, read from the leaders.
@@ -1099,6 +2056,7 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
     let answered: Vec<String> = cluster
         .nodes
         .iter()
+        .filter(|_| matches!(target, Target::Spate))
         .flat_map(|n| {
             let text = netns::node_get(&n.http, "/metrics")
                 .map(|(_, b)| b)
@@ -1115,7 +2073,24 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
         })
         .collect();
 
-    // Stop the nodes and compare their files.
+    // Compare the replicas: Kafka's through the protocol while they run, spate's files
+    // after the nodes stop.
+    let mut replica_differences = 0u64;
+    let mut replica_notes = Vec::new();
+    if let Target::Kafka(_) = target {
+        for (p, &hw) in ends.iter().enumerate() {
+            let copies: Vec<(Vec<StoredBatch>, i64, Vec<String>)> = cluster
+                .nodes
+                .iter()
+                .map(|n| {
+                    kafka_replica(&n.kafka, p as i32, hw)
+                        .map(|(b, end)| (b, end, Vec::new()))
+                        .unwrap_or_else(|e| panic!("node {}: {e}", n.id))
+                })
+                .collect();
+            compare_replicas(p, hw, &copies, &mut replica_differences, &mut replica_notes);
+        }
+    }
     for n in &cluster.nodes {
         if let Some(p) = &n.process {
             p.signal("TERM");
@@ -1130,42 +2105,17 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
         n.process = None;
         clean_stops.push((n.id, clean));
     }
-    let mut replica_differences = 0u64;
-    let mut replica_notes = Vec::new();
-    for (p, &hw) in ends.iter().enumerate() {
-        let copies: Vec<(Vec<StoredBatch>, i64, Vec<String>)> = cluster
-            .nodes
-            .iter()
-            .map(|n| {
-                read_replica(&n.data_dir().join(format!("topics/{TOPIC}/{p}")), hw)
-                    .unwrap_or_else(|e| panic!("node {}: {e}", n.id))
-            })
-            .collect();
-        for (i, (batches, end, repairs)) in copies.iter().enumerate() {
-            if !repairs.is_empty() {
-                replica_notes.push(format!(
-                    "node {} {TOPIC}-{p}: recovery repaired {repairs:?}",
-                    i + 1
-                ));
-            }
-            let covered = batches.last().map_or(0, |b| b.last_offset + 1);
-            if *end < hw || covered < hw {
-                replica_differences += 1;
-                replica_notes.push(format!(
-                    "node {} {TOPIC}-{p}: log end {end}, batches cover up to {covered}, below the high watermark {hw}",
-                    i + 1
-                ));
-            }
-        }
-        let longest = copies.iter().map(|c| c.0.len()).max().unwrap_or(0);
-        for k in 0..longest {
-            let at: Vec<Option<&StoredBatch>> = copies.iter().map(|c| c.0.get(k)).collect();
-            if at.iter().any(|b| *b != at[0]) {
-                replica_differences += 1;
-                if replica_notes.len() < 20 {
-                    replica_notes.push(format!("{TOPIC}-{p} batch #{k}: {at:?}"));
-                }
-            }
+    if let Target::Spate = target {
+        for (p, &hw) in ends.iter().enumerate() {
+            let copies: Vec<(Vec<StoredBatch>, i64, Vec<String>)> = cluster
+                .nodes
+                .iter()
+                .map(|n| {
+                    read_replica(&n.data_dir().join(format!("topics/{TOPIC}/{p}")), hw)
+                        .unwrap_or_else(|e| panic!("node {}: {e}", n.id))
+                })
+                .collect();
+            compare_replicas(p, hw, &copies, &mut replica_differences, &mut replica_notes);
         }
     }
 
@@ -1195,11 +2145,16 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
         r.push_str(&s);
         r.push('\n');
     };
-    line("==================== spate chaos report ====================".into());
+    line("==================== chaos report ====================".into());
+    line(format!("target: {}", target.name()));
     line(format!(
         "message.timeout.ms {}; --fsync {}",
         message_timeout_ms(),
-        std::env::var("SPATE_CHAOS_FSYNC").unwrap_or_else(|_| "(default)".into())
+        match target {
+            Target::Spate =>
+                std::env::var("SPATE_CHAOS_FSYNC").unwrap_or_else(|_| "(default)".into()),
+            Target::Kafka(_) => "n/a (Kafka's defaults: no fsync per write)".into(),
+        }
     ));
     line(format!(
         "seed {seed}; chaos phase {chaos_secs:.0}s (asked {}s); whole run {:.0}s",
@@ -1242,6 +2197,9 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
     for (e, n) in &consumed.errors {
         line(format!("  consumer error x{n}: {e}"));
     }
+    for l in &fetch_summary {
+        line(l.clone());
+    }
     line(format!(
         "final log: {} records, high watermarks {ends:?}, (leader, epoch, hw) {heads:?}; not written by this test {foreign}",
         final_log.len()
@@ -1249,9 +2207,18 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
     line(format!(
         "node stops (id, clean after SIGTERM): {clean_stops:?}"
     ));
-    line("errors the brokers answered (a restarted node counts from its restart):".into());
-    for a in &answered {
-        line(format!("  {a}"));
+    match target {
+        Target::Spate => {
+            line("errors the brokers answered (a restarted node counts from its restart):".into());
+            for a in &answered {
+                line(format!("  {a}"));
+            }
+            line("replicas compared: each node's segment files, opened with spate's log code after the nodes stopped".into());
+        }
+        Target::Kafka(_) => {
+            line("errors the brokers answered: not collected for Kafka (see the nodes' logs/server.log)".into());
+            line("replicas compared: each node's batches below the high watermark, read with Fetch v12 from every replica (followers serve them since KIP-392) before the nodes stopped".into());
+        }
     }
     for n in &replica_notes {
         line(format!("  replicas: {n}"));
@@ -1362,4 +2329,60 @@ fn the_chaos_checker_counts_every_kind_of_anomaly() {
     assert_eq!(f.read_then_lost.len(), 1, "{f:?}");
     assert_eq!(f.gaps.len(), 1, "{f:?}");
     assert_eq!(f.failed_in_log, 1, "{f:?}");
+}
+
+/// The fetch watch parses librdkafka's Fetch request and reply lines, pairs them by broker
+/// and partition, and counts a reply whose high watermark is below one seen before.
+#[test]
+fn the_fetch_watch_reads_librdkafkas_fetch_lines() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let w = FetchWatch::create(dir.path(), Instant::now());
+    let b1 = "10.77.0.1:9092/1";
+    let b2 = "10.77.0.2:9092/2";
+    let req = |b: &str, offset: i64, epoch: i32| {
+        format!("[thrd:{b}]: {b}: Fetch topic {TOPIC} [0] at offset {offset} (leader epoch {epoch}, current leader epoch {epoch}, v3)")
+    };
+    let reply = |b: &str, error: &str, hw: i64| {
+        format!("[thrd:{b}]: {b}: Topic {TOPIC} [0] MessageSet size 82, error \"{error}\", MaxOffset {hw}, LSO {hw}, Ver 3/3")
+    };
+    w.line(RDKafkaLogLevel::Debug, "FETCH", &req(b1, 0, 4));
+    w.line(RDKafkaLogLevel::Debug, "FETCH", &reply(b1, "Success", 10));
+    w.delivered(0, 9);
+    w.line(RDKafkaLogLevel::Debug, "FETCH", &req(b2, 10, 5));
+    w.line(
+        RDKafkaLogLevel::Debug,
+        "FETCH",
+        &reply(b2, "Broker: Not leader for partition", -1),
+    );
+    w.line(RDKafkaLogLevel::Debug, "FETCH", &reply(b2, "Success", 8));
+    let summary = w.finish().join("\n");
+    assert!(summary.contains("3 fetch replies"), "{summary}");
+    assert!(
+        summary.contains("leader epochs fetched with {4, 5}"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("Broker: Not leader for partition x1"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("high watermark lowest 8 highest 10"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("high watermark decreases seen 1"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(&format!(
+            "{b2} epoch 5 answered high watermark 8 (fetching at 10)"
+        )),
+        "{summary}"
+    );
+    let tsv = std::fs::read_to_string(dir.path().join("consumer-fetches.tsv")).expect("tsv");
+    assert_eq!(tsv.lines().count(), 4, "{tsv}");
+    assert!(
+        tsv.contains(&format!("{b1}\t0\t0\t4\t4\tSuccess\t10\t10\t82")),
+        "{tsv}"
+    );
 }
