@@ -75,11 +75,15 @@ pub struct PartitionState {
     /// In-sync replicas, in the order they were given.
     pub isr: Vec<BrokerId>,
     /// Replicas a reassignment in progress is adding (also in `replicas`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    ///
+    /// Always written, even empty: snapshots encode structs positionally (see
+    /// `raft::state_machine`), where a skipped field would shift the ones after it. `default`
+    /// still reads JSON snapshots from before these fields existed.
+    #[serde(default)]
     pub adding: Vec<BrokerId>,
     /// Replicas a reassignment in progress will drop once the new ones are in sync (also in
     /// `replicas`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub removing: Vec<BrokerId>,
 }
 
@@ -146,6 +150,11 @@ pub struct ProducerIdBlock {
 }
 
 /// The whole cluster metadata at one point of the log.
+///
+/// Serde rules for this type and everything in it (snapshots are MessagePack with structs as
+/// arrays, see `raft::state_machine`): no `skip_serializing_if`, `flatten` or `untagged`;
+/// a new field goes at the end of its struct with `#[serde(default)]`, so older snapshots
+/// still load.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetadataImage {
     pub(crate) brokers: BTreeMap<BrokerId, BrokerRegistration>,
