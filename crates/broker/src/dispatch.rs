@@ -27,6 +27,7 @@ use crate::quotas::{Mute, QuotaKind, ANONYMOUS};
 use crate::registry::{write_atomically, TopicRegistry};
 use crate::throttle::{RequestCharge, Throttled};
 use crate::time::{SharedClock, SystemClock};
+use crate::topology::Work;
 
 /// What to send back for one request.
 pub enum Reply {
@@ -280,20 +281,9 @@ impl Broker {
         // blocking pool so async workers never wait for it.
         let reply = match req {
             Request::ApiVersions(r) => ctx.now(&charge, handlers::api_versions::handle(version, r)),
-            Request::Metadata(r) if self.cluster().is_some() => match self.cluster() {
-                Some(c) if crate::cluster::metadata_may_create(self, c, version, &r) => {
-                    Ok(ctx.serial_async(crate::cluster::metadata(self.clone(), version, r)))
-                }
-                Some(c) => ctx.now(
-                    &charge,
-                    crate::cluster::describe_metadata(self, c, version, r),
-                ),
-                None => ctx.now(&charge, handlers::metadata::handle(self, version, r)),
-            },
-            Request::Metadata(r) if self.metadata_may_create(version, &r) => {
-                Ok(ctx.serial(self, move |b| handlers::metadata::handle(b, version, r)))
+            Request::Metadata(r) => {
+                ctx.work(self, &charge, self.topology().metadata(self, version, r))
             }
-            Request::Metadata(r) => ctx.now(&charge, handlers::metadata::handle(self, version, r)),
             Request::Produce(r) => {
                 // Kafka counts the whole request against the producer byte rate.
                 let client_id = header.client_id.as_deref().unwrap_or("");
@@ -352,23 +342,18 @@ impl Broker {
             Request::ListOffsets(r) => {
                 ctx.now(&charge, handlers::list_offsets::handle(self, version, r))
             }
-            Request::CreateTopics(r) if self.cluster().is_some() => {
-                Ok(ctx.serial_async(crate::cluster::create_topics(self.clone(), version, r)))
-            }
-            Request::DeleteTopics(r) if self.cluster().is_some() => {
-                Ok(ctx.serial_async(crate::cluster::delete_topics(self.clone(), version, r)))
-            }
-            Request::CreatePartitions(r) if self.cluster().is_some() => {
-                Ok(ctx.serial_async(crate::cluster::create_partitions(self.clone(), r)))
-            }
-            Request::CreateTopics(r) => {
-                Ok(ctx.serial(self, move |b| handlers::topics::create(b, version, r)))
-            }
-            Request::DeleteTopics(r) => {
-                Ok(ctx.serial(self, move |b| handlers::topics::delete(b, version, r)))
-            }
+            Request::CreateTopics(r) => ctx.work(
+                self,
+                &charge,
+                self.topology().create_topics(self, version, r),
+            ),
+            Request::DeleteTopics(r) => ctx.work(
+                self,
+                &charge,
+                self.topology().delete_topics(self, version, r),
+            ),
             Request::CreatePartitions(r) => {
-                Ok(ctx.serial(self, move |b| handlers::topics::create_partitions(b, r)))
+                ctx.work(self, &charge, self.topology().create_partitions(self, r))
             }
             Request::DescribeConfigs(r) => {
                 ctx.now(&charge, handlers::configs::describe(self, version, r))
@@ -422,27 +407,22 @@ impl Broker {
             Request::OffsetForLeaderEpoch(r) => {
                 ctx.now(&charge, handlers::leader_epochs::handle(self, version, r))
             }
-            Request::AlterPartitionReassignments(r) => Ok(ctx.serial_async(
-                crate::cluster::alter_reassignments(self.clone(), version, r),
-            )),
-            Request::ListPartitionReassignments(r) => match self.cluster() {
-                Some(c) => ctx.now(&charge, crate::cluster::list_reassignments(c, r)),
-                None => ctx.now(
-                    &charge,
-                    spate_protocol::messages::ListPartitionReassignmentsResponse::default(),
-                ),
-            },
+            Request::AlterPartitionReassignments(r) => ctx.work(
+                self,
+                &charge,
+                self.topology().alter_reassignments(self, version, r),
+            ),
+            Request::ListPartitionReassignments(r) => {
+                ctx.now(&charge, self.topology().list_reassignments(r))
+            }
             Request::DescribeLogDirs(r) if version >= 5 => ctx.now(
                 &charge,
                 spate_protocol::newer::DescribeLogDirsV5(handlers::log_dirs::handle(self, r)),
             ),
             Request::DescribeLogDirs(r) => ctx.now(&charge, handlers::log_dirs::handle(self, r)),
             Request::AlterReplicaLogDirs(r) => ctx.now(&charge, handlers::log_dirs::alter(self, r)),
-            Request::DeleteRecords(r) if self.cluster().is_some() => {
-                Ok(ctx.serial_async(handlers::delete_records::handle_replicated(self.clone(), r)))
-            }
             Request::DeleteRecords(r) => {
-                Ok(ctx.serial(self, move |b| handlers::delete_records::handle(b, r)))
+                ctx.work(self, &charge, self.topology().delete_records(self, r))
             }
             Request::DescribeTopicPartitions(r) => {
                 ctx.now(&charge, handlers::topic_partitions::handle(self, r))
@@ -464,9 +444,11 @@ impl Broker {
                 &charge,
                 handlers::config_resources::handle(self, version, r),
             ),
-            Request::ElectLeaders(r) => {
-                Ok(ctx.serial_async(crate::cluster::elect_leaders(self.clone(), version, r)))
-            }
+            Request::ElectLeaders(r) => ctx.work(
+                self,
+                &charge,
+                self.topology().elect_leaders(self, version, r),
+            ),
         };
         // Replies built later (on the blocking pool, or after waits) are charged for the time
         // spent here; the throttle reaches the client through the mute.
@@ -476,7 +458,7 @@ impl Broker {
 
     /// Whether answering this Metadata request may auto-create a topic (the rule
     /// `handlers::metadata` applies), which makes directories and fsyncs.
-    fn metadata_may_create(&self, version: i16, r: &MetadataRequest) -> bool {
+    pub(crate) fn metadata_may_create(&self, version: i16, r: &MetadataRequest) -> bool {
         let allowed =
             self.config.auto_create_topics && (version < 4 || r.allow_auto_topic_creation);
         allowed
@@ -542,6 +524,24 @@ impl Ctx {
         Ok(Reply::Later(Box::pin(
             fut.map(move |body| ctx.encode(&body)),
         )))
+    }
+
+    /// Answers `work` the way it asks: now, on the blocking pool, or once the quorum answers
+    /// (the last two before the connection's next request; see [`Reply::Serial`]).
+    fn work<T>(
+        &self,
+        b: &Arc<Broker>,
+        charge: &RequestCharge<'_>,
+        work: Work<T>,
+    ) -> Result<Reply, CodecError>
+    where
+        T: Encodable + Throttled + Send + 'static,
+    {
+        match work {
+            Work::Now(body) => self.now(charge, body),
+            Work::Blocking(f) => Ok(self.serial(b, f)),
+            Work::Quorum(fut) => Ok(self.serial_async(fut)),
+        }
     }
 
     /// Runs `f` on the blocking pool; see [`Reply::Serial`].
@@ -612,7 +612,7 @@ fn load_or_create_cluster_id(dir: &Path, node_id: i32) -> Result<String, BrokerE
             Ok(f.cluster_id)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let id = base64_url(uuid::Uuid::new_v4().as_bytes());
+            let id = crate::topology::cluster_id_text(uuid::Uuid::new_v4().as_bytes());
             let f = NodeFile {
                 cluster_id: id.clone(),
                 node_id,
@@ -626,22 +626,6 @@ fn load_or_create_cluster_id(dir: &Path, node_id: i32) -> Result<String, BrokerE
         }
         Err(e) => Err(io("read", &path)(e)),
     }
-}
-
-pub(crate) fn base64_url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::with_capacity(bytes.len() * 4 / 3 + 2);
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
-        let chars = chunk.len() + 1;
-        for i in 0..chars {
-            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -756,7 +740,7 @@ pub(crate) mod tests {
 
     #[test]
     fn cluster_id_is_22_url_safe_characters() {
-        let id = base64_url(&[0xffu8; 16]);
+        let id = crate::topology::cluster_id_text(&[0xffu8; 16]);
         assert_eq!(id.len(), 22);
         assert!(id
             .chars()

@@ -21,6 +21,7 @@ pub mod search_config;
 mod throttle;
 pub mod time;
 mod topic_config;
+pub mod topology;
 
 pub use budget::{MemoryBudget, Permit};
 pub use config::{BrokerConfig, ProduceProfile, DEFAULT_FETCH_MAX_BYTES};

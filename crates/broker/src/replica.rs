@@ -198,14 +198,15 @@ pub fn fence(p: &Partition, current_leader_epoch: i32) -> Option<ResponseError> 
 }
 
 /// OffsetForLeaderEpoch at the leader: the largest epoch at most `epoch` and where it ends
-/// here, `(-1, -1)` when none. `leading_required`: in a cluster only the leader answers.
+/// here, `(-1, -1)` when none. With `leading_required` a follower does not answer (only a
+/// debugging client may ask one).
 pub fn epoch_end(
     p: &Partition,
     leading_required: bool,
     current_leader_epoch: i32,
     epoch: i32,
 ) -> Result<(i32, i64), ResponseError> {
-    if leading_required && p.role() != Role::Leader {
+    if leading_required && p.role() == Role::Follower {
         return Err(ResponseError::NotLeaderOrFollower);
     }
     if p.is_offline() {
@@ -434,7 +435,45 @@ pub fn follow_leader(
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
+    use spate_log::sim::SimDisk;
+    use spate_log::{Flusher, FsyncPolicy, LogConfig};
+
     use super::*;
+
+    fn partition() -> Partition {
+        let (p, _) = Partition::open_replica_on(
+            SimDisk::new().storage(),
+            Path::new("/p"),
+            0,
+            LogConfig::default(),
+            Flusher::manual(FsyncPolicy::Never),
+        )
+        .expect("open");
+        p
+    }
+
+    #[test]
+    fn fetches_naming_an_older_leader_epoch_are_fenced_and_newer_ones_unknown() {
+        let p = partition();
+        p.set_role(Role::Leader, 5);
+        assert_eq!(fence(&p, 4), Some(ResponseError::FencedLeaderEpoch));
+        assert_eq!(fence(&p, 6), Some(ResponseError::UnknownLeaderEpoch));
+        assert_eq!(fence(&p, 5), None);
+        assert_eq!(fence(&p, -1), None, "-1 asks for no check (old clients)");
+    }
+
+    #[test]
+    fn a_follower_does_not_answer_epoch_lookups_unless_asked_by_a_debugging_client() {
+        let p = partition();
+        p.set_role(Role::Follower, 3);
+        assert_eq!(
+            epoch_end(&p, true, 3, 3),
+            Err(ResponseError::NotLeaderOrFollower)
+        );
+        assert_eq!(epoch_end(&p, false, 3, 3), Ok((-1, -1)));
+    }
 
     #[test]
     fn only_a_refusal_on_the_merits_proves_an_isr_change_was_never_applied() {

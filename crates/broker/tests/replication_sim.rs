@@ -232,3 +232,42 @@ fn a_restarted_leader_does_not_resume_its_epoch_with_a_shorter_log() {
     w.settle();
     w.final_check();
 }
+
+#[test]
+fn a_follower_cut_off_from_its_leader_alone_leaves_the_isr_and_acks_continue() {
+    let mut w = World::new(Config::calm(16, false));
+    w.run_for(1_000);
+    let leader = w.image_leader().expect("a leader");
+    let f = sim::BROKERS
+        .into_iter()
+        .find(|&b| b != leader)
+        .expect("a follower");
+    assert_eq!(
+        w.image_isr().len(),
+        3,
+        "every replica in sync before the cut"
+    );
+    // The follower still heartbeats to the controller (it is not fenced); only the leader
+    // sees that it stopped fetching.
+    w.cut(leader, f);
+    w.run_for(1_500);
+    assert!(
+        !w.image_isr().contains(&f),
+        "the leader should have dropped the follower that stopped fetching: ISR {:?}",
+        w.image_isr()
+    );
+    let acked = w.producer.acked.len();
+    w.run_for(1_000);
+    assert!(
+        w.producer.acked.len() > acked,
+        "acks=all should go on with the two replicas left in sync"
+    );
+    w.heal_all();
+    w.run_for(2_000);
+    assert!(
+        w.image_isr().contains(&f),
+        "the follower should be back in the ISR"
+    );
+    w.settle();
+    w.final_check();
+}

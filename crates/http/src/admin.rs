@@ -321,8 +321,9 @@ fn kafka_result(code: i16, message: Option<&spate_protocol::StrBytes>) -> Result
     ))
 }
 
-/// CreateTopics through the quorum: in a cluster a topic exists once the controller placed it.
-async fn create_in_cluster(b: &Arc<Broker>, req: NewTopic) -> Result<Arc<Topic>> {
+/// CreateTopics as a Kafka client would send it, through the broker's topology (on disk
+/// standalone; in a cluster a topic exists once the controller placed it).
+async fn create_through_topology(b: &Arc<Broker>, req: NewTopic) -> Result<Arc<Topic>> {
     use spate_protocol::messages::create_topics_request::{
         CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
     };
@@ -339,7 +340,12 @@ async fn create_in_cluster(b: &Arc<Broker>, req: NewTopic) -> Result<Arc<Topic>>
     let mut r = CreateTopicsRequest::default();
     r.topics.push(t);
     r.timeout_ms = QUORUM_WAIT_MS;
-    let resp = spate_broker::cluster::create_topics(b.clone(), 7, r).await;
+    let resp = b
+        .topology()
+        .create_topics(b, 7, r)
+        .run(b)
+        .await
+        .ok_or_else(no_answer)?;
     let result = resp
         .topics
         .first()
@@ -351,33 +357,14 @@ async fn create_in_cluster(b: &Arc<Broker>, req: NewTopic) -> Result<Arc<Topic>>
 async fn create_topic(State(s): State<Arc<HttpState>>, raw: Bytes) -> Result<Response> {
     let b = s.broker()?;
     let req: NewTopic = body(&raw)?;
-    if b.cluster().is_some() {
-        let t = create_in_cluster(b, req).await?;
-        tracing::info!(topic = %t.name, "created topic (admin API)");
-        return Ok((StatusCode::CREATED, Json(topic_json(&t, true))).into_response());
-    }
-    if req.replication_factor.is_some_and(|rf| rf != 1) {
-        return Err(kafka_error(
-            ResponseError::InvalidReplicationFactor,
-            "a standalone broker holds one replica: replication_factor must be 1",
-        ));
-    }
-    let config = TopicConfig::from_pairs(
-        req.configs
-            .iter()
-            .map(|(k, v)| (k.as_str(), Some(v.as_str()))),
-    )
-    .map_err(|e| kafka_error(ResponseError::InvalidConfig, e.to_string()))?;
-    let partitions = req.partitions.unwrap_or(b.config.default_partitions);
-    let name = req.name.clone();
-    let created = on_disk(b, move |b| {
-        b.topics.create(&name, partitions, config, false)
-    })
-    .await?;
-    let t = created
-        .ok_or_else(|| kafka_error(ResponseError::UnknownServerError, "topic was not created"))?;
-    tracing::info!(topic = %t.name, partitions, "created topic (admin API)");
+    let t = create_through_topology(b, req).await?;
+    tracing::info!(topic = %t.name, partitions = t.partition_count(), "created topic (admin API)");
     Ok((StatusCode::CREATED, Json(topic_json(&t, true))).into_response())
+}
+
+/// A topic change whose blocking step failed (logged where it happened).
+fn no_answer() -> ApiError {
+    kafka_error(ResponseError::UnknownServerError, "the topic change failed")
 }
 
 async fn delete_topic(
@@ -386,25 +373,23 @@ async fn delete_topic(
 ) -> Result<StatusCode> {
     let b = s.broker()?;
     spate_broker::refuse_internal(&name).map_err(|e| kafka_error(e.code, e.message))?;
-    if b.cluster().is_some() {
-        use spate_protocol::messages::delete_topics_request::{
-            DeleteTopicState, DeleteTopicsRequest,
-        };
-        let mut t = DeleteTopicState::default();
-        t.name = Some(spate_protocol::StrBytes::from_string(name.clone()).into());
-        let mut r = DeleteTopicsRequest::default();
-        r.topics.push(t);
-        r.timeout_ms = QUORUM_WAIT_MS;
-        let resp = spate_broker::cluster::delete_topics(b.clone(), 6, r).await;
-        let result = resp.responses.first().ok_or_else(|| {
-            kafka_error(ResponseError::UnknownServerError, "no result for the topic")
-        })?;
-        kafka_result(result.error_code, result.error_message.as_ref())?;
-        tracing::info!(topic = %name, "deleted topic (admin API)");
-        return Ok(StatusCode::NO_CONTENT);
-    }
-    let n = name.clone();
-    on_disk(b, move |b| b.topics.delete(&n)).await?;
+    use spate_protocol::messages::delete_topics_request::{DeleteTopicState, DeleteTopicsRequest};
+    let mut t = DeleteTopicState::default();
+    t.name = Some(spate_protocol::StrBytes::from_string(name.clone()).into());
+    let mut r = DeleteTopicsRequest::default();
+    r.topics.push(t);
+    r.timeout_ms = QUORUM_WAIT_MS;
+    let resp = b
+        .topology()
+        .delete_topics(b, 6, r)
+        .run(b)
+        .await
+        .ok_or_else(no_answer)?;
+    let result = resp
+        .responses
+        .first()
+        .ok_or_else(|| kafka_error(ResponseError::UnknownServerError, "no result for the topic"))?;
+    kafka_result(result.error_code, result.error_message.as_ref())?;
     tracing::info!(topic = %name, "deleted topic (admin API)");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -428,7 +413,10 @@ async fn alter_configs(
     }
     let changed = t.clone();
     // In a cluster the change goes through the quorum to every replica.
-    on_disk(b, move |b| b.set_topic_config(&changed, config)).await?;
+    on_disk(b, move |b| {
+        b.topology().set_topic_config(b, &changed, config)
+    })
+    .await?;
     Ok(Json(configs_json(&t.config())))
 }
 
@@ -444,34 +432,33 @@ async fn add_partitions(
     raw: Bytes,
 ) -> Result<Json<Value>> {
     let b = s.broker()?;
-    let t = topic(b, &name)?;
+    // An unknown topic is a 404, as for every other topic path.
+    topic(b, &name)?;
     let req: PartitionCount = body(&raw)?;
     spate_broker::refuse_internal(&name).map_err(|e| kafka_error(e.code, e.message))?;
-    if b.cluster().is_some() {
-        use spate_protocol::messages::create_partitions_request::{
-            CreatePartitionsRequest, CreatePartitionsTopic,
-        };
-        let mut pt = CreatePartitionsTopic::default();
-        pt.name = spate_protocol::StrBytes::from_string(name.clone()).into();
-        pt.count = req.count;
-        pt.assignments = None;
-        let mut r = CreatePartitionsRequest::default();
-        r.topics.push(pt);
-        r.timeout_ms = QUORUM_WAIT_MS;
-        let resp = spate_broker::cluster::create_partitions(b.clone(), r).await;
-        let result = resp.results.first().ok_or_else(|| {
-            kafka_error(ResponseError::UnknownServerError, "no result for the topic")
-        })?;
-        kafka_result(result.error_code, result.error_message.as_ref())?;
-        let grown = topic(b, &name)?;
-        return Ok(Json(topic_json(&grown, true)));
-    }
-    let grown = t.clone();
-    on_disk(b, move |b| {
-        b.topics.add_partitions(&grown, req.count, false)
-    })
-    .await?;
-    Ok(Json(topic_json(&t, true)))
+    use spate_protocol::messages::create_partitions_request::{
+        CreatePartitionsRequest, CreatePartitionsTopic,
+    };
+    let mut pt = CreatePartitionsTopic::default();
+    pt.name = spate_protocol::StrBytes::from_string(name.clone()).into();
+    pt.count = req.count;
+    pt.assignments = None;
+    let mut r = CreatePartitionsRequest::default();
+    r.topics.push(pt);
+    r.timeout_ms = QUORUM_WAIT_MS;
+    let resp = b
+        .topology()
+        .create_partitions(b, r)
+        .run(b)
+        .await
+        .ok_or_else(no_answer)?;
+    let result = resp
+        .results
+        .first()
+        .ok_or_else(|| kafka_error(ResponseError::UnknownServerError, "no result for the topic"))?;
+    kafka_result(result.error_code, result.error_message.as_ref())?;
+    let grown = topic(b, &name)?;
+    Ok(Json(topic_json(&grown, true)))
 }
 
 async fn list_groups(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> {

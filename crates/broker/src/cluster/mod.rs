@@ -35,7 +35,8 @@ pub use admin::{
 };
 pub use fetcher::FollowerStatus;
 pub use operations::{
-    alter_reassignments, elect_leaders, list_reassignments, Move, OperationError,
+    alter_reassignments, elect_leaders, list_reassignments, standalone_elect_leaders,
+    standalone_reassignments, Move, OperationError,
 };
 pub use peer::{PeerConnection, PeerError};
 
@@ -393,25 +394,13 @@ fn cluster_id_for(node: &MetadataNode) -> String {
         }
         bytes[i * 8..i * 8 + 8].copy_from_slice(&h.finish().to_be_bytes());
     }
-    crate::dispatch::base64_url(&bytes)
+    crate::topology::cluster_id_text(&bytes)
 }
 
 impl Broker {
     /// The cluster this broker is a node of, when started in cluster mode.
     pub fn cluster(&self) -> Option<&Arc<Cluster>> {
         self.cluster.get()
-    }
-
-    /// Replaces a topic's config: locally when standalone, through the quorum in a cluster.
-    pub fn set_topic_config(
-        &self,
-        topic: &crate::registry::Topic,
-        config: crate::topic_config::TopicConfig,
-    ) -> Result<(), crate::registry::TopicError> {
-        match self.cluster() {
-            Some(c) => c.set_topic_config(topic, &config),
-            None => self.topics.set_config(topic, config),
-        }
     }
 
     /// Joins the cluster through a started metadata node: registers and heartbeats, keeps

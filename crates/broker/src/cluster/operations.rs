@@ -36,7 +36,7 @@ fn code_of(e: &ProposeError) -> (i16, Option<StrBytes>) {
 
 /// AlterPartitionReassignments: start, replace or cancel (null replicas) each partition's move.
 pub async fn alter_reassignments(
-    b: Arc<Broker>,
+    cluster: Arc<Cluster>,
     version: i16,
     req: AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {
@@ -44,14 +44,6 @@ pub async fn alter_reassignments(
     if version >= 1 {
         resp.allow_replication_factor_change = req.allow_replication_factor_change;
     }
-    let Some(cluster) = b.cluster().cloned() else {
-        resp.responses = req
-            .topics
-            .into_iter()
-            .map(|t| standalone_reassignment(&b, t))
-            .collect();
-        return resp;
-    };
     // Kafka refuses to change the replication factor unless asked (v1); v0 always allowed it.
     let allow_rf_change = version == 0 || req.allow_replication_factor_change;
     for t in req.topics {
@@ -92,8 +84,25 @@ pub async fn alter_reassignments(
     resp
 }
 
-/// A standalone broker holds the only replica of each partition: moving it anywhere else is
-/// refused, and "moving" it onto itself is already done.
+/// AlterPartitionReassignments on a standalone broker, which holds the only replica of each
+/// partition: moving it anywhere else is refused, and "moving" it onto itself is already done.
+pub fn standalone_reassignments(
+    b: &Broker,
+    version: i16,
+    req: AlterPartitionReassignmentsRequest,
+) -> AlterPartitionReassignmentsResponse {
+    let mut resp = AlterPartitionReassignmentsResponse::default();
+    if version >= 1 {
+        resp.allow_replication_factor_change = req.allow_replication_factor_change;
+    }
+    resp.responses = req
+        .topics
+        .into_iter()
+        .map(|t| standalone_reassignment(b, t))
+        .collect();
+    resp
+}
+
 fn standalone_reassignment(
     b: &Broker,
     t: spate_protocol::messages::alter_partition_reassignments_request::ReassignableTopic,
@@ -178,16 +187,11 @@ pub fn list_reassignments(
     resp
 }
 
-/// ElectLeaders: preferred (move leadership back to the first replica) or, only when asked,
-/// unclean (a live out-of-sync replica may lead a partition with no live in-sync one).
-pub async fn elect_leaders(
-    b: Arc<Broker>,
-    version: i16,
-    req: ElectLeadersRequest,
-) -> ElectLeadersResponse {
+/// ElectLeaders on a standalone broker, which leads every partition it has: no election is
+/// ever needed.
+pub fn standalone_elect_leaders(b: &Broker, req: ElectLeadersRequest) -> ElectLeadersResponse {
     let mut resp = ElectLeadersResponse::default();
-    let Some(cluster) = b.cluster().cloned() else {
-        // A standalone broker leads every partition it has: no election is ever needed.
+    {
         for t in req.topic_partitions.into_iter().flatten() {
             let topic = b.topics.get(t.topic.as_str());
             let mut e = ReplicaElectionResult::default();
@@ -208,8 +212,18 @@ pub async fn elect_leaders(
             e.topic = t.topic;
             resp.replica_election_results.push(e);
         }
-        return resp;
-    };
+    }
+    resp
+}
+
+/// ElectLeaders: preferred (move leadership back to the first replica) or, only when asked,
+/// unclean (a live out-of-sync replica may lead a partition with no live in-sync one).
+pub async fn elect_leaders(
+    cluster: Arc<Cluster>,
+    version: i16,
+    req: ElectLeadersRequest,
+) -> ElectLeadersResponse {
+    let mut resp = ElectLeadersResponse::default();
     let election_type = if version >= 1 {
         req.election_type
     } else {

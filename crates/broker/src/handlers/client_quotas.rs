@@ -142,13 +142,7 @@ fn apply(
     entity: &QuotaEntity,
     ops: &[(QuotaKey, Option<QuotaValue>)],
 ) -> Result<(), (ResponseError, String)> {
-    match b.cluster() {
-        Some(c) => c.alter_client_quotas(entity, ops),
-        None => b.quotas.alter(entity, ops).map_err(|e| {
-            tracing::error!(error = %e, "cannot save client quotas");
-            (ResponseError::KafkaStorageError, e.to_string())
-        }),
-    }
+    b.topology().alter_client_quotas(b, entity, ops)
 }
 
 /// Answers DescribeUserScramCredentials, which `kafka-configs --describe --entity-type users`

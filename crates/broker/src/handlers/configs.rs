@@ -13,6 +13,7 @@ use spate_protocol::messages::{
 use spate_protocol::{ResponseError, StrBytes};
 
 use super::msg;
+use crate::cluster::Cluster;
 use crate::registry::{Topic, TopicError};
 use crate::topic_config::{def, ConfigType, TopicConfig, DEFS};
 use crate::Broker;
@@ -29,7 +30,7 @@ const OP_DELETE: i8 = 1;
 const OP_APPEND: i8 = 2;
 const OP_SUBTRACT: i8 = 3;
 
-struct Entry {
+pub(crate) struct Entry {
     name: String,
     value: String,
     source: i8,
@@ -138,13 +139,29 @@ fn broker_entries(b: &Broker) -> Vec<Entry> {
     v
 }
 
+/// A standalone broker's configs: its own static settings (`""` names it too).
+pub(crate) fn own_broker_entries(
+    b: &Broker,
+    name: &str,
+) -> Result<Vec<Entry>, (ResponseError, String)> {
+    if name.is_empty() || name == b.config.node_id.to_string() {
+        Ok(broker_entries(b))
+    } else {
+        Err((
+            ResponseError::InvalidRequest,
+            format!("this is broker {}, not '{name}'", b.config.node_id),
+        ))
+    }
+}
+
 /// A cluster broker's configs: its static settings (when it is this node) and the dynamic
 /// ones from the metadata image, with where each value comes from. `""` is the cluster-wide
 /// default.
-fn cluster_broker_entries(b: &Broker, name: &str) -> Result<Vec<Entry>, (ResponseError, String)> {
-    let Some(cluster) = b.cluster() else {
-        return Err((ResponseError::InvalidRequest, "not in cluster mode".into()));
-    };
+pub(crate) fn cluster_broker_entries(
+    b: &Broker,
+    cluster: &Cluster,
+    name: &str,
+) -> Result<Vec<Entry>, (ResponseError, String)> {
     let image = cluster.image();
     let broker = if name.is_empty() {
         None
@@ -195,20 +212,7 @@ pub fn describe(b: &Broker, version: i16, req: DescribeConfigsRequest) -> Descri
                     format!("topic '{}' does not exist", r.resource_name.as_str()),
                 )),
             },
-            RESOURCE_BROKER if b.cluster().is_some() => {
-                cluster_broker_entries(b, r.resource_name.as_str())
-            }
-            RESOURCE_BROKER => {
-                let name = r.resource_name.as_str();
-                if name.is_empty() || name == b.config.node_id.to_string() {
-                    Ok(broker_entries(b))
-                } else {
-                    Err((
-                        ResponseError::InvalidRequest,
-                        format!("this is broker {}, not '{name}'", b.config.node_id),
-                    ))
-                }
-            }
+            RESOURCE_BROKER => b.topology().broker_configs(b, r.resource_name.as_str()),
             other => Err((
                 ResponseError::InvalidRequest,
                 format!("resource type {other} has no configs here"),
@@ -298,7 +302,7 @@ pub fn alter(b: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse {
             )
             .map_err(invalid)?;
             if !req.validate_only {
-                b.set_topic_config(&t, config)?;
+                b.topology().set_topic_config(b, &t, config)?;
             }
             Ok(())
         });
@@ -319,8 +323,8 @@ pub fn incremental_alter(
 ) -> IncrementalAlterConfigsResponse {
     let mut resp = IncrementalAlterConfigsResponse::default();
     for r in req.resources {
-        if r.resource_type == RESOURCE_BROKER && b.cluster().is_some() {
-            let result = alter_broker_configs(b, &r, req.validate_only);
+        if r.resource_type == RESOURCE_BROKER {
+            let result = b.topology().alter_broker_configs(&r, req.validate_only);
             resp.responses.push(resource_response!(
                 IncrementalAlterResourceResponse,
                 r.resource_type,
@@ -388,7 +392,7 @@ pub fn incremental_alter(
                 }
             }
             if !req.validate_only {
-                b.set_topic_config(&t, config)?;
+                b.topology().set_topic_config(b, &t, config)?;
             }
             Ok(())
         });
@@ -403,17 +407,11 @@ pub fn incremental_alter(
 }
 
 /// Dynamic broker configs of a cluster through the quorum: SET and DELETE per key.
-fn alter_broker_configs(
-    b: &Broker,
+pub(crate) fn alter_cluster_broker_configs(
+    cluster: &Cluster,
     r: &spate_protocol::messages::incremental_alter_configs_request::AlterConfigsResource,
     validate_only: bool,
 ) -> Result<(), TopicError> {
-    let Some(cluster) = b.cluster() else {
-        return Err(TopicError::new(
-            ResponseError::InvalidRequest,
-            "not in cluster mode",
-        ));
-    };
     let name = r.resource_name.as_str();
     let image = cluster.image();
     if !name.is_empty()

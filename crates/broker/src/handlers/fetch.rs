@@ -27,6 +27,7 @@ use crate::budget::Permit;
 use crate::partition::{Partition, Role};
 use crate::registry::Topic;
 use crate::replica;
+use crate::topology::Topology;
 use crate::Broker;
 
 /// Upper bound on how long a fetch may wait, whatever the client asks.
@@ -92,10 +93,9 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
         req.replica_id.0
     };
     let replica = (replica_id >= 0).then_some(replica_id);
-    // A follower's fetch in a cluster with a leader-side replication throttle set.
-    let leader_throttle = replica
-        .and(b.cluster())
-        .and_then(|c| Some((c, c.leader_throttle_rate()?)));
+    let topology = b.topology();
+    // A follower's fetch with a leader-side replication throttle set.
+    let leader_throttle = replica.and_then(|_| topology.leader_throttle_rate());
     let now_ms = b.clock.monotonic_ms().max(0) as u64;
     for (ti, ft) in req.topics.iter().enumerate() {
         if refused.is_some() {
@@ -117,7 +117,7 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
                 (None, _) if version >= 13 => Some(ResponseError::UnknownTopicId),
                 (None, _) => Some(ResponseError::UnknownTopicOrPartition),
                 (Some(t), None) => t.lookup(fp.partition).err(),
-                (Some(t), Some(p)) => admit(b, t, p, replica, fp, now_ms),
+                (Some(t), Some(p)) => admit(&topology, t, p, replica, fp, now_ms),
             };
             partition_max.push(fp.partition_max_bytes);
             let mut max_bytes = clamp_limit(fp.partition_max_bytes, fetch_max);
@@ -125,10 +125,10 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
             // high watermark and could drop the replica from the ISR); it is for replicas
             // catching up, such as a reassignment's new ones.
             let budget = match (leader_throttle, &topic, &partition, replica) {
-                (Some((c, rate)), Some(t), Some(p), Some(follower))
+                (Some(rate), Some(t), Some(p), Some(follower))
                     if !p.leads_with_in_sync(follower) =>
                 {
-                    c.leader_throttle_budget(rate, t, fp.partition)
+                    topology.leader_throttle_budget(rate, t, fp.partition)
                 }
                 _ => None,
             };
@@ -162,43 +162,20 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
 }
 
 /// Checks that this broker may serve the partition to this fetcher: consumers read from the
-/// leader only; a follower (`replica`) must be a replica and fetch in the leader's epoch, and
-/// its fetch offset is what tells the leader how far it has got.
+/// leader only (a follower never serves); a replica's fetch is the topology's to admit.
 fn admit(
-    b: &Broker,
+    topology: &Topology,
     t: &Topic,
     p: &Arc<Partition>,
     replica: Option<i32>,
     fp: &FetchPartition,
     now_ms: u64,
 ) -> Option<ResponseError> {
-    let (current_leader_epoch, fetch_offset) = (fp.current_leader_epoch, fp.fetch_offset);
-    let Some(cluster) = b.cluster() else {
-        // Standalone: nothing replicates from us.
-        return replica.map(|_| ResponseError::NotLeaderOrFollower);
-    };
-    if p.role() != Role::Leader {
+    if p.role() == Role::Follower {
         return Some(ResponseError::NotLeaderOrFollower);
     }
     let follower = replica?;
-    match replica::admit_replica_fetch(
-        p,
-        follower,
-        current_leader_epoch,
-        fetch_offset,
-        fp.log_start_offset,
-        now_ms,
-    ) {
-        Ok(Some(change)) => {
-            cluster.request_isr_change(&t.name, p.clone(), change);
-            None
-        }
-        Ok(None) => None,
-        Err(e) => {
-            tracing::warn!(topic = %t.name, partition = p.index, follower, "replica fetch refused: the fetching broker holds no replica of this partition here");
-            Some(e)
-        }
-    }
+    topology.admit_replica_fetch(t, p, follower, fp, now_ms)
 }
 
 /// The record bytes a fetch response carries: what a consumer byte-rate quota counts.
@@ -338,8 +315,8 @@ async fn read_and_wait(
                 .filter(|(s, _)| s.throttled)
                 .map(|(_, (_, pd))| pd.records.as_ref().map_or(0, Bytes::len))
                 .sum();
-            if let (true, Some(c)) = (throttled > 0, b.cluster()) {
-                c.record_leader_throttled(throttled);
+            if throttled > 0 {
+                b.topology().record_leader_throttled(throttled);
             }
             return (assemble(topics, &handles, parts), memory, waited);
         }

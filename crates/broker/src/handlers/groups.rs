@@ -45,23 +45,16 @@ pub fn find_coordinator(
             let mut c = CoordinatorEntry::default();
             c.key = key;
             if req.key_type == KEY_GROUP {
-                match b.cluster() {
-                    Some(cluster) => match cluster.group_coordinator(c.key.as_str()) {
-                        Some((id, host, port)) => {
-                            c.node_id = id.into();
-                            c.host = s(&host);
-                            c.port = port;
-                        }
-                        None => {
-                            c.node_id = (-1).into();
-                            c.port = -1;
-                            c.error_code = ResponseError::CoordinatorNotAvailable.code();
-                        }
-                    },
+                match b.topology().group_coordinator(b, c.key.as_str()) {
+                    Some((id, host, port)) => {
+                        c.node_id = id.into();
+                        c.host = s(&host);
+                        c.port = port;
+                    }
                     None => {
-                        c.node_id = b.config.node_id.into();
-                        c.host = s(&b.config.advertised_host);
-                        c.port = b.config.advertised_port;
+                        c.node_id = (-1).into();
+                        c.port = -1;
+                        c.error_code = ResponseError::CoordinatorNotAvailable.code();
                     }
                 }
             } else {

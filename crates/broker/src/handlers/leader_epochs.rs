@@ -44,7 +44,7 @@ pub fn handle(
                 .and_then(|t| t.lookup(rp.partition))
             {
                 Err(e) => out.error_code = e.code(),
-                Ok(p) => match lookup(b, &p, replica_id, current, rp.leader_epoch) {
+                Ok(p) => match lookup(&p, replica_id, current, rp.leader_epoch) {
                     Ok((epoch, end)) => {
                         out.leader_epoch = epoch;
                         out.end_offset = end;
@@ -60,14 +60,17 @@ pub fn handle(
 }
 
 fn lookup(
-    b: &Broker,
     p: &Partition,
     replica_id: i32,
     current_leader_epoch: i32,
     epoch: i32,
 ) -> Result<(i32, i64), ResponseError> {
-    let leading_required = b.cluster().is_some() && replica_id != DEBUGGING_REPLICA_ID;
-    replica::epoch_end(p, leading_required, current_leader_epoch, epoch)
+    replica::epoch_end(
+        p,
+        replica_id != DEBUGGING_REPLICA_ID,
+        current_leader_epoch,
+        epoch,
+    )
 }
 
 #[cfg(test)]

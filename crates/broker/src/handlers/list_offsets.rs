@@ -37,9 +37,7 @@ pub fn handle(b: &Broker, version: i16, req: ListOffsetsRequest) -> ListOffsetsR
             let result = match partition {
                 Err(e) => Err(e),
                 // In a cluster only the leader knows the high watermark consumers may see.
-                Ok(p) if b.cluster().is_some() && p.role() != Role::Leader => {
-                    Err(ResponseError::NotLeaderOrFollower)
-                }
+                Ok(p) if p.role() == Role::Follower => Err(ResponseError::NotLeaderOrFollower),
                 Ok(p) => lookup(&p, version, rp.current_leader_epoch, rp.timestamp),
             };
             match result {

@@ -101,13 +101,7 @@ pub fn gate(b: &Broker, header: &RequestHeader, req: &Request, mute: Option<&Arc
 }
 
 fn current_partitions(b: &Broker, topic: &str) -> i32 {
-    match b.cluster() {
-        Some(c) => c
-            .image()
-            .topic(topic)
-            .map_or(0, |t| t.partitions.len() as i32),
-        None => b.topics.get(topic).map_or(0, |t| t.partition_count()),
-    }
+    b.topology().partition_count(b, topic)
 }
 
 const WHY: &str = "the controller mutation rate quota is exceeded; retry after throttle_time_ms";

@@ -67,10 +67,9 @@ pub fn produce(
     resp.throttle_time_ms = throttle_ms;
     let mut waits = Vec::new();
     let mut replicated = Vec::new();
-    let clustered = b.cluster().is_some();
-    // A broker whose heartbeats have not committed for the session timeout may already have
-    // been replaced as leader: it takes no produce, even before its roles catch up.
-    let out_of_session = b.cluster().is_some_and(|c| !c.lease_valid());
+    let topology = b.topology();
+    let replicated_partitions = topology.replicates();
+    let out_of_session = !topology.takes_produce();
     let bad_acks = !matches!(acks, -1..=1);
     let fsync_acks = b.config.fsync.acks_wait_for_fsync() && acks != 0;
     for (ti, td) in req.topic_data.into_iter().enumerate() {
@@ -132,7 +131,7 @@ pub fn produce(
                         } => (base_offset, last_offset),
                     };
                     let wait_for = Some(last + 1);
-                    if let (true, -1, Some(t)) = (clustered, acks, &topic) {
+                    if let (true, -1, Some(t)) = (replicated_partitions, acks, &topic) {
                         if let Some(p) = t.partition(pr.index) {
                             replicated.push(Replicated {
                                 topic: ti,

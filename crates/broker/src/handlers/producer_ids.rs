@@ -22,30 +22,12 @@ pub fn init(b: &Broker, req: InitProducerIdRequest) -> InitProducerIdResponse {
         resp.producer_epoch = epoch + 1;
         return resp;
     }
-    if let Some(cluster) = b.cluster() {
-        // Ids come from blocks the quorum hands out, unique across the cluster.
-        match cluster.allocate_producer_id() {
-            Ok(id) => {
-                resp.producer_id = id.into();
-                resp.producer_epoch = 0;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot allocate a producer id from the cluster");
-                // Retriable: the client asks again once the quorum answers.
-                resp.error_code = ResponseError::CoordinatorNotAvailable.code();
-            }
-        }
-        return resp;
-    }
-    match b.producer_ids.allocate() {
+    match b.topology().allocate_producer_id(b) {
         Ok(id) => {
             resp.producer_id = id.into();
             resp.producer_epoch = 0;
         }
-        Err(e) => {
-            tracing::error!(error = %e, "cannot allocate a producer id");
-            resp.error_code = ResponseError::KafkaStorageError.code();
-        }
+        Err(e) => resp.error_code = e.code(),
     }
     resp
 }

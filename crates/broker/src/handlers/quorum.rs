@@ -31,7 +31,7 @@ pub async fn describe(
     version: i16,
     req: DescribeQuorumRequest,
 ) -> DescribeQuorumResponse {
-    let Some(cluster) = b.cluster().cloned() else {
+    let Some(cluster) = b.topology().cluster().cloned() else {
         return standalone(&b, version);
     };
     if cluster.node().is_leader() {

@@ -13,7 +13,6 @@ use spate_protocol::messages::{
     MetadataResponse, TopicName,
 };
 
-use super::metadata;
 use crate::Broker;
 
 /// Kafka's `max.request.partition.size.limit`: the most partitions one response carries.
@@ -37,10 +36,7 @@ pub(crate) fn metadata_view(b: &Arc<Broker>, topics: Option<Vec<TopicName>>) -> 
             })
             .collect()
     });
-    match b.cluster() {
-        Some(c) => crate::cluster::describe_metadata(b, c, VIEW_VERSION, req),
-        None => metadata::handle(b, VIEW_VERSION, req),
-    }
+    b.topology().describe_topics(b, VIEW_VERSION, req)
 }
 
 /// Answers DescribeTopicPartitions.

@@ -75,13 +75,16 @@ pub struct Broker {
     image_version: u64,
     broker_epoch: Option<i64>,
     next_req: u64,
-    /// The one follower request (OffsetForLeaderEpoch or Fetch) whose answer is awaited;
-    /// any other answer is stale (a retry overtook it, or the role changed).
-    outstanding: Option<u64>,
+    /// Follower requests (OffsetForLeaderEpoch or Fetch) in flight, each with the follow it
+    /// was sent for. As in the fetcher, an answer is handled for that follow even when the
+    /// partition moved on meanwhile: the partition's own checks must refuse what no longer
+    /// applies. A request timed out or answered leaves the list.
+    inflight: Vec<(u64, Follow)>,
     /// Bumped on every role change so backoff timers of an earlier role do nothing.
     role_gen: u64,
     pub follow: Option<Follow>,
-    awaiting_sync: Option<AwaitingSync>,
+    /// Copied records waiting for their fsync, by the request that fetched them.
+    awaiting_sync: Vec<(u64, AwaitingSync)>,
     pending_acks: Vec<PendingAck>,
     alter_isr: Option<(IsrChange, u64)>,
     group_commit_scheduled: bool,
@@ -115,10 +118,10 @@ impl Broker {
             image_version: 0,
             broker_epoch: None,
             next_req: 0,
-            outstanding: None,
+            inflight: Vec::new(),
             role_gen: 0,
             follow: None,
-            awaiting_sync: None,
+            awaiting_sync: Vec::new(),
             pending_acks: Vec::new(),
             alter_isr: None,
             group_commit_scheduled: false,
@@ -209,10 +212,10 @@ impl Broker {
         self.incarnation = incarnation;
         self.image_version = 0;
         self.broker_epoch = None;
-        self.outstanding = None;
+        self.inflight.clear();
         self.role_gen += 1;
         self.follow = None;
-        self.awaiting_sync = None;
+        self.awaiting_sync.clear();
         self.pending_acks.clear();
         self.alter_isr = None;
         self.group_commit_scheduled = false;
@@ -324,24 +327,25 @@ impl Broker {
                 self.group_commit_scheduled = false;
                 self.sync_and_advance(&p, now, out);
             }
-            Timer::FollowerSynced { req_gen } if req_gen == self.role_gen => {
-                // The fsync the fetcher waits for before it tells the leader it holds the
-                // records (`wait_durable` in the fetcher).
+            Timer::FollowerSynced { req } => {
+                // The fsync the fetcher waits for before it takes the leader's high watermark
+                // and tells the leader it holds the records (`wait_durable` in the fetcher).
+                let Some(i) = self.awaiting_sync.iter().position(|(r, _)| *r == req) else {
+                    return;
+                };
+                let (_, a) = self.awaiting_sync.remove(i);
                 self.flusher.flush_now();
-                if let Some(a) = self.awaiting_sync.take() {
-                    follow_leader(&p, a.epoch, a.high_watermark, a.log_start, &Inline);
+                follow_leader(&p, a.epoch, a.high_watermark, a.log_start, &Inline);
+                self.resume_follower(&p, out);
+            }
+            Timer::RequestTimeout { req } => {
+                let before = self.inflight.len();
+                self.inflight.retain(|(r, _)| *r != req);
+                if self.inflight.len() != before {
+                    self.resume_follower(&p, out);
                 }
-                self.resume_follower(&p, out);
             }
-            Timer::RequestTimeout { req } if self.outstanding == Some(req) => {
-                self.outstanding = None;
-                self.resume_follower(&p, out);
-            }
-            Timer::FetchBackoff { req_gen }
-                if req_gen == self.role_gen
-                    && self.outstanding.is_none()
-                    && self.awaiting_sync.is_none() =>
-            {
+            Timer::FetchBackoff { req_gen } if req_gen == self.role_gen => {
                 self.resume_follower(&p, out);
             }
             _ => {}
@@ -446,12 +450,22 @@ impl Broker {
         self.alter_isr = None;
     }
 
-    /// Stops following: requests in flight are forgotten.
+    /// Stops following. Requests in flight are not recalled (a fetcher finishes its round).
     fn leave_follow(&mut self) {
         self.follow = None;
-        self.outstanding = None;
-        self.awaiting_sync = None;
         self.role_gen += 1;
+    }
+
+    /// Whether `f` is still what this broker follows (same leader and epoch).
+    fn still_follows(&self, f: &Follow) -> bool {
+        self.follow
+            .is_some_and(|cur| cur.leader == f.leader && cur.epoch == f.epoch)
+    }
+
+    /// Takes the in-flight request `req` and the follow it was sent for.
+    fn answered(&mut self, req: u64) -> Option<Follow> {
+        let i = self.inflight.iter().position(|(r, _)| *r == req)?;
+        Some(self.inflight.remove(i).1)
     }
 
     // ---- follower side (the fetcher) ----
@@ -459,7 +473,13 @@ impl Broker {
     /// Sends the request the follower's phase calls for.
     fn resume_follower(&mut self, p: &Partition, out: &mut Out) {
         let Some(mut f) = self.follow else { return };
-        if self.awaiting_sync.is_some() {
+        // One request at a time per follow, and none while copied records wait for disk.
+        let busy = self
+            .inflight
+            .iter()
+            .any(|(_, g)| g.leader == f.leader && g.epoch == f.epoch)
+            || self.awaiting_sync.iter().any(|(_, a)| a.epoch == f.epoch);
+        if busy {
             return;
         }
         if let Phase::Truncating { .. } = f.phase {
@@ -494,7 +514,7 @@ impl Broker {
                 }
             }
         };
-        self.outstanding = Some(req);
+        self.inflight.push((req, f));
         out.send(f.leader, None, msg);
         out.timer(REQUEST_TIMEOUT_MS, Timer::RequestTimeout { req });
     }
@@ -515,21 +535,16 @@ impl Broker {
         result: Result<Option<(i32, i64)>, ResponseError>,
         out: &mut Out,
     ) {
-        if self.outstanding != Some(req) {
+        let Some(sent) = self.answered(req) else {
             return;
-        }
-        self.outstanding = None;
-        let Some(mut f) = self.follow else { return };
-        if !matches!(f.phase, Phase::Truncating { .. }) {
-            return;
-        }
+        };
         let answer = match result {
             Ok(answer) => answer,
             Err(_) => return self.backoff(out),
         };
         let hw_before = p.high_watermark();
-        match on_epoch_answer(p, f.epoch, answer, &Inline) {
-            EpochStep::AskAgain(epoch) => f.phase = Phase::Truncating { ask: Some(epoch) },
+        let next = match on_epoch_answer(p, sent.epoch, answer, &Inline) {
+            EpochStep::AskAgain(epoch) => Phase::Truncating { ask: Some(epoch) },
             EpochStep::Fetch { cut } => {
                 if let Some((_, to)) = cut {
                     if to < hw_before {
@@ -539,11 +554,16 @@ impl Broker {
                         ));
                     }
                 }
-                f.phase = Phase::Fetching;
+                Phase::Fetching
             }
             EpochStep::Moved | EpochStep::Failed => return self.backoff(out),
+        };
+        if !self.still_follows(&sent) {
+            return;
         }
-        self.follow = Some(f);
+        if let Some(f) = self.follow.as_mut() {
+            f.phase = next;
+        }
         self.resume_follower(p, out);
     }
 
@@ -554,28 +574,22 @@ impl Broker {
         result: Result<FetchData, (ResponseError, i64)>,
         out: &mut Out,
     ) {
-        if self.outstanding != Some(req) {
+        let Some(sent) = self.answered(req) else {
             return;
-        }
-        self.outstanding = None;
-        let Some(mut f) = self.follow else { return };
-        if f.phase != Phase::Fetching {
-            return;
-        }
+        };
         let data = match result {
             Ok(d) => d,
             Err((e, leader_start)) => {
-                match on_fetch_error(p, f.epoch, e, leader_start, &Inline) {
-                    FetchErrorStep::FindDivergence => {
+                let step = on_fetch_error(p, sent.epoch, e, leader_start, &Inline);
+                if step == FetchErrorStep::FindDivergence && self.still_follows(&sent) {
+                    if let Some(f) = self.follow.as_mut() {
                         f.phase = Phase::START;
-                        self.follow = Some(f);
                     }
-                    FetchErrorStep::Restarted { .. } | FetchErrorStep::Wait => {}
                 }
                 return self.backoff(out);
             }
         };
-        let copied = copy_batches(p, f.epoch, &data.records, &Inline);
+        let copied = copy_batches(p, sent.epoch, &data.records, &Inline);
         if let Some(CopyStop::Storage) = copied.stopped {
             out.violations.push(format!(
                 "broker {} follower append failed on the disk",
@@ -587,20 +601,18 @@ impl Broker {
             // The fetcher waits for these records to reach the disk before it takes the
             // leader's high watermark and fetches again: the window where a follower holds
             // records it has not synced.
-            self.awaiting_sync = Some(AwaitingSync {
-                epoch: f.epoch,
-                high_watermark: data.high_watermark,
-                log_start: data.log_start,
-            });
-            out.timer(
-                GROUP_COMMIT_MS,
-                Timer::FollowerSynced {
-                    req_gen: self.role_gen,
+            self.awaiting_sync.push((
+                req,
+                AwaitingSync {
+                    epoch: sent.epoch,
+                    high_watermark: data.high_watermark,
+                    log_start: data.log_start,
                 },
-            );
+            ));
+            out.timer(GROUP_COMMIT_MS, Timer::FollowerSynced { req });
             return;
         }
-        follow_leader(p, f.epoch, data.high_watermark, data.log_start, &Inline);
+        follow_leader(p, sent.epoch, data.high_watermark, data.log_start, &Inline);
         // The next round starts a moment later (right away when there was data).
         let delay = if copied.appended { 1 } else { FETCH_BACKOFF_MS };
         out.timer(

@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 use spate_broker::partition::Partition;
+use spate_log::Durability;
 use spate_protocol::batch::{BatchHeader, Batches};
 
 /// One record: the producer's payload id at an offset, written in a leader epoch.
@@ -28,6 +29,15 @@ pub fn record_of(h: &BatchHeader) -> Record {
 /// Decodes the whole batches of a read.
 pub fn decode(bytes: &Bytes) -> Vec<Record> {
     Batches::new(bytes).map(|(_, h)| record_of(&h)).collect()
+}
+
+/// How far the log is on disk, from the flusher's own record (not from the replica code the
+/// simulation tests); nothing after a failed fsync.
+fn synced_end(p: &Partition) -> i64 {
+    match *p.durable_offset().borrow() {
+        Durability::Synced(o) => o,
+        Durability::Failed => 0,
+    }
 }
 
 /// Reads every record of `p` from `from` to its log end.
@@ -95,8 +105,7 @@ impl ReplicaView {
             }
             self.records.extend(new);
         }
-        // An fsync that failed reports nothing on disk.
-        self.synced = p.replica_fetch_offset(true).unwrap_or(0).min(self.end());
+        self.synced = synced_end(p).min(self.end());
         Ok(())
     }
 
@@ -111,7 +120,7 @@ impl ReplicaView {
             .count();
         self.low_mark = self.low_mark.min(common);
         self.records = fresh;
-        self.synced = p.replica_fetch_offset(true).unwrap_or(0).min(self.end());
+        self.synced = synced_end(p).min(self.end());
         Ok(())
     }
 

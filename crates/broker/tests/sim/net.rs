@@ -171,7 +171,7 @@ pub enum Timer {
     GroupCommit,
     /// A follower's copied records reached its disk.
     FollowerSynced {
-        req_gen: u64,
+        req: u64,
     },
     Chaos,
     Heal {
