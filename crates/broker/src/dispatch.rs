@@ -90,7 +90,7 @@ pub struct Broker {
     /// How the broker was started.
     pub config: BrokerConfig,
     /// Topics and partitions.
-    pub topics: TopicRegistry,
+    pub topics: Arc<TopicRegistry>,
     /// Cluster id, fixed when the data dir was first used.
     pub cluster_id: String,
     /// Consumer groups and committed offsets.
@@ -98,7 +98,7 @@ pub struct Broker {
     /// Broker-wide metrics.
     pub metrics: Arc<Registry>,
     /// Client quotas and their usage.
-    pub quotas: crate::quotas::ClientQuotas,
+    pub quotas: Arc<crate::quotas::ClientQuotas>,
     /// Metrics clients push (KIP-714).
     pub telemetry: spate_telemetry::TelemetryStore,
     /// Memory for requests and responses in flight.
@@ -137,7 +137,7 @@ impl Broker {
         })?;
         let (topics, notes) = TopicRegistry::open(&dir, flusher.clone())?;
         let producer_ids = ProducerIds::open(&dir)?;
-        let quotas = crate::quotas::ClientQuotas::open(&dir)?;
+        let quotas = Arc::new(crate::quotas::ClientQuotas::open(&dir)?);
         let telemetry = spate_telemetry::TelemetryStore::new(
             config.telemetry_metrics.clone(),
             config.telemetry_push_interval_ms,
@@ -157,7 +157,7 @@ impl Broker {
         });
         let broker = Arc::new(Self {
             config,
-            topics,
+            topics: Arc::new(topics),
             cluster_id,
             groups,
             metrics,

@@ -27,12 +27,12 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::peer::{PeerConnection, PeerError};
+use super::Cluster;
 use crate::partition::Partition;
 use crate::replica::{
     copy_batches, epoch_to_ask, follow_leader, on_epoch_answer, on_fetch_error, Blocking, CopyStop,
     EpochStep, FetchErrorStep, Phase,
 };
-use crate::Broker;
 
 /// Fetch v12: the last version naming topics (not ids), with leader epochs for fencing.
 const FETCH_VERSION: i16 = 12;
@@ -113,7 +113,7 @@ impl Follows {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn assign(
         &self,
-        broker: &Weak<Broker>,
+        cluster: &Weak<Cluster>,
         topic: &str,
         topic_id: Uuid,
         partition: Arc<Partition>,
@@ -140,7 +140,7 @@ impl Follows {
         );
         let fetcher = inner.fetchers.entry(leader).or_insert_with(|| {
             let wake = Arc::new(Notify::new());
-            let task = tokio::spawn(run(broker.clone(), leader, wake.clone()));
+            let task = tokio::spawn(run(cluster.clone(), leader, wake.clone()));
             Fetcher { wake, task }
         });
         fetcher.wake.notify_one();
@@ -214,13 +214,12 @@ impl Follows {
 }
 
 /// A fetcher's life: fetch from `leader` for as long as some partition follows it.
-async fn run(broker: Weak<Broker>, leader: BrokerId, wake: Arc<Notify>) {
+async fn run(cluster: Weak<Cluster>, leader: BrokerId, wake: Arc<Notify>) {
     let mut conn: Option<PeerConnection> = None;
     let mut backoff = Duration::from_millis(50);
     let mut last_error = String::new();
     loop {
-        let Some(b) = broker.upgrade() else { return };
-        let Some(cluster) = b.cluster().cloned() else {
+        let Some(cluster) = cluster.upgrade() else {
             return;
         };
         if cluster.stopping.load(std::sync::atomic::Ordering::SeqCst) {
@@ -229,14 +228,14 @@ async fn run(broker: Weak<Broker>, leader: BrokerId, wake: Arc<Notify>) {
         let work = cluster.follows.work_for(leader);
         if work.is_empty() {
             conn = None;
-            drop(b);
+            drop(cluster);
             let _ = tokio::time::timeout(Duration::from_secs(1), wake.notified()).await;
             continue;
         }
         if conn.is_none() {
             let image = cluster.image();
             let Some(reg) = image.broker(leader) else {
-                drop(b);
+                drop(cluster);
                 tokio::time::sleep(backoff).await;
                 continue;
             };
@@ -246,7 +245,7 @@ async fn run(broker: Weak<Broker>, leader: BrokerId, wake: Arc<Notify>) {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
                     note(&mut last_error, leader, &e.to_string());
-                    drop(b);
+                    drop(cluster);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(BACKOFF_MAX);
                     continue;
@@ -254,7 +253,7 @@ async fn run(broker: Weak<Broker>, leader: BrokerId, wake: Arc<Notify>) {
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        match round(&b, c, work).await {
+        match round(&cluster, c, work).await {
             Ok(true) => {
                 backoff = Duration::from_millis(50);
                 last_error.clear();
@@ -262,14 +261,14 @@ async fn run(broker: Weak<Broker>, leader: BrokerId, wake: Arc<Notify>) {
             Ok(false) => {
                 // Only errors the leader answered with (a stale or unknown epoch): wait for
                 // the metadata to move on.
-                drop(b);
+                drop(cluster);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
             }
             Err(e) => {
                 note(&mut last_error, leader, &e.to_string());
                 conn = None;
-                drop(b);
+                drop(cluster);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
             }
@@ -292,7 +291,7 @@ fn note(last: &mut String, leader: BrokerId, error: &str) {
 /// One round against the leader: epoch lookups for truncating partitions, then a fetch for
 /// the others. Returns whether anything moved forward.
 async fn round(
-    b: &Broker,
+    cluster: &Cluster,
     conn: &mut PeerConnection,
     work: Vec<(Key, Follow)>,
 ) -> Result<bool, PeerError> {
@@ -301,23 +300,20 @@ async fn round(
         .partition(|(_, f)| matches!(f.phase, Phase::Truncating { .. }));
     let mut progress = false;
     if !truncating.is_empty() {
-        progress |= truncate(b, conn, truncating).await?;
+        progress |= truncate(cluster, conn, truncating).await?;
     }
     if !fetching.is_empty() {
-        progress |= fetch(b, conn, fetching).await?;
+        progress |= fetch(cluster, conn, fetching).await?;
     }
     Ok(progress)
 }
 
 /// Asks the leader where our latest epochs end in its log and cuts what diverges.
 async fn truncate(
-    b: &Broker,
+    cluster: &Cluster,
     conn: &mut PeerConnection,
     work: Vec<(Key, Follow)>,
 ) -> Result<bool, PeerError> {
-    let Some(cluster) = b.cluster() else {
-        return Ok(false);
-    };
     let mut progress = false;
     let mut asks = Vec::new();
     for (key, f) in work {
@@ -405,13 +401,10 @@ async fn truncate(
 
 /// One replica fetch: appends what the leader sent and takes its high watermark.
 async fn fetch(
-    b: &Broker,
+    cluster: &Cluster,
     conn: &mut PeerConnection,
     work: Vec<(Key, Follow)>,
 ) -> Result<bool, PeerError> {
-    let Some(cluster) = b.cluster() else {
-        return Ok(false);
-    };
     let settings = cluster.settings();
     // Replicas under a follower throttle sit out this fetch while its rate is used up.
     let me = cluster.broker_id;
@@ -431,7 +424,7 @@ async fn fetch(
             .iter()
             .filter(|((topic, index), _)| !in_sync(topic, *index))
             .filter(|((topic, index), _)| {
-                b.topics.get(topic).is_some_and(|t| {
+                cluster.local.topics.get(topic).is_some_and(|t| {
                     t.with_config(|c| {
                         c.get("follower.replication.throttled.replicas")
                             .is_some_and(|(v, _)| crate::topic_config::throttles(v, *index, me))
@@ -464,7 +457,7 @@ async fn fetch(
     } else {
         work
     };
-    let wait_fsync = b.config.fsync.acks_wait_for_fsync();
+    let wait_fsync = cluster.local.sync_acks;
     let mut by_topic: BTreeMap<&str, (Uuid, Vec<FetchPartition>)> = BTreeMap::new();
     for ((topic, index), f) in &work {
         // Under an fsync profile the fetch offset tells the leader what is on disk here, not

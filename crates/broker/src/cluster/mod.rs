@@ -109,9 +109,30 @@ struct IsrProposal {
     change: IsrChange,
 }
 
+/// The parts of this broker that the cluster's tasks keep in line with the metadata: what
+/// [`Cluster`] holds instead of a handle on the whole broker (which owns the cluster).
+pub(crate) struct Local {
+    /// Topics and partitions on this node.
+    pub(crate) topics: Arc<crate::registry::TopicRegistry>,
+    /// Group coordinators of the offsets partitions this node leads.
+    pub(crate) groups: Arc<crate::GroupService>,
+    /// Client quotas every node applies from the image.
+    pub(crate) quotas: Arc<crate::quotas::ClientQuotas>,
+    /// The broker's clock.
+    pub(crate) clock: crate::time::SharedClock,
+    /// Under an fsync profile leaders count, and followers report, only what is on disk.
+    pub(crate) sync_acks: bool,
+    /// offsets.topic.num.partitions, for the offsets topic the controller creates.
+    pub(crate) offsets_partitions: i32,
+    /// offsets.topic.segment.bytes.
+    pub(crate) offsets_segment_bytes: u64,
+}
+
 /// This node's part in the cluster; lives inside [`Broker`] once joined.
 pub struct Cluster {
-    broker: std::sync::Weak<Broker>,
+    /// Itself, for the tasks it starts (fetchers) to hold without keeping it alive.
+    me: std::sync::Weak<Cluster>,
+    local: Local,
     node: MetadataNode,
     broker_id: BrokerId,
     settings: ClusterSettings,
@@ -415,8 +436,18 @@ impl Broker {
             crate::BrokerError::Cluster(format!("node id {} is not a broker id", node.node_id()))
         })?;
         let (isr_tx, isr_rx) = mpsc::unbounded_channel();
-        let cluster = Arc::new(Cluster {
-            broker: Arc::downgrade(self),
+        let local = Local {
+            topics: self.topics.clone(),
+            groups: self.groups.clone(),
+            quotas: self.quotas.clone(),
+            clock: self.clock.clone(),
+            sync_acks: self.config.fsync.acks_wait_for_fsync(),
+            offsets_partitions: self.config.groups.offsets_partitions,
+            offsets_segment_bytes: self.config.groups.offsets_segment_bytes,
+        };
+        let cluster = Arc::new_cyclic(|me| Cluster {
+            me: me.clone(),
+            local,
             derived_cluster_id: cluster_id_for(&node),
             setting_cluster_id: AtomicBool::new(false),
             broker_id,
@@ -451,20 +482,20 @@ impl Broker {
             .node
             .start_broker_session(info, cluster.settings.heartbeat_interval);
         *cluster.session.lock() = Some(session);
-        tokio::spawn(reconcile_loop(Arc::downgrade(self)));
+        tokio::spawn(reconcile_loop(Arc::downgrade(&cluster)));
         tokio::spawn(watch_lease(Arc::downgrade(&cluster)));
         if let Some(rx) = cluster.isr_rx.lock().take() {
-            tokio::spawn(propose_isr_changes(Arc::downgrade(self), rx));
+            tokio::spawn(propose_isr_changes(Arc::downgrade(&cluster), rx));
         }
-        tokio::spawn(check_isr_loop(Arc::downgrade(self)));
+        tokio::spawn(check_isr_loop(Arc::downgrade(&cluster)));
         Ok(cluster)
     }
 }
 
 /// Brings local partitions in line with each new image, once the node has caught up with
 /// the quorum (an image from before that could delete topics that exist).
-async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
-    let Some(cluster) = broker.upgrade().and_then(|b| b.cluster().cloned()) else {
+async fn reconcile_loop(cluster: std::sync::Weak<Cluster>) {
+    let Some(cluster) = cluster.upgrade() else {
         return;
     };
     let mut images = cluster.node.subscribe();
@@ -490,7 +521,6 @@ async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
     let mut applied: Option<(reconcile::Baseline, Option<i64>)> = None;
     loop {
         let image = images.borrow_and_update().clone();
-        let Some(b) = broker.upgrade() else { return };
         let epoch = cluster.broker_epoch();
         // Images that change nothing about topics or the brokers' registrations need no work.
         let same = applied.as_ref().is_some_and(|(prev, prev_epoch)| {
@@ -505,10 +535,9 @@ async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
                 .take()
                 .filter(|(_, prev_epoch)| *prev_epoch == epoch)
                 .map(|(base, _)| base);
-            let done = tokio::task::spawn_blocking(move || {
-                reconcile::apply(&b, &c, &img, baseline.as_ref())
-            })
-            .await;
+            let done =
+                tokio::task::spawn_blocking(move || reconcile::apply(&c, &img, baseline.as_ref()))
+                    .await;
             match done {
                 Ok((true, may_lead)) => {
                     applied = Some((
@@ -530,10 +559,11 @@ async fn reconcile_loop(broker: std::sync::Weak<Broker>) {
             }
         }
         cluster.reconciled.send_replace(Some(image.clone()));
-        if let Some(b) = broker.upgrade() {
-            b.quotas.set_table(image.client_quotas().clone());
-            ensure_offsets_topic(&cluster, &b, &image);
-        }
+        cluster
+            .local
+            .quotas
+            .set_table(image.client_quotas().clone());
+        ensure_offsets_topic(&cluster, &image);
         ensure_cluster_id(&cluster, &image);
         let pause = if retry {
             RECONCILE_RETRY
@@ -581,7 +611,7 @@ fn ensure_cluster_id(cluster: &Arc<Cluster>, image: &MetadataImage) {
 /// The controller creates the replicated offsets topic once enough brokers are up to give it
 /// its full replication factor (three, or every voter in a smaller cluster), with
 /// offsets.topic.num.partitions partitions and no retention.
-fn ensure_offsets_topic(cluster: &Arc<Cluster>, broker: &Broker, image: &MetadataImage) {
+fn ensure_offsets_topic(cluster: &Arc<Cluster>, image: &MetadataImage) {
     if image.topic(OFFSETS_LOG).is_some() || !cluster.node.is_leader() {
         return;
     }
@@ -593,9 +623,9 @@ fn ensure_offsets_topic(cluster: &Arc<Cluster>, broker: &Broker, image: &Metadat
         image,
         OFFSETS_LOG,
         uuid::Uuid::new_v4(),
-        broker.config.groups.offsets_partitions.max(1),
+        cluster.local.offsets_partitions.max(1),
         rf as i16,
-        crate::groups::offsets_topic_config(broker.config.groups.offsets_segment_bytes)
+        crate::groups::offsets_topic_config(cluster.local.offsets_segment_bytes)
             .overrides()
             .clone(),
     ) {
@@ -632,7 +662,7 @@ const ISR_CHANGES_PER_PROPOSAL: usize = 1000;
 /// entry (`MetadataCommand::Each`, as Kafka's AlterPartition carries many partitions): after
 /// a broker returns, its partitions' expansions take a few Raft rounds, not one each.
 async fn propose_isr_changes(
-    broker: std::sync::Weak<Broker>,
+    cluster: std::sync::Weak<Cluster>,
     mut rx: mpsc::UnboundedReceiver<IsrProposal>,
 ) {
     while let Some(first) = rx.recv().await {
@@ -643,8 +673,7 @@ async fn propose_isr_changes(
                 Err(_) => break,
             }
         }
-        let Some(b) = broker.upgrade() else { return };
-        let Some(cluster) = b.cluster().cloned() else {
+        let Some(cluster) = cluster.upgrade() else {
             return;
         };
         let mut cmds: Vec<MetadataCommand> = queued
@@ -682,18 +711,13 @@ async fn propose_isr_changes(
             }
         };
         for (p, answer) in queued.into_iter().zip(answers) {
-            settle_isr_change(&broker, &cluster, p, answer);
+            settle_isr_change(&cluster, p, answer);
         }
     }
 }
 
 /// Acts on the quorum's answer to one proposed ISR change.
-fn settle_isr_change(
-    broker: &std::sync::Weak<Broker>,
-    cluster: &Cluster,
-    p: IsrProposal,
-    answer: Result<(), ProposeError>,
-) {
+fn settle_isr_change(cluster: &Cluster, p: IsrProposal, answer: Result<(), ProposeError>) {
     let refusal = match &answer {
         Ok(()) => Ok(Ok(())),
         Err(ProposeError::Refused(e)) => Ok(Err(e)),
@@ -722,17 +746,15 @@ fn settle_isr_change(
         }
         IsrAnswer::Unanswered => {
             tracing::info!(topic = %p.topic, partition = p.partition.index, isr = ?p.change.isr, answer = ?answer.err(), "ISR change unanswered; retrying");
-            let b = broker.clone();
+            let me = cluster.me.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 let still_pending = p.partition.leader_view().is_some_and(|l| {
                     l.leader_epoch() == p.change.leader_epoch
                         && l.pending_isr() == Some(p.change.isr.as_slice())
                 });
-                if let (true, Some(b)) = (still_pending, b.upgrade()) {
-                    if let Some(c) = b.cluster() {
-                        let _ = c.isr_tx.send(p);
-                    }
+                if let (true, Some(c)) = (still_pending, me.upgrade()) {
+                    let _ = c.isr_tx.send(p);
                 }
             });
         }
@@ -770,8 +792,8 @@ async fn watch_lease(cluster: std::sync::Weak<Cluster>) {
 
 /// Every quarter of `replica.lag.time.max.ms`, each led partition drops followers that
 /// stopped catching up.
-async fn check_isr_loop(broker: std::sync::Weak<Broker>) {
-    let every = match broker.upgrade().and_then(|b| b.cluster().cloned()) {
+async fn check_isr_loop(cluster: std::sync::Weak<Cluster>) {
+    let every = match cluster.upgrade() {
         Some(c) => Duration::from_millis((c.settings.replica_lag_time_max_ms / 4).max(50)),
         None => return,
     };
@@ -779,15 +801,14 @@ async fn check_isr_loop(broker: std::sync::Weak<Broker>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let Some(b) = broker.upgrade() else { return };
-        let Some(cluster) = b.cluster().cloned() else {
+        let Some(cluster) = cluster.upgrade() else {
             return;
         };
         if cluster.stopping.load(Ordering::SeqCst) {
             return;
         }
-        let now = b.clock.monotonic_ms().max(0) as u64;
-        for topic in b.topics.list() {
+        let now = cluster.local.clock.monotonic_ms().max(0) as u64;
+        for topic in cluster.local.topics.list() {
             for p in topic.partitions() {
                 if let Some(change) = p.check_isr(now) {
                     cluster.request_isr_change(&topic.name, p, change);

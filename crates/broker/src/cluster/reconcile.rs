@@ -6,13 +6,12 @@
 
 use spate_cluster::metadata::{MetadataImage, TopicImage};
 
-use super::Cluster;
+use super::{Cluster, Local};
 use crate::groups::OFFSETS_LOG;
 use crate::partition::Role;
 use crate::registry::Topic;
 use crate::replica::{take_role, RoleChange, RoleContext};
 use crate::topic_config::TopicConfig;
-use crate::Broker;
 
 /// Whether two images ask the same of local partitions: same topics (ids, configs,
 /// assignments, leaders, epochs, ISRs) and same registrations (epochs, fencing). Heartbeat
@@ -47,17 +46,17 @@ pub(super) struct Baseline {
 /// creating a replica, a coordinator that could not load: the caller applies the image again,
 /// in full, rather than take it as done) and whether this broker could lead.
 pub(super) fn apply(
-    b: &Broker,
     cluster: &Cluster,
     image: &MetadataImage,
     baseline: Option<&Baseline>,
 ) -> (bool, bool) {
+    let b = &cluster.local;
     let mut complete = true;
     let view = View {
         now: b.clock.monotonic_ms().max(0) as u64,
         fenced: Cluster::fenced(image),
         may_lead: cluster.registered_in(image) && cluster.lease_valid(),
-        sync_acks: b.config.fsync.acks_wait_for_fsync(),
+        sync_acks: b.sync_acks,
     };
     let unchanged_brokers = baseline
         .filter(|base| base.may_lead == view.may_lead && same_registrations(&base.image, image));
@@ -71,7 +70,7 @@ pub(super) fn apply(
         if untouched {
             continue;
         }
-        match ensure_topic(b, cluster, t) {
+        match ensure_topic(cluster, t) {
             Ok(local) => set_roles(cluster, &view, t, &local),
             Err(e) => {
                 tracing::error!(topic = %t.name, error = %e, "cannot create the local replica of a topic; retrying");
@@ -130,11 +129,8 @@ fn assigned_to(t: &TopicImage, me: i32) -> std::collections::BTreeSet<i32> {
 
 /// The local topic matching `t` (same id, at least as many partitions, same configs,
 /// replicas of exactly the partitions assigned here), creating or completing it as needed.
-fn ensure_topic(
-    b: &Broker,
-    cluster: &Cluster,
-    t: &TopicImage,
-) -> Result<std::sync::Arc<Topic>, String> {
+fn ensure_topic(cluster: &Cluster, t: &TopicImage) -> Result<std::sync::Arc<Topic>, String> {
+    let b = &cluster.local;
     let config = TopicConfig::from_pairs(t.configs.iter().map(|(k, v)| (k.as_str(), Some(v.as_str()))))
         .unwrap_or_else(|e| {
             // The controller validates configs before they enter the log; an unknown key can
@@ -184,7 +180,7 @@ fn ensure_topic(
 }
 
 fn create(
-    b: &Broker,
+    b: &Local,
     t: &TopicImage,
     count: i32,
     config: TopicConfig,
@@ -261,7 +257,7 @@ fn set_roles(cluster: &Cluster, view: &View, t: &TopicImage, local: &Topic) {
                 }
                 cluster
                     .follows
-                    .assign(&cluster.broker, &t.name, t.id, p, leader, epoch);
+                    .assign(&cluster.me, &t.name, t.id, p, leader, epoch);
             }
             RoleChange::Idle => cluster.follows.unassign(&t.name, index),
         }

@@ -88,6 +88,10 @@ pub struct Broker {
     pending_acks: Vec<PendingAck>,
     alter_isr: Option<(IsrChange, u64)>,
     group_commit_scheduled: bool,
+    /// Until then this broker's fsyncs do not complete (a slow or stalled disk): the
+    /// fetcher's wait for its copied records to reach the disk times out, as it may in the
+    /// broker, and it fetches again all the same.
+    slow_disk_until: u64,
 }
 
 fn dir(id: BrokerId) -> PathBuf {
@@ -125,6 +129,7 @@ impl Broker {
             pending_acks: Vec::new(),
             alter_isr: None,
             group_commit_scheduled: false,
+            slow_disk_until: 0,
         };
         b.open();
         b
@@ -221,6 +226,18 @@ impl Broker {
         self.group_commit_scheduled = false;
         self.open();
         self.start(out);
+    }
+
+    /// The disk stalls until `until`: fsyncs wait.
+    pub fn slow_disk(&mut self, until: u64) {
+        self.slow_disk_until = until;
+    }
+
+    /// Runs the queued fsyncs, unless the disk is stalled.
+    fn flush(&mut self, now: u64) {
+        if now >= self.slow_disk_until {
+            self.flusher.flush_now();
+        }
     }
 
     /// After every event: the checker's view follows the real log.
@@ -334,7 +351,7 @@ impl Broker {
                     return;
                 };
                 let (_, a) = self.awaiting_sync.remove(i);
-                self.flusher.flush_now();
+                self.flush(now);
                 follow_leader(&p, a.epoch, a.high_watermark, a.log_start, &Inline);
                 self.resume_follower(&p, out);
             }
@@ -355,7 +372,7 @@ impl Broker {
     /// The flusher runs: what reached the disk may commit records (`Partition::on_durable`,
     /// which the broker calls on every durable-offset change while it leads).
     fn sync_and_advance(&mut self, p: &Partition, now: u64, out: &mut Out) {
-        self.flusher.flush_now();
+        self.flush(now);
         if p.role() == Role::Leader {
             p.on_durable();
         }

@@ -551,6 +551,14 @@ impl World {
                 let d = self.rng.range(100, 1500);
                 self.blackout(b, d);
             }
+            85..=89 if up && self.cfg.synced_acks => {
+                let d = self.rng.range(50, 800);
+                self.note(format!("SLOW DISK broker {b} for {d} ms"));
+                let until = self.now + d;
+                if let Some(broker) = self.brokers.get_mut(&b) {
+                    broker.slow_disk(until);
+                }
+            }
             81..=84 if up => {
                 // Back before any image arrives: the new process must not act on its
                 // predecessor's world.
