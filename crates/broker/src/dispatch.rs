@@ -107,6 +107,8 @@ pub struct Broker {
     /// monotonic time for timeouts and sessions.
     pub clock: SharedClock,
     pub(crate) producer_ids: ProducerIds,
+    /// Incremental fetch sessions (KIP-227).
+    pub(crate) fetch_sessions: crate::fetch_sessions::FetchSessions,
     flusher: Flusher,
     /// Set once the broker joins a cluster (cluster mode); standalone otherwise.
     pub(crate) cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
@@ -166,6 +168,7 @@ impl Broker {
             budget,
             clock,
             producer_ids,
+            fetch_sessions: Default::default(),
             flusher,
             cluster: std::sync::OnceLock::new(),
         });

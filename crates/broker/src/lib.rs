@@ -9,6 +9,7 @@ pub mod cluster;
 mod config;
 mod dispatch;
 mod error;
+mod fetch_sessions;
 mod groups;
 pub mod handlers;
 pub mod partition;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use spate_cluster::metadata::BrokerId;
 use spate_log::wait_durable;
-use spate_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use spate_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use spate_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
@@ -38,12 +38,152 @@ use crate::replica::{
 const FETCH_VERSION: i16 = 12;
 /// OffsetForLeaderEpoch v4: with the replica id and the current leader epoch.
 const EPOCH_VERSION: i16 = 4;
-/// A follower fetch always goes straight to the log (no sessions).
-const NO_SESSION_EPOCH: i32 = -1;
 /// Longest pause between attempts to reach a leader.
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 type Key = (String, i32);
+
+/// What a fetch session's leader holds for one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sent {
+    fetch_offset: i64,
+    leader_epoch: i32,
+    log_start: i64,
+    max_bytes: i32,
+}
+
+impl Sent {
+    fn of(p: &FetchPartition) -> Self {
+        Self {
+            fetch_offset: p.fetch_offset,
+            leader_epoch: p.current_leader_epoch,
+            log_start: p.log_start_offset,
+            max_bytes: p.partition_max_bytes,
+        }
+    }
+}
+
+/// This follower's side of its fetch session with one leader (KIP-227): after a first full
+/// fetch, a round names only the partitions whose position moved, and the leader answers
+/// only partitions with news. An idle follower of thousands of partitions then costs a few
+/// bytes per round instead of every partition both ways.
+#[derive(Debug, Default)]
+struct FetchSession {
+    /// 0: none yet (the next fetch asks for one).
+    id: i32,
+    next_epoch: i32,
+    sent: std::collections::HashMap<Key, Sent>,
+}
+
+impl FetchSession {
+    /// Sets the request's session fields and returns what it must name: everything for a
+    /// new session (or without one), otherwise the partitions the leader does not know in
+    /// this state, and the ones to forget.
+    fn prepare(
+        &mut self,
+        req: &mut FetchRequest,
+        wanted: Vec<(Key, Uuid, FetchPartition)>,
+        sessionless: bool,
+    ) -> (Vec<FetchTopic>, Vec<ForgottenTopic>) {
+        if sessionless {
+            // Closes a session the leader may hold, and fetches without one.
+            req.session_id = self.id;
+            req.session_epoch = -1;
+            self.close();
+            return (group(wanted), Vec::new());
+        }
+        if self.id == 0 {
+            req.session_id = 0;
+            req.session_epoch = 0;
+            self.sent = wanted
+                .iter()
+                .map(|(k, _, p)| (k.clone(), Sent::of(p)))
+                .collect();
+            return (group(wanted), Vec::new());
+        }
+        req.session_id = self.id;
+        req.session_epoch = self.next_epoch;
+        let mut forgotten: BTreeMap<String, (Uuid, Vec<i32>)> = BTreeMap::new();
+        let named: std::collections::HashSet<&Key> = wanted.iter().map(|(k, _, _)| k).collect();
+        let ids: std::collections::HashMap<&str, Uuid> = wanted
+            .iter()
+            .map(|((t, _), id, _)| (t.as_str(), *id))
+            .collect();
+        self.sent.retain(|k, _| {
+            let keep = named.contains(k);
+            if !keep {
+                let id = ids.get(k.0.as_str()).copied().unwrap_or_default();
+                forgotten
+                    .entry(k.0.clone())
+                    .or_insert((id, Vec::new()))
+                    .1
+                    .push(k.1);
+            }
+            keep
+        });
+        let changed: Vec<(Key, Uuid, FetchPartition)> = wanted
+            .into_iter()
+            .filter(|(k, _, p)| self.sent.get(k) != Some(&Sent::of(p)))
+            .collect();
+        for (k, _, p) in &changed {
+            self.sent.insert(k.clone(), Sent::of(p));
+        }
+        let forgotten = forgotten
+            .into_iter()
+            .map(|(t, (id, partitions))| {
+                let mut f = ForgottenTopic::default();
+                f.topic = TopicName(StrBytes::from_string(t));
+                f.topic_id = id;
+                f.partitions = partitions;
+                f
+            })
+            .collect();
+        (group(changed), forgotten)
+    }
+
+    /// The leader answered without error, with `session_id` (0: it keeps no session).
+    fn answered(&mut self, session_id: i32) {
+        if session_id == 0 {
+            self.close();
+            return;
+        }
+        if self.id != session_id {
+            self.id = session_id;
+            self.next_epoch = 1;
+        } else {
+            self.next_epoch = if self.next_epoch == i32::MAX {
+                1
+            } else {
+                self.next_epoch + 1
+            };
+        }
+    }
+
+    /// Forgets the session: the next fetch is a full one that asks for a new session.
+    fn close(&mut self) {
+        self.id = 0;
+        self.next_epoch = 0;
+        self.sent.clear();
+    }
+}
+
+/// Partitions grouped by topic, as a Fetch request carries them.
+fn group(partitions: Vec<(Key, Uuid, FetchPartition)>) -> Vec<FetchTopic> {
+    let mut by_topic: BTreeMap<String, (Uuid, Vec<FetchPartition>)> = BTreeMap::new();
+    for ((topic, _), id, p) in partitions {
+        by_topic.entry(topic).or_insert((id, Vec::new())).1.push(p);
+    }
+    by_topic
+        .into_iter()
+        .map(|(t, (id, partitions))| {
+            let mut ft = FetchTopic::default();
+            ft.topic = TopicName(StrBytes::from_string(t));
+            ft.topic_id = id;
+            ft.partitions = partitions;
+            ft
+        })
+        .collect()
+}
 
 /// Blocking steps of the fetcher (truncation, a new epoch's checkpoint) leave the async
 /// workers.
@@ -216,6 +356,7 @@ impl Follows {
 /// A fetcher's life: fetch from `leader` for as long as some partition follows it.
 async fn run(cluster: Weak<Cluster>, leader: BrokerId, wake: Arc<Notify>) {
     let mut conn: Option<PeerConnection> = None;
+    let mut session = FetchSession::default();
     let mut backoff = Duration::from_millis(50);
     let mut last_error = String::new();
     loop {
@@ -253,7 +394,7 @@ async fn run(cluster: Weak<Cluster>, leader: BrokerId, wake: Arc<Notify>) {
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        match round(&cluster, c, work).await {
+        match round(&cluster, c, &mut session, work).await {
             Ok(true) => {
                 backoff = Duration::from_millis(50);
                 last_error.clear();
@@ -293,6 +434,7 @@ fn note(last: &mut String, leader: BrokerId, error: &str) {
 async fn round(
     cluster: &Cluster,
     conn: &mut PeerConnection,
+    session: &mut FetchSession,
     work: Vec<(Key, Follow)>,
 ) -> Result<bool, PeerError> {
     let (truncating, fetching): (Vec<_>, Vec<_>) = work
@@ -303,7 +445,7 @@ async fn round(
         progress |= truncate(cluster, conn, truncating).await?;
     }
     if !fetching.is_empty() {
-        progress |= fetch(cluster, conn, fetching).await?;
+        progress |= fetch(cluster, conn, session, fetching).await?;
     }
     Ok(progress)
 }
@@ -403,6 +545,7 @@ async fn truncate(
 async fn fetch(
     cluster: &Cluster,
     conn: &mut PeerConnection,
+    session: &mut FetchSession,
     work: Vec<(Key, Follow)>,
 ) -> Result<bool, PeerError> {
     let settings = cluster.settings();
@@ -458,7 +601,7 @@ async fn fetch(
         work
     };
     let wait_fsync = cluster.local.sync_acks;
-    let mut by_topic: BTreeMap<&str, (Uuid, Vec<FetchPartition>)> = BTreeMap::new();
+    let mut wanted: Vec<(Key, Uuid, FetchPartition)> = Vec::with_capacity(work.len());
     for ((topic, index), f) in &work {
         // Under an fsync profile the fetch offset tells the leader what is on disk here, not
         // the log end: after a failed or slow fsync the leader must not count the rest.
@@ -478,14 +621,11 @@ async fn fetch(
             let cap = i32::try_from(rate).unwrap_or(i32::MAX).max(1);
             p.partition_max_bytes = p.partition_max_bytes.min(cap);
         }
-        by_topic
-            .entry(topic.as_str())
-            .or_insert((f.topic_id, Vec::new()))
-            .1
-            .push(p);
+        wanted.push(((topic.clone(), *index), f.topic_id, p));
     }
-    if by_topic.is_empty() {
+    if wanted.is_empty() {
         // Every replica here is offline: nothing to ask the leader for.
+        session.close();
         tokio::time::sleep(Duration::from_millis(100)).await;
         return Ok(false);
     }
@@ -494,30 +634,39 @@ async fn fetch(
     req.max_wait_ms = settings.replica_fetch_wait_max_ms;
     req.min_bytes = 1;
     req.max_bytes = settings.replica_fetch_response_max_bytes;
-    req.session_id = 0;
-    req.session_epoch = NO_SESSION_EPOCH;
-    req.topics = by_topic
-        .into_iter()
-        .map(|(t, (id, partitions))| {
-            let mut ft = FetchTopic::default();
-            ft.topic = TopicName(StrBytes::from_string(t.to_owned()));
-            ft.topic_id = id;
-            ft.partitions = partitions;
-            ft
-        })
-        .collect();
+    // Under a follower throttle the partitions fetched change from one round to the next:
+    // those fetches go without a session.
+    let sessionless = rate.is_some() && !throttled_keys.is_empty();
+    let (topics, forgotten) = session.prepare(&mut req, wanted, sessionless);
+    req.topics = topics;
+    req.forgotten_topics_data = forgotten;
     let timeout = Duration::from_millis(settings.replica_fetch_wait_max_ms.max(0) as u64)
         + Duration::from_secs(10);
-    let resp: FetchResponse = conn
-        .call(ApiKey::Fetch, FETCH_VERSION, &req, timeout)
-        .await?;
-    if resp.error_code != 0 {
-        return Err(PeerError::Protocol {
-            addr: conn.addr().to_owned(),
-            reason: format!("fetch refused with error {}", resp.error_code),
-        });
+    let resp: FetchResponse = match conn.call(ApiKey::Fetch, FETCH_VERSION, &req, timeout).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            session.close();
+            return Err(e);
+        }
+    };
+    match ResponseError::try_from_code(resp.error_code) {
+        None => session.answered(resp.session_id),
+        Some(ResponseError::FetchSessionIdNotFound | ResponseError::InvalidFetchSessionEpoch) => {
+            // The leader lost the session (restarted, or evicted it): start a new one.
+            session.close();
+            return Ok(true);
+        }
+        Some(e) => {
+            session.close();
+            return Err(PeerError::Protocol {
+                addr: conn.addr().to_owned(),
+                reason: format!("fetch refused with error {e:?}"),
+            });
+        }
     }
-    let mut progress = false;
+    // In a session an answer without partitions means nothing changed: a healthy idle round,
+    // not a refusal to back off from.
+    let mut progress = resp.responses.iter().all(|t| t.partitions.is_empty());
     // A fetcher follows every partition its leader leads here (thousands in a large
     // cluster): matching the response to its partitions by scanning was quadratic, and the
     // largest cost of an idle cluster.

@@ -1,6 +1,6 @@
 //! Fetch: read whole batches from the logs, long-polling until `min_bytes` are available or
-//! `max_wait_ms` passes. Incremental fetch sessions are declined (session id 0), which every
-//! client handles by sending full fetch requests.
+//! `max_wait_ms` passes. Incremental fetch sessions (KIP-227, `fetch_sessions`) cut what an
+//! unchanged partition costs a fetch to nothing on the wire.
 //!
 //! Memory: a response is at most the broker's `fetch.max.bytes` (and the client's `max_bytes`
 //! and per-partition `partition_max_bytes`, each clamped to 0..=fetch.max.bytes), plus the one
@@ -24,6 +24,7 @@ use spate_protocol::ResponseError;
 use tokio::sync::watch;
 
 use crate::budget::Permit;
+use crate::fetch_sessions::Begun;
 use crate::partition::{Partition, Role};
 use crate::registry::Topic;
 use crate::replica;
@@ -57,7 +58,9 @@ struct Slot {
 /// A fetch resolved against the registry, not yet read.
 pub struct Prepared {
     version: i16,
-    /// Answer at once with this top-level error (an unknown fetch session).
+    /// The fetch session the request belongs to, if any.
+    session: Begun,
+    /// Answer at once with this top-level error (an unknown fetch session or a wrong epoch).
     refused: Option<ResponseError>,
     topics: Vec<FetchableTopicResponse>,
     handles: Vec<Option<Arc<Topic>>>,
@@ -78,15 +81,17 @@ impl Prepared {
 }
 
 /// Resolves a fetch's topics and partitions and works out its limits.
-pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
+pub fn prepare(b: &Broker, version: i16, mut req: FetchRequest) -> Prepared {
     let fetch_max = b.config.fetch_max_bytes;
+    // A session's incremental fetch is served for every partition of the session.
+    let (session, refused) = match b.fetch_sessions.begin(&mut req, version) {
+        Ok(begun) => (begun, None),
+        Err(e) => (Begun::Sessionless, Some(e)),
+    };
     let mut topics = Vec::with_capacity(req.topics.len());
     let mut handles = Vec::with_capacity(req.topics.len());
     let mut slots = Vec::new();
     let mut partition_max = Vec::new();
-    // We never hand out session ids, so any the client presents is unknown.
-    let refused =
-        (version >= 7 && req.session_id != 0).then_some(ResponseError::FetchSessionIdNotFound);
     let replica_id = if version >= 15 {
         req.replica_state.replica_id.0
     } else {
@@ -151,6 +156,7 @@ pub fn prepare(b: &Broker, version: i16, req: FetchRequest) -> Prepared {
     }
     Prepared {
         version,
+        session,
         refused,
         topics,
         handles,
@@ -197,6 +203,7 @@ pub async fn serve(
     memory: Option<Permit>,
     throttle_ms: i32,
 ) -> (FetchResponse, Option<Permit>) {
+    let (session, version) = (fetch.session, fetch.version);
     let (mut resp, memory, waited) = match fetch.refused {
         Some(e) => {
             let mut resp = FetchResponse::default();
@@ -205,6 +212,7 @@ pub async fn serve(
         }
         None => read_and_wait(&b, fetch, memory).await,
     };
+    b.fetch_sessions.finish(session, version, &mut resp);
     let waited_ms = waited.as_millis().min(i32::MAX as u128) as i32;
     resp.throttle_time_ms = throttle_ms.saturating_add(waited_ms);
     for p in resp.responses.iter().flat_map(|t| t.partitions.iter()) {

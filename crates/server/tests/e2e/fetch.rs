@@ -243,3 +243,92 @@ async fn negative_and_huge_fetch_limits_are_clamped_not_refused() {
     let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &r);
     assert_eq!(resp.responses[0].partitions[0].error_code, 0);
 }
+
+/// Partitions of a fetch response: (partition, error, records bytes).
+fn answered(resp: &FetchResponse) -> Vec<(i32, i16, usize)> {
+    resp.responses
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| {
+            let bytes = p.records.as_ref().map_or(0, |r| r.len());
+            (p.partition_index, p.error_code, bytes)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_incremental_fetch_session_answers_only_partitions_with_news_and_refuses_a_wrong_epoch()
+{
+    let spate = Spate::start(&[]);
+    create_topic(&spate.addr, "sessions", 2, &[]).await;
+    let p = producer(&spate.addr, &[]);
+    for partition in 0..2 {
+        p.send(
+            FutureRecord::to("sessions")
+                .partition(partition)
+                .key("k")
+                .payload("first"),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("delivery");
+    }
+    let mut raw = Raw::connect(&spate.addr);
+    // A new session (epoch 0) over both partitions: a full answer and the session's id.
+    let mut full = fetch("sessions", 0, 100, 1);
+    let mut second = full.topics[0].partitions[0].clone();
+    second.partition = 1;
+    full.topics[0].partitions.push(second);
+    full.session_epoch = 0;
+    let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &full);
+    assert_eq!(resp.error_code, 0);
+    let id = resp.session_id;
+    assert_ne!(id, 0, "the broker should have opened a session");
+    let first = answered(&resp);
+    assert_eq!(first.len(), 2);
+    assert!(first.iter().all(|&(_, e, bytes)| e == 0 && bytes > 0));
+
+    // Both partitions read to their end: the client names them at their new positions.
+    let mut moved = fetch("sessions", 1, 100, 1);
+    let mut second = moved.topics[0].partitions[0].clone();
+    second.partition = 1;
+    moved.topics[0].partitions.push(second);
+    moved.session_id = id;
+    moved.session_epoch = 1;
+    let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &moved);
+    assert_eq!(resp.error_code, 0);
+    assert_eq!(resp.session_id, id);
+    assert!(
+        answered(&resp).is_empty(),
+        "nothing changed: nothing answered, got {:?}",
+        answered(&resp)
+    );
+
+    // An empty incremental fetch: only partition 1, which got a record, is answered.
+    p.send(
+        FutureRecord::to("sessions")
+            .partition(1)
+            .key("k")
+            .payload("second"),
+        Duration::from_secs(20),
+    )
+    .await
+    .expect("delivery");
+    let mut idle = fetch("sessions", 0, 100, 1);
+    idle.topics.clear();
+    idle.session_id = id;
+    idle.session_epoch = 2;
+    let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &idle);
+    let news = answered(&resp);
+    assert_eq!(news.len(), 1, "{news:?}");
+    assert_eq!(news[0].0, 1);
+    assert!(news[0].2 > 0);
+
+    // A repeated epoch and an unknown session are refused at the top level.
+    let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &idle);
+    assert_eq!(resp.error_code, 71, "INVALID_FETCH_SESSION_EPOCH");
+    idle.session_id = id + 1000;
+    idle.session_epoch = 1;
+    let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &idle);
+    assert_eq!(resp.error_code, 70, "FETCH_SESSION_ID_NOT_FOUND");
+}
