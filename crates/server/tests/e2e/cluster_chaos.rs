@@ -13,7 +13,7 @@
 //! followers included, which Kafka serves up to its high watermark since KIP-392).
 //!
 //! The consumer records its own view of every fetch in the run directory (issue 22, item 12):
-//! librdkafka's `fetch`/`msg`/`topic` debug lines (`consumer-debug.log`), one parsed line per
+//! librdkafka's `fetch`/`msg`/`topic`/`metadata` debug lines (`consumer-debug.log`), one parsed line per
 //! fetch reply and partition with the broker, the leader epoch it fetched with, the error and
 //! the high watermark (`consumer-fetches.tsv`), and once a second the client's statistics per
 //! partition: leader, leader epoch, fetch state, high watermark, positions
@@ -732,6 +732,9 @@ struct ProducerReport {
     replaced: Vec<String>,
     /// send_result refusals (queue full and the like), retried on the next tick.
     enqueue_refusals: u64,
+    /// Per minute since the chaos phase began: (acknowledged, failed) deliveries resolved in
+    /// it, to see when producing stalled.
+    per_minute: BTreeMap<u64, (u64, u64)>,
 }
 
 /// A payload: logical producer, incarnation (a new librdkafka producer after a fatal error)
@@ -773,6 +776,7 @@ async fn produce_loop(
     bootstrap: String,
     stop: Arc<AtomicBool>,
     max_records: u64,
+    t0: Instant,
 ) -> ProducerReport {
     let mut report = ProducerReport::default();
     let mut incarnation = 0u32;
@@ -785,6 +789,13 @@ async fn produce_loop(
         let sending = !stop.load(Ordering::SeqCst) && seq < max_records;
         tokio::select! {
             Some(sent) = pending.next(), if !pending.is_empty() => {
+                let minute = t0.elapsed().as_secs() / 60;
+                let counts = report.per_minute.entry(minute).or_default();
+                if sent.outcome.is_ok() {
+                    counts.0 += 1;
+                } else {
+                    counts.1 += 1;
+                }
                 report.sent.push(sent);
             }
             _ = tick.tick(), if sending && pending.len() < PRODUCER_INFLIGHT_MAX => {
@@ -884,6 +895,14 @@ struct WatchState {
     /// Client-level errors (the error callback).
     client_errors: BTreeMap<String, u64>,
     debug_lines: u64,
+    /// Statistics samples, and those in which the client knew no broker by id (only
+    /// bootstrap addresses, or nothing: librdkafka drops every broker a Metadata answer
+    /// leaves out).
+    stats_samples: u64,
+    samples_without_brokers: u64,
+    /// The longest such stretch: (seconds, from t), and the one still open.
+    longest_without_brokers: (f64, f64),
+    without_brokers_since: Option<f64>,
 }
 
 struct FetchWatch {
@@ -921,7 +940,7 @@ impl FetchWatch {
             stats: open(
                 "consumer-stats.tsv",
                 "# t\tpartition\tbroker\tleader\tleader_epoch\tfetch_state\thi_offset\tls_offset\tlo_offset\tnext_offset\tapp_offset\tfetchq_cnt\trxmsgs\n\
-                 # t\tbroker\tname\tnodeid\tstate\tstateage_ms\ttx\trx\ttxerrs\trxerrs\treq_timeouts\tdisconnects\tFetch_requests",
+                 # t\tbroker\tname\tnodeid (-1: a bootstrap address)\tstate\tstateage_ms\ttx\trx\ttxerrs\trxerrs\treq_timeouts\tdisconnects\tFetch_requests",
             ),
             state: Mutex::new(WatchState {
                 parts: (0..PARTITIONS).map(|_| PartitionWatch::default()).collect(),
@@ -1089,11 +1108,10 @@ impl FetchWatch {
                 states.push((p, state));
             }
         }
+        let mut learned = 0;
         if let Some(brokers) = v["brokers"].as_object() {
             for (name, b) in brokers {
-                if b["nodeid"].as_i64().unwrap_or(-1) < 0 {
-                    continue;
-                }
+                learned += usize::from(b["nodeid"].as_i64().unwrap_or(-1) >= 0);
                 lines.push(format!(
                     "{t:.3}\tbroker\t{name}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                     b["nodeid"],
@@ -1118,6 +1136,16 @@ impl FetchWatch {
         for (p, state) in states {
             *st.parts[p as usize].fetch_states.entry(state).or_default() += 1;
         }
+        st.stats_samples += 1;
+        if learned == 0 {
+            st.samples_without_brokers += 1;
+            let since = *st.without_brokers_since.get_or_insert(t);
+            if t - since > st.longest_without_brokers.0 {
+                st.longest_without_brokers = (t - since, since);
+            }
+        } else {
+            st.without_brokers_since = None;
+        }
     }
 
     fn client_error(&self, error: &KafkaError, reason: &str) {
@@ -1140,12 +1168,30 @@ impl FetchWatch {
             }
         }
         let st = self.state.lock().expect("watch state");
-        let mut out = vec![format!(
-            "consumer's fetch log: {} librdkafka broker lines; files consumer-debug.log, consumer-fetches.tsv, consumer-stats.tsv in the run directory",
-            st.debug_lines
-        )];
+        let mut out = vec![
+            format!(
+                "consumer's fetch log: {} librdkafka broker lines; files consumer-debug.log, consumer-fetches.tsv, consumer-stats.tsv in the run directory",
+                st.debug_lines
+            ),
+            format!(
+                "  statistics samples {}, of which {} with no broker known by id (longest stretch {:.0}s from t={:.1}s{})",
+                st.stats_samples,
+                st.samples_without_brokers,
+                st.longest_without_brokers.0,
+                st.longest_without_brokers.1,
+                if st.without_brokers_since.is_some() { ", still so at the end" } else { "" }
+            ),
+        ];
         for (p, w) in st.parts.iter().enumerate() {
             let mut stall = w.longest_stall;
+            // The stretch since the last record counts too (the consumer may never have
+            // received another one).
+            let mut gap = w.longest_gap;
+            if let Some(last) = w.last_delivery {
+                if t - last > gap.0 {
+                    gap = (t - last, last);
+                }
+            }
             if let Some(since) = w.behind_since {
                 if t - since > stall.0 {
                     stall = (t - since, since, w.position);
@@ -1158,7 +1204,7 @@ impl FetchWatch {
                 .map(|(e, n)| format!("{e} x{n}"))
                 .collect();
             out.push(format!(
-                "  {TOPIC}-{p}: {} fetch replies (by broker {:?}); leader epochs fetched with {:?}; error replies [{}]; high watermark lowest {} highest {}; high watermark decreases seen {}; longest stretch behind the high watermark without progress {:.2}s (from t={:.1}s, at offset {}); longest gap between records {:.2}s (from t={:.1}s); fetch states sampled {:?}",
+                "  {TOPIC}-{p}: {} fetch replies (by broker {:?}); leader epochs fetched with {:?}; error replies [{}]; high watermark lowest {} highest {}; high watermark decreases seen {}; longest stretch behind the high watermark without progress {:.2}s (from t={:.1}s, at offset {}); longest gap between records, up to the consumer's end at t={t:.0}s {:.2}s (from t={:.1}s); fetch states sampled {:?}",
                 w.replies,
                 w.brokers,
                 w.epochs,
@@ -1169,8 +1215,8 @@ impl FetchWatch {
                 stall.0,
                 stall.1,
                 stall.2,
-                w.longest_gap.0,
-                w.longest_gap.1,
+                gap.0,
+                gap.1,
                 w.fetch_states,
             ));
             for ex in &w.hw_decrease_examples {
@@ -1227,7 +1273,7 @@ fn assign_all<C: ConsumerContext>(c: &BaseConsumer<C>) {
 fn chaos_consumer(bootstrap: &str, group: &str, watch: Arc<FetchWatch>) -> BaseConsumer<Watched> {
     let mut config = consumer_config(bootstrap, group);
     config
-        .set("debug", "fetch,msg,topic")
+        .set("debug", "fetch,msg,topic,metadata")
         .set("statistics.interval.ms", "1000")
         .set_log_level(RDKafkaLogLevel::Debug);
     let c: BaseConsumer<Watched> = config
@@ -1946,6 +1992,7 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
                 bootstrap.clone(),
                 stop_producing.clone(),
                 max_records,
+                t0,
             ))
         })
         .collect();
@@ -2006,6 +2053,7 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
     let mut produced = Vec::new();
     let mut replaced = Vec::new();
     let mut enqueue_refusals = 0;
+    let mut per_minute: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     for p in producers {
         let r = tokio::time::timeout(
             Duration::from_millis(message_timeout_ms()) + Duration::from_secs(30),
@@ -2017,6 +2065,11 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
         produced.extend(r.sent);
         replaced.extend(r.replaced);
         enqueue_refusals += r.enqueue_refusals;
+        for (m, (a, f)) in r.per_minute {
+            let e = per_minute.entry(m).or_default();
+            e.0 += a;
+            e.1 += f;
+        }
     }
     let heads = wait_for("every log end to meet", CONVERGE_WITHIN, || {
         converged(&cluster)
@@ -2183,6 +2236,14 @@ async fn cluster_chaos_loses_duplicates_and_reorders_nothing_and_replicas_agree(
     for why in &replaced {
         line(format!("  replaced: {why}"));
     }
+    line(format!(
+        "  deliveries per minute of the run, acknowledged/failed: {}",
+        per_minute
+            .iter()
+            .map(|(m, (a, f))| format!("{m}:{a}/{f}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
     line(format!(
         "records consumed {} (distinct offsets {}), consumer rewinds {}, caught up to the end: {caught_up}",
         consumed.seen.len(),
