@@ -340,17 +340,12 @@ async fn create_through_topology(b: &Arc<Broker>, req: NewTopic) -> Result<Arc<T
     let mut r = CreateTopicsRequest::default();
     r.topics.push(t);
     r.timeout_ms = QUORUM_WAIT_MS;
-    let resp = b
-        .topology()
-        .create_topics(b, 7, r)
-        .run(b)
-        .await
-        .ok_or_else(no_answer)?;
-    let result = resp
-        .topics
-        .first()
-        .ok_or_else(|| kafka_error(ResponseError::UnknownServerError, "no result for the topic"))?;
-    kafka_result(result.error_code, result.error_message.as_ref())?;
+    one_topic_change(b, b.topology().create_topics(b, 7, r), |resp| {
+        resp.topics
+            .first()
+            .map(|t| (t.error_code, t.error_message.as_ref()))
+    })
+    .await?;
     topic(b, &req.name)
 }
 
@@ -362,9 +357,21 @@ async fn create_topic(State(s): State<Arc<HttpState>>, raw: Bytes) -> Result<Res
     Ok((StatusCode::CREATED, Json(topic_json(&t, true))).into_response())
 }
 
-/// A topic change whose blocking step failed (logged where it happened).
-fn no_answer() -> ApiError {
-    kafka_error(ResponseError::UnknownServerError, "the topic change failed")
+/// Runs a change of one topic through the broker's topology (on disk standalone, through the
+/// quorum in a cluster) and turns the Kafka answer for that topic, (error code, message),
+/// into this API's result.
+async fn one_topic_change<T: Send + 'static>(
+    b: &Arc<Broker>,
+    work: spate_broker::topology::Work<T>,
+    outcome: impl for<'a> FnOnce(&'a T) -> Option<(i16, Option<&'a spate_protocol::StrBytes>)>,
+) -> Result<()> {
+    let resp = work.run(b).await.ok_or_else(|| {
+        // The blocking step failed (logged where it happened).
+        kafka_error(ResponseError::UnknownServerError, "the topic change failed")
+    })?;
+    let (code, message) = outcome(&resp)
+        .ok_or_else(|| kafka_error(ResponseError::UnknownServerError, "no result for the topic"))?;
+    kafka_result(code, message)
 }
 
 async fn delete_topic(
@@ -379,17 +386,12 @@ async fn delete_topic(
     let mut r = DeleteTopicsRequest::default();
     r.topics.push(t);
     r.timeout_ms = QUORUM_WAIT_MS;
-    let resp = b
-        .topology()
-        .delete_topics(b, 6, r)
-        .run(b)
-        .await
-        .ok_or_else(no_answer)?;
-    let result = resp
-        .responses
-        .first()
-        .ok_or_else(|| kafka_error(ResponseError::UnknownServerError, "no result for the topic"))?;
-    kafka_result(result.error_code, result.error_message.as_ref())?;
+    one_topic_change(b, b.topology().delete_topics(b, 6, r), |resp| {
+        resp.responses
+            .first()
+            .map(|t| (t.error_code, t.error_message.as_ref()))
+    })
+    .await?;
     tracing::info!(topic = %name, "deleted topic (admin API)");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -446,17 +448,12 @@ async fn add_partitions(
     let mut r = CreatePartitionsRequest::default();
     r.topics.push(pt);
     r.timeout_ms = QUORUM_WAIT_MS;
-    let resp = b
-        .topology()
-        .create_partitions(b, r)
-        .run(b)
-        .await
-        .ok_or_else(no_answer)?;
-    let result = resp
-        .results
-        .first()
-        .ok_or_else(|| kafka_error(ResponseError::UnknownServerError, "no result for the topic"))?;
-    kafka_result(result.error_code, result.error_message.as_ref())?;
+    one_topic_change(b, b.topology().create_partitions(b, r), |resp| {
+        resp.results
+            .first()
+            .map(|t| (t.error_code, t.error_message.as_ref()))
+    })
+    .await?;
     let grown = topic(b, &name)?;
     Ok(Json(topic_json(&grown, true)))
 }

@@ -34,16 +34,25 @@ fn code_of(e: &ProposeError) -> (i16, Option<StrBytes>) {
     (e.kafka_error_code(), msg(e.to_string()))
 }
 
+/// An empty answer to `req`, echoing whether it allowed replication factor changes (v1+).
+fn reassignment_response(
+    version: i16,
+    req: &AlterPartitionReassignmentsRequest,
+) -> AlterPartitionReassignmentsResponse {
+    let mut resp = AlterPartitionReassignmentsResponse::default();
+    if version >= 1 {
+        resp.allow_replication_factor_change = req.allow_replication_factor_change;
+    }
+    resp
+}
+
 /// AlterPartitionReassignments: start, replace or cancel (null replicas) each partition's move.
 pub async fn alter_reassignments(
     cluster: Arc<Cluster>,
     version: i16,
     req: AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {
-    let mut resp = AlterPartitionReassignmentsResponse::default();
-    if version >= 1 {
-        resp.allow_replication_factor_change = req.allow_replication_factor_change;
-    }
+    let mut resp = reassignment_response(version, &req);
     // Kafka refuses to change the replication factor unless asked (v1); v0 always allowed it.
     let allow_rf_change = version == 0 || req.allow_replication_factor_change;
     for t in req.topics {
@@ -91,10 +100,7 @@ pub fn standalone_reassignments(
     version: i16,
     req: AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {
-    let mut resp = AlterPartitionReassignmentsResponse::default();
-    if version >= 1 {
-        resp.allow_replication_factor_change = req.allow_replication_factor_change;
-    }
+    let mut resp = reassignment_response(version, &req);
     resp.responses = req
         .topics
         .into_iter()
