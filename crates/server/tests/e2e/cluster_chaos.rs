@@ -18,8 +18,11 @@
 //! the high watermark (`consumer-fetches.tsv`), and once a second the client's statistics per
 //! partition: leader, leader epoch, fetch state, high watermark, positions
 //! (`consumer-stats.tsv`). The report sums them up per partition: the lowest and highest high
-//! watermark seen, every time a reply's high watermark was below one seen before, and the
-//! longest stretch without progress while the consumer was behind the high watermark.
+//! watermark seen, the replies (and episodes) whose high watermark was below one seen before,
+//! the longest stretch without progress while the consumer was behind the high watermark and
+//! the longest gap between records (up to the end), plus how long the client knew no broker
+//! by id (librdkafka 2.10+ forgets every broker a Metadata answer leaves out, bootstrap
+//! addresses included) and the producers' acknowledged/failed deliveries per minute.
 //!
 //! `#[ignore]`d: run it with `scripts/chaos.sh [SECONDS]` or `scripts/chaos.sh --kafka
 //! [SECONDS]` (needs root for the namespaces). Environment: `SPATE_CHAOS_SECONDS` (default
@@ -869,6 +872,10 @@ struct PartitionWatch {
     hw_max: Option<(i64, f64, String, i32)>,
     /// Error-free replies whose high watermark was below the highest seen before.
     hw_decreases: u64,
+    /// Distinct episodes of those: (broker, leader epoch, the highest seen before).
+    hw_decrease_episodes: BTreeSet<(String, i32, i64)>,
+    /// The largest such drop: (records, description).
+    hw_largest_drop: (i64, String),
     hw_decrease_examples: Vec<String>,
     /// The next offset the application gets.
     position: i64,
@@ -1039,11 +1046,19 @@ impl FetchWatch {
         match &w.hw_max {
             Some((max, at, from, max_epoch)) if hw < *max => {
                 w.hw_decreases += 1;
-                if w.hw_decrease_examples.len() < 10 {
-                    let ex = format!(
-                        "t={t:.1}s {broker} epoch {epoch} answered high watermark {hw} (fetching at {offset}); {from} epoch {max_epoch} had answered {max} at t={at:.1}s"
-                    );
-                    w.hw_decrease_examples.push(ex);
+                let ex = format!(
+                    "t={t:.1}s {broker} epoch {epoch} answered high watermark {hw} (fetching at {offset}); {from} epoch {max_epoch} had answered {max} at t={at:.1}s"
+                );
+                if w.hw_decrease_episodes
+                    .insert((broker.to_string(), epoch, *max))
+                {
+                    // The first reply of each episode, for the first ten.
+                    if w.hw_decrease_examples.len() < 10 {
+                        w.hw_decrease_examples.push(ex.clone());
+                    }
+                }
+                if *max - hw > w.hw_largest_drop.0 {
+                    w.hw_largest_drop = (*max - hw, ex);
                 }
             }
             Some((max, ..)) if hw == *max => {}
@@ -1204,7 +1219,7 @@ impl FetchWatch {
                 .map(|(e, n)| format!("{e} x{n}"))
                 .collect();
             out.push(format!(
-                "  {TOPIC}-{p}: {} fetch replies (by broker {:?}); leader epochs fetched with {:?}; error replies [{}]; high watermark lowest {} highest {}; high watermark decreases seen {}; longest stretch behind the high watermark without progress {:.2}s (from t={:.1}s, at offset {}); longest gap between records, up to the consumer's end at t={t:.0}s {:.2}s (from t={:.1}s); fetch states sampled {:?}",
+                "  {TOPIC}-{p}: {} fetch replies (by broker {:?}); leader epochs fetched with {:?}; error replies [{}]; high watermark lowest {} highest {}; replies with a high watermark below an earlier one {} in {} episodes (largest drop {} records{}); longest stretch behind the high watermark without progress {:.2}s (from t={:.1}s, at offset {}); longest gap between records, up to the consumer's end at t={t:.0}s {:.2}s (from t={:.1}s); fetch states sampled {:?}",
                 w.replies,
                 w.brokers,
                 w.epochs,
@@ -1212,6 +1227,13 @@ impl FetchWatch {
                 w.hw_min.map_or("-".into(), |h| h.to_string()),
                 w.hw_max.as_ref().map_or("-".into(), |h| h.0.to_string()),
                 w.hw_decreases,
+                w.hw_decrease_episodes.len(),
+                w.hw_largest_drop.0,
+                if w.hw_largest_drop.0 > 0 {
+                    format!(": {}", w.hw_largest_drop.1)
+                } else {
+                    String::new()
+                },
                 stall.0,
                 stall.1,
                 stall.2,
@@ -1220,7 +1242,9 @@ impl FetchWatch {
                 w.fetch_states,
             ));
             for ex in &w.hw_decrease_examples {
-                out.push(format!("    high watermark decrease: {ex}"));
+                out.push(format!(
+                    "    high watermark decrease (episode's first reply): {ex}"
+                ));
             }
         }
         for (e, n) in &st.client_errors {
@@ -2431,7 +2455,9 @@ fn the_fetch_watch_reads_librdkafkas_fetch_lines() {
         "{summary}"
     );
     assert!(
-        summary.contains("high watermark decreases seen 1"),
+        summary.contains(
+            "high watermark below an earlier one 1 in 1 episodes (largest drop 2 records"
+        ),
         "{summary}"
     );
     assert!(
