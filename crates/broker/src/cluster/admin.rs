@@ -90,17 +90,16 @@ pub fn metadata_may_create(
         })
 }
 
-/// Metadata as the image has it: live brokers, the controller, and per partition its leader,
-/// epoch, replicas, ISR and offline replicas.
-pub fn describe_metadata(
-    _b: &Broker,
-    cluster: &Cluster,
-    version: i16,
-    req: MetadataRequest,
-) -> MetadataResponse {
-    let image = cluster.image();
-    let mut resp = MetadataResponse::default();
-    resp.brokers = image
+/// The brokers a Metadata answer lists: the live ones, and always the answering node (`me`).
+/// While the image shows every broker fenced (the quorum lost them all during a partition, a
+/// window a chaos run hit), a list of live brokers is empty, and librdkafka forgets every broker
+/// a Metadata answer leaves out: with none left it never asked anyone again. The node that
+/// answers is reachable, so it is always listed.
+fn metadata_brokers(
+    image: &MetadataImage,
+    me: MetadataResponseBroker,
+) -> Vec<MetadataResponseBroker> {
+    let mut brokers: Vec<MetadataResponseBroker> = image
         .live_brokers()
         .map(|reg| {
             let mut node = MetadataResponseBroker::default();
@@ -111,6 +110,28 @@ pub fn describe_metadata(
             node
         })
         .collect();
+    if !brokers.iter().any(|n| n.node_id == me.node_id) {
+        let pos = brokers.partition_point(|n| n.node_id.0 < me.node_id.0);
+        brokers.insert(pos, me);
+    }
+    brokers
+}
+
+/// Metadata as the image has it: live brokers, the controller, and per partition its leader,
+/// epoch, replicas, ISR and offline replicas.
+pub fn describe_metadata(
+    b: &Broker,
+    cluster: &Cluster,
+    version: i16,
+    req: MetadataRequest,
+) -> MetadataResponse {
+    let image = cluster.image();
+    let mut resp = MetadataResponse::default();
+    let me = MetadataResponseBroker::default()
+        .with_node_id(cluster.broker_id.into())
+        .with_host(StrBytes::from_string(b.config.advertised_host.clone()))
+        .with_port(b.config.advertised_port);
+    resp.brokers = metadata_brokers(&image, me);
     let Shape { with_ops, all } = fill_cluster_fields(
         &mut resp,
         version,
@@ -652,5 +673,57 @@ impl Cluster {
         let mut block = self.producer_ids.lock();
         *block = (b.first + 1, b.first + b.size);
         Ok(b.first)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use spate_cluster::metadata::MetadataCommand;
+
+    use super::*;
+
+    fn register(image: &mut MetadataImage, id: i32) {
+        image
+            .apply(&MetadataCommand::RegisterBroker {
+                broker_id: id,
+                incarnation: Uuid::from_u128(id as u128),
+                inter_node_addr: format!("127.0.0.1:{}", 9100 + id),
+                kafka_host: "127.0.0.1".into(),
+                kafka_port: 9090 + id as u16,
+                rack: None,
+                http_addr: None,
+                now_ms: 0,
+            })
+            .unwrap();
+    }
+
+    fn me(id: i32) -> MetadataResponseBroker {
+        MetadataResponseBroker::default()
+            .with_node_id(id.into())
+            .with_host(StrBytes::from_static_str("me"))
+            .with_port(9999)
+    }
+
+    #[test]
+    fn a_metadata_answer_lists_the_answering_node_even_when_the_image_shows_every_broker_fenced() {
+        let mut image = MetadataImage::new();
+        for id in 1..=3 {
+            register(&mut image, id);
+        }
+        let ids = |v: &[MetadataResponseBroker]| v.iter().map(|n| n.node_id.0).collect::<Vec<_>>();
+        let live = metadata_brokers(&image, me(2));
+        assert_eq!(ids(&live), vec![1, 2, 3]);
+        assert_eq!(live[1].port, 9092, "a live node is listed as registered");
+        for id in 1..=3 {
+            image
+                .apply(&MetadataCommand::FenceBroker {
+                    broker_id: id,
+                    broker_epoch: image.broker(id).unwrap().epoch,
+                })
+                .unwrap();
+        }
+        assert_eq!(image.live_brokers().count(), 0);
+        let fenced = metadata_brokers(&image, me(2));
+        assert_eq!(ids(&fenced), vec![2], "never an empty broker list");
     }
 }
