@@ -682,20 +682,7 @@ mod tests {
 
     use super::*;
 
-    fn register(image: &mut MetadataImage, id: i32) {
-        image
-            .apply(&MetadataCommand::RegisterBroker {
-                broker_id: id,
-                incarnation: Uuid::from_u128(id as u128),
-                inter_node_addr: format!("127.0.0.1:{}", 9100 + id),
-                kafka_host: "127.0.0.1".into(),
-                kafka_port: 9090 + id as u16,
-                rack: None,
-                http_addr: None,
-                now_ms: 0,
-            })
-            .unwrap();
-    }
+    use crate::cluster::test_image::register;
 
     fn me(id: i32) -> MetadataResponseBroker {
         MetadataResponseBroker::default()

@@ -869,3 +869,25 @@ impl Cluster {
             .collect()
     }
 }
+
+/// Images for the cluster module's unit tests.
+#[cfg(test)]
+pub(crate) mod test_image {
+    use spate_cluster::metadata::{MetadataCommand, MetadataImage};
+
+    /// Registers broker `id` (Kafka port 9090 + id) in `image`.
+    pub(crate) fn register(image: &mut MetadataImage, id: i32) {
+        image
+            .apply(&MetadataCommand::RegisterBroker {
+                broker_id: id,
+                incarnation: uuid::Uuid::from_u128(id as u128),
+                inter_node_addr: format!("127.0.0.1:{}", 9100 + id),
+                kafka_host: "127.0.0.1".into(),
+                kafka_port: 9090 + u16::try_from(id).expect("a small broker id"),
+                rack: None,
+                http_addr: None,
+                now_ms: 0,
+            })
+            .expect("register");
+    }
+}

@@ -269,20 +269,7 @@ mod tests {
     use super::*;
     use spate_cluster::metadata::MetadataCommand;
 
-    fn register(image: &mut MetadataImage, id: i32) {
-        image
-            .apply(&MetadataCommand::RegisterBroker {
-                broker_id: id,
-                incarnation: uuid::Uuid::from_u128(id as u128),
-                inter_node_addr: format!("127.0.0.1:{}", 9100 + id),
-                kafka_host: "127.0.0.1".into(),
-                kafka_port: 9092,
-                rack: None,
-                http_addr: None,
-                now_ms: 0,
-            })
-            .unwrap();
-    }
+    use crate::cluster::test_image::register;
 
     #[test]
     fn heartbeats_alone_do_not_call_for_a_reconcile_but_fencing_does() {
