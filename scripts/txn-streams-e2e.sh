@@ -18,6 +18,9 @@
 #   TXN_TIMEOUT; it sees SPATE_BOOTSTRAP, TXN_INPUT, TXN_OUTPUT, TXN_APP_ID and TXN_APP_PID, and
 #   its failure fails the run. A cluster variant uses it to kill the transaction coordinator:
 #     MID_RUN_HOOK='kill -9 $(coordinator_pid)' SPATE_BOOTSTRAP=... scripts/txn-streams-e2e.sh
+#   or, against the kit's single Kafka node, a broker crash and restart (scripts/kafka/start.sh):
+#     MID_RUN_HOOK='p=$(cat ~/.cache/spate-kafka/run/node-19192/kafka.pid); kill -9 $p;
+#       while kill -0 $p 2>/dev/null; do sleep 0.2; done; KAFKA_PORT=19192 scripts/kafka/start.sh'
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KAFKA_KIT="$ROOT/scripts/kafka"
