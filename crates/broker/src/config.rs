@@ -35,6 +35,8 @@ pub struct BrokerConfig {
     pub fetch_max_bytes: usize,
     /// Consumer group timeouts and offset retention.
     pub groups: GroupSettings,
+    /// Transaction settings.
+    pub txns: crate::transactions::TxnSettings,
     /// The broker will join a cluster: `__consumer_offsets` then comes from the cluster's
     /// metadata instead of being created locally.
     pub cluster_mode: bool,
@@ -147,6 +149,7 @@ impl BrokerConfig {
             max_frame_bytes: spate_protocol::frame::DEFAULT_MAX_FRAME_BYTES,
             fetch_max_bytes: DEFAULT_FETCH_MAX_BYTES,
             groups: GroupSettings::default(),
+            txns: crate::transactions::TxnSettings::default(),
             cluster_mode: false,
             producer_id_expiration_ms: ProducerLimits::default().expiration_ms,
             max_producer_ids_per_partition: ProducerLimits::default().max_producers,

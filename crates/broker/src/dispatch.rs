@@ -95,6 +95,8 @@ pub struct Broker {
     pub cluster_id: String,
     /// Consumer groups and committed offsets.
     pub groups: Arc<GroupService>,
+    /// Transactions: the coordinator of the transactional ids this node holds.
+    pub txns: Arc<crate::transactions::TxnService>,
     /// Broker-wide metrics.
     pub metrics: Arc<Registry>,
     /// Client quotas and their usage.
@@ -157,11 +159,26 @@ impl Broker {
                 clock.clone(),
             )?
         });
+        let txns = Arc::new(if config.cluster_mode {
+            crate::transactions::TxnService::new(
+                config.txns.clone(),
+                flusher.clone(),
+                clock.clone(),
+            )
+        } else {
+            crate::transactions::TxnService::open_standalone(
+                &topics,
+                config.txns.clone(),
+                flusher.clone(),
+                clock.clone(),
+            )?
+        });
         let broker = Arc::new(Self {
             config,
             topics: Arc::new(topics),
             cluster_id,
             groups,
+            txns,
             metrics,
             quotas,
             telemetry,
@@ -205,6 +222,9 @@ impl Broker {
     /// partition (and offset expiry) every `retention_check_interval`, until the runtime stops.
     pub fn spawn_background(self: &Arc<Self>) {
         self.groups.spawn_ticker();
+        self.txns.spawn_ticker(self);
+        // Transactions that were ending when the broker stopped get their markers now.
+        self.txns.resume(self);
         let broker = Arc::downgrade(self);
         let every = self.config.retention_check_interval;
         tokio::spawn(async move {
@@ -286,6 +306,38 @@ impl Broker {
             Request::ApiVersions(r) => ctx.now(&charge, handlers::api_versions::handle(version, r)),
             Request::Metadata(r) => {
                 ctx.work(self, &charge, self.topology().metadata(self, version, r))
+            }
+            Request::Produce(r)
+                if r.acks != 0 && {
+                    let asks = handlers::produce::remote_verifications(self, &r);
+                    !asks.is_empty()
+                } =>
+            {
+                // A transactional produce whose coordinator is another node: asked first, and
+                // the connection reads nothing further meanwhile, so pipelined batches of the
+                // same producer still land in order.
+                let asks = handlers::produce::remote_verifications(self, &r);
+                let txn_id = r
+                    .transactional_id
+                    .as_ref()
+                    .map(|t| t.to_string())
+                    .unwrap_or_default();
+                let b = self.clone();
+                let throttle_ms = rc.throttle_ms;
+                let ctx2 = ctx;
+                Ok(Reply::Serial(Box::pin(async move {
+                    let answers = handlers::produce::verify_remotely(b.clone(), txn_id, asks).await;
+                    let resp = handlers::produce::produce_verified(
+                        &b,
+                        version,
+                        throttle_ms,
+                        r,
+                        true,
+                        handlers::produce::Verified::Asked(answers),
+                    )
+                    .await;
+                    ctx2.encode(&resp)
+                })))
             }
             Request::Produce(r) => {
                 // Kafka counts the whole request against the producer byte rate.
@@ -373,10 +425,37 @@ impl Broker {
             Request::DescribeQuorum(r) => {
                 ctx.later(handlers::quorum::describe(self.clone(), version, r))
             }
+            Request::InitProducerId(r) if r.transactional_id.is_some() => {
+                ctx.later(handlers::transactions::init_producer_id(self, version, r))
+            }
             Request::InitProducerId(r) => {
                 Ok(Reply::Later(ctx.on_blocking_pool(self, move |b| {
                     handlers::producer_ids::init(b, r)
                 })))
+            }
+            Request::AddPartitionsToTxn(r) => {
+                ctx.later(handlers::transactions::add_partitions(self, version, r))
+            }
+            Request::AddOffsetsToTxn(r) => {
+                ctx.later(handlers::transactions::add_offsets(self, version, r))
+            }
+            Request::EndTxn(r) => ctx.later(handlers::transactions::end_txn(self, version, r)),
+            Request::TxnOffsetCommit(r) => {
+                ctx.later(handlers::transactions::txn_offset_commit(self, version, r))
+            }
+            Request::WriteTxnMarkers(r) => {
+                ctx.later(handlers::transactions::write_txn_markers(self, r))
+            }
+            Request::DescribeTransactions(r) => ctx.now(
+                &charge,
+                handlers::transactions::describe_transactions(self, r),
+            ),
+            Request::ListTransactions(r) => ctx.now(
+                &charge,
+                handlers::transactions::list_transactions(self, version, r),
+            ),
+            Request::DescribeProducers(r) => {
+                ctx.now(&charge, handlers::transactions::describe_producers(self, r))
             }
             Request::FindCoordinator(r) => ctx.now(
                 &charge,

@@ -57,7 +57,7 @@ const TICK: Duration = Duration::from_millis(100);
 /// Whether `topic` is internal: listed with `is_internal`, readable, but not produced to,
 /// deleted or resized by clients.
 pub fn is_internal(topic: &str) -> bool {
-    topic == OFFSETS_LOG
+    topic == OFFSETS_LOG || topic == spate_txn::TXN_LOG
 }
 
 /// Refuses deleting or resizing an internal topic (groups are mapped onto its partitions),
@@ -85,11 +85,7 @@ fn internal_topic_error(topic: &str) -> crate::registry::TopicError {
 /// The offsets partition of `group` among `partitions`, as Kafka maps it: the group id's
 /// Java `String.hashCode` (over UTF-16 code units), made non-negative, modulo the count.
 pub fn offsets_partition_for(group: &str, partitions: usize) -> usize {
-    let mut h: i32 = 0;
-    for unit in group.encode_utf16() {
-        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
-    }
-    (h & 0x7fff_ffff) as usize % partitions.max(1)
+    spate_protocol::java_hash_partition(group, partitions)
 }
 
 /// The topic configuration of `__consumer_offsets`: records are never deleted by age or
@@ -161,7 +157,13 @@ struct Led {
     /// log order: they enter the offset store only once committed, so OffsetFetch never
     /// returns an offset that a failover would lose (Kafka's pending offset commits).
     unreplicated: Vec<UnreplicatedCommit>,
+    /// Offsets committed inside transactions (TxnOffsetCommit) whose marker is not written
+    /// yet, by producer id: a commit marker makes them the group's, an abort drops them.
+    txn_pending: TxnPending,
 }
+
+/// Transactional offset commits awaiting their marker, by producer id: group and entries.
+type TxnPending = HashMap<i64, Vec<(String, Vec<(String, i32, Option<Committed>)>)>>;
 
 /// Offset commits written at offsets below `end`, waiting for the high watermark.
 struct UnreplicatedCommit {
@@ -197,8 +199,8 @@ struct OffsetsPartitions {
 /// Where a write went, for waiting until it is durable ([`GroupService::durable`]).
 #[derive(Clone)]
 pub struct Written {
-    partition: Arc<Partition>,
-    epoch: i32,
+    pub(crate) partition: Arc<Partition>,
+    pub(crate) epoch: i32,
     /// The offset after the written records.
     pub end: i64,
 }
@@ -276,7 +278,7 @@ impl GroupService {
             let mut store = svc.offsets.lock();
             let mut consumer = svc.consumer.lock();
             for p in partitions {
-                replay_partition(&p, &mut store, &mut consumer)?;
+                let txn_pending = replay_partition(&p, &mut store, &mut consumer)?;
                 let Some(slot) = parts.led.get_mut(p.index.max(0) as usize) else {
                     continue;
                 };
@@ -285,6 +287,7 @@ impl GroupService {
                     partition: p,
                     pending_cut: None,
                     unreplicated: Vec::new(),
+                    txn_pending,
                 });
             }
         }
@@ -347,6 +350,12 @@ impl GroupService {
         self.clustered.store(true, Ordering::SeqCst);
     }
 
+    /// The offsets partition of `group`, once the offsets topic exists.
+    pub fn partition_for(&self, group: &str) -> Option<usize> {
+        let count = self.partitions.lock().count;
+        (count > 0).then(|| offsets_partition_for(group, count))
+    }
+
     /// Whether this node coordinates `group` now: it holds the group's offsets partition
     /// (standalone), or leads it in the epoch it took it over at (cluster).
     pub fn is_coordinator(&self, group: &str) -> bool {
@@ -378,7 +387,7 @@ impl GroupService {
         }
         let mut store = OffsetStore::default();
         let mut consumer = ConsumerGroups::new(self.settings.consumer.clone(), nonce());
-        replay_partition(&partition, &mut store, &mut consumer)?;
+        let txn_pending = replay_partition(&partition, &mut store, &mut consumer)?;
         consumer.restored(self.clock.monotonic_ms());
         // Under the partitions lock, like every write, so no commit interleaves.
         let mut parts = self.partitions.lock();
@@ -397,6 +406,7 @@ impl GroupService {
             epoch,
             pending_cut: None,
             unreplicated: Vec::new(),
+            txn_pending,
         });
         tracing::info!(
             partition = index,
@@ -622,6 +632,122 @@ impl GroupService {
         Ok(written)
     }
 
+    /// TxnOffsetCommit: writes `entries` to the group's offsets partition inside the
+    /// transaction of `producer_id`/`epoch`; they become the group's offsets when the
+    /// transaction commits, and are dropped when it aborts.
+    pub fn write_txn(
+        &self,
+        group: &str,
+        producer_id: i64,
+        epoch: i16,
+        entries: &[(String, i32, Option<Committed>)],
+    ) -> Result<Written, ResponseError> {
+        let mut parts = self.partitions.lock();
+        if parts.count == 0 {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        let index = offsets_partition_for(group, parts.count);
+        let batch = encode_offsets(
+            group,
+            entries,
+            self.clock.now_ms(),
+            Some((producer_id, epoch)),
+        )
+        .map_err(|e| {
+            tracing::warn!(group, error = %e, "cannot encode offsets");
+            ResponseError::InvalidCommitOffsetSize
+        })?;
+        let led = leading(&parts, index).ok_or(ResponseError::NotCoordinator)?;
+        let header = batch::validate(&batch).map_err(|_| ResponseError::UnknownServerError)?;
+        let written = match led.partition.append_trusted(&batch, &header) {
+            Ok(Appended::New { last_offset, .. } | Appended::Duplicate { last_offset, .. }) => {
+                Written {
+                    partition: led.partition.clone(),
+                    epoch: led.epoch,
+                    end: last_offset + 1,
+                }
+            }
+            Err(AppendError::Refused(e)) => return Err(e),
+            Err(AppendError::Storage(e)) => {
+                tracing::error!(error = %e, "offsets partition append failed");
+                return Err(ResponseError::KafkaStorageError);
+            }
+        };
+        if let Some(Some(led)) = parts.led.get_mut(index) {
+            let waiting = led.txn_pending.entry(producer_id).or_default();
+            match waiting.iter_mut().find(|(g, _)| g == group) {
+                Some((_, es)) => es.extend(entries.iter().cloned()),
+                None => waiting.push((group.to_string(), entries.to_vec())),
+            }
+        }
+        Ok(written)
+    }
+
+    /// Writes a transaction marker to offsets partition `index` and settles the
+    /// transaction's offset commits there: a commit makes them the groups' offsets (once
+    /// replicated, in a cluster), an abort drops them.
+    pub fn write_marker(
+        &self,
+        index: usize,
+        producer_id: i64,
+        epoch: i16,
+        marker: batch::ControlRecord,
+    ) -> Result<Written, AppendError> {
+        let mut parts = self.partitions.lock();
+        let led = leading(&parts, index)
+            .ok_or(AppendError::Refused(ResponseError::NotLeaderOrFollower))?;
+        let end = match led.partition.append_marker(producer_id, epoch, marker)? {
+            Appended::New { last_offset, .. } | Appended::Duplicate { last_offset, .. } => {
+                last_offset + 1
+            }
+        };
+        let written = Written {
+            partition: led.partition.clone(),
+            epoch: led.epoch,
+            end,
+        };
+        let mut store = self.offsets.lock();
+        if let Some(Some(led)) = parts.led.get_mut(index) {
+            let settled = led.txn_pending.remove(&producer_id).unwrap_or_default();
+            if marker.kind == batch::ControlKind::Commit {
+                let replicated = led.partition.role() == Role::Leader;
+                for (group, entries) in settled {
+                    if replicated {
+                        led.unreplicated.push(UnreplicatedCommit {
+                            end,
+                            group,
+                            entries,
+                        });
+                    } else {
+                        for (topic, partition, value) in entries {
+                            store.apply(&group, &topic, partition, value);
+                        }
+                    }
+                }
+                led.apply_replicated(&mut store);
+            }
+        }
+        Ok(written)
+    }
+
+    /// Whether an open transaction holds an offset commit for this group and partition
+    /// (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT then).
+    pub fn has_pending_txn_offset(&self, group: &str, topic: &str, partition: i32) -> bool {
+        let parts = self.partitions.lock();
+        if parts.count == 0 {
+            return false;
+        }
+        let index = offsets_partition_for(group, parts.count);
+        leading(&parts, index).is_some_and(|led| {
+            led.txn_pending.values().flatten().any(|(g, entries)| {
+                g == group
+                    && entries
+                        .iter()
+                        .any(|(t, p, _)| t == topic && *p == partition)
+            })
+        })
+    }
+
     /// Appends consumer group changes (already applied in memory) to their groups' offsets
     /// partitions, under the partitions lock so the logs hold them in the order they were
     /// made. Returns where the last went; `None` when there was nothing to write.
@@ -660,41 +786,7 @@ impl GroupService {
         &self,
         written: &Written,
     ) -> impl std::future::Future<Output = Result<(), ResponseError>> + Send + 'static {
-        let wait = self.flusher.policy().acks_wait_for_fsync();
-        let p = written.partition.clone();
-        let (epoch, end) = (written.epoch, written.end);
-        let mut rx = p.durable_offset();
-        async move {
-            if p.role() != Role::Standalone {
-                let mut hw = p.watch_high_watermark();
-                let replicated = async {
-                    loop {
-                        if *hw.borrow_and_update() >= end {
-                            return Ok(());
-                        }
-                        if p.role() != Role::Leader || p.leader_epoch() != epoch {
-                            return Err(ResponseError::NotCoordinator);
-                        }
-                        if hw.changed().await.is_err() {
-                            return Err(ResponseError::NotCoordinator);
-                        }
-                    }
-                };
-                match tokio::time::timeout(Duration::from_secs(30), replicated).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => return Err(e),
-                    Err(_) => return Err(ResponseError::RequestTimedOut),
-                }
-            }
-            if !wait {
-                return Ok(());
-            }
-            match tokio::time::timeout(Duration::from_secs(30), wait_durable(&mut rx, end)).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(_)) => Err(ResponseError::KafkaStorageError),
-                Err(_) => Err(ResponseError::RequestTimedOut),
-            }
-        }
+        wait_committed(written, self.flusher.policy().acks_wait_for_fsync())
     }
 
     /// Nothing to save: the offsets partitions are closed with every other partition.
@@ -745,6 +837,10 @@ impl GroupService {
             return Ok(());
         };
         let partition = led.partition.clone();
+        if !led.txn_pending.is_empty() {
+            // A rewrite would move the log start past commits still waiting for their marker.
+            return Ok(());
+        }
         if led.pending_cut.is_none() {
             let size = partition.size_bytes();
             let live = {
@@ -851,6 +947,51 @@ impl GroupService {
 
 /// The offsets partition `index` when this node may write to it: standalone always; in a
 /// cluster while it leads it in the epoch it took it over at.
+/// Waits until a write to an internal partition (offsets, transaction state) is committed as
+/// acks promise: in a cluster every in-sync replica holds it (like an acks=all produce), and
+/// with a syncing policy (`fsync`) it is on disk. REQUEST_TIMED_OUT after 30 s,
+/// KAFKA_STORAGE_ERROR when the fsync failed, NOT_COORDINATOR when leadership moved meanwhile.
+pub(crate) fn wait_committed(
+    written: &Written,
+    fsync: bool,
+) -> impl std::future::Future<Output = Result<(), ResponseError>> + Send + 'static {
+    let wait = fsync;
+    let p = written.partition.clone();
+    let (epoch, end) = (written.epoch, written.end);
+    let mut rx = p.durable_offset();
+    async move {
+        if p.role() != Role::Standalone {
+            let mut hw = p.watch_high_watermark();
+            let replicated = async {
+                loop {
+                    if *hw.borrow_and_update() >= end {
+                        return Ok(());
+                    }
+                    if p.role() != Role::Leader || p.leader_epoch() != epoch {
+                        return Err(ResponseError::NotCoordinator);
+                    }
+                    if hw.changed().await.is_err() {
+                        return Err(ResponseError::NotCoordinator);
+                    }
+                }
+            };
+            match tokio::time::timeout(Duration::from_secs(30), replicated).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(ResponseError::RequestTimedOut),
+            }
+        }
+        if !wait {
+            return Ok(());
+        }
+        match tokio::time::timeout(Duration::from_secs(30), wait_durable(&mut rx, end)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(ResponseError::KafkaStorageError),
+            Err(_) => Err(ResponseError::RequestTimedOut),
+        }
+    }
+}
+
 fn leading(parts: &OffsetsPartitions, index: usize) -> Option<&Led> {
     parts
         .led
@@ -916,12 +1057,13 @@ fn recover_compaction(dir: &Path) -> Result<(), BrokerError> {
     Ok(())
 }
 
-/// Applies every record of an offsets partition's replica, from its log start to its end.
+/// Applies every record of an offsets partition's replica, from its log start to its end;
+/// returns the transactional commits still waiting for their marker.
 fn replay_partition(
     partition: &Partition,
     store: &mut OffsetStore,
     consumer: &mut ConsumerGroups,
-) -> Result<(), BrokerError> {
+) -> Result<TxnPending, BrokerError> {
     let (start, end) = (partition.log_start_offset(), partition.log_end_offset());
     replay_chunks(
         start,
@@ -934,7 +1076,8 @@ fn replay_partition(
 }
 
 /// Applies every commit and consumer group record in `[start, end)`, read a chunk at a time
-/// by `read`.
+/// by `read`. Commits inside transactions wait for their marker; those still waiting at the
+/// end are returned.
 fn replay_chunks(
     start: i64,
     end: i64,
@@ -942,7 +1085,8 @@ fn replay_chunks(
     origin: &Path,
     store: &mut OffsetStore,
     consumer: &mut ConsumerGroups,
-) -> Result<(), BrokerError> {
+) -> Result<TxnPending, BrokerError> {
+    let mut pending = TxnPending::new();
     let mut offset = start;
     let mut skipped = 0usize;
     while offset < end {
@@ -959,6 +1103,21 @@ fn replay_chunks(
         for set in sets {
             for r in set.records {
                 offset = offset.max(r.offset + 1);
+                if r.control {
+                    // A transaction marker: [version, type], type 1 commits.
+                    let commit = r
+                        .key
+                        .as_ref()
+                        .is_some_and(|k| k.len() >= 4 && k[2..4] == [0, 1]);
+                    for (group, entries) in pending.remove(&r.producer_id).unwrap_or_default() {
+                        if commit {
+                            for (topic, partition, value) in entries {
+                                store.apply(&group, &topic, partition, value);
+                            }
+                        }
+                    }
+                    continue;
+                }
                 let Some(key) = r.key.and_then(|k| consumer_record::decode_key(k).ok()) else {
                     skipped += 1;
                     continue;
@@ -974,7 +1133,17 @@ fn replay_chunks(
                             }
                         },
                     };
-                    store.apply(&key.group, &key.topic, key.partition, value);
+                    if r.transactional {
+                        let waiting = pending.entry(r.producer_id).or_default();
+                        match waiting.iter_mut().find(|(g, _)| *g == key.group) {
+                            Some((_, entries)) => entries.push((key.topic, key.partition, value)),
+                            None => {
+                                waiting.push((key.group, vec![(key.topic, key.partition, value)]))
+                            }
+                        }
+                    } else {
+                        store.apply(&key.group, &key.topic, key.partition, value);
+                    }
                     continue;
                 }
                 match consumer_record::decode(&key, r.value) {
@@ -988,7 +1157,7 @@ fn replay_chunks(
     if skipped > 0 {
         tracing::warn!(skipped, "unreadable records in {OFFSETS_LOG} were ignored");
     }
-    Ok(())
+    Ok(pending)
 }
 
 /// A batch of consumer group records for the offsets log.
@@ -1020,6 +1189,17 @@ fn encode_batch(
     entries: &[(String, i32, Option<Committed>)],
     now: i64,
 ) -> Result<Bytes, OffsetsEncodeError> {
+    encode_offsets(group, entries, now, None)
+}
+
+/// Offset commit records as one batch; inside a transaction it carries the producer's id and
+/// epoch and the transactional attribute, with no sequence.
+fn encode_offsets(
+    group: &str,
+    entries: &[(String, i32, Option<Committed>)],
+    now: i64,
+    txn: Option<(i64, i16)>,
+) -> Result<Bytes, OffsetsEncodeError> {
     let records = entries
         .iter()
         .map(|(topic, partition, value)| {
@@ -1036,7 +1216,13 @@ fn encode_batch(
             })
         })
         .collect::<Result<Vec<_>, OffsetsEncodeError>>()?;
-    Ok(batch::build(&records, None, Compression::None)?)
+    let producer = txn.map(|(id, epoch)| batch::ProducerFields {
+        id,
+        epoch,
+        base_sequence: -1,
+        transactional: true,
+    });
+    Ok(batch::build(&records, producer, Compression::None)?)
 }
 
 #[cfg(test)]

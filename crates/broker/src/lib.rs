@@ -23,6 +23,7 @@ mod throttle;
 pub mod time;
 mod topic_config;
 pub mod topology;
+pub mod transactions;
 
 pub use budget::{MemoryBudget, Permit};
 pub use config::{BrokerConfig, ProduceProfile, DEFAULT_FETCH_MAX_BYTES};

@@ -11,17 +11,22 @@ use spate_log::{
     Durability, EpochEntry, Flusher, FsStorage, Log, LogConfig, LogError, ReadResult, Storage,
     TimestampLookup,
 };
-use spate_protocol::batch::BatchHeader;
+use spate_protocol::batch::{BatchHeader, ControlRecord};
 use spate_protocol::ResponseError;
 use tokio::sync::watch;
 
 use crate::error::BrokerError;
-use crate::producer_state::{ProducerStates, SequenceCheck};
+use crate::producer_state::{AbortedTxn, ProducerStates, ProducerView, SequenceCheck};
 use crate::time::now_ms;
 
 struct State {
     log: Log,
     producers: ProducerStates,
+    /// Producers whose next transactional batch here was verified with their coordinator
+    /// (KIP-890), by verification ticket; a marker for the producer voids its ticket, so a
+    /// batch verified before its transaction ended cannot open a transaction that never ends.
+    verified: std::collections::HashMap<i64, u64>,
+    next_ticket: u64,
 }
 
 /// What became of a produced batch.
@@ -122,7 +127,12 @@ impl Partition {
                 index,
                 snapshot_path,
                 snapshot_offset: AtomicI64::new(from),
-                state: RwLock::new(State { log, producers }),
+                state: RwLock::new(State {
+                    log,
+                    producers,
+                    verified: Default::default(),
+                    next_ticket: 1,
+                }),
                 high_watermark: watch::Sender::new(end),
                 log_end: watch::Sender::new(end),
                 leader_epoch: AtomicI32::new(0),
@@ -558,7 +568,8 @@ impl Partition {
             .map_err(AppendError::Storage)?;
         self.log_end.send_replace(info.last_offset + 1);
         if let Ok(h) = BatchHeader::parse(batch) {
-            st.producers.record_batch(&h);
+            st.producers
+                .record_batch(&h, spate_protocol::batch::control_record(batch));
         }
         Ok(())
     }
@@ -671,12 +682,56 @@ impl Partition {
     }
 
     /// Appends a validated batch, applying idempotent-producer checks atomically with the
-    /// write.
+    /// write. A transactional batch that opens its producer's transaction here needs the
+    /// `ticket` of a verification with the coordinator ([`Partition::begin_verification`]).
     pub fn append(
         &self,
         batch: &[u8],
         h: &BatchHeader,
         log_append_time: Option<i64>,
+    ) -> Result<Appended, AppendError> {
+        self.append_verified(batch, h, log_append_time, None)
+    }
+
+    /// Whether a transactional batch of `producer_id` here would open its transaction, so
+    /// must be verified with the coordinator first (KIP-890).
+    pub fn needs_verification(&self, producer_id: i64) -> bool {
+        self.state.read().producers.open_txn(producer_id).is_none()
+    }
+
+    /// Starts verifying `producer_id`'s next transactional batch; the ticket is void once a
+    /// marker for it is written.
+    pub fn begin_verification(&self, producer_id: i64) -> u64 {
+        let mut st = self.state.write();
+        let ticket = st.next_ticket;
+        st.next_ticket += 1;
+        st.verified.insert(producer_id, ticket);
+        ticket
+    }
+
+    /// [`Partition::append`] with the ticket of a verification.
+    pub fn append_verified(
+        &self,
+        batch: &[u8],
+        h: &BatchHeader,
+        log_append_time: Option<i64>,
+        ticket: Option<u64>,
+    ) -> Result<Appended, AppendError> {
+        self.append_gated(batch, h, log_append_time, TxnGate::Ticket(ticket))
+    }
+
+    /// Appends a batch the broker wrote itself on behalf of a transaction it checked (the
+    /// group coordinator's transactional offset commits): no verification ticket is needed.
+    pub fn append_trusted(&self, batch: &[u8], h: &BatchHeader) -> Result<Appended, AppendError> {
+        self.append_gated(batch, h, None, TxnGate::Trusted)
+    }
+
+    fn append_gated(
+        &self,
+        batch: &[u8],
+        h: &BatchHeader,
+        log_append_time: Option<i64>,
+        gate: TxnGate,
     ) -> Result<Appended, AppendError> {
         let mut st = self.state.write();
         if self.deleted.load(Ordering::SeqCst) {
@@ -685,6 +740,14 @@ impl Partition {
         let role = self.role();
         if role == Role::Follower {
             return Err(AppendError::Refused(ResponseError::NotLeaderOrFollower));
+        }
+        if let TxnGate::Ticket(ticket) = gate {
+            if h.is_transactional() && st.producers.open_txn(h.producer_id).is_none() {
+                let held = st.verified.get(&h.producer_id).copied();
+                if ticket.is_none() || held != ticket {
+                    return Err(AppendError::Refused(ResponseError::InvalidTxnState));
+                }
+            }
         }
         let idempotent = h.has_producer_id();
         if idempotent {
@@ -712,20 +775,85 @@ impl Partition {
             .append(batch, self.leader_epoch(), log_append_time, now_ms())
             .map_err(AppendError::Storage)?;
         if idempotent {
-            st.producers.record(
-                h.producer_id,
-                h.producer_epoch,
-                h.base_sequence,
-                h.last_sequence(),
-                info.base_offset,
-                info.last_offset,
-            );
+            st.producers
+                .record_data(h, info.base_offset, info.last_offset);
+            if h.is_transactional() {
+                st.verified.remove(&h.producer_id);
+            }
         }
-        self.log_end.send_replace(info.last_offset + 1);
+        self.publish_append(&st, role, info.last_offset);
+        Ok(Appended::New {
+            base_offset: info.base_offset,
+            last_offset: info.last_offset,
+        })
+    }
+
+    /// Writes a transaction marker for `producer_id` (the coordinator's, through
+    /// WriteTxnMarkers, or its own when it coordinates locally): ends the producer's
+    /// transaction here. Refused for an older producer epoch or an older coordinator.
+    pub fn append_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: ControlRecord,
+    ) -> Result<Appended, AppendError> {
+        let mut st = self.state.write();
+        if self.deleted.load(Ordering::SeqCst) {
+            return Err(AppendError::Refused(ResponseError::UnknownTopicOrPartition));
+        }
+        let role = self.role();
+        if role == Role::Follower {
+            return Err(AppendError::Refused(ResponseError::NotLeaderOrFollower));
+        }
+        st.producers
+            .check_marker(producer_id, producer_epoch, marker.coordinator_epoch)
+            .map_err(AppendError::Refused)?;
+        let now = now_ms();
+        let batch = spate_protocol::batch::control_batch(producer_id, producer_epoch, marker, now);
+        let info = st
+            .log
+            .append(&batch, self.leader_epoch(), None, now)
+            .map_err(AppendError::Storage)?;
+        st.producers
+            .end_txn(producer_id, producer_epoch, marker, info.base_offset);
+        st.verified.remove(&producer_id);
+        self.publish_append(&st, role, info.last_offset);
+        Ok(Appended::New {
+            base_offset: info.base_offset,
+            last_offset: info.last_offset,
+        })
+    }
+
+    /// The last stable offset: the high watermark, or the first offset of the oldest open
+    /// transaction when that is lower (read_committed reads stop there).
+    pub fn last_stable_offset(&self) -> i64 {
+        let hw = self.high_watermark();
+        let st = self.state.read();
+        st.producers
+            .first_unstable_offset()
+            .map_or(hw, |first| first.min(hw))
+    }
+
+    /// Aborted transactions that may hold records in `from..upto`, for read_committed
+    /// fetches.
+    pub fn aborted_in(&self, from: i64, upto: i64) -> Vec<AbortedTxn> {
+        self.state.read().producers.aborted_in(from, upto)
+    }
+
+    /// The producers this partition remembers (DescribeProducers).
+    pub fn producer_views(&self) -> Vec<ProducerView> {
+        self.state.read().producers.views()
+    }
+
+    /// Publishes an append's new log end and, where this replica alone decides it, its high
+    /// watermark.
+    fn publish_append(&self, st: &State, role: Role, last_offset: i64) {
+        let info_last = last_offset;
+        self.log_end.send_replace(info_last + 1);
         match role {
             // The leader is the whole ISR, so everything written is committed.
             Role::Standalone => {
-                self.high_watermark.send_replace(info.last_offset + 1);
+                self.high_watermark.send_replace(info_last + 1);
             }
             Role::Leader => {
                 let hw = self
@@ -739,20 +867,28 @@ impl Partition {
             }
             Role::Follower => {}
         }
-        Ok(Appended::New {
-            base_offset: info.base_offset,
-            last_offset: info.last_offset,
-        })
     }
 
-    /// Reads whole batches from `offset`, stopping at the high watermark.
+    /// Reads whole batches from `offset`, stopping at the high watermark (or, for
+    /// read_committed, at the last stable offset).
     pub fn read(
         &self,
         offset: i64,
         max_bytes: usize,
         min_one: bool,
     ) -> Result<ReadResult, LogError> {
-        let hw = self.high_watermark();
+        self.read_upto(offset, max_bytes, min_one, self.high_watermark())
+    }
+
+    /// [`Partition::read`] stopping at `limit` (never past the high watermark).
+    pub fn read_upto(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+        limit: i64,
+    ) -> Result<ReadResult, LogError> {
+        let hw = self.high_watermark().min(limit);
         let st = self.state.read();
         if st.log.is_failed() {
             return Err(LogError::Failed {
@@ -790,7 +926,11 @@ impl Partition {
 
     /// Deletes segments past retention as of `now_ms` (the broker's clock); returns how many.
     pub fn enforce_retention(&self, now_ms: i64) -> Result<usize, LogError> {
-        self.state.write().log.enforce_retention(now_ms)
+        let mut st = self.state.write();
+        let n = st.log.enforce_retention(now_ms)?;
+        let start = st.log.start_offset();
+        st.producers.forget_aborted_below(start);
+        Ok(n)
     }
 }
 
@@ -827,12 +967,22 @@ fn rebuild_producers(
         },
         Err(_) => (log.start_offset(), ProducerStates::default()),
     };
-    log.for_each_batch(from.max(log.start_offset()), |h| {
+    log.for_each_batch(from.max(log.start_offset()), |h, marker| {
         if h.last_offset() >= from {
-            producers.record_batch(h);
+            producers.record_batch(h, marker);
         }
     })?;
+    producers.forget_aborted_below(log.start_offset());
     Ok((from, producers))
+}
+
+/// How a transactional batch that opens its producer's transaction here was checked.
+#[derive(Debug, Clone, Copy)]
+enum TxnGate {
+    /// By the coordinator, under this verification ticket (none: not checked, refused).
+    Ticket(Option<u64>),
+    /// By the broker itself, which wrote it.
+    Trusted,
 }
 
 /// A leadership the metadata quorum gave this broker.
@@ -888,6 +1038,7 @@ mod tests {
             id: 9,
             epoch: 0,
             base_sequence: first_seq,
+            transactional: false,
         };
         build(&records, Some(producer), Compression::None)
             .unwrap()

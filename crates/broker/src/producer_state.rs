@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use spate_protocol::batch::BatchHeader;
+use spate_protocol::batch::{BatchHeader, ControlKind, ControlRecord};
 use spate_protocol::ResponseError;
 
 /// How many recent batches per producer are remembered, as in Kafka (max.in.flight = 5).
@@ -62,6 +62,13 @@ impl Default for ProducerLimits {
 struct Producer {
     epoch: i16,
     batches: VecDeque<BatchMeta>,
+    /// First offset of its open transaction in this partition, or -1.
+    txn_first_offset: i64,
+    /// Epoch of the coordinator that wrote its last marker here (-1: none): markers of an
+    /// older coordinator are refused.
+    coordinator_epoch: i32,
+    /// Max timestamp of its last batch (DescribeProducers).
+    last_timestamp: i64,
     /// Wall time an expiry pass last saw it active, or UNSTAMPED when seen since.
     last_seen_ms: i64,
     /// Position in the recency order (`ProducerStates::by_use`).
@@ -93,10 +100,43 @@ fn next_seq(seq: i32) -> i32 {
     }
 }
 
+/// A transaction that aborted in this partition: read_committed consumers drop the records
+/// of its producer between its first offset and its marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    /// Its producer.
+    pub producer_id: i64,
+    /// Its first record here.
+    pub first_offset: i64,
+    /// Its abort marker.
+    pub last_offset: i64,
+}
+
+/// One producer as DescribeProducers shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerView {
+    /// Producer id.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub epoch: i16,
+    /// Sequence of its last record (-1 when none is remembered).
+    pub last_sequence: i32,
+    /// Max timestamp of its last batch (-1 when unknown).
+    pub last_timestamp: i64,
+    /// Epoch of the coordinator of its last marker (-1: none).
+    pub coordinator_epoch: i32,
+    /// First offset of its open transaction here, or -1.
+    pub txn_start_offset: i64,
+}
+
 /// Producer states of one partition.
 #[derive(Debug, Default, Clone)]
 pub struct ProducerStates {
     producers: HashMap<i64, Producer>,
+    /// Open transactions by first offset: the smallest bounds the last stable offset.
+    ongoing: BTreeMap<i64, i64>,
+    /// Aborted transactions, by marker offset (appended in log order).
+    aborted: VecDeque<AbortedTxn>,
     /// Producer ids by last use, oldest first.
     by_use: BTreeMap<u64, i64>,
     next_use: u64,
@@ -112,6 +152,16 @@ impl ProducerStates {
         first_seq: i32,
         last_seq: i32,
     ) -> SequenceCheck {
+        if first_seq < 0 {
+            // No sequence: a transactional batch the coordinator writes itself (offset commits
+            // in a transaction). Only its epoch is checked.
+            return match self.producers.get(&producer_id) {
+                Some(p) if epoch < p.epoch => {
+                    SequenceCheck::Reject(ResponseError::InvalidProducerEpoch)
+                }
+                _ => SequenceCheck::Append,
+            };
+        }
         let Some(p) = self.producers.get(&producer_id) else {
             return if first_seq == 0 {
                 SequenceCheck::Append
@@ -172,19 +222,167 @@ impl ProducerStates {
     }
 
     /// Records a stored batch's producer, sequences and offsets, as its header gives them
-    /// (replicated or replayed batches); batches without a producer and control batches
-    /// leave nothing to remember.
-    pub fn record_batch(&mut self, h: &BatchHeader) {
-        if h.has_producer_id() && !h.is_control() {
-            self.record(
-                h.producer_id,
-                h.producer_epoch,
-                h.base_sequence,
-                h.last_sequence(),
-                h.base_offset,
-                h.last_offset(),
-            );
+    /// (replicated or replayed batches), and for a transaction marker (`marker`, read from a
+    /// control batch) the end of its transaction. Returns the transaction it aborted, if any.
+    pub fn record_batch(
+        &mut self,
+        h: &BatchHeader,
+        marker: Option<ControlRecord>,
+    ) -> Option<AbortedTxn> {
+        if !h.has_producer_id() {
+            return None;
         }
+        if h.is_control() {
+            let m = marker?;
+            return self.end_txn(h.producer_id, h.producer_epoch, m, h.base_offset);
+        }
+        self.record_data(h, h.base_offset, h.last_offset());
+        None
+    }
+
+    /// Records a data batch stored at `base_offset..=last_offset`: its sequences, and the
+    /// start of a transaction when it is the producer's first transactional batch here.
+    pub fn record_data(&mut self, h: &BatchHeader, base_offset: i64, last_offset: i64) {
+        self.record(
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            h.last_sequence(),
+            base_offset,
+            last_offset,
+        );
+        if let Some(p) = self.producers.get_mut(&h.producer_id) {
+            p.last_timestamp = h.max_timestamp;
+            if h.is_transactional() && p.txn_first_offset < 0 {
+                p.txn_first_offset = base_offset;
+                self.ongoing.insert(base_offset, h.producer_id);
+            }
+        }
+    }
+
+    /// Whether a marker from a coordinator at `coordinator_epoch` for `producer_id` at `epoch`
+    /// may be written: not for an older producer epoch, not from an older coordinator.
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), ResponseError> {
+        let Some(p) = self.producers.get(&producer_id) else {
+            return Ok(());
+        };
+        if epoch < p.epoch {
+            return Err(ResponseError::InvalidProducerEpoch);
+        }
+        if coordinator_epoch < p.coordinator_epoch {
+            return Err(ResponseError::TransactionCoordinatorFenced);
+        }
+        Ok(())
+    }
+
+    /// Ends `producer_id`'s transaction with a marker stored at `offset`; returns the
+    /// transaction when it aborted one that wrote here. A marker with a newer producer epoch
+    /// (a coordinator fencing the producer) moves the producer to that epoch.
+    pub fn end_txn(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        marker: ControlRecord,
+        offset: i64,
+    ) -> Option<AbortedTxn> {
+        let used = self.next_use;
+        self.next_use += 1;
+        let p = self
+            .producers
+            .entry(producer_id)
+            .or_insert_with(|| Producer {
+                epoch,
+                batches: VecDeque::new(),
+                txn_first_offset: -1,
+                coordinator_epoch: -1,
+                last_timestamp: -1,
+                last_seen_ms: UNSTAMPED,
+                last_use: used,
+            });
+        if p.last_use != used {
+            self.by_use.remove(&p.last_use);
+            p.last_use = used;
+        }
+        self.by_use.insert(used, producer_id);
+        p.last_seen_ms = UNSTAMPED;
+        if epoch > p.epoch {
+            p.epoch = epoch;
+            p.batches.clear();
+        }
+        p.coordinator_epoch = p.coordinator_epoch.max(marker.coordinator_epoch);
+        let first = std::mem::replace(&mut p.txn_first_offset, -1);
+        if first < 0 {
+            return None;
+        }
+        self.ongoing.remove(&first);
+        if marker.kind != ControlKind::Abort {
+            return None;
+        }
+        let a = AbortedTxn {
+            producer_id,
+            first_offset: first,
+            last_offset: offset,
+        };
+        self.aborted.push_back(a);
+        Some(a)
+    }
+
+    /// The first offset of the oldest open transaction: nothing from it on is stable.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.keys().next().copied()
+    }
+
+    /// The first offset of `producer_id`'s open transaction here.
+    pub fn open_txn(&self, producer_id: i64) -> Option<i64> {
+        self.producers
+            .get(&producer_id)
+            .map(|p| p.txn_first_offset)
+            .filter(|o| *o >= 0)
+    }
+
+    /// Aborted transactions that may hold records in `from..upto`: their marker is at or past
+    /// `from` and they began before `upto`. As Kafka answers them: producer id, first offset.
+    pub fn aborted_in(&self, from: i64, upto: i64) -> Vec<AbortedTxn> {
+        let start = self.aborted.partition_point(|a| a.last_offset < from);
+        self.aborted
+            .range(start..)
+            .filter(|a| a.first_offset < upto)
+            .copied()
+            .collect()
+    }
+
+    /// Forgets aborted transactions wholly below the log start.
+    pub fn forget_aborted_below(&mut self, log_start: i64) {
+        while self
+            .aborted
+            .front()
+            .is_some_and(|a| a.last_offset < log_start)
+        {
+            self.aborted.pop_front();
+        }
+    }
+
+    /// Every producer, for DescribeProducers.
+    pub fn views(&self) -> Vec<ProducerView> {
+        let mut out: Vec<ProducerView> = self
+            .producers
+            .iter()
+            .map(|(id, p)| ProducerView {
+                producer_id: *id,
+                epoch: p.epoch,
+                last_sequence: p.batches.back().map_or(-1, |b| b.last_seq),
+                last_timestamp: p.last_timestamp,
+                coordinator_epoch: p.coordinator_epoch,
+                txn_start_offset: p.txn_first_offset,
+            })
+            .collect();
+        out.sort_by_key(|v| v.producer_id);
+        out
     }
 
     /// Records an appended batch (or one found during recovery).
@@ -216,6 +414,9 @@ impl ProducerStates {
             .or_insert_with(|| Producer {
                 epoch,
                 batches: VecDeque::with_capacity(BATCHES_PER_PRODUCER),
+                txn_first_offset: -1,
+                coordinator_epoch: -1,
+                last_timestamp: -1,
                 last_seen_ms: UNSTAMPED,
                 last_use: 0,
             });
@@ -226,6 +427,11 @@ impl ProducerStates {
         if epoch != p.epoch {
             p.epoch = epoch;
             p.batches.clear();
+        }
+        if first_seq < 0 {
+            // Nothing to recognise a retry by.
+            self.enforce_cap();
+            return;
         }
         if p.batches.len() == BATCHES_PER_PRODUCER {
             p.batches.pop_front();
@@ -247,7 +453,9 @@ impl ProducerStates {
         for (id, p) in self.producers.iter_mut() {
             if p.last_seen_ms == UNSTAMPED {
                 p.last_seen_ms = now_ms;
-            } else if now_ms.saturating_sub(p.last_seen_ms) >= expiration {
+            } else if p.txn_first_offset < 0 && now_ms.saturating_sub(p.last_seen_ms) >= expiration
+            {
+                // A producer with an open transaction is kept: its marker must find it.
                 gone.push(*id);
             }
         }
@@ -266,12 +474,23 @@ impl ProducerStates {
     /// Forgets the least recently used producers beyond the cap.
     fn enforce_cap(&mut self) {
         // Each round removes one producer, and there are finitely many.
-        while self.producers.len() > self.limits.max_producers {
-            let Some((_, oldest)) = self.by_use.pop_first() else {
+        // Producers with open transactions are never evicted; they are skipped over.
+        let mut kept = Vec::new();
+        while self.producers.len() - kept.len() > self.limits.max_producers {
+            let Some((used, oldest)) = self.by_use.pop_first() else {
                 break;
             };
+            if self
+                .producers
+                .get(&oldest)
+                .is_some_and(|p| p.txn_first_offset >= 0)
+            {
+                kept.push((used, oldest));
+                continue;
+            }
             self.producers.remove(&oldest);
         }
+        self.by_use.extend(kept);
     }
 }
 
@@ -279,8 +498,11 @@ impl ProducerStates {
 #[derive(Debug, PartialEq, Eq)]
 pub struct SnapshotError(&'static str);
 
-/// Version 2 adds each producer's last-seen time and lists producers oldest use first.
-const SNAPSHOT_VERSION: u8 = 2;
+/// Version 3 adds each producer's open transaction, coordinator epoch and last timestamp,
+/// and the aborted transactions.
+const SNAPSHOT_VERSION: u8 = 3;
+/// Version 2 added each producer's last-seen time and lists producers oldest use first.
+const SNAPSHOT_VERSION_2: u8 = 2;
 /// Snapshots from before expiry: no times, any order.
 const SNAPSHOT_VERSION_1: u8 = 1;
 
@@ -300,6 +522,9 @@ impl ProducerStates {
             out.extend_from_slice(&pid.to_be_bytes());
             out.extend_from_slice(&p.epoch.to_be_bytes());
             out.extend_from_slice(&p.last_seen_ms.to_be_bytes());
+            out.extend_from_slice(&p.txn_first_offset.to_be_bytes());
+            out.extend_from_slice(&p.coordinator_epoch.to_be_bytes());
+            out.extend_from_slice(&p.last_timestamp.to_be_bytes());
             out.push(p.batches.len() as u8);
             for b in &p.batches {
                 out.extend_from_slice(&b.first_seq.to_be_bytes());
@@ -307,6 +532,12 @@ impl ProducerStates {
                 out.extend_from_slice(&b.base_offset.to_be_bytes());
                 out.extend_from_slice(&b.last_offset.to_be_bytes());
             }
+        }
+        out.extend_from_slice(&(self.aborted.len() as u32).to_be_bytes());
+        for a in &self.aborted {
+            out.extend_from_slice(&a.producer_id.to_be_bytes());
+            out.extend_from_slice(&a.first_offset.to_be_bytes());
+            out.extend_from_slice(&a.last_offset.to_be_bytes());
         }
         let crc = crc32c_of(&out);
         out.extend_from_slice(&crc.to_be_bytes());
@@ -327,7 +558,10 @@ impl ProducerStates {
         }
         let mut r = Reader(body);
         let version = r.take::<1>()?[0];
-        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_1 {
+        if !matches!(
+            version,
+            SNAPSHOT_VERSION | SNAPSHOT_VERSION_2 | SNAPSHOT_VERSION_1
+        ) {
             return Err(SnapshotError("unknown version"));
         }
         let offset = i64::from_be_bytes(r.take()?);
@@ -343,6 +577,16 @@ impl ProducerStates {
             } else {
                 i64::from_be_bytes(r.take()?)
             };
+            let (txn_first_offset, coordinator_epoch, last_timestamp) =
+                if version >= SNAPSHOT_VERSION {
+                    (
+                        i64::from_be_bytes(r.take()?),
+                        i32::from_be_bytes(r.take()?),
+                        i64::from_be_bytes(r.take()?),
+                    )
+                } else {
+                    (-1, -1, -1)
+                };
             let n = r.take::<1>()?[0] as usize;
             if n > BATCHES_PER_PRODUCER {
                 return Err(SnapshotError("too many batches for a producer"));
@@ -361,13 +605,41 @@ impl ProducerStates {
             let p = Producer {
                 epoch,
                 batches,
+                txn_first_offset,
+                coordinator_epoch,
+                last_timestamp,
                 last_seen_ms,
                 last_use: used,
             };
             if let Some(dup) = states.producers.insert(pid, p) {
                 states.by_use.remove(&dup.last_use);
+                if dup.txn_first_offset >= 0 {
+                    states.ongoing.remove(&dup.txn_first_offset);
+                }
+            }
+            if txn_first_offset >= 0 {
+                states.ongoing.insert(txn_first_offset, pid);
             }
             states.by_use.insert(used, pid);
+        }
+        if version >= SNAPSHOT_VERSION {
+            let n = u32::from_be_bytes(r.take()?);
+            // Bounded by `n`, and each round consumes bytes or fails.
+            for _ in 0..n {
+                let a = AbortedTxn {
+                    producer_id: i64::from_be_bytes(r.take()?),
+                    first_offset: i64::from_be_bytes(r.take()?),
+                    last_offset: i64::from_be_bytes(r.take()?),
+                };
+                if states
+                    .aborted
+                    .back()
+                    .is_some_and(|b| b.last_offset >= a.last_offset)
+                {
+                    return Err(SnapshotError("aborted transactions out of order"));
+                }
+                states.aborted.push_back(a);
+            }
         }
         // A snapshot written under a larger cap keeps its most recently used producers.
         states.enforce_cap();

@@ -68,6 +68,9 @@ throttled!(
     ProduceResponse,
     PushTelemetryResponse,
     SyncGroupResponse,
+    DescribeProducersResponse,
+    DescribeTransactionsResponse,
+    ListTransactionsResponse,
 );
 
 impl Throttled for spate_protocol::newer::DescribeLogDirsV5 {

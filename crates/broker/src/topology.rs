@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use spate_protocol::batch::ControlRecord;
 use spate_protocol::messages::fetch_request::FetchPartition;
 use spate_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
@@ -332,6 +333,62 @@ impl Topology {
                 b.config.advertised_port,
             )),
             Topology::Cluster(c) => c.group_coordinator(group),
+        }
+    }
+
+    /// The node that coordinates transactional id `txn_id`: the leader of its
+    /// `__transaction_state` partition.
+    pub fn txn_coordinator(&self, b: &Broker, txn_id: &str) -> Option<(i32, String, i32)> {
+        match self {
+            Topology::Standalone => Some((
+                b.config.node_id,
+                b.config.advertised_host.clone(),
+                b.config.advertised_port,
+            )),
+            Topology::Cluster(c) => c.txn_coordinator(txn_id),
+        }
+    }
+
+    /// Writes a transaction marker to `topic`/`partition` and waits until it is committed:
+    /// here when this node leads the partition, with WriteTxnMarkers to its leader otherwise.
+    pub fn write_marker(
+        &self,
+        b: &Arc<Broker>,
+        topic: &str,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: ControlRecord,
+    ) -> BoxFuture<'static, Result<(), ResponseError>> {
+        let b = b.clone();
+        let topic = topic.to_string();
+        match self {
+            Topology::Standalone => Box::pin(async move {
+                crate::transactions::write_marker_here(
+                    &b,
+                    &topic,
+                    partition,
+                    producer_id,
+                    producer_epoch,
+                    marker,
+                )
+                .await
+            }),
+            Topology::Cluster(c) => {
+                let c = c.clone();
+                Box::pin(async move {
+                    crate::cluster::write_marker(
+                        &b,
+                        &c,
+                        &topic,
+                        partition,
+                        producer_id,
+                        producer_epoch,
+                        marker,
+                    )
+                    .await
+                })
+            }
         }
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
-use spate_protocol::batch::{self, BatchHeader, Batches, HEADER_LEN};
+use spate_protocol::batch::{self, BatchHeader, Batches, ControlRecord, HEADER_LEN};
 use spate_protocol::records::RecordBatchDecoder;
 use tokio::sync::watch;
 
@@ -619,11 +619,13 @@ impl Log {
         Ok(empty)
     }
 
-    /// Calls `visit` with the header of every batch holding offsets at or after `from`.
+    /// Calls `visit` with the header of every batch holding offsets at or after `from`, and
+    /// for a control batch its transaction marker (read from the file: headers alone do not
+    /// say commit or abort).
     pub fn for_each_batch(
         &self,
         from: i64,
-        mut visit: impl FnMut(&BatchHeader),
+        mut visit: impl FnMut(&BatchHeader, Option<ControlRecord>),
     ) -> Result<(), LogError> {
         let idx = self
             .segments
@@ -632,10 +634,25 @@ impl Log {
         for (i, seg) in self.segments[idx..].iter().enumerate() {
             // Only the first segment starts part-way, at the batch holding `from`.
             let start = if i == 0 { seg.position_of(from)? } else { 0 };
-            segment::walk_headers(&*seg.file, &seg.path, start, seg.size, |_, h| {
-                visit(h);
+            let mut failed = None;
+            segment::walk_headers(&*seg.file, &seg.path, start, seg.size, |pos, h| {
+                let marker = if h.is_control() {
+                    let mut buf = [0u8; batch::CONTROL_BATCH_LEN + 16];
+                    let n = h.total_len().min(buf.len());
+                    if let Err(e) = seg.file.read_exact_at(&mut buf[..n], pos) {
+                        failed = Some(e);
+                        return ControlFlow::Break(());
+                    }
+                    batch::control_record(&buf[..n])
+                } else {
+                    None
+                };
+                visit(h, marker);
                 ControlFlow::Continue(())
             })?;
+            if let Some(e) = failed {
+                return Err(e).ctx("read segment", &seg.path);
+            }
         }
         Ok(())
     }

@@ -36,7 +36,7 @@ pub const SUPPORTED: &[Supported] = &[
     // v0-1 were removed in Kafka 4; v10 names topics by id.
     api(ApiKey::OffsetCommit, 2, 9),
     api(ApiKey::OffsetFetch, 1, 9),
-    // v6 adds share-group keys, refused like transactions.
+    // v6 adds share-group keys (refused: spate has no share groups yet).
     api(ApiKey::FindCoordinator, 0, 6),
     api(ApiKey::JoinGroup, 0, 9),
     api(ApiKey::Heartbeat, 0, 4),
@@ -48,7 +48,21 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::CreateTopics, 2, 7),
     api(ApiKey::DeleteTopics, 1, 6),
     api(ApiKey::DeleteRecords, 0, 2),
+    // v6 (KIP-939, two-phase commit with an external coordinator) is not served.
     api(ApiKey::InitProducerId, 0, 5),
+    // Transactions. AddPartitionsToTxn v4+ is the batched broker-to-broker form (KIP-890
+    // verification); EndTxn v5 returns the epoch the coordinator bumps per transaction under
+    // transaction.version 2, which spate does not finalize, so clients use the v1 protocol.
+    api(ApiKey::AddPartitionsToTxn, 0, 5),
+    api(ApiKey::AddOffsetsToTxn, 0, 4),
+    api(ApiKey::EndTxn, 0, 5),
+    // v2 adds the transaction version of the marker (Kafka 4.3); the codec knows v1.
+    api(ApiKey::WriteTxnMarkers, 1, 1),
+    api(ApiKey::TxnOffsetCommit, 0, 5),
+    api(ApiKey::DescribeProducers, 0, 0),
+    api(ApiKey::DescribeTransactions, 0, 0),
+    // v1 filters by duration, v2 by a transactional id pattern (KIP-1152).
+    api(ApiKey::ListTransactions, 0, 2),
     api(ApiKey::DescribeConfigs, 1, 4),
     // v0 was removed in Kafka 4; a spate broker has one log dir, so a move is a no-op or
     // refused (see handlers::log_dirs).

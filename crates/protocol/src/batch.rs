@@ -278,6 +278,8 @@ pub struct ProducerFields {
     pub epoch: i16,
     /// Sequence of the first record.
     pub base_sequence: i32,
+    /// Part of a transaction (the coordinator's offset commits in one).
+    pub transactional: bool,
 }
 
 /// Encodes `records` as one RecordBatch v2 with offsets from 0, as a producer would send it.
@@ -286,13 +288,14 @@ pub fn build(
     producer: Option<ProducerFields>,
     compression: Compression,
 ) -> Result<Bytes, BatchError> {
-    let (id, epoch, base_sequence) =
-        producer.map_or((-1, -1, -1), |p| (p.id, p.epoch, p.base_sequence));
+    let (id, epoch, base_sequence, transactional) = producer.map_or((-1, -1, -1, false), |p| {
+        (p.id, p.epoch, p.base_sequence, p.transactional)
+    });
     let records: Vec<Record> = records
         .iter()
         .enumerate()
         .map(|(i, r)| Record {
-            transactional: false,
+            transactional,
             control: false,
             delete_horizon: false,
             partition_leader_epoch: 0,
@@ -354,6 +357,133 @@ impl Iterator for Batches<'_> {
     }
 }
 
+/// What a control batch marks (the type in its record key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlKind {
+    /// The producer's transaction aborted: its records in this partition are dropped by
+    /// read_committed consumers.
+    Abort,
+    /// The producer's transaction committed.
+    Commit,
+}
+
+/// A transaction marker: the record of a control batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlRecord {
+    /// Commit or abort.
+    pub kind: ControlKind,
+    /// The epoch of the transaction coordinator that wrote it (fences older coordinators).
+    pub coordinator_epoch: i32,
+}
+
+/// Bytes of a marker batch: the header and one 17-byte record.
+pub const CONTROL_BATCH_LEN: usize = HEADER_LEN + 17;
+
+/// Builds a transaction marker batch for `producer_id`/`producer_epoch` at base offset 0 (the
+/// log assigns the real one), stamped with `now_ms`, as Kafka writes them: transactional and
+/// control attributes, no sequence, one record whose key is (version 0, type) and whose value
+/// is (version 0, coordinator epoch).
+pub fn control_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    marker: ControlRecord,
+    now_ms: i64,
+) -> Vec<u8> {
+    let mut b = vec![0u8; CONTROL_BATCH_LEN];
+    let put = |b: &mut Vec<u8>, at: usize, v: &[u8]| b[at..at + v.len()].copy_from_slice(v);
+    put(
+        &mut b,
+        BATCH_LENGTH,
+        &((CONTROL_BATCH_LEN - LOG_OVERHEAD) as i32).to_be_bytes(),
+    );
+    put(&mut b, LEADER_EPOCH, &(-1i32).to_be_bytes());
+    b[MAGIC] = 2;
+    put(
+        &mut b,
+        ATTRIBUTES,
+        &(TRANSACTIONAL_BIT | CONTROL_BIT).to_be_bytes(),
+    );
+    put(&mut b, BASE_TIMESTAMP, &now_ms.to_be_bytes());
+    put(&mut b, MAX_TIMESTAMP, &now_ms.to_be_bytes());
+    put(&mut b, PRODUCER_ID, &producer_id.to_be_bytes());
+    put(&mut b, PRODUCER_EPOCH, &producer_epoch.to_be_bytes());
+    put(&mut b, BASE_SEQUENCE, &(-1i32).to_be_bytes());
+    put(&mut b, RECORDS_COUNT, &1i32.to_be_bytes());
+    let kind: i16 = match marker.kind {
+        ControlKind::Abort => 0,
+        ControlKind::Commit => 1,
+    };
+    // Varints are zigzag-encoded: 16 -> 32, 4 -> 8, 6 -> 12; every one fits a byte.
+    let mut r = vec![32u8, 0, 0, 0, 8, 0, 0];
+    r.extend_from_slice(&kind.to_be_bytes());
+    r.push(12);
+    r.extend_from_slice(&0i16.to_be_bytes());
+    r.extend_from_slice(&marker.coordinator_epoch.to_be_bytes());
+    r.push(0);
+    debug_assert_eq!(r.len(), 17);
+    b[HEADER_LEN..].copy_from_slice(&r);
+    let crc = compute_crc(&b);
+    put(&mut b, CRC, &crc.to_be_bytes());
+    b
+}
+
+/// Reads the marker of a control batch from its first bytes (the header and at least the
+/// start of its record); `None` when the batch is not a control batch or its record is not a
+/// marker this version knows.
+pub fn control_record(batch: &[u8]) -> Option<ControlRecord> {
+    let h = BatchHeader::parse(batch).ok()?;
+    if !h.is_control() || h.compression() != 0 {
+        return None;
+    }
+    let mut r = batch.get(HEADER_LEN..)?;
+    let _len = read_varint(&mut r)?;
+    let _attributes = take(&mut r, 1)?;
+    let _ts_delta = read_varint(&mut r)?;
+    let _offset_delta = read_varint(&mut r)?;
+    if read_varint(&mut r)? < 4 {
+        return None;
+    }
+    let key = take(&mut r, 4)?;
+    let kind = match i16::from_be_bytes([key[2], key[3]]) {
+        0 => ControlKind::Abort,
+        1 => ControlKind::Commit,
+        _ => return None,
+    };
+    // A value too short for the coordinator epoch (older writers) reads as epoch 0.
+    let coordinator_epoch = match read_varint(&mut r) {
+        Some(n) if n >= 6 => {
+            take(&mut r, 6).map_or(0, |v| i32::from_be_bytes([v[2], v[3], v[4], v[5]]))
+        }
+        _ => 0,
+    };
+    Some(ControlRecord {
+        kind,
+        coordinator_epoch,
+    })
+}
+
+fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    if r.len() < n {
+        return None;
+    }
+    let (head, rest) = r.split_at(n);
+    *r = rest;
+    Some(head)
+}
+
+/// A zigzag varint (at most 5 bytes, as record fields are i32).
+fn read_varint(r: &mut &[u8]) -> Option<i64> {
+    let mut v: u64 = 0;
+    for i in 0..5 {
+        let byte = *take(r, 1)?.first()?;
+        v |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some(((v >> 1) as i64) ^ -((v & 1) as i64));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,6 +500,7 @@ mod tests {
             id: 7,
             epoch: 0,
             base_sequence: 0,
+            transactional: false,
         };
         build(&records, Some(producer), compression)
             .unwrap()
@@ -465,5 +596,39 @@ mod tests {
         let found: Vec<_> = it.by_ref().map(|(at, h)| (at, h.records_count)).collect();
         assert_eq!(found, vec![(0, 2), (a.len(), 3)]);
         assert_eq!(it.position(), a.len() + b.len());
+    }
+
+    #[test]
+    fn a_control_batch_is_valid_and_reads_back_its_marker() {
+        for kind in [ControlKind::Commit, ControlKind::Abort] {
+            let m = ControlRecord {
+                kind,
+                coordinator_epoch: 7,
+            };
+            let b = control_batch(42, 3, m, 1_000);
+            let h = validate(&b).unwrap();
+            assert!(h.is_control() && h.is_transactional());
+            assert_eq!(
+                (h.producer_id, h.producer_epoch, h.records_count),
+                (42, 3, 1)
+            );
+            assert_eq!(control_record(&b), Some(m));
+        }
+        let data = encoded(3, Compression::None);
+        assert_eq!(control_record(&data), None, "a data batch holds no marker");
+        let b = control_batch(
+            1,
+            0,
+            ControlRecord {
+                kind: ControlKind::Commit,
+                coordinator_epoch: 0,
+            },
+            0,
+        );
+        assert_eq!(
+            control_record(&b[..HEADER_LEN + 3]),
+            None,
+            "truncated record"
+        );
     }
 }

@@ -21,3 +21,13 @@ pub use kafka_protocol::error::ResponseError;
 pub use kafka_protocol::messages;
 pub use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 pub use kafka_protocol::records;
+
+/// The partition Kafka places a coordinator key in (a group id, a transactional id):
+/// `abs(javaHashCode(key)) % partitions`, with Java's UTF-16 string hash.
+pub fn java_hash_partition(key: &str, partitions: usize) -> usize {
+    let mut h: i32 = 0;
+    for unit in key.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    (h & 0x7fff_ffff) as usize % partitions.max(1)
+}

@@ -16,6 +16,7 @@ mod operations;
 mod peer;
 mod reconcile;
 mod throttle;
+mod txn;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +40,7 @@ pub use operations::{
     standalone_reassignments, Move, OperationError,
 };
 pub use peer::{PeerConnection, PeerError};
+pub(crate) use txn::{verify_txn_partitions, write_marker};
 
 use crate::groups::OFFSETS_LOG;
 use crate::partition::Partition;
@@ -354,6 +356,17 @@ impl Cluster {
         let count = image.topic(OFFSETS_LOG)?.partitions.len();
         let index = crate::groups::offsets_partition_for(group, count);
         let leader = image.partition(OFFSETS_LOG, index as i32)?.leader?;
+        let reg = image.broker(leader).filter(|r| !r.fenced)?;
+        Some((reg.id, reg.kafka_host.clone(), i32::from(reg.kafka_port)))
+    }
+
+    /// The node that coordinates transactional id `txn_id`: the leader of its
+    /// `__transaction_state` partition, where its state is stored.
+    pub fn txn_coordinator(&self, txn_id: &str) -> Option<(BrokerId, String, i32)> {
+        let image = self.image();
+        let count = image.topic(spate_txn::TXN_LOG)?.partitions.len();
+        let index = spate_txn::txn_partition_for(txn_id, count);
+        let leader = image.partition(spate_txn::TXN_LOG, index as i32)?.leader?;
         let reg = image.broker(leader).filter(|r| !r.fenced)?;
         Some((reg.id, reg.kafka_host.clone(), i32::from(reg.kafka_port)))
     }

@@ -18,7 +18,9 @@ use futures::future::select_all;
 use spate_log::LogError;
 use spate_protocol::batch::Batches;
 use spate_protocol::messages::fetch_request::FetchPartition;
-use spate_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use spate_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
 use spate_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
 use spate_protocol::ResponseError;
 use tokio::sync::watch;
@@ -47,6 +49,9 @@ struct Slot {
     current_leader_epoch: i32,
     /// A follower's fetch: reads up to the log end, not the high watermark.
     replica: bool,
+    /// A read_committed consumer: reads up to the last stable offset, and is told which
+    /// transactions aborted so it drops their records.
+    committed: bool,
     /// A follower's fetch of a replica under the leader-side replication throttle.
     throttled: bool,
     /// Throttled with the rate used up: answered without records this time.
@@ -148,6 +153,7 @@ pub fn prepare(b: &Broker, version: i16, mut req: FetchRequest) -> Prepared {
                 max_bytes,
                 current_leader_epoch: fp.current_leader_epoch,
                 replica: replica.is_some(),
+                committed: replica.is_none() && req.isolation_level == 1,
                 throttled: budget.is_some(),
                 held: budget == Some(0),
                 error,
@@ -336,6 +342,23 @@ async fn read_and_wait(
     }
 }
 
+/// The aborted transactions a read_committed consumer needs for `records` read from `from`:
+/// those that may hold records below the end of what was read.
+fn aborted_in(p: &Partition, from: i64, records: &Bytes, lso: i64) -> Vec<AbortedTransaction> {
+    let upto = Batches::new(records)
+        .last()
+        .map_or(lso, |(_, h)| h.last_offset() + 1);
+    p.aborted_in(from, upto)
+        .into_iter()
+        .map(|a| {
+            let mut t = AbortedTransaction::default();
+            t.producer_id = a.producer_id.into();
+            t.first_offset = a.first_offset;
+            t
+        })
+        .collect()
+}
+
 /// True when the slot's partition has records past the fetch position to read.
 fn has_data(s: &Slot) -> bool {
     s.error.is_none()
@@ -343,6 +366,8 @@ fn has_data(s: &Slot) -> bool {
         && s.partition.as_ref().is_some_and(|p| {
             let end = if s.replica {
                 p.log_end_offset()
+            } else if s.committed {
+                p.last_stable_offset()
             } else {
                 p.high_watermark()
             };
@@ -398,8 +423,9 @@ fn read_all(
             (Some(e), _) => Some(*e),
             (None, Some(p)) => {
                 let hw = p.high_watermark();
+                let lso = p.last_stable_offset();
                 pd.high_watermark = hw;
-                pd.last_stable_offset = hw;
+                pd.last_stable_offset = lso;
                 if version >= 5 {
                     pd.log_start_offset = p.log_start_offset();
                 }
@@ -417,12 +443,18 @@ fn read_all(
                     let budget = s.max_bytes.min(max_bytes.saturating_sub(total));
                     let read = if s.replica {
                         p.read_replica(s.fetch_offset, budget, min_one && total == 0)
+                    } else if s.committed {
+                        p.read_upto(s.fetch_offset, budget, min_one && total == 0, lso)
                     } else {
                         p.read(s.fetch_offset, budget, min_one && total == 0)
                     };
                     match read {
                         Ok(r) => {
                             total += r.records.len();
+                            if s.committed && version >= 4 && !r.records.is_empty() {
+                                pd.aborted_transactions =
+                                    Some(aborted_in(p, s.fetch_offset, &r.records, lso));
+                            }
                             pd.records = Some(r.records);
                             None
                         }

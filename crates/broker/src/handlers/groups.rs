@@ -27,8 +27,8 @@ fn code(e: Option<ResponseError>) -> i16 {
     e.map_or(0, |e| e.code())
 }
 
-/// Answers FindCoordinator: this broker coordinates every group; transactions are refused
-/// with a clear, non-retriable error until they are implemented.
+/// Answers FindCoordinator for groups (key type 0) and transactional ids (key type 1): the
+/// node holding the key's partition of `__consumer_offsets` or `__transaction_state`.
 pub fn find_coordinator(
     b: &Broker,
     version: i16,
@@ -44,8 +44,18 @@ pub fn find_coordinator(
         .map(|key| {
             let mut c = CoordinatorEntry::default();
             c.key = key;
-            if req.key_type == KEY_GROUP {
-                match b.topology().group_coordinator(b, c.key.as_str()) {
+            let found = match req.key_type {
+                KEY_GROUP => Some(b.topology().group_coordinator(b, c.key.as_str())),
+                KEY_TRANSACTION => Some(b.topology().txn_coordinator(b, c.key.as_str())),
+                _ => None,
+            };
+            if c.key.is_empty() && req.key_type == KEY_TRANSACTION {
+                c.node_id = (-1).into();
+                c.port = -1;
+                c.error_code = ResponseError::InvalidRequest.code();
+                c.error_message = msg("an empty transactional id has no coordinator");
+            } else if let Some(found) = found {
+                match found {
                     Some((id, host, port)) => {
                         c.node_id = id.into();
                         c.host = s(&host);
@@ -61,11 +71,7 @@ pub fn find_coordinator(
                 c.node_id = (-1).into();
                 c.port = -1;
                 c.error_code = ResponseError::InvalidRequest.code();
-                c.error_message = msg(if req.key_type == KEY_TRANSACTION {
-                    "transactions are not supported by spate yet"
-                } else {
-                    "only consumer group coordinators are available"
-                });
+                c.error_message = msg("only group and transaction coordinators are available");
             }
             c
         })

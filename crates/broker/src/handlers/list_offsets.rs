@@ -21,6 +21,8 @@ const EARLIEST_PENDING_UPLOAD: i64 = -6;
 /// Answers ListOffsets.
 pub fn handle(b: &Broker, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let mut resp = ListOffsetsResponse::default();
+    // read_committed (v2+) sees up to the last stable offset, as its fetches do.
+    let committed = version >= 2 && req.isolation_level == 1;
     for t in req.topics {
         let topic = b.topics.get(&t.name);
         let mut tr = ListOffsetsTopicResponse::default();
@@ -38,7 +40,13 @@ pub fn handle(b: &Broker, version: i16, req: ListOffsetsRequest) -> ListOffsetsR
                 Err(e) => Err(e),
                 // In a cluster only the leader knows the high watermark consumers may see.
                 Ok(p) if p.role() == Role::Follower => Err(ResponseError::NotLeaderOrFollower),
-                Ok(p) => lookup(&p, version, rp.current_leader_epoch, rp.timestamp),
+                Ok(p) => lookup(
+                    &p,
+                    version,
+                    rp.current_leader_epoch,
+                    rp.timestamp,
+                    committed,
+                ),
             };
             match result {
                 Ok((offset, timestamp, epoch)) => {
@@ -62,6 +70,7 @@ fn lookup(
     version: i16,
     current_epoch: i32,
     ts: i64,
+    committed: bool,
 ) -> Result<(i64, i64, i32), ResponseError> {
     let epoch = p.leader_epoch();
     if version >= 4 && current_epoch >= 0 {
@@ -80,8 +89,14 @@ fn lookup(
     // the epoch start: before that it may be below what the previous leader said, and a
     // consumer would see offsets go backwards (KIP-207).
     let high_watermark = || {
-        p.known_high_watermark()
-            .ok_or(ResponseError::OffsetNotAvailable)
+        let hw = p
+            .known_high_watermark()
+            .ok_or(ResponseError::OffsetNotAvailable)?;
+        Ok(if committed {
+            p.last_stable_offset().min(hw)
+        } else {
+            hw
+        })
     };
     match ts {
         LATEST => Ok((high_watermark()?, -1, epoch)),

@@ -21,6 +21,7 @@ pub mod quorum;
 pub mod telemetry;
 pub mod topic_partitions;
 pub mod topics;
+pub mod transactions;
 
 use spate_protocol::StrBytes;
 

@@ -1,12 +1,13 @@
 //! Produce: validate each partition's batch, append it, and answer once the configured
 //! durability holds.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use spate_log::{wait_durable, Durability, DurabilityError};
-use spate_protocol::batch::{self, BatchError};
+use spate_protocol::batch::{self, BatchError, BatchHeader};
 use spate_protocol::messages::produce_request::PartitionProduceData;
 use spate_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use spate_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, RequestHeader};
@@ -62,7 +63,95 @@ pub fn produce(
     req: ProduceRequest,
     wait: bool,
 ) -> impl Future<Output = ProduceResponse> + Send + 'static {
+    produce_verified(b, version, throttle_ms, req, wait, Verified::Here)
+}
+
+/// Whether a transactional produce must first ask a transaction coordinator on another node
+/// whether its partitions were added (KIP-890): the batches that would open their producer's
+/// transaction in a partition, as (topic, partition, producer id, epoch). Empty when nothing
+/// needs asking, or the coordinator is here.
+pub fn remote_verifications(b: &Broker, req: &ProduceRequest) -> Vec<(String, i32, i64, i16)> {
+    let Some(txn_id) = req.transactional_id.as_ref() else {
+        return Vec::new();
+    };
+    if !b.topology().replicates() || b.txns.is_coordinator(txn_id) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for td in &req.topic_data {
+        let Some(t) = b.topics.get(&td.name) else {
+            continue;
+        };
+        for pd in &td.partition_data {
+            let (Some(records), Ok(p)) = (&pd.records, t.lookup(pd.index)) else {
+                continue;
+            };
+            let Ok(h) = BatchHeader::parse(records) else {
+                continue;
+            };
+            if h.is_transactional() && !h.is_control() && p.needs_verification(h.producer_id) {
+                out.push((t.name.clone(), pd.index, h.producer_id, h.producer_epoch));
+            }
+        }
+    }
+    out
+}
+
+/// Asks the transactional id's coordinator (another node) whether each partition is part of
+/// its producer's open transaction, holding a verification ticket per partition from before
+/// the question, so a marker written meanwhile voids the answer.
+pub async fn verify_remotely(
+    b: Arc<Broker>,
+    txn_id: String,
+    asks: Vec<(String, i32, i64, i16)>,
+) -> HashMap<(String, i32), Result<u64, ResponseError>> {
+    let mut answers = HashMap::new();
+    let mut tickets = Vec::new();
+    for (topic, index, pid, _) in &asks {
+        if let Some(p) = b.topics.get(topic).and_then(|t| t.lookup(*index).ok()) {
+            tickets.push(((topic.clone(), *index), p.begin_verification(*pid)));
+        }
+    }
+    let outcome = match b.topology().txn_coordinator(&b, &txn_id) {
+        None => Err(ResponseError::CoordinatorNotAvailable),
+        Some((_, host, port)) => {
+            crate::cluster::verify_txn_partitions(&format!("{host}:{port}"), &txn_id, &asks).await
+        }
+    };
+    for (key, ticket) in tickets {
+        let answer = match &outcome {
+            Err(e) => Err(*e),
+            Ok(errors) => match errors.get(&key) {
+                None | Some(None) => Ok(ticket),
+                Some(Some(e)) => Err(*e),
+            },
+        };
+        answers.insert(key, answer);
+    }
+    answers
+}
+
+/// How the transactional batches of a request that open their producer's transaction in a
+/// partition are checked against the transaction coordinator (KIP-890).
+pub(crate) enum Verified {
+    /// Ask the coordinator on this node now.
+    Here,
+    /// Asked already (the coordinator is another node): the verification ticket, or the
+    /// refusal, per topic and partition.
+    Asked(HashMap<(String, i32), Result<u64, ResponseError>>),
+}
+
+/// [`produce`] with transactional batches verified as `verified` says.
+pub(crate) fn produce_verified(
+    b: &Arc<Broker>,
+    version: i16,
+    throttle_ms: i32,
+    req: ProduceRequest,
+    wait: bool,
+    verified: Verified,
+) -> impl Future<Output = ProduceResponse> + Send + 'static {
     let acks = req.acks;
+    let txn_id = req.transactional_id.as_ref().map(|t| t.to_string());
     let mut resp = ProduceResponse::default();
     resp.throttle_time_ms = throttle_ms;
     let mut waits = Vec::new();
@@ -94,11 +183,6 @@ pub fn produce(
                     ResponseError::NotLeaderOrFollower,
                     "this broker has lost its session with the controller; retry on the current leader".into(),
                 ))
-            } else if req.transactional_id.is_some() {
-                Err((
-                    ResponseError::TransactionalIdAuthorizationFailed,
-                    "transactions are not supported yet".into(),
-                ))
             } else {
                 match &topic {
                     None if version >= 13 => {
@@ -113,7 +197,12 @@ pub fn produce(
                         ResponseError::InvalidTopicException,
                         format!("cannot produce to the internal topic {}", t.name),
                     )),
-                    Some(t) => append_one(t, pd, b.clock.now_ms(), acks == -1),
+                    Some(t) => {
+                        let mut verify = |p: &Partition, h: &BatchHeader| {
+                            verify_txn(b, &verified, txn_id.as_deref(), t, p, h)
+                        };
+                        append_one(t, pd, b.clock.now_ms(), acks == -1, &mut verify)
+                    }
                 }
             };
             match outcome {
@@ -283,7 +372,78 @@ async fn replication(
 
 type Outcome = Result<(Appended, i64, Option<i64>), (ResponseError, String)>;
 
-fn append_one(t: &Topic, pd: PartitionProduceData, now_ms: i64, acks_all: bool) -> Outcome {
+/// Checks a batch's transaction before its append: its verification ticket, or the refusal.
+type Verify<'a> =
+    dyn FnMut(&Partition, &BatchHeader) -> Result<Option<u64>, (ResponseError, String)> + 'a;
+
+/// Checks a batch's transaction before it is appended: `Ok(Some(ticket))` when it opens its
+/// producer's transaction here and the coordinator confirmed the partition was added,
+/// `Ok(None)` when nothing needs checking.
+fn verify_txn(
+    b: &Broker,
+    verified: &Verified,
+    txn_id: Option<&str>,
+    t: &Topic,
+    p: &Partition,
+    h: &BatchHeader,
+) -> Result<Option<u64>, (ResponseError, String)> {
+    if h.is_control() {
+        return Err((
+            ResponseError::InvalidRecord,
+            "control batches are written by the transaction coordinator, not by clients".into(),
+        ));
+    }
+    if !h.is_transactional() {
+        return Ok(None);
+    }
+    let Some(txn_id) = txn_id else {
+        return Err((
+            ResponseError::InvalidRecord,
+            "a transactional batch needs the request's transactional id".into(),
+        ));
+    };
+    if !h.has_producer_id() {
+        return Err((
+            ResponseError::InvalidRecord,
+            "a transactional batch needs a producer id".into(),
+        ));
+    }
+    if !p.needs_verification(h.producer_id) {
+        return Ok(None);
+    }
+    let refused = |e: ResponseError| {
+        let why = match e {
+            ResponseError::InvalidTxnState => format!(
+                "partition {}-{} was not added to transaction {txn_id} (AddPartitionsToTxn first)",
+                t.name, p.index
+            ),
+            e => format!("the transaction coordinator refused the batch: {e}"),
+        };
+        (e, why)
+    };
+    match verified {
+        Verified::Here => {
+            let ticket = p.begin_verification(h.producer_id);
+            b.txns
+                .verify(txn_id, h.producer_id, h.producer_epoch, &t.name, p.index)
+                .map_err(refused)?;
+            Ok(Some(ticket))
+        }
+        Verified::Asked(answers) => match answers.get(&(t.name.clone(), p.index)) {
+            Some(Ok(ticket)) => Ok(Some(*ticket)),
+            Some(Err(e)) => Err(refused(*e)),
+            None => Err(refused(ResponseError::InvalidTxnState)),
+        },
+    }
+}
+
+fn append_one(
+    t: &Topic,
+    pd: PartitionProduceData,
+    now_ms: i64,
+    acks_all: bool,
+    verify: &mut Verify<'_>,
+) -> Outcome {
     let p = t.lookup(pd.index).map_err(|e| {
         let why = if e == ResponseError::NotLeaderOrFollower {
             "has no replica on this broker"
@@ -315,12 +475,6 @@ fn append_one(t: &Topic, pd: PartitionProduceData, now_ms: i64, acks_all: bool) 
         };
         (code, e.to_string())
     })?;
-    if h.is_transactional() || h.is_control() {
-        return Err((
-            ResponseError::TransactionalIdAuthorizationFailed,
-            "transactions are not supported yet".into(),
-        ));
-    }
     if acks_all {
         let min_isr = t.with_config(|c| c.min_insync_replicas());
         if p.accepts_acks_all(min_isr) == Some(false) {
@@ -330,8 +484,9 @@ fn append_one(t: &Topic, pd: PartitionProduceData, now_ms: i64, acks_all: bool) 
             ));
         }
     }
+    let ticket = verify(&p, &h)?;
     let append_time = log_append_time.then_some(now_ms);
-    match p.append(&records, &h, append_time) {
+    match p.append_verified(&records, &h, append_time, ticket) {
         Ok(a) => {
             if matches!(a, Appended::New { .. }) {
                 t.metrics.bytes_in.add(records.len() as u64);

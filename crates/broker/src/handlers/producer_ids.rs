@@ -1,21 +1,14 @@
 //! InitProducerId for idempotent producers.
 
 use spate_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
-use spate_protocol::ResponseError;
 
 use crate::Broker;
 
 /// Gives an idempotent producer its id and epoch. A producer that presents its current id and
-/// epoch (KIP-360) gets the next epoch of the same id; transactional ids are not supported yet.
+/// epoch (KIP-360) gets the next epoch of the same id. Transactional producers are the
+/// transaction coordinator's (`handlers::transactions::init_producer_id`).
 pub fn init(b: &Broker, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let mut resp = InitProducerIdResponse::default();
-    if req.transactional_id.is_some() {
-        tracing::debug!(
-            "InitProducerId with a transactional id: transactions are not supported yet"
-        );
-        resp.error_code = ResponseError::TransactionalIdAuthorizationFailed.code();
-        return resp;
-    }
     let (id, epoch) = (req.producer_id.0, req.producer_epoch);
     if id >= 0 && (0..i16::MAX - 1).contains(&epoch) {
         resp.producer_id = id.into();

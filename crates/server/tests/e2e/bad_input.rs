@@ -27,6 +27,7 @@ pub fn batch(producer_id: i64, first_seq: i32, n: i32) -> Bytes {
         id: producer_id,
         epoch: 0,
         base_sequence: first_seq,
+        transactional: false,
     });
     build(&records, producer, Compression::None).unwrap()
 }
