@@ -224,7 +224,8 @@ impl Broker {
         self.groups.spawn_ticker();
         self.txns.spawn_ticker(self);
         // Transactions that were ending when the broker stopped get their markers now.
-        self.txns.resume(self);
+        self.txns.attach(self);
+        self.txns.resume();
         let broker = Arc::downgrade(self);
         let every = self.config.retention_check_interval;
         tokio::spawn(async move {

@@ -1327,4 +1327,226 @@ mod tests {
             Ok(Appended::Duplicate { base_offset: 0, .. })
         ));
     }
+
+    fn txn_batch(pid: i64, first_seq: i32, n: i32) -> Vec<u8> {
+        let records: Vec<NewRecord> = (0..n)
+            .map(|_| NewRecord {
+                value: Some(bytes::Bytes::from_static(b"t")),
+                ..NewRecord::default()
+            })
+            .collect();
+        let producer = ProducerFields {
+            id: pid,
+            epoch: 0,
+            base_sequence: first_seq,
+            transactional: true,
+        };
+        build(&records, Some(producer), Compression::None)
+            .unwrap()
+            .to_vec()
+    }
+
+    /// Appends a transactional batch as a verified produce would.
+    fn append_txn(p: &Partition, b: &[u8]) -> Result<Appended, AppendError> {
+        let h = validate(b).unwrap();
+        let ticket = p.begin_verification(h.producer_id);
+        p.append_verified(b, &h, None, Some(ticket))
+    }
+
+    fn marker(kind: ControlKind) -> ControlRecord {
+        ControlRecord {
+            kind,
+            coordinator_epoch: 0,
+        }
+    }
+
+    use spate_protocol::batch::ControlKind;
+
+    /// Producer 1 writes 0..3 and aborts (marker at 3), producer 2 opens a transaction at 4..5
+    /// and leaves it open: the LSO is 4, one aborted transaction is known.
+    fn aborted_then_open(p: &Partition) {
+        append_txn(p, &txn_batch(1, 0, 3)).unwrap();
+        p.append_marker(1, 0, marker(ControlKind::Abort)).unwrap();
+        append_txn(p, &txn_batch(2, 0, 2)).unwrap();
+    }
+
+    fn txn_view(p: &Partition) -> (i64, i64, Vec<AbortedTxn>) {
+        (
+            p.high_watermark(),
+            p.last_stable_offset(),
+            p.aborted_in(0, i64::MAX),
+        )
+    }
+
+    const ABORTED_1: AbortedTxn = AbortedTxn {
+        producer_id: 1,
+        first_offset: 0,
+        last_offset: 3,
+    };
+
+    #[test]
+    fn a_transactional_batch_needs_its_verification_ticket_and_a_marker_voids_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, _) = open(dir.path());
+        let b = txn_batch(1, 0, 2);
+        let h = validate(&b).unwrap();
+        assert!(matches!(
+            p.append(&b, &h, None),
+            Err(AppendError::Refused(ResponseError::InvalidTxnState))
+        ));
+        let stale = p.begin_verification(1);
+        p.append_marker(1, 0, marker(ControlKind::Abort)).unwrap();
+        assert!(
+            matches!(
+                p.append_verified(&b, &h, None, Some(stale)),
+                Err(AppendError::Refused(ResponseError::InvalidTxnState))
+            ),
+            "verified before its transaction ended: must not open a new one"
+        );
+        append_txn(&p, &b).unwrap();
+        assert!(!p.needs_verification(1), "its transaction is open here now");
+        let next = txn_batch(1, 2, 1);
+        p.append(&next, &validate(&next).unwrap(), None).unwrap();
+        assert_eq!(
+            p.last_stable_offset(),
+            1,
+            "the open transaction starts after the marker"
+        );
+    }
+
+    #[test]
+    fn the_last_stable_offset_waits_for_the_marker_and_aborts_are_listed_for_fetches() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, _) = open(dir.path());
+        append(&p, &idempotent(0, 2)).unwrap();
+        aborted_then_open(&p);
+        assert_eq!(
+            txn_view(&p),
+            (
+                8,
+                6,
+                vec![AbortedTxn {
+                    first_offset: 2,
+                    last_offset: 5,
+                    ..ABORTED_1
+                }]
+            )
+        );
+        let committed = p
+            .read_upto(0, 1 << 20, true, p.last_stable_offset())
+            .unwrap();
+        let ends: Vec<i64> = spate_protocol::batch::Batches::new(&committed.records)
+            .map(|(_, h)| h.last_offset())
+            .collect();
+        assert_eq!(
+            ends,
+            vec![1, 4, 5],
+            "read_committed stops before the open transaction"
+        );
+        assert!(
+            p.aborted_in(6, 8).is_empty(),
+            "an abort wholly before the range"
+        );
+        p.append_marker(2, 0, marker(ControlKind::Commit)).unwrap();
+        assert_eq!(p.last_stable_offset(), 9);
+        assert_eq!(p.aborted_in(0, 9).len(), 1, "a commit is not listed");
+        assert!(matches!(
+            p.append_marker(
+                2,
+                0,
+                ControlRecord {
+                    kind: ControlKind::Commit,
+                    coordinator_epoch: -1
+                }
+            ),
+            Err(AppendError::Refused(
+                ResponseError::TransactionCoordinatorFenced
+            ))
+        ));
+    }
+
+    #[test]
+    fn open_and_aborted_transactions_survive_a_crash_with_or_without_the_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, _) = open(dir.path());
+        aborted_then_open(&p);
+        let before = txn_view(&p);
+        assert_eq!(before, (6, 4, vec![ABORTED_1]));
+        p.write_producer_snapshot().unwrap();
+        append(&p, &idempotent(0, 1)).unwrap();
+        drop(p); // kill -9: no clean close
+        let (p, _) = open(dir.path());
+        assert_eq!(
+            txn_view(&p),
+            (7, 4, vec![ABORTED_1]),
+            "snapshot plus the tail after it"
+        );
+        drop(p);
+        std::fs::remove_file(dir.path().join(SNAPSHOT_FILE)).unwrap();
+        let (p, _) = open(dir.path());
+        assert_eq!(
+            txn_view(&p),
+            (7, 4, vec![ABORTED_1]),
+            "rebuilt from the log alone"
+        );
+        p.append_marker(2, 0, marker(ControlKind::Abort)).unwrap();
+        assert_eq!(p.last_stable_offset(), 8);
+        assert_eq!(p.aborted_in(0, 8).len(), 2);
+    }
+
+    #[test]
+    fn transaction_state_on_disk_survives_a_power_loss_and_an_unsynced_marker_does_not() {
+        let (disk, flusher, p, rt) = on_simulated_disk_with_fsync();
+        aborted_then_open(&p);
+        let mut rx = p.durable_offset();
+        assert_eq!(rt.block_on(spate_log::wait_durable(&mut rx, 6)), Ok(()));
+        flusher.shutdown();
+        // The commit marker is written but never synced: a power loss takes it.
+        p.append_marker(2, 0, marker(ControlKind::Commit)).unwrap();
+        assert_eq!(p.last_stable_offset(), 7);
+        drop(p);
+        disk.power_loss(spate_log::sim::Tear::LoseAll);
+        let (p, _) = Partition::open_on(
+            disk.storage(),
+            Path::new("/data/t/0"),
+            0,
+            LogConfig::default(),
+            Flusher::start(FsyncPolicy::Always).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            txn_view(&p),
+            (6, 4, vec![ABORTED_1]),
+            "the open transaction is open again"
+        );
+    }
+
+    #[test]
+    fn a_follower_learns_transactions_from_the_leaders_batches_and_keeps_them_after_truncation() {
+        let dir = tempfile::tempdir().unwrap();
+        let (leader, _) = open(dir.path().join("l").as_path());
+        aborted_then_open(&leader);
+        let (f, _) = Partition::open_replica(
+            &dir.path().join("f"),
+            0,
+            LogConfig::default(),
+            Flusher::start(FsyncPolicy::Never).unwrap(),
+        )
+        .unwrap();
+        f.set_role(Role::Follower, 1);
+        let all = leader.read_replica(0, 1 << 20, true).unwrap();
+        for (pos, h) in spate_protocol::batch::Batches::new(&all.records) {
+            f.append_replica(&all.records[pos..pos + h.total_len()], 1)
+                .unwrap();
+        }
+        f.follow_high_watermark(6, 1);
+        assert_eq!(txn_view(&f), (6, 4, vec![ABORTED_1]));
+        f.truncate_to(4).unwrap();
+        assert_eq!(
+            txn_view(&f),
+            (4, 4, vec![ABORTED_1]),
+            "the open transaction was cut away"
+        );
+        assert!(f.needs_verification(2));
+    }
 }

@@ -943,4 +943,69 @@ mod tests {
             SnapshotError("truncated")
         );
     }
+
+    fn txn_header(pid: i64, seq: i32, base_offset: i64, n: i32) -> BatchHeader {
+        let mut b = vec![0u8; spate_protocol::batch::HEADER_LEN];
+        b[8..12].copy_from_slice(&((spate_protocol::batch::HEADER_LEN - 12) as i32).to_be_bytes());
+        b[16] = 2;
+        b[0..8].copy_from_slice(&base_offset.to_be_bytes());
+        b[21..23].copy_from_slice(&0x10i16.to_be_bytes());
+        b[23..27].copy_from_slice(&(n - 1).to_be_bytes());
+        b[43..51].copy_from_slice(&pid.to_be_bytes());
+        b[53..57].copy_from_slice(&seq.to_be_bytes());
+        b[57..61].copy_from_slice(&n.to_be_bytes());
+        BatchHeader::parse(&b).unwrap()
+    }
+
+    fn abort() -> ControlRecord {
+        ControlRecord {
+            kind: ControlKind::Abort,
+            coordinator_epoch: 3,
+        }
+    }
+
+    #[test]
+    fn producers_with_open_transactions_are_neither_expired_nor_evicted() {
+        let mut s = limited(1_000, 2);
+        s.record_data(&txn_header(1, 0, 0, 1), 0, 0);
+        write(&mut s, 2, 0);
+        write(&mut s, 3, 0);
+        assert!(
+            known(&s, 1),
+            "the open transaction's producer stays past the cap"
+        );
+        assert_eq!(s.expire(0), 0);
+        assert_eq!(
+            s.expire(5_000),
+            2,
+            "the idle producers without a transaction go"
+        );
+        assert!(known(&s, 1));
+        assert_eq!(s.first_unstable_offset(), Some(0));
+        s.end_txn(1, 0, abort(), 9);
+        assert_eq!(s.first_unstable_offset(), None);
+        s.expire(5_000);
+        assert_eq!(s.expire(10_000), 1, "expires once its transaction ended");
+    }
+
+    #[test]
+    fn snapshots_keep_open_transactions_aborted_ones_and_coordinator_epochs() {
+        let mut s = ProducerStates::default();
+        s.record_data(&txn_header(1, 0, 0, 2), 0, 1);
+        s.end_txn(1, 0, abort(), 2);
+        s.record_data(&txn_header(2, 0, 3, 2), 3, 4);
+        let (offset, back) = ProducerStates::from_snapshot(&s.snapshot(5)).unwrap();
+        assert_eq!(offset, 5);
+        assert_eq!(back.first_unstable_offset(), Some(3));
+        assert_eq!(back.aborted_in(0, 5), s.aborted_in(0, 5));
+        assert_eq!(back.views(), s.views());
+        assert_eq!(
+            back.check_marker(1, 0, 2),
+            Err(ResponseError::TransactionCoordinatorFenced),
+            "the coordinator epoch of the last marker survives"
+        );
+        let mut forgotten = back.clone();
+        forgotten.forget_aborted_below(3);
+        assert!(forgotten.aborted_in(0, 5).is_empty());
+    }
 }

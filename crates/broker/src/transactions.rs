@@ -122,6 +122,8 @@ pub struct TxnService {
     /// Metrics.
     pub metrics: TxnMetrics,
     clustered: AtomicBool,
+    /// The broker, for the marker writers (set once it exists: [`TxnService::attach`]).
+    broker: std::sync::OnceLock<Weak<Broker>>,
 }
 
 /// Where a decision's record went, and the coordinator epoch it was made under.
@@ -157,6 +159,7 @@ impl TxnService {
             clock,
             metrics: TxnMetrics::default(),
             clustered: AtomicBool::new(false),
+            broker: std::sync::OnceLock::new(),
         }
     }
 
@@ -182,10 +185,19 @@ impl TxnService {
         };
         let svc = Self::new(settings, flusher, clock);
         let count = topic.partition_count().max(0) as usize;
+        let started = Instant::now();
         for p in topic.partitions() {
             let index = p.index.max(0) as usize;
             let epoch = p.leader_epoch();
             svc.take_over(index, count, p, epoch)?;
+        }
+        let ids = svc.coordinator.lock().list().len();
+        if ids > 0 {
+            tracing::info!(
+                ids,
+                took_ms = started.elapsed().as_millis() as u64,
+                "transaction state rebuilt from {TXN_LOG}"
+            );
         }
         Ok(svc)
     }
@@ -251,13 +263,15 @@ impl TxnService {
         parts.led[index] = Some(Led { partition, epoch });
         let took = started.elapsed();
         self.metrics.load.observe(took.as_micros() as u64);
-        tracing::info!(
-            partition = index,
-            epoch,
-            ids,
-            took_ms = took.as_millis() as u64,
-            "coordinating the transactions of a {TXN_LOG} partition: rebuilt from its log"
-        );
+        if self.clustered.load(Ordering::Relaxed) {
+            tracing::info!(
+                partition = index,
+                epoch,
+                ids,
+                took_ms = took.as_millis() as u64,
+                "coordinating the transactions of a {TXN_LOG} partition: rebuilt from its log"
+            );
+        }
         Ok(())
     }
 
@@ -276,15 +290,24 @@ impl TxnService {
         }
     }
 
+    /// Gives the marker writers the broker they write through.
+    pub fn attach(&self, b: &Arc<Broker>) {
+        let _ = self.broker.set(Arc::downgrade(b));
+    }
+
     /// Writes the markers of every transaction that was ending when its partition was taken
-    /// over (or the broker stopped), then completes them.
-    pub fn resume(self: &Arc<Self>, b: &Arc<Broker>) {
+    /// over (or the broker stopped), then completes them. Does nothing before
+    /// [`TxnService::attach`] (the broker's start resumes then).
+    pub fn resume(self: &Arc<Self>) {
+        let Some(b) = self.broker.get().and_then(Weak::upgrade) else {
+            return;
+        };
         let in_flight = self.coordinator.lock().in_flight();
         for m in in_flight {
             let Some((index, epoch)) = self.led_epoch(&m.txn_id) else {
                 continue;
             };
-            self.spawn_markers(b, m, index, epoch, None);
+            self.spawn_markers(&b, m, index, epoch, None);
         }
     }
 

@@ -128,6 +128,8 @@ pub(crate) struct Local {
     pub(crate) offsets_partitions: i32,
     /// offsets.topic.segment.bytes.
     pub(crate) offsets_segment_bytes: u64,
+    /// Transaction coordinators of the `__transaction_state` partitions this node leads.
+    pub(crate) txns: Arc<crate::transactions::TxnService>,
 }
 
 /// This node's part in the cluster; lives inside [`Broker`] once joined.
@@ -153,6 +155,8 @@ pub struct Cluster {
     stopping: AtomicBool,
     /// A proposal creating the offsets topic is out.
     creating_offsets_topic: AtomicBool,
+    /// A proposal to create `__transaction_state` is out (it is created on first use).
+    creating_txn_topic: AtomicBool,
     /// This node's producer-id block: next id and end (exclusive).
     producer_ids: Mutex<(i64, i64)>,
     /// Follower-side replication throttle shared by this node's fetchers.
@@ -361,10 +365,15 @@ impl Cluster {
     }
 
     /// The node that coordinates transactional id `txn_id`: the leader of its
-    /// `__transaction_state` partition, where its state is stored.
+    /// `__transaction_state` partition, where its state is stored. The topic is created on
+    /// first use, as Kafka does (`None` until it exists and has a leader).
     pub fn txn_coordinator(&self, txn_id: &str) -> Option<(BrokerId, String, i32)> {
         let image = self.image();
-        let count = image.topic(spate_txn::TXN_LOG)?.partitions.len();
+        let Some(topic) = image.topic(spate_txn::TXN_LOG) else {
+            self.create_txn_topic(&image);
+            return None;
+        };
+        let count = topic.partitions.len();
         let index = spate_txn::txn_partition_for(txn_id, count);
         let leader = image.partition(spate_txn::TXN_LOG, index as i32)?.leader?;
         let reg = image.broker(leader).filter(|r| !r.fenced)?;
@@ -457,6 +466,7 @@ impl Broker {
             sync_acks: self.config.fsync.acks_wait_for_fsync(),
             offsets_partitions: self.config.groups.offsets_partitions,
             offsets_segment_bytes: self.config.groups.offsets_segment_bytes,
+            txns: self.txns.clone(),
         };
         let cluster = Arc::new_cyclic(|me| Cluster {
             me: me.clone(),
@@ -472,6 +482,7 @@ impl Broker {
             resync: watch::Sender::new(0),
             stopping: AtomicBool::new(false),
             creating_offsets_topic: AtomicBool::new(false),
+            creating_txn_topic: AtomicBool::new(false),
             producer_ids: Mutex::new((0, 0)),
             follower_throttle: throttle::ByteRate::new(),
             leader_throttle: throttle::ByteRate::new(),
@@ -491,6 +502,7 @@ impl Broker {
             http_addr: cluster.settings.advertised_http.clone(),
         };
         self.groups.set_clustered();
+        self.txns.set_clustered();
         let session = cluster
             .node
             .start_broker_session(info, cluster.settings.heartbeat_interval);
@@ -619,6 +631,53 @@ fn ensure_cluster_id(cluster: &Arc<Cluster>, image: &MetadataImage) {
         }
         c.setting_cluster_id.store(false, Ordering::SeqCst);
     });
+}
+
+impl Cluster {
+    /// Proposes `__transaction_state` (transaction.state.log.num.partitions partitions,
+    /// replicated like the offsets topic, no retention), once at a time.
+    fn create_txn_topic(&self, image: &MetadataImage) {
+        let rf = self.offsets_replication_factor();
+        if image.live_brokers().count() < rf {
+            return;
+        }
+        let settings = self.local.txns.settings();
+        let cmd = match spate_cluster::controller::create_topic_command(
+            image,
+            spate_txn::TXN_LOG,
+            uuid::Uuid::new_v4(),
+            settings.partitions.max(1),
+            rf as i16,
+            crate::groups::offsets_topic_config(settings.segment_bytes)
+                .overrides()
+                .clone(),
+        ) {
+            Ok(cmd) => cmd,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot place {} yet", spate_txn::TXN_LOG);
+                return;
+            }
+        };
+        if self.creating_txn_topic.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let Some(c) = self.me.upgrade() else {
+            return;
+        };
+        tokio::spawn(async move {
+            match c.propose(cmd).await {
+                Ok(_) => tracing::info!(
+                    replication_factor = rf,
+                    "created the replicated transaction state topic {}",
+                    spate_txn::TXN_LOG
+                ),
+                Err(e) => {
+                    tracing::info!(error = %e, "creating {} did not go through; retried on the next request", spate_txn::TXN_LOG)
+                }
+            }
+            c.creating_txn_topic.store(false, Ordering::SeqCst);
+        });
+    }
 }
 
 /// The controller creates the replicated offsets topic once enough brokers are up to give it

@@ -97,6 +97,29 @@ pub(super) fn apply(
             }
         }
     }
+    // And the transactions of the transaction state partitions it leads; transactions that
+    // were ending there get their markers written again.
+    if let Some(t) = b.topics.get(spate_txn::TXN_LOG) {
+        let count = t.partition_count().max(0) as usize;
+        for index in 0..count {
+            let led = t
+                .partition(index as i32)
+                .filter(|p| p.role() == Role::Leader);
+            match led {
+                Some(p) => {
+                    let epoch = p.leader_epoch();
+                    match b.txns.take_over(index, count, p, epoch) {
+                        Ok(()) => b.txns.resume(),
+                        Err(e) => {
+                            tracing::error!(partition = index, error = %e, "cannot load transaction state from a replicated partition; retrying");
+                            complete = false;
+                        }
+                    }
+                }
+                None => b.txns.step_down(index),
+            }
+        }
+    }
     for local in b.topics.list() {
         let gone = image.topic(&local.name).is_none_or(|t| t.id != local.id);
         if gone {
