@@ -46,7 +46,9 @@ trap cleanup EXIT
 fail() {
   echo "FAIL: $*" >&2
   for f in "$WORK"/app*.out; do [[ -f "$f" ]] && { echo "--- $(basename "$f")" >&2; tail -20 "$f" >&2; }; done
-  for f in "$WORK"/app*.err; do [[ -s "$f" ]] && { echo "--- $(basename "$f") (last 15 lines)" >&2; tail -15 "$f" >&2; }; done
+  for f in "$WORK"/app*.err; do
+    [[ -s "$f" ]] && { echo "--- $(basename "$f"): errors (last 12)" >&2; grep -E "ERROR|Exception|Caused by" "$f" | tail -12 >&2; }
+  done
   [[ -f "${SPATE_LOG:-}" ]] && { echo "--- spate log" >&2; tail -30 "$SPATE_LOG" >&2; }
   exit 1
 }
