@@ -730,21 +730,32 @@ impl GroupService {
         Ok(written)
     }
 
-    /// Whether an open transaction holds an offset commit for this group and partition
-    /// (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT then).
+    /// Whether an offset commit of this group and partition is still settling: written in a
+    /// transaction that has not ended, or not yet replicated (OffsetFetch with require_stable
+    /// answers UNSTABLE_OFFSET_COMMIT then, and the client asks again).
     pub fn has_pending_txn_offset(&self, group: &str, topic: &str, partition: i32) -> bool {
         let parts = self.partitions.lock();
         if parts.count == 0 {
             return false;
         }
         let index = offsets_partition_for(group, parts.count);
+        let names = |g: &str, entries: &[(String, i32, Option<Committed>)]| {
+            g == group
+                && entries
+                    .iter()
+                    .any(|(t, p, _)| t == topic && *p == partition)
+        };
         leading(&parts, index).is_some_and(|led| {
-            led.txn_pending.values().flatten().any(|(g, entries)| {
-                g == group
-                    && entries
-                        .iter()
-                        .any(|(t, p, _)| t == topic && *p == partition)
-            })
+            // Written in a transaction whose marker is not written, or whose commit marker is
+            // not replicated yet: either way not the group's offset yet.
+            led.txn_pending
+                .values()
+                .flatten()
+                .any(|(g, entries)| names(g, entries))
+                || led
+                    .unreplicated
+                    .iter()
+                    .any(|c| c.end > led.partition.high_watermark() && names(&c.group, &c.entries))
         })
     }
 

@@ -220,9 +220,17 @@ pub fn fetch(b: &Broker, version: i16, req: OffsetFetchRequest) -> OffsetFetchRe
                 let mut t = OffsetFetchResponseTopics::default();
                 t.name = name.clone();
                 for p in parts {
-                    let (offset, epoch, metadata) = committed(b, &g.group_id, &name, p);
                     let mut pr = OffsetFetchResponsePartitions::default();
                     pr.partition_index = p;
+                    if req.require_stable && b.groups.has_pending_txn_offset(&g.group_id, &name, p)
+                    {
+                        pr.committed_offset = -1;
+                        pr.committed_leader_epoch = -1;
+                        pr.error_code = ResponseError::UnstableOffsetCommit.code();
+                        t.partitions.push(pr);
+                        continue;
+                    }
+                    let (offset, epoch, metadata) = committed(b, &g.group_id, &name, p);
                     pr.committed_offset = offset;
                     pr.committed_leader_epoch = epoch;
                     pr.metadata = metadata;
@@ -244,9 +252,19 @@ pub fn fetch(b: &Broker, version: i16, req: OffsetFetchRequest) -> OffsetFetchRe
         let mut t = OffsetFetchResponseTopic::default();
         t.name = name.clone();
         for p in parts {
-            let (offset, epoch, metadata) = committed(b, &group, &name, p);
             let mut pr = OffsetFetchResponsePartition::default();
             pr.partition_index = p;
+            // v7 asks for stable offsets: one still settling in a transaction is retried.
+            if version >= 7
+                && req.require_stable
+                && b.groups.has_pending_txn_offset(&group, &name, p)
+            {
+                pr.committed_offset = -1;
+                pr.error_code = ResponseError::UnstableOffsetCommit.code();
+                t.partitions.push(pr);
+                continue;
+            }
+            let (offset, epoch, metadata) = committed(b, &group, &name, p);
             pr.committed_offset = offset;
             if version >= 5 {
                 pr.committed_leader_epoch = epoch;
