@@ -34,6 +34,8 @@ pub fn routes() -> Router<Arc<HttpState>> {
             axum::routing::patch(alter_configs),
         )
         .route("/admin/topics/{name}/partitions", post(add_partitions))
+        .route("/admin/transactions", get(list_transactions))
+        .route("/admin/transactions/{id}", get(describe_transaction))
         .route("/admin/groups", get(list_groups))
         .route(
             "/admin/groups/{id}",
@@ -47,7 +49,10 @@ fn kafka_error(e: ResponseError, message: impl Into<String>) -> ApiError {
         ResponseError::TopicAlreadyExists | ResponseError::NonEmptyGroup => StatusCode::CONFLICT,
         ResponseError::UnknownTopicOrPartition
         | ResponseError::GroupIdNotFound
+        | ResponseError::TransactionalIdNotFound
         | ResponseError::UnknownTopicId => StatusCode::NOT_FOUND,
+        // Another node answers for it.
+        ResponseError::NotCoordinator => StatusCode::MISDIRECTED_REQUEST,
         ResponseError::KafkaStorageError | ResponseError::UnknownServerError => {
             StatusCode::INTERNAL_SERVER_ERROR
         }
@@ -456,6 +461,57 @@ async fn add_partitions(
     .await?;
     let grown = topic(b, &name)?;
     Ok(Json(topic_json(&grown, true)))
+}
+
+fn txn_json(id: &str, m: &spate_txn::TxnMeta, now_ms: i64) -> Value {
+    let partitions: Vec<Value> = m
+        .partitions
+        .iter()
+        .map(|(t, p)| json!({"topic": t, "partition": p}))
+        .collect();
+    json!({
+        "transactional_id": id,
+        "state": m.status.name(),
+        "producer_id": m.producer_id,
+        "producer_epoch": m.producer_epoch,
+        "timeout_ms": m.timeout_ms,
+        "started_ms": (m.start_ms >= 0).then_some(m.start_ms),
+        "open_for_ms": m.open_for_ms(now_ms),
+        "last_update_ms": m.last_update_ms,
+        "partitions": partitions,
+    })
+}
+
+/// The transactional ids this node coordinates, with their state.
+async fn list_transactions(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> {
+    let b = s.broker()?;
+    let now = b.clock.now_ms();
+    Ok(Json(json!(b
+        .txns
+        .list()
+        .iter()
+        .map(|(id, m)| txn_json(id, m, now))
+        .collect::<Vec<_>>())))
+}
+
+/// One transactional id's state; 404 when unknown, 421 (NOT_COORDINATOR) when another node
+/// coordinates it.
+async fn describe_transaction(
+    State(s): State<Arc<HttpState>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>> {
+    let b = s.broker()?;
+    match b.txns.describe(&id) {
+        Ok(Some(m)) => Ok(Json(txn_json(&id, &m, b.clock.now_ms()))),
+        Ok(None) => Err(kafka_error(
+            ResponseError::TransactionalIdNotFound,
+            format!("transactional id '{id}' is not known to its coordinator"),
+        )),
+        Err(e) => Err(kafka_error(
+            e,
+            format!("another node coordinates transactional id '{id}': ask the leader of its __transaction_state partition"),
+        )),
+    }
 }
 
 async fn list_groups(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> {

@@ -286,6 +286,48 @@ fn sanitize(name: &str) -> String {
 
 /// Client quota usage per quota entity: Kafka's per-user / per-client-id byte-rate,
 /// throttle-time and request-time metrics.
+fn render_transactions(w: &mut Writer, b: &Broker) {
+    let t = &b.txns.metrics;
+    w.family(
+        "spate_transactions_open",
+        "gauge",
+        "Transactions open on the transactional ids this node coordinates.",
+    );
+    w.sample("spate_transactions_open", &[], b.txns.open_count() as f64);
+    for (name, help, c) in [
+        (
+            "spate_transactions_committed_total",
+            "Transactions committed: every marker written.",
+            &t.commits,
+        ),
+        (
+            "spate_transactions_aborted_total",
+            "Transactions aborted (by their producer, a fencing producer or a timeout): every marker written.",
+            &t.aborts,
+        ),
+        (
+            "spate_transactions_timed_out_total",
+            "Transactions the coordinator aborted because they outlived transaction.timeout.ms.",
+            &t.timed_out,
+        ),
+    ] {
+        w.family(name, "counter", help);
+        w.sample(name, &[], c.get() as f64);
+    }
+    w.family(
+        "spate_transaction_duration_seconds",
+        "histogram",
+        "From a transaction's first partition to its last marker.",
+    )
+    .histogram("spate_transaction_duration_seconds", &[], &t.duration, 1e6);
+    w.family(
+        "spate_transaction_coordinator_load_seconds",
+        "histogram",
+        "Time to rebuild one __transaction_state partition's transactions when this node takes it over.",
+    )
+    .histogram("spate_transaction_coordinator_load_seconds", &[], &t.load, 1e6);
+}
+
 fn render_quotas(w: &mut Writer, b: &Broker) {
     let stats = b.quotas.stats();
     let families = [
@@ -447,6 +489,10 @@ pub fn render(b: &Broker) -> String {
             "spate_partition_size_bytes",
             "Bytes stored by the partition.",
         ),
+        (
+            "spate_partition_last_stable_offset_lag",
+            "High watermark minus last stable offset: records read_committed consumers cannot see yet because a transaction before them is open.",
+        ),
     ] {
         w.family(name, "gauge", help);
         for (topic, p) in &partitions {
@@ -454,6 +500,9 @@ pub fn render(b: &Broker) -> String {
                 "spate_partition_log_end_offset" => p.log_end_offset() as f64,
                 "spate_partition_log_start_offset" => p.log_start_offset() as f64,
                 "spate_partition_high_watermark" => p.high_watermark() as f64,
+                "spate_partition_last_stable_offset_lag" => {
+                    (p.high_watermark() - p.last_stable_offset()).max(0) as f64
+                }
                 _ => p.size_bytes() as f64,
             };
             let idx = p.index.to_string();
@@ -461,6 +510,7 @@ pub fn render(b: &Broker) -> String {
         }
     }
 
+    render_transactions(&mut w, b);
     w.family(
         "spate_fsync_duration_seconds",
         "histogram",

@@ -19,6 +19,9 @@ pub const DEFAULT_MAX_TIMEOUT_MS: i32 = 900_000;
 /// Kafka's default `transactional.id.expiration.ms`: 7 days.
 pub const DEFAULT_ID_EXPIRATION_MS: i64 = 604_800_000;
 
+/// Longest transactional id: what a `__transaction_state` record key can hold.
+pub const MAX_TXN_ID_BYTES: usize = i16::MAX as usize;
+
 /// Errors are Kafka's own codes: the handlers answer them as they are.
 pub type TxnError = ResponseError;
 
@@ -188,7 +191,8 @@ impl TxnCoordinator {
         now_ms: i64,
         allocate: &mut dyn FnMut() -> Result<i64, TxnError>,
     ) -> Result<InitAnswer, TxnError> {
-        if txn_id.is_empty() {
+        // Longer ids cannot be a `__transaction_state` record key (an i16-length string).
+        if txn_id.is_empty() || txn_id.len() > MAX_TXN_ID_BYTES {
             return Err(ResponseError::InvalidRequest);
         }
         if timeout_ms <= 0 || timeout_ms > self.config.max_timeout_ms {

@@ -22,3 +22,4 @@ mod produce_consume;
 mod quotas;
 mod search;
 mod telemetry;
+mod transactions;

@@ -66,6 +66,13 @@ fn timeouts_over_the_maximum_or_not_positive_are_refused_and_nothing_is_kept() {
         c.init_producer_id("", 1_000, None, 0, &mut ids()),
         Err(ResponseError::InvalidRequest)
     );
+    let long = "x".repeat(MAX_TXN_ID_BYTES + 1);
+    assert_eq!(
+        c.init_producer_id(&long, 1_000, None, 0, &mut ids()),
+        Err(ResponseError::InvalidRequest),
+        "an id no record key can hold"
+    );
+    assert!(c.list().is_empty());
 }
 
 #[test]
