@@ -19,13 +19,15 @@ use spate_cluster::metadata::{BrokerId, CommandError, MetadataImage};
 use spate_cluster::replication::{AckState, IsrChange};
 use spate_log::sim::{SimDisk, Tear};
 use spate_log::{Flusher, FsyncPolicy, LogConfig, LogError};
-use spate_protocol::batch::{build, validate, NewRecord};
+use spate_protocol::batch::{
+    build, validate, ControlKind, ControlRecord, NewRecord, ProducerFields,
+};
 use spate_protocol::records::Compression;
 use spate_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::log::{decode, ReplicaView};
-use super::net::{FetchData, Msg, NodeId, Out, Timer, CONTROLLER};
+use super::net::{FetchData, Msg, NodeId, Out, Timer, Write, CONTROLLER, TXN_PRODUCER_ID};
 use super::*;
 
 /// Bytes a follower or consumer fetch returns at most (a few batches).
@@ -295,23 +297,49 @@ impl Broker {
                 self.after_leader_change(&p, now, out);
             }
             Msg::FetchResult { req, result } => self.on_fetch_result(&p, req, result, out),
-            Msg::Produce { req, payload } => {
-                self.on_produce(&p, now, from, from_inc, req, payload, out);
+            Msg::Produce {
+                req,
+                payload,
+                write,
+            } => {
+                self.on_produce(&p, now, from, from_inc, req, (payload, write), out);
                 self.after_leader_change(&p, now, out);
             }
-            Msg::ConsumerFetch { req, offset } => {
-                // A consumer reads only below the high watermark, and only from a leader.
-                let records = if p.role() == Role::Leader {
-                    p.read(offset, FETCH_MAX_BYTES, true)
+            Msg::ConsumerFetch {
+                req,
+                offset,
+                committed,
+            } => {
+                // A consumer reads only below the high watermark (read_committed: the last
+                // stable offset, as the Fetch handler), and only from a leader.
+                let (mut records, mut aborted) = (Vec::new(), Vec::new());
+                if p.role() == Role::Leader {
+                    let limit = if committed {
+                        p.last_stable_offset()
+                    } else {
+                        p.high_watermark()
+                    };
+                    records = p
+                        .read_upto(offset, FETCH_MAX_BYTES, true, limit)
                         .map(|r| decode(&r.records))
-                        .unwrap_or_default()
-                } else {
-                    Vec::new()
-                };
+                        .unwrap_or_default();
+                    if committed {
+                        let upto = records.last().map_or(limit, |r| r.offset + 1);
+                        aborted = p
+                            .aborted_in(offset, upto)
+                            .into_iter()
+                            .map(|a| (a.first_offset, a.last_offset))
+                            .collect();
+                    }
+                }
                 out.send(
                     from,
                     Some(from_inc),
-                    Msg::ConsumerFetchResult { req, records },
+                    Msg::ConsumerFetchResult {
+                        req,
+                        records,
+                        aborted,
+                    },
                 );
             }
             _ => {}
@@ -683,7 +711,7 @@ impl Broker {
         from: NodeId,
         from_inc: u64,
         req: u64,
-        payload: u64,
+        (payload, write): (u64, Write),
         out: &mut Out,
     ) {
         let refuse = if p.role() != Role::Leader {
@@ -699,6 +727,67 @@ impl Broker {
         if let Some(e) = refuse {
             return reply(Err(e), out);
         }
+        let epoch = p.leader_epoch();
+        let txn = match write {
+            Write::Plain => None,
+            Write::TxnData { epoch, seq } => Some(txn_batch(payload, epoch, seq).and_then(|b| {
+                // The coordinator is the producer's own: a verification always finds the
+                // partition added (it only writes inside an open transaction).
+                let h = validate(&b).map_err(|e| format!("invalid txn batch: {e:?}"))?;
+                let ticket = p.begin_verification(TXN_PRODUCER_ID);
+                Ok(p.append_verified(&b, &h, None, Some(ticket)))
+            })),
+            Write::Marker {
+                epoch,
+                commit,
+                coordinator_epoch,
+            } => {
+                let kind = if commit {
+                    ControlKind::Commit
+                } else {
+                    ControlKind::Abort
+                };
+                let marker = ControlRecord {
+                    kind,
+                    coordinator_epoch,
+                };
+                Some(Ok(p.append_marker(TXN_PRODUCER_ID, epoch, marker)))
+            }
+        };
+        if let Some(appended) = txn {
+            let offset = match appended {
+                Err(e) => {
+                    out.violations.push(e);
+                    return;
+                }
+                Ok(Ok(
+                    Appended::New { last_offset, .. } | Appended::Duplicate { last_offset, .. },
+                )) => last_offset,
+                // Fenced epochs, stale coordinators, refused sequences: the client's answer.
+                Ok(Err(spate_broker::partition::AppendError::Refused(e))) => {
+                    return reply(Err(e), out)
+                }
+                Ok(Err(e)) => {
+                    out.violations
+                        .push(format!("broker {} leader txn append: {e:?}", self.id));
+                    return;
+                }
+            };
+            out.appended.push((epoch, payload));
+            self.pending_acks.push(PendingAck {
+                client: from,
+                client_incarnation: from_inc,
+                req,
+                epoch,
+                offset,
+                deadline_ms: now + PRODUCE_TIMEOUT_MS,
+            });
+            if self.synced_acks && !self.group_commit_scheduled {
+                self.group_commit_scheduled = true;
+                out.timer(GROUP_COMMIT_MS, Timer::GroupCommit);
+            }
+            return;
+        }
         let batch = match produce_batch(payload) {
             Ok(b) => b,
             Err(e) => {
@@ -706,7 +795,6 @@ impl Broker {
                 return;
             }
         };
-        let epoch = p.leader_epoch();
         let header = match validate(&batch) {
             Ok(h) => h,
             Err(e) => {
@@ -827,6 +915,24 @@ fn produce_batch(payload: u64) -> Result<Bytes, String> {
         timestamp: payload as i64,
     };
     build(&[record], None, Compression::None).map_err(|e| format!("cannot build a batch: {e:?}"))
+}
+
+/// A record of the transactional producer's open transaction, its payload id in the
+/// timestamp as [`produce_batch`]'s.
+fn txn_batch(payload: u64, epoch: i16, seq: i32) -> Result<Bytes, String> {
+    let record = NewRecord {
+        key: None,
+        value: Some(Bytes::from_static(b"t")),
+        timestamp: payload as i64,
+    };
+    let producer = ProducerFields {
+        id: TXN_PRODUCER_ID,
+        epoch,
+        base_sequence: seq,
+        transactional: true,
+    };
+    build(&[record], Some(producer), Compression::None)
+        .map_err(|e| format!("cannot build a batch: {e:?}"))
 }
 
 /// Registration id of process `incarnation` of broker `id`.

@@ -225,7 +225,8 @@ impl Checker {
                 return Err(format!("broker {} lost committed records", b.id));
             }
             let mut seen: HashMap<u64, i64> = HashMap::new();
-            for r in recs {
+            // Markers carry no payload id: a transaction's may be written more than once.
+            for r in recs.iter().filter(|r| !super::log::is_marker(r.payload)) {
                 if let Some(prev) = seen.insert(r.payload, r.offset) {
                     return Err(format!(
                         "broker {} holds payload {} twice ({prev} and {})",
@@ -247,6 +248,126 @@ impl Checker {
                     return Err(format!("broker {} lost consumed record {c:?}", b.id));
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+/// Where the open transaction begins in `records` (the first record after the last marker),
+/// if one is open.
+fn open_txn_start(records: &[Record]) -> Option<i64> {
+    let mut first = None;
+    for r in records.iter().rev() {
+        if super::log::is_marker(r.payload) {
+            break;
+        }
+        first = Some(r.offset);
+    }
+    first
+}
+
+/// The aborted transactions `records` hold: (first offset, abort marker's offset).
+fn aborted_in_history(records: &[Record]) -> Vec<(i64, i64)> {
+    let (mut open, mut out) = (None, Vec::new());
+    for r in records {
+        match r.payload {
+            super::log::MARKER_ABORT => {
+                if let Some(first) = open.take() {
+                    out.push((first, r.offset));
+                }
+            }
+            super::log::MARKER_COMMIT => open = None,
+            _ => {
+                open.get_or_insert(r.offset);
+            }
+        }
+    }
+    out
+}
+
+/// After every event, with transactions: no leader's last stable offset is past the start
+/// of a transaction open in its log (read_committed would expose undecided records).
+pub fn txn_step(
+    brokers: &BTreeMap<BrokerId, Broker>,
+    _producer: &super::clients::Producer,
+    _consumer: &super::clients::Consumer,
+) -> Result<(), String> {
+    for b in brokers.values() {
+        let Some(p) = b.partition() else { continue };
+        if !b.up || p.role() != spate_broker::partition::Role::Leader {
+            continue;
+        }
+        let lso = p.last_stable_offset();
+        if lso > p.high_watermark() {
+            return Err(format!(
+                "broker {}: last stable offset {lso} past the high watermark {}",
+                b.id,
+                p.high_watermark()
+            ));
+        }
+        if let Some(open) = open_txn_start(b.log.records()) {
+            if lso > open {
+                return Err(format!(
+                    "broker {}: last stable offset {lso} past the open transaction at {open}",
+                    b.id
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Checker {
+    /// Once settled, with transactions: every replica has no open transaction and lists
+    /// exactly the aborted transactions its log holds (rebuilt across truncations, restarts
+    /// and power losses), and the read_committed consumer kept exactly the records of the
+    /// committed transactions, in order, once each, and nothing of an aborted one.
+    pub fn final_txn_check(
+        &self,
+        brokers: &BTreeMap<BrokerId, Broker>,
+        txn: &super::clients::Txn,
+        consumer: &super::clients::Consumer,
+    ) -> Result<(), String> {
+        let expected = aborted_in_history(&self.committed);
+        for b in brokers.values() {
+            let Some(p) = b.partition() else { continue };
+            let (lso, hw) = (p.last_stable_offset(), p.high_watermark());
+            if lso != hw {
+                return Err(format!(
+                    "broker {}: a transaction is still open after every decision was written (lso {lso}, hw {hw})",
+                    b.id
+                ));
+            }
+            let listed: Vec<(i64, i64)> = p
+                .aborted_in(p.log_start_offset(), p.log_end_offset())
+                .into_iter()
+                .map(|a| (a.first_offset, a.last_offset))
+                .collect();
+            if listed != expected {
+                return Err(format!(
+                    "broker {}: aborted transactions {listed:?}, its log holds {expected:?}",
+                    b.id
+                ));
+            }
+        }
+        let committed: Vec<u64> = txn
+            .decided
+            .iter()
+            .filter(|(_, commit)| *commit)
+            .flat_map(|(payloads, _)| payloads.iter().copied())
+            .collect();
+        if consumer.kept != committed {
+            let aborted: Vec<u64> = txn.aborting.iter().flatten().copied().collect();
+            let leaked: Vec<&u64> = consumer
+                .kept
+                .iter()
+                .filter(|p| aborted.contains(p))
+                .collect();
+            return Err(format!(
+                "read_committed kept {} records, the committed transactions hold {}; aborted ones kept: {leaked:?}",
+                consumer.kept.len(),
+                committed.len()
+            ));
         }
         Ok(())
     }

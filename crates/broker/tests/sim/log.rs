@@ -26,9 +26,33 @@ pub fn record_of(h: &BatchHeader) -> Record {
     }
 }
 
-/// Decodes the whole batches of a read.
+/// The payload a commit marker stands for in the views (markers carry no payload id).
+pub const MARKER_COMMIT: u64 = u64::MAX;
+/// The payload an abort marker stands for.
+pub const MARKER_ABORT: u64 = u64::MAX - 1;
+
+/// Whether a payload is a transaction marker's.
+pub fn is_marker(payload: u64) -> bool {
+    payload >= MARKER_ABORT
+}
+
+/// Decodes the whole batches of a read; a transaction marker reads as [`MARKER_COMMIT`] or
+/// [`MARKER_ABORT`] (its timestamp is the wall clock's, not a payload id).
 pub fn decode(bytes: &Bytes) -> Vec<Record> {
-    Batches::new(bytes).map(|(_, h)| record_of(&h)).collect()
+    Batches::new(bytes)
+        .map(|(pos, h)| {
+            let mut r = record_of(&h);
+            if h.is_control() {
+                r.payload = match spate_protocol::batch::control_record(&bytes[pos..]) {
+                    Some(m) if m.kind == spate_protocol::batch::ControlKind::Commit => {
+                        MARKER_COMMIT
+                    }
+                    _ => MARKER_ABORT,
+                };
+            }
+            r
+        })
+        .collect()
 }
 
 /// How far the log is on disk, from the flusher's own record (not from the replica code the

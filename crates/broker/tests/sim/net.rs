@@ -48,6 +48,25 @@ pub const CONSUMER: NodeId = 9;
 /// The Kafka errors the brokers answer with (the real ones).
 pub type KafkaError = ResponseError;
 
+/// What a produce writes: a plain record, a record of the transactional producer's open
+/// transaction, or the marker that ends it (written by the simulated coordinator).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    Plain,
+    TxnData {
+        epoch: i16,
+        seq: i32,
+    },
+    Marker {
+        epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+    },
+}
+
+/// The producer id of the simulation's transactional producer.
+pub const TXN_PRODUCER_ID: i64 = 7;
+
 /// A leader's answer to a follower's fetch.
 #[derive(Clone, Debug)]
 pub struct FetchData {
@@ -106,6 +125,7 @@ pub enum Msg {
     Produce {
         req: u64,
         payload: u64,
+        write: Write,
     },
     ProduceResult {
         req: u64,
@@ -114,10 +134,14 @@ pub enum Msg {
     ConsumerFetch {
         req: u64,
         offset: i64,
+        /// read_committed: up to the last stable offset, with the aborted transactions.
+        committed: bool,
     },
     ConsumerFetchResult {
         req: u64,
         records: Vec<Record>,
+        /// Aborted transactions that may hold records of the answer: (first offset, marker).
+        aborted: Vec<(i64, i64)>,
     },
 }
 
@@ -141,7 +165,7 @@ impl Msg {
                     d.high_watermark
                 )
             }
-            Msg::ConsumerFetchResult { req, records } => {
+            Msg::ConsumerFetchResult { req, records, .. } => {
                 format!("ConsumerFetchResult req={req} {} records", records.len())
             }
             other => format!("{other:?}"),

@@ -37,6 +37,9 @@ pub struct Config {
     pub alter_isr_retry_ms: u64,
     /// Chance that an answer to an ISR change is delivered twice.
     pub duplicate_isr_answers_per_mille: u64,
+    /// The producer writes transactions (and its coordinator their markers); the consumer
+    /// reads committed.
+    pub txn: bool,
 }
 
 impl Config {
@@ -56,6 +59,7 @@ impl Config {
                 ALTER_ISR_RETRY_MS
             },
             duplicate_isr_answers_per_mille: rng.range(0, 300),
+            txn: false,
         }
     }
 
@@ -70,6 +74,7 @@ impl Config {
             slow_max_ms: 10,
             alter_isr_retry_ms: ALTER_ISR_RETRY_MS,
             duplicate_isr_answers_per_mille: 0,
+            txn: false,
         }
     }
 }
@@ -134,6 +139,10 @@ impl World {
             b.start(&mut out);
             w.brokers.insert(id, b);
             w.apply_out(id, 0, out);
+        }
+        if w.cfg.txn {
+            w.producer.txn = Some(Default::default());
+            w.consumer = Consumer::read_committed();
         }
         let mut out = Out::default();
         w.producer.start(&mut out);
@@ -374,6 +383,11 @@ impl World {
         {
             self.fail(&e);
         }
+        if self.cfg.txn {
+            if let Err(e) = super::check::txn_step(&self.brokers, &self.producer, &self.consumer) {
+                self.fail(&e);
+            }
+        }
     }
 
     /// Runs every event up to `ms` from now (bounded by the events that fit in that time).
@@ -601,9 +615,12 @@ impl World {
         let leads = leader
             .leading()
             .is_some_and(|(epoch, _, isr)| epoch == p.leader_epoch && isr.len() == 3);
+        let txn_done = self.producer.txn.as_ref().is_none_or(|t| t.is_done())
+            && (!self.consumer.committed || self.consumer.position() == leader.log.end());
         leads
             && p.isr.len() == 3
             && self.producer.is_idle()
+            && txn_done
             && self.brokers.values().all(|b| {
                 b.up && b.log.records() == leader.log.records() && b.hw() == leader.log.end()
             })
@@ -623,6 +640,14 @@ impl World {
         if let Err(e) = self.checker.final_check(&self.brokers) {
             self.fail(&e);
         }
+        if let Some(t) = &self.producer.txn {
+            if let Err(e) = self
+                .checker
+                .final_txn_check(&self.brokers, t, &self.consumer)
+            {
+                self.fail(&e);
+            }
+        }
     }
 
     pub fn summary(&self) -> Summary {
@@ -641,7 +666,19 @@ impl World {
 
 /// One seed: `chaos_events` events of random faults, then heal, settle and the final check.
 pub fn run_seed(seed: u64, synced_acks: bool, chaos_events: u64) -> Summary {
-    let mut w = World::new(Config::chaos(seed, synced_acks));
+    run_config(Config::chaos(seed, synced_acks), chaos_events)
+}
+
+/// [`run_seed`] with transactions.
+pub fn run_txn_seed(seed: u64, synced_acks: bool, chaos_events: u64) -> Summary {
+    let mut cfg = Config::chaos(seed, synced_acks);
+    cfg.txn = true;
+    run_config(cfg, chaos_events)
+}
+
+fn run_config(cfg: Config, chaos_events: u64) -> Summary {
+    let seed = cfg.seed;
+    let mut w = World::new(cfg);
     for _ in 0..chaos_events {
         if !w.step() {
             break;
