@@ -1496,24 +1496,29 @@ mod tests {
 
     #[test]
     fn transaction_state_on_disk_survives_a_power_loss_and_an_unsynced_marker_does_not() {
-        let (disk, flusher, p, rt) = on_simulated_disk_with_fsync();
+        let disk = spate_log::sim::SimDisk::new();
+        // Fsyncs happen only when the test says.
+        let flusher = Flusher::manual(FsyncPolicy::Always);
+        let open = |flusher: Flusher| {
+            Partition::open_on(
+                disk.storage(),
+                Path::new("/data/t/0"),
+                0,
+                LogConfig::default(),
+                flusher,
+            )
+            .unwrap()
+            .0
+        };
+        let p = open(flusher.clone());
         aborted_then_open(&p);
-        let mut rx = p.durable_offset();
-        assert_eq!(rt.block_on(spate_log::wait_durable(&mut rx, 6)), Ok(()));
-        flusher.shutdown();
+        flusher.flush_now();
         // The commit marker is written but never synced: a power loss takes it.
         p.append_marker(2, 0, marker(ControlKind::Commit)).unwrap();
         assert_eq!(p.last_stable_offset(), 7);
         drop(p);
         disk.power_loss(spate_log::sim::Tear::LoseAll);
-        let (p, _) = Partition::open_on(
-            disk.storage(),
-            Path::new("/data/t/0"),
-            0,
-            LogConfig::default(),
-            Flusher::start(FsyncPolicy::Always).unwrap(),
-        )
-        .unwrap();
+        let p = open(Flusher::manual(FsyncPolicy::Always));
         assert_eq!(
             txn_view(&p),
             (6, 4, vec![ABORTED_1]),

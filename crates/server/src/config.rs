@@ -196,6 +196,20 @@ pub struct Args {
     #[arg(long, env = "SPATE_OFFSETS_TOPIC_NUM_PARTITIONS", default_value_t = 50)]
     pub offsets_topic_num_partitions: u32,
 
+    /// Partitions `__transaction_state` is created with (transaction.state.log.num.partitions);
+    /// transactional ids are spread over them. An existing topic keeps its count.
+    #[arg(long, env = "SPATE_TRANSACTION_STATE_PARTITIONS", default_value_t = 50)]
+    pub transaction_state_partitions: u32,
+
+    /// Longest transaction.timeout.ms a producer may ask for (transaction.max.timeout.ms);
+    /// InitProducerId with a longer one is INVALID_TRANSACTION_TIMEOUT.
+    #[arg(
+        long,
+        env = "SPATE_TRANSACTION_MAX_TIMEOUT_MS",
+        default_value_t = 900_000
+    )]
+    pub transaction_max_timeout_ms: u32,
+
     /// Producer trade-off: low-latency, balanced, high-throughput or extreme. Sets the memory
     /// for requests in flight (16 / 64 / 256 / 512 MiB), the fsync window of `--fsync always`
     /// (0 / 0 / 2 / 10 ms) and the per-connection response buffer (16 KiB / 64 KiB / 256 KiB /
@@ -588,6 +602,12 @@ impl Args {
         if self.group_consumer_max_size == 0 {
             bail!("--group-consumer-max-size must be at least 1");
         }
+        if !(1..=1000).contains(&self.transaction_state_partitions) {
+            bail!("--transaction-state-partitions must be between 1 and 1000");
+        }
+        if self.transaction_max_timeout_ms == 0 {
+            bail!("--transaction-max-timeout-ms must be at least 1");
+        }
         if !(1..=1000).contains(&self.offsets_topic_num_partitions) {
             bail!("--offsets-topic-num-partitions must be between 1 and 1000");
         }
@@ -657,6 +677,9 @@ impl Args {
         c.groups.consumer.heartbeat_interval_ms = self.group_consumer_heartbeat_interval_ms as i32;
         c.groups.consumer.max_size = self.group_consumer_max_size as usize;
         c.groups.offsets_partitions = self.offsets_topic_num_partitions as i32;
+        c.txns.partitions = self.transaction_state_partitions as i32;
+        c.txns.coordinator.max_timeout_ms =
+            self.transaction_max_timeout_ms.min(i32::MAX as u32) as i32;
         c.cluster_mode = self.cluster_peers.is_some();
         c.groups.offsets_retention_ms =
             (self.offsets_retention_minutes.min(1 << 40) * 60_000) as i64;
