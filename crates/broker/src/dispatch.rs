@@ -310,14 +310,14 @@ impl Broker {
             }
             Request::Produce(r)
                 if r.acks != 0 && {
-                    let asks = handlers::produce::remote_verifications(self, &r);
+                    let asks = handlers::produce::txn_asks(self, version, &r);
                     !asks.is_empty()
                 } =>
             {
-                // A transactional produce whose coordinator is another node: asked first, and
-                // the connection reads nothing further meanwhile, so pipelined batches of the
-                // same producer still land in order.
-                let asks = handlers::produce::remote_verifications(self, &r);
+                // Transactional batches to settle with the coordinator first (on another node,
+                // or added on the producer's behalf): the connection reads nothing further
+                // meanwhile, so pipelined batches of the same producer still land in order.
+                let asks = handlers::produce::txn_asks(self, version, &r);
                 let txn_id = r
                     .transactional_id
                     .as_ref()
@@ -327,7 +327,8 @@ impl Broker {
                 let throttle_ms = rc.throttle_ms;
                 let ctx2 = ctx;
                 Ok(Reply::Serial(Box::pin(async move {
-                    let answers = handlers::produce::verify_remotely(b.clone(), txn_id, asks).await;
+                    let answers =
+                        handlers::produce::settle_txn_asks(b.clone(), version, txn_id, asks).await;
                     let resp = handlers::produce::produce_verified(
                         &b,
                         version,

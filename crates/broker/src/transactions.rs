@@ -416,19 +416,26 @@ impl TxnService {
             .verify(txn_id, producer_id, epoch, topic, partition)
     }
 
-    /// EndTxn: the prepare record to wait for, and the markers to write after it.
+    /// EndTxn: the prepare record to wait for, and the markers to write after it. `bump`
+    /// (EndTxn v5, transaction.version 2) moves the producer to the next epoch; the answer is
+    /// the producer id and epoch the producer goes on with.
     pub fn end_txn(
         &self,
         txn_id: &str,
         producer_id: i64,
         epoch: i16,
         commit: bool,
-    ) -> Result<Decided<()>, ResponseError> {
+        bump: bool,
+    ) -> Result<Decided<(i64, i16)>, ResponseError> {
         let now = self.clock.now_ms();
         self.decide(txn_id, |c| {
-            match c.end_txn(txn_id, producer_id, epoch, commit, now)? {
-                Ended::Prepared { write, markers } => Ok(((), vec![write], Some(markers))),
-                Ended::AlreadyDone => Ok(((), Vec::new(), None)),
+            let ended = c.end_txn(txn_id, producer_id, epoch, commit, now, bump)?;
+            let held = c
+                .describe(txn_id)
+                .map_or((producer_id, epoch), |m| (m.producer_id, m.producer_epoch));
+            match ended {
+                Ended::Prepared { write, markers } => Ok((held, vec![write], Some(markers))),
+                Ended::AlreadyDone => Ok((held, Vec::new(), None)),
             }
         })
     }
@@ -637,6 +644,70 @@ impl TxnService {
     fn still_leads(&self, index: usize, epoch: i32) -> bool {
         let parts = self.partitions.lock();
         leading(&parts, index).is_some_and(|l| l.epoch == epoch)
+    }
+}
+
+/// How long a partition added on a producer's behalf waits for the previous transaction's
+/// markers (CONCURRENT_TRANSACTIONS) before the producer is told to retry.
+const ADD_RETRY_FOR: Duration = Duration::from_secs(2);
+
+/// Adds partitions to `txn_id`'s open transaction on its producer's behalf (transaction
+/// version 2: a Produce v12+ or a TxnOffsetCommit v5 enrols its partition), through the
+/// coordinator here or AddPartitionsToTxn to its node, and waits until the transaction's record
+/// is committed. `asks` are (topic, partition, producer id, epoch) of one producer. Each
+/// partition's refusal, `None` when it is in; while the previous transaction's markers are
+/// still being written the add is retried for up to two seconds.
+pub async fn add_on_behalf(
+    b: &Arc<Broker>,
+    txn_id: &str,
+    asks: &[(String, i32, i64, i16)],
+) -> Result<HashMap<(String, i32), Option<ResponseError>>, ResponseError> {
+    let Some(&(_, _, pid, epoch)) = asks.first() else {
+        return Ok(HashMap::new());
+    };
+    let parts: Vec<(String, i32)> = asks.iter().map(|(t, p, _, _)| (t.clone(), *p)).collect();
+    let deadline = Instant::now() + ADD_RETRY_FOR;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let outcome = if b.txns.is_coordinator(txn_id) {
+            let (b2, id, list) = (b.clone(), txn_id.to_string(), parts.clone());
+            let decided =
+                tokio::task::spawn_blocking(move || b2.txns.add_partitions(&id, pid, epoch, &list))
+                    .await
+                    .map_err(|_| ResponseError::UnknownServerError)
+                    .and_then(|d| d);
+            match decided {
+                Ok(d) => {
+                    b.txns.after_commit(b, &d);
+                    b.txns.committed(&d.written).await.map(|()| HashMap::new())
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            match b.topology().txn_coordinator(b, txn_id) {
+                None => Err(ResponseError::CoordinatorNotAvailable),
+                Some((_, host, port)) => {
+                    crate::cluster::ask_txn_partitions(
+                        &format!("{host}:{port}"),
+                        txn_id,
+                        asks,
+                        false,
+                    )
+                    .await
+                }
+            }
+        };
+        let concurrent = match &outcome {
+            Err(e) => *e == ResponseError::ConcurrentTransactions,
+            Ok(errors) => errors
+                .values()
+                .any(|e| *e == Some(ResponseError::ConcurrentTransactions)),
+        };
+        if !concurrent || Instant::now() + pause > deadline {
+            return outcome;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
     }
 }
 

@@ -113,6 +113,10 @@ pub struct TxnCoordinator {
     /// whose answer was lost is answered again instead of fenced (not persisted: after a
     /// failover such a retry is fenced, as the client then starts over).
     previous_epoch: HashMap<String, (i64, i16)>,
+    /// The epoch each id's last EndTxn was sent with when it bumped the epoch
+    /// (transaction.version 2): a retry of that request, under the epoch before the bump, is
+    /// answered again rather than fenced (not persisted: after a failover it is fenced).
+    ended_at: HashMap<String, i16>,
 }
 
 impl TxnCoordinator {
@@ -145,6 +149,7 @@ impl TxnCoordinator {
     pub fn forget(&mut self, of: impl Fn(&str) -> bool) {
         self.txns.retain(|id, _| !of(id));
         self.previous_epoch.retain(|id, _| !of(id));
+        self.ended_at.retain(|id, _| !of(id));
     }
 
     /// Transactions whose markers were not all written when the log was last written:
@@ -238,6 +243,7 @@ impl TxnCoordinator {
                 return Err(ResponseError::ProducerFenced);
             }
         }
+        self.ended_at.remove(txn_id);
         if m.status == TxnStatus::Ongoing {
             let (write, markers) = self.abort_fencing(txn_id, m, now_ms);
             return Ok(InitAnswer::Aborting { write, markers });
@@ -345,7 +351,10 @@ impl TxnCoordinator {
         }
     }
 
-    /// EndTxn: commit or abort the open transaction.
+    /// EndTxn: commit or abort the open transaction. With `bump` (EndTxn v5, KIP-890 part 2:
+    /// transaction.version 2) the producer epoch goes up by one with every transaction: the
+    /// markers carry the new epoch, fencing anything the producer still had in flight under
+    /// the old one, and the answer tells the producer its new epoch.
     pub fn end_txn(
         &mut self,
         txn_id: &str,
@@ -353,11 +362,41 @@ impl TxnCoordinator {
         epoch: i16,
         commit: bool,
         now_ms: i64,
+        bump: bool,
     ) -> Result<Ended, TxnError> {
+        if bump && self.ended_at.get(txn_id) == Some(&epoch) {
+            // A retry of the EndTxn that bumped the epoch (its answer was lost).
+            let m = self
+                .txns
+                .get(txn_id)
+                .ok_or(ResponseError::InvalidProducerIdMapping)?;
+            if m.producer_id == producer_id && m.producer_epoch == epoch.saturating_add(1) {
+                return match (m.status, commit) {
+                    (TxnStatus::CompleteCommit, true) | (TxnStatus::CompleteAbort, false) => {
+                        Ok(Ended::AlreadyDone)
+                    }
+                    (TxnStatus::PrepareCommit, true) | (TxnStatus::PrepareAbort, false) => {
+                        Err(ResponseError::ConcurrentTransactions)
+                    }
+                    _ => Err(ResponseError::InvalidTxnState),
+                };
+            }
+        }
         let m = self.current(txn_id, producer_id, epoch)?.clone();
         match (m.status, commit) {
             (TxnStatus::Ongoing, _) => {
                 let mut next = m;
+                if bump {
+                    match bumped(next.producer_epoch) {
+                        Some(e) => {
+                            next.producer_epoch = e;
+                            self.ended_at.insert(txn_id.to_string(), epoch);
+                        }
+                        // The epoch space is used up: the producer must start over with
+                        // InitProducerId, which gives it a new producer id.
+                        None => return Err(ResponseError::ProducerFenced),
+                    }
+                }
                 next.status = if commit {
                     TxnStatus::PrepareCommit
                 } else {
@@ -448,6 +487,7 @@ impl TxnCoordinator {
 
     /// Aborts `m`'s open transaction under the next epoch.
     fn abort_fencing(&mut self, txn_id: &str, m: TxnMeta, now_ms: i64) -> (Write, Markers) {
+        self.ended_at.remove(txn_id);
         let mut next = m;
         // At the last epoch the abort keeps it; the next InitProducerId moves to a new id.
         next.producer_epoch = bumped(next.producer_epoch).unwrap_or(next.producer_epoch);

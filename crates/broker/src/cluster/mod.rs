@@ -40,7 +40,7 @@ pub use operations::{
     standalone_reassignments, Move, OperationError,
 };
 pub use peer::{PeerConnection, PeerError};
-pub(crate) use txn::{verify_txn_partitions, write_marker};
+pub(crate) use txn::{ask_txn_partitions, write_marker};
 
 use crate::groups::OFFSETS_LOG;
 use crate::partition::Partition;

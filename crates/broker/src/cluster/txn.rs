@@ -91,13 +91,15 @@ pub(crate) async fn write_marker(
     }
 }
 
-/// Asks the transaction coordinator at `addr` (AddPartitionsToTxn v4, verify only) whether
-/// each (topic, partition, producer id, epoch) is part of `txn_id`'s open transaction: each
-/// partition's refusal, `None` when it is. An unreachable coordinator is one error for all.
-pub(crate) async fn verify_txn_partitions(
+/// Asks the transaction coordinator at `addr` (AddPartitionsToTxn v5, as Kafka's brokers do)
+/// whether each (topic, partition, producer id, epoch) is part of `txn_id`'s open
+/// transaction (`verify_only`), or to add it (transaction.version 2): each partition's
+/// refusal, `None` when it is in. An unreachable coordinator is one error for all.
+pub(crate) async fn ask_txn_partitions(
     addr: &str,
     txn_id: &str,
     asks: &[(String, i32, i64, i16)],
+    verify_only: bool,
 ) -> Result<std::collections::HashMap<(String, i32), Option<ResponseError>>, ResponseError> {
     use spate_protocol::messages::add_partitions_to_txn_request::{
         AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
@@ -125,7 +127,7 @@ pub(crate) async fn verify_txn_partitions(
     txn.transactional_id = TransactionalId(StrBytes::from_string(txn_id.to_string()));
     txn.producer_id = pid.into();
     txn.producer_epoch = epoch;
-    txn.verify_only = true;
+    txn.verify_only = verify_only;
     txn.topics = topics;
     let mut req = AddPartitionsToTxnRequest::default();
     req.transactions = vec![txn];
@@ -133,7 +135,7 @@ pub(crate) async fn verify_txn_partitions(
         .await
         .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
     let resp: AddPartitionsToTxnResponse = conn
-        .call(ApiKey::AddPartitionsToTxn, 4, &req, Duration::from_secs(10))
+        .call(ApiKey::AddPartitionsToTxn, 5, &req, Duration::from_secs(10))
         .await
         .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
     if let Some(e) = ResponseError::try_from_code(resp.error_code) {

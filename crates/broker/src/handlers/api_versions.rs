@@ -16,9 +16,9 @@ const METADATA_VERSION_MAX: i16 = 30;
 const FEATURES_EPOCH: i64 = 1;
 
 /// The features this broker supports (min, max) and the level each is finalized at. Only
-/// what spate implements: `group.version` 1 is the KIP-848 consumer protocol;
-/// `transaction.version` and `share.version` stay unadvertised until those protocols exist,
-/// so clients that read features do not take them for granted.
+/// what spate implements: `group.version` 1 is the KIP-848 consumer protocol,
+/// `transaction.version` 2 KIP-890's; `share.version` stays unadvertised until share groups
+/// exist, so clients that read features do not take them for granted.
 const FEATURES: &[(&str, i16, i16, i16)] = &[
     (
         "metadata.version",
@@ -27,6 +27,9 @@ const FEATURES: &[(&str, i16, i16, i16)] = &[
         METADATA_VERSION_MAX,
     ),
     ("group.version", 0, 1, 1),
+    // KIP-890 part 2: Produce v12+ enrols its partitions in the transaction, TxnOffsetCommit
+    // v5 its group's offsets partition, and EndTxn v5 moves the producer to a new epoch.
+    ("transaction.version", 0, 2, 2),
 ];
 
 /// Fills the v3+ feature fields (KIP-584), as `kafka-features.sh describe` reads them.
@@ -117,10 +120,18 @@ mod tests {
             .find(|f| f.name.as_str() == "group.version")
             .expect("group.version finalized");
         assert_eq!((gv.min_version_level, gv.max_version_level), (1, 1));
+        // KIP-890 part 2 transactions are finalized at transaction.version 2.
+        let tv = new
+            .finalized_features
+            .iter()
+            .find(|f| f.name.as_str() == "transaction.version")
+            .expect("transaction.version finalized");
+        assert_eq!((tv.min_version_level, tv.max_version_level), (2, 2));
         // Features of protocols spate lacks are not claimed.
-        assert!(!new.supported_features.iter().any(
-            |f| f.name.as_str() == "transaction.version" || f.name.as_str() == "share.version"
-        ));
+        assert!(!new
+            .supported_features
+            .iter()
+            .any(|f| f.name.as_str() == "share.version"));
     }
 
     #[test]

@@ -66,20 +66,29 @@ pub fn produce(
     produce_verified(b, version, throttle_ms, req, wait, Verified::Here)
 }
 
-/// Whether a transactional produce must first ask a transaction coordinator on another node
-/// whether its partitions were added (KIP-890): the batches that would open their producer's
-/// transaction in a partition, as (topic, partition, producer id, epoch). Empty when nothing
-/// needs asking, or the coordinator is here.
-pub fn remote_verifications(b: &Broker, req: &ProduceRequest) -> Vec<(String, i32, i64, i16)> {
+/// The transactional batches of a produce that must be settled with the coordinator before
+/// anything is appended, as (topic, partition, producer id, epoch): those that would open their
+/// producer's transaction in a partition, when the coordinator is another node (asked whether
+/// the partition was added: KIP-890 verification) or when the request is v12+ (transaction
+/// version 2: the partition is added to the transaction on the producer's behalf). Empty when
+/// the local coordinator can verify them inline.
+pub fn txn_asks(b: &Broker, version: i16, req: &ProduceRequest) -> Vec<(String, i32, i64, i16)> {
     let Some(txn_id) = req.transactional_id.as_ref() else {
         return Vec::new();
     };
-    if !b.topology().replicates() || b.txns.is_coordinator(txn_id) {
+    let implicit_add = version >= 12;
+    if !implicit_add && (!b.topology().replicates() || b.txns.is_coordinator(txn_id)) {
         return Vec::new();
     }
     let mut out = Vec::new();
     for td in &req.topic_data {
-        let Some(t) = b.topics.get(&td.name) else {
+        // v13 names topics by id.
+        let topic = if version >= 13 {
+            b.topics.get_by_id(&td.topic_id)
+        } else {
+            b.topics.get(&td.name)
+        };
+        let Some(t) = topic else {
             continue;
         };
         for pd in &td.partition_data {
@@ -97,27 +106,33 @@ pub fn remote_verifications(b: &Broker, req: &ProduceRequest) -> Vec<(String, i3
     out
 }
 
-/// Asks the transactional id's coordinator (another node) whether each partition is part of
-/// its producer's open transaction, holding a verification ticket per partition from before
-/// the question, so a marker written meanwhile voids the answer.
-pub async fn verify_remotely(
+/// Settles [`txn_asks`] with the transactional id's coordinator: verifies (v11 and older) or
+/// adds (v12+) each partition, holding a verification ticket per partition from before the
+/// question, so a marker written meanwhile voids the answer.
+pub async fn settle_txn_asks(
     b: Arc<Broker>,
+    version: i16,
     txn_id: String,
     asks: Vec<(String, i32, i64, i16)>,
 ) -> HashMap<(String, i32), Result<u64, ResponseError>> {
-    let mut answers = HashMap::new();
     let mut tickets = Vec::new();
     for (topic, index, pid, _) in &asks {
         if let Some(p) = b.topics.get(topic).and_then(|t| t.lookup(*index).ok()) {
             tickets.push(((topic.clone(), *index), p.begin_verification(*pid)));
         }
     }
-    let outcome = match b.topology().txn_coordinator(&b, &txn_id) {
-        None => Err(ResponseError::CoordinatorNotAvailable),
-        Some((_, host, port)) => {
-            crate::cluster::verify_txn_partitions(&format!("{host}:{port}"), &txn_id, &asks).await
+    let outcome = if version >= 12 {
+        crate::transactions::add_on_behalf(&b, &txn_id, &asks).await
+    } else {
+        match b.topology().txn_coordinator(&b, &txn_id) {
+            None => Err(ResponseError::CoordinatorNotAvailable),
+            Some((_, host, port)) => {
+                crate::cluster::ask_txn_partitions(&format!("{host}:{port}"), &txn_id, &asks, true)
+                    .await
+            }
         }
     };
+    let mut answers = HashMap::new();
     for (key, ticket) in tickets {
         let answer = match &outcome {
             Err(e) => Err(*e),
@@ -136,8 +151,8 @@ pub async fn verify_remotely(
 pub(crate) enum Verified {
     /// Ask the coordinator on this node now.
     Here,
-    /// Asked already (the coordinator is another node): the verification ticket, or the
-    /// refusal, per topic and partition.
+    /// Asked already (the coordinator is another node, or the partitions were added on the
+    /// producer's behalf): the verification ticket, or the refusal, per topic and partition.
     Asked(HashMap<(String, i32), Result<u64, ResponseError>>),
 }
 
@@ -412,6 +427,12 @@ fn verify_txn(
         return Ok(None);
     }
     let refused = |e: ResponseError| {
+        // A produce tells a fenced producer by its epoch, as Kafka does.
+        let e = if e == ResponseError::ProducerFenced {
+            ResponseError::InvalidProducerEpoch
+        } else {
+            e
+        };
         let why = match e {
             ResponseError::InvalidTxnState => format!(
                 "partition {}-{} was not added to transaction {txn_id} (AddPartitionsToTxn first)",

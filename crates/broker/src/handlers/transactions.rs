@@ -271,8 +271,14 @@ pub fn end_txn(
         resp.producer_epoch = -1;
         let txn_id = req.transactional_id.to_string();
         let (pid, epoch, commit) = (req.producer_id.0, req.producer_epoch, req.committed);
-        match decided(&b, move |b| b.txns.end_txn(&txn_id, pid, epoch, commit)).await {
-            Ok(()) => {
+        // v5 is transaction.version 2: every transaction ends under a new epoch.
+        let bump = version >= 5;
+        match decided(&b, move |b| {
+            b.txns.end_txn(&txn_id, pid, epoch, commit, bump)
+        })
+        .await
+        {
+            Ok((pid, epoch)) => {
                 resp.producer_id = pid.into();
                 resp.producer_epoch = epoch;
             }
@@ -316,20 +322,46 @@ pub fn txn_offset_commit(
             })
         })
         .collect();
-    let check = txn_offset_check(&b, &group, &txn_id, pid, epoch);
-    let written = check.and_then(|()| {
-        if entries.is_empty() {
-            return Err(ResponseError::InvalidRequest);
-        }
-        b.groups.write_txn(&group, pid, epoch, &entries)
-    });
-    let durable = written.as_ref().ok().map(|w| b.groups.durable(w));
     async move {
-        let error = match (written, durable) {
-            (Err(e), _) => Some(e),
-            (Ok(_), Some(wait)) => wait.await.err(),
-            (Ok(_), None) => None,
+        // v5 is transaction.version 2: the group's offsets partition is added to the
+        // transaction here, on the producer's behalf (the client sends no AddOffsetsToTxn).
+        let added = if version >= 5 {
+            match b.groups.partition_for(&group) {
+                None => Err(ResponseError::CoordinatorNotAvailable),
+                Some(index) => {
+                    let ask = [(OFFSETS_LOG.to_string(), index as i32, pid, epoch)];
+                    match crate::transactions::add_on_behalf(&b, &txn_id, &ask).await {
+                        Ok(errors) => match errors.into_values().flatten().next() {
+                            Some(e) => Err(e),
+                            None => Ok(()),
+                        },
+                        Err(e) => Err(e),
+                    }
+                }
+            }
+        } else {
+            Ok(())
         };
+        let written = added
+            .and_then(|()| txn_offset_check(&b, &group, &txn_id, pid, epoch))
+            .and_then(|()| {
+                if entries.is_empty() {
+                    return Err(ResponseError::InvalidRequest);
+                }
+                b.groups.write_txn(&group, pid, epoch, &entries)
+            });
+        let error = match written {
+            Err(e) => Some(e),
+            Ok(w) => b.groups.durable(&w).await.err(),
+        };
+        // Offset commits tell a fenced producer by its epoch, as Kafka does.
+        let error = error.map(|e| {
+            if e == ResponseError::ProducerFenced {
+                ResponseError::InvalidProducerEpoch
+            } else {
+                e
+            }
+        });
         let code = error.map_or(0, |e| e.code());
         let mut resp = TxnOffsetCommitResponse::default();
         for t in req.topics {

@@ -117,10 +117,24 @@ fn txn_batch(pid: i64, epoch: i16, seq: i32, n: i32) -> Bytes {
 }
 
 fn produce_txn(raw: &mut Raw, txn_id: &str, topic: &str, batch: Bytes) -> i16 {
+    produce_txn_v(raw, 9, txn_id, topic, batch)
+}
+
+fn produce_txn_v(raw: &mut Raw, version: i16, txn_id: &str, topic: &str, batch: Bytes) -> i16 {
     let mut req: ProduceRequest = produce(topic, batch, -1);
     req.transactional_id = Some(TransactionalId(s(txn_id)));
-    let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req);
+    let resp: ProduceResponse = raw.call(ApiKey::Produce, version, &req);
     resp.responses[0].partition_responses[0].error_code
+}
+
+fn end_v5(raw: &mut Raw, txn_id: &str, pid: i64, epoch: i16, commit: bool) -> (i16, i64, i16) {
+    let mut r = EndTxnRequest::default();
+    r.transactional_id = TransactionalId(s(txn_id));
+    r.producer_id = pid.into();
+    r.producer_epoch = epoch;
+    r.committed = commit;
+    let resp: EndTxnResponse = raw.call(ApiKey::EndTxn, 5, &r);
+    (resp.error_code, resp.producer_id.0, resp.producer_epoch)
 }
 
 /// ListOffsets latest of partition 0 under `isolation` (0 uncommitted, 1 committed).
@@ -374,4 +388,76 @@ fn after_kill9_a_committed_transaction_stays_visible_and_the_open_one_is_aborted
         end(&mut raw, 3, "stalled", o, oe, true),
         code(ResponseError::ProducerFenced)
     );
+}
+
+#[test]
+fn under_transaction_version_2_a_produce_enrols_its_partition_and_each_end_bumps_the_epoch() {
+    let spate = Spate::start(&[]);
+    let topic = "txn-v2";
+    let mut raw = Raw::connect(&spate.addr);
+    create_topic(&mut raw, topic);
+    let (e, pid, epoch) = init(&mut raw, "v2", 10_000);
+    assert_eq!(e, 0);
+    // Produce v12 enrols the partition on the producer's behalf (no AddPartitionsToTxn)...
+    assert_eq!(
+        produce_txn_v(&mut raw, 12, "v2", topic, txn_batch(pid, epoch, 0, 2)),
+        0
+    );
+    let mut d = DescribeTransactionsRequest::default();
+    d.transactional_ids = vec![TransactionalId(s("v2"))];
+    let resp: DescribeTransactionsResponse = raw.call(ApiKey::DescribeTransactions, 0, &d);
+    let st = &resp.transaction_states[0];
+    assert_eq!(st.transaction_state.as_str(), "Ongoing");
+    assert_eq!(st.topics[0].partitions, vec![0]);
+    // ...while v11 and older still need it (KIP-890 part 1).
+    let (_, other, other_epoch) = init(&mut raw, "v1", 10_000);
+    assert_eq!(
+        produce_txn(&mut raw, "v1", topic, txn_batch(other, other_epoch, 0, 1)),
+        code(ResponseError::InvalidTxnState)
+    );
+    // EndTxn v5 moves the producer to the next epoch; a retry gets the same answer.
+    assert_eq!(
+        end_v5(&mut raw, "v2", pid, epoch, true),
+        (0, pid, epoch + 1)
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match end_v5(&mut raw, "v2", pid, epoch, true) {
+            (0, p, e) => {
+                assert_eq!((p, e), (pid, epoch + 1));
+                break;
+            }
+            (c, ..) if c == code(ResponseError::ConcurrentTransactions) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "markers never written"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            other => panic!("a retried EndTxn v5: {other:?}"),
+        }
+    }
+    // The old epoch is fenced at the partition; the new one starts its sequence over.
+    assert_eq!(
+        produce_txn_v(&mut raw, 12, "v2", topic, txn_batch(pid, epoch, 2, 1)),
+        code(ResponseError::InvalidProducerEpoch)
+    );
+    assert_eq!(
+        produce_txn_v(&mut raw, 12, "v2", topic, txn_batch(pid, epoch + 1, 0, 1)),
+        0
+    );
+    assert_eq!(
+        end_v5(&mut raw, "v2", pid, epoch + 1, false),
+        (0, pid, epoch + 2)
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while latest(&mut raw, topic, 1) != latest(&mut raw, topic, 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the abort marker never came"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (_, aborted, _) = fetch_committed(&mut raw, topic);
+    assert_eq!(aborted, vec![(pid, 3)], "the second transaction aborted");
 }

@@ -99,7 +99,7 @@ fn a_full_commit_goes_ongoing_prepare_commit_complete_commit() {
         c.verify(T, pid, e, "t", 3),
         Err(ResponseError::InvalidTxnState)
     );
-    let Ended::Prepared { markers, .. } = c.end_txn(T, pid, e, true, 8).unwrap() else {
+    let Ended::Prepared { markers, .. } = c.end_txn(T, pid, e, true, 8, false).unwrap() else {
         panic!()
     };
     assert!(markers.commit);
@@ -112,11 +112,11 @@ fn a_full_commit_goes_ongoing_prepare_commit_complete_commit() {
         "no new transaction before the markers are written"
     );
     assert_eq!(
-        c.end_txn(T, pid, e, true, 9),
+        c.end_txn(T, pid, e, true, 9, false),
         Err(ResponseError::ConcurrentTransactions)
     );
     assert_eq!(
-        c.end_txn(T, pid, e, false, 9),
+        c.end_txn(T, pid, e, false, 9, false),
         Err(ResponseError::InvalidTxnState)
     );
     let done = c.markers_written(T, pid, e, 10).unwrap();
@@ -127,12 +127,12 @@ fn a_full_commit_goes_ongoing_prepare_commit_complete_commit() {
     assert!(done.meta.as_ref().unwrap().partitions.is_empty());
     assert_eq!(c.markers_written(T, pid, e, 11), None, "completed once");
     assert_eq!(
-        c.end_txn(T, pid, e, true, 12),
+        c.end_txn(T, pid, e, true, 12, false),
         Ok(Ended::AlreadyDone),
         "a retried commit"
     );
     assert_eq!(
-        c.end_txn(T, pid, e, false, 12),
+        c.end_txn(T, pid, e, false, 12, false),
         Err(ResponseError::InvalidTxnState)
     );
     // The next transaction starts afresh.
@@ -151,23 +151,26 @@ fn an_abort_completes_as_complete_abort_and_end_txn_without_a_transaction_is_ref
     let mut c = coordinator();
     let (pid, e) = init(&mut c, 0);
     assert_eq!(
-        c.end_txn(T, pid, e, true, 1),
+        c.end_txn(T, pid, e, true, 1, false),
         Err(ResponseError::InvalidTxnState)
     );
     c.add_partitions(T, pid, e, &parts(&[0]), 1).unwrap();
-    let Ended::Prepared { markers, .. } = c.end_txn(T, pid, e, false, 2).unwrap() else {
+    let Ended::Prepared { markers, .. } = c.end_txn(T, pid, e, false, 2, false).unwrap() else {
         panic!()
     };
     assert!(!markers.commit);
     assert_eq!(
-        c.end_txn(T, pid, e, false, 3),
+        c.end_txn(T, pid, e, false, 3, false),
         Err(ResponseError::ConcurrentTransactions)
     );
     c.markers_written(T, pid, e, 4).unwrap();
     assert_eq!(status(&c), TxnStatus::CompleteAbort);
-    assert_eq!(c.end_txn(T, pid, e, false, 5), Ok(Ended::AlreadyDone));
     assert_eq!(
-        c.end_txn(T, pid, e, true, 5),
+        c.end_txn(T, pid, e, false, 5, false),
+        Ok(Ended::AlreadyDone)
+    );
+    assert_eq!(
+        c.end_txn(T, pid, e, true, 5, false),
         Err(ResponseError::InvalidTxnState)
     );
 }
@@ -195,7 +198,7 @@ fn a_second_producer_fences_the_first_and_aborts_its_open_transaction() {
         Err(ResponseError::ProducerFenced)
     );
     assert_eq!(
-        c.end_txn(T, pid, e0, true, 3),
+        c.end_txn(T, pid, e0, true, 3, false),
         Err(ResponseError::ProducerFenced)
     );
     assert_eq!(
@@ -227,7 +230,7 @@ fn an_open_transaction_past_its_timeout_is_aborted_under_a_new_epoch() {
     assert_eq!(markers.partitions, parts(&[0, 1]));
     assert!(c.expire(20_000).0.is_empty(), "aborted once");
     assert_eq!(
-        c.end_txn(T, pid, e, true, 20_000),
+        c.end_txn(T, pid, e, true, 20_000, false),
         Err(ResponseError::ProducerFenced)
     );
 }
@@ -315,7 +318,7 @@ fn unknown_ids_and_wrong_producer_ids_are_refused() {
         Err(ResponseError::InvalidProducerIdMapping)
     );
     assert_eq!(
-        c.end_txn(T, pid + 1, e, true, 0),
+        c.end_txn(T, pid + 1, e, true, 0, false),
         Err(ResponseError::InvalidProducerIdMapping)
     );
 }
@@ -328,7 +331,8 @@ fn a_replayed_log_rebuilds_the_state_and_in_flight_markers() {
         .add_partitions(T, pid, e, &parts(&[0]), 1)
         .unwrap()
         .unwrap();
-    let Ended::Prepared { write: w2, markers } = c.end_txn(T, pid, e, true, 2).unwrap() else {
+    let Ended::Prepared { write: w2, markers } = c.end_txn(T, pid, e, true, 2, false).unwrap()
+    else {
         panic!()
     };
     let mut next = coordinator();
@@ -339,4 +343,44 @@ fn a_replayed_log_rebuilds_the_state_and_in_flight_markers() {
     assert_eq!(next.describe(T), c.describe(T));
     next.replay(T.into(), None);
     assert!(next.describe(T).is_none(), "a tombstone forgets");
+}
+
+#[test]
+fn under_transaction_version_2_every_end_bumps_the_epoch_and_a_retry_is_answered_again() {
+    let mut c = coordinator();
+    let (pid, e) = init(&mut c, 0);
+    c.add_partitions(T, pid, e, &parts(&[0]), 1).unwrap();
+    let Ended::Prepared { markers, .. } = c.end_txn(T, pid, e, true, 2, true).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        markers.producer_epoch,
+        e + 1,
+        "the markers fence the old epoch"
+    );
+    assert_eq!(c.describe(T).unwrap().producer_epoch, e + 1);
+    assert_eq!(
+        c.end_txn(T, pid, e, true, 3, true),
+        Err(ResponseError::ConcurrentTransactions),
+        "a retry while the markers are written"
+    );
+    c.markers_written(T, pid, e + 1, 4).unwrap();
+    assert_eq!(c.end_txn(T, pid, e, true, 5, true), Ok(Ended::AlreadyDone));
+    assert_eq!(
+        c.end_txn(T, pid, e, false, 5, true),
+        Err(ResponseError::InvalidTxnState),
+        "not the same request"
+    );
+    // The next transaction runs under the new epoch; the old one is fenced.
+    assert_eq!(
+        c.add_partitions(T, pid, e, &parts(&[0]), 6),
+        Err(ResponseError::ProducerFenced)
+    );
+    c.add_partitions(T, pid, e + 1, &parts(&[0]), 6).unwrap();
+    // A fencing InitProducerId forgets the retry: the old epoch is fenced for good.
+    let _ = c.init_producer_id(T, 10_000, None, 7, &mut ids()).unwrap();
+    assert_eq!(
+        c.end_txn(T, pid, e, true, 8, true),
+        Err(ResponseError::ProducerFenced)
+    );
 }
