@@ -340,11 +340,18 @@ impl Topology {
     /// `__transaction_state` partition.
     pub fn txn_coordinator(&self, b: &Broker, txn_id: &str) -> Option<(i32, String, i32)> {
         match self {
-            Topology::Standalone => Some((
-                b.config.node_id,
-                b.config.advertised_host.clone(),
-                b.config.advertised_port,
-            )),
+            Topology::Standalone => {
+                // The state topic is created on first use (once; it makes its directories).
+                if let Err(e) = b.txns.ensure_standalone(&b.topics) {
+                    tracing::error!(error = %e, "cannot create the transaction state topic");
+                    return None;
+                }
+                Some((
+                    b.config.node_id,
+                    b.config.advertised_host.clone(),
+                    b.config.advertised_port,
+                ))
+            }
             Topology::Cluster(c) => c.txn_coordinator(txn_id),
         }
     }

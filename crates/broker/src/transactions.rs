@@ -163,43 +163,57 @@ impl TxnService {
         }
     }
 
-    /// Standalone: opens `__transaction_state` in `topics` (created on first start) and
-    /// rebuilds every transactional id from it.
+    /// Standalone: opens `__transaction_state` in `topics` when it exists and rebuilds every
+    /// transactional id from it; otherwise it is created on first use
+    /// ([`TxnService::ensure_standalone`]), as Kafka creates it.
     pub fn open_standalone(
         topics: &TopicRegistry,
         settings: TxnSettings,
         flusher: Flusher,
         clock: SharedClock,
     ) -> Result<Self, BrokerError> {
+        let svc = Self::new(settings, flusher, clock);
+        if topics.get(TXN_LOG).is_some() {
+            svc.ensure_standalone(topics)?;
+        }
+        Ok(svc)
+    }
+
+    /// Standalone: creates `__transaction_state` if it does not exist yet and coordinates
+    /// every id of it. Creating it makes its partitions' directories and fsyncs them, once.
+    pub fn ensure_standalone(&self, topics: &TopicRegistry) -> Result<(), BrokerError> {
+        if self.partitions.lock().count > 0 {
+            return Ok(());
+        }
         let topic = match topics.get(TXN_LOG) {
             Some(t) => t,
-            None => topics
-                .create(
-                    TXN_LOG,
-                    settings.partitions.max(1),
-                    crate::groups::offsets_topic_config(settings.segment_bytes),
-                    false,
-                )
-                .map_err(|e| BrokerError::Cluster(format!("cannot create {TXN_LOG}: {e}")))?
-                .ok_or_else(|| BrokerError::Cluster(format!("{TXN_LOG} was not created")))?,
+            None => match topics.create(
+                TXN_LOG,
+                self.settings.partitions.max(1),
+                crate::groups::offsets_topic_config(self.settings.segment_bytes),
+                false,
+            ) {
+                Ok(Some(t)) => t,
+                // Created meanwhile by a concurrent first use.
+                Ok(None) | Err(_) => topics
+                    .get(TXN_LOG)
+                    .ok_or_else(|| BrokerError::Cluster(format!("cannot create {TXN_LOG}")))?,
+            },
         };
-        let svc = Self::new(settings, flusher, clock);
         let count = topic.partition_count().max(0) as usize;
         let started = Instant::now();
         for p in topic.partitions() {
             let index = p.index.max(0) as usize;
             let epoch = p.leader_epoch();
-            svc.take_over(index, count, p, epoch)?;
+            self.take_over(index, count, p, epoch)?;
         }
-        let ids = svc.coordinator.lock().list().len();
-        if ids > 0 {
-            tracing::info!(
-                ids,
-                took_ms = started.elapsed().as_millis() as u64,
-                "transaction state rebuilt from {TXN_LOG}"
-            );
-        }
-        Ok(svc)
+        let ids = self.coordinator.lock().list().len();
+        tracing::info!(
+            ids,
+            took_ms = started.elapsed().as_millis() as u64,
+            "coordinating transactions from {TXN_LOG}"
+        );
+        Ok(())
     }
 
     /// Cluster mode: ids are coordinated only for the partitions this node leads.

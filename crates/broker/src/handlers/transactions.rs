@@ -91,6 +91,12 @@ pub fn init_producer_id(
             .then_some((req.producer_id.0, req.producer_epoch));
         let timeout = req.transaction_timeout_ms;
         let answer = decided(&b, move |b| {
+            if !b.topology().replicates() {
+                b.txns.ensure_standalone(&b.topics).map_err(|e| {
+                    tracing::error!(error = %e, "cannot create the transaction state topic");
+                    ResponseError::CoordinatorNotAvailable
+                })?;
+            }
             b.txns.init_producer_id(b, &txn_id, timeout, expected)
         })
         .await
