@@ -101,7 +101,15 @@ struct Led {
     partition: Arc<Partition>,
     /// The leader epoch it was taken over at: the coordinator epoch its markers carry.
     epoch: i32,
+    /// Where a rewrite of the live ids began, once the log start may move up to it (when the
+    /// high watermark has passed it).
+    pending_cut: Option<i64>,
 }
+
+/// Rewrite a partition's live ids once it is this large and mostly superseded records.
+const COMPACT_FROM_BYTES: u64 = 64 << 20;
+/// A record's share of a rewrite, for judging how much of a partition is live.
+const LIVE_RECORD_BYTES: u64 = 160;
 
 /// The transaction state partitions, by index. Its lock orders every write.
 struct TxnPartitions {
@@ -122,6 +130,8 @@ pub struct TxnService {
     /// Metrics.
     pub metrics: TxnMetrics,
     clustered: AtomicBool,
+    /// Size from which a partition is worth rewriting (a field so tests can lower it).
+    compact_from_bytes: std::sync::atomic::AtomicU64,
     /// The broker, for the marker writers (set once it exists: [`TxnService::attach`]).
     broker: std::sync::OnceLock<Weak<Broker>>,
 }
@@ -159,6 +169,7 @@ impl TxnService {
             clock,
             metrics: TxnMetrics::default(),
             clustered: AtomicBool::new(false),
+            compact_from_bytes: std::sync::atomic::AtomicU64::new(COMPACT_FROM_BYTES),
             broker: std::sync::OnceLock::new(),
         }
     }
@@ -274,7 +285,11 @@ impl TxnService {
             c.replay(id, meta);
         }
         drop(c);
-        parts.led[index] = Some(Led { partition, epoch });
+        parts.led[index] = Some(Led {
+            partition,
+            epoch,
+            pending_cut: None,
+        });
         let took = started.elapsed();
         self.metrics.load.observe(took.as_micros() as u64);
         if self.clustered.load(Ordering::Relaxed) {
@@ -307,6 +322,81 @@ impl TxnService {
     /// Gives the marker writers the broker they write through.
     pub fn attach(&self, b: &Arc<Broker>) {
         let _ = self.broker.set(Arc::downgrade(b));
+    }
+
+    /// Keeps the state partitions this node leads small without log compaction: one that is
+    /// mostly superseded records gets its live ids written again at its end, and once those
+    /// are committed its log start moves up to them (deleting the older segments, on
+    /// followers too, as DeleteRecords does). Called from the retention pass.
+    pub fn maintain(&self) {
+        let count = self.partitions.lock().count;
+        for index in 0..count {
+            if let Err(e) = self.compact_if_worthwhile(index) {
+                tracing::error!(partition = index, error = %e, "compacting {TXN_LOG} failed");
+            }
+        }
+    }
+
+    fn compact_if_worthwhile(&self, index: usize) -> Result<(), BrokerError> {
+        let mut parts = self.partitions.lock();
+        let count = parts.count;
+        let Some(led) = leading(&parts, index) else {
+            return Ok(());
+        };
+        let partition = led.partition.clone();
+        if led.pending_cut.is_none() {
+            let of = |id: &str| txn_partition_for(id, count) == index;
+            let live: Vec<Write> = self
+                .coordinator
+                .lock()
+                .list()
+                .into_iter()
+                .filter(|(id, _)| of(id))
+                .map(|(id, m)| Write {
+                    txn_id: id.to_string(),
+                    meta: Some(m.clone()),
+                })
+                .collect();
+            let size = partition.size_bytes();
+            let live_bytes = live.len() as u64 * LIVE_RECORD_BYTES;
+            let from = self.compact_from_bytes.load(Ordering::Relaxed);
+            if size < from || size < live_bytes.saturating_mul(4) {
+                return Ok(());
+            }
+            let cut = partition.log_end_offset();
+            let now = self.clock.now_ms();
+            for chunk in live.chunks(1000) {
+                append(led, chunk, now).map_err(|e| BrokerError::Cluster(format!("{e:?}")))?;
+            }
+            if let Some(Some(led)) = parts.led.get_mut(index) {
+                led.pending_cut = Some(cut);
+            }
+        }
+        let Some(Some(led)) = parts.led.get_mut(index) else {
+            return Ok(());
+        };
+        let Some(cut) = led.pending_cut else {
+            return Ok(());
+        };
+        if partition.high_watermark() < cut {
+            // Not committed yet: the next pass tries again.
+            return Ok(());
+        }
+        let before = partition.size_bytes();
+        match partition.delete_records_before(cut) {
+            Ok(_) => {
+                led.pending_cut = None;
+                tracing::info!(
+                    partition = index,
+                    before,
+                    after = partition.size_bytes(),
+                    "compacted a {TXN_LOG} partition"
+                );
+                Ok(())
+            }
+            Err(AppendError::Refused(_)) => Ok(()),
+            Err(AppendError::Storage(e)) => Err(BrokerError::Cluster(e.to_string())),
+        }
     }
 
     /// Writes the markers of every transaction that was ending when its partition was taken
@@ -884,4 +974,55 @@ fn replay(partition: &Partition) -> Result<Vec<(String, Option<TxnMeta>)>, Broke
         .into_iter()
         .filter_map(|id| latest.remove(&id).map(|m| (id, m)))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BrokerConfig;
+
+    fn open(dir: &std::path::Path) -> Arc<Broker> {
+        let mut config = BrokerConfig::new(dir.join("data"), "127.0.0.1", 9092);
+        config.txns.partitions = 1;
+        config.txns.segment_bytes = 4096;
+        Broker::open(config).unwrap().0
+    }
+
+    fn init(b: &Broker, id: &str) -> (i64, i16) {
+        let d = b.txns.init_producer_id(b, id, 10_000, None).unwrap();
+        d.answer.unwrap()
+    }
+
+    #[test]
+    fn a_mostly_superseded_state_partition_is_rewritten_and_its_old_segments_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = open(dir.path());
+        b.txns.ensure_standalone(&b.topics).unwrap();
+        b.txns.compact_from_bytes.store(8 << 10, Ordering::Relaxed);
+        // Every InitProducerId writes a record: 400 of them for 2 ids.
+        for _ in 0..200 {
+            init(&b, "a");
+            init(&b, "b");
+        }
+        let p = b.topics.get(TXN_LOG).unwrap().partition(0).unwrap();
+        let before = p.size_bytes();
+        b.txns.maintain();
+        b.txns.maintain();
+        assert!(p.log_start_offset() > 0, "the superseded records are cut");
+        assert!(
+            p.size_bytes() < before / 4,
+            "{} of {before} bytes left",
+            p.size_bytes()
+        );
+        let states = b.txns.list();
+        b.shutdown();
+        drop(b);
+        let b = open(dir.path());
+        assert_eq!(
+            b.txns.list(),
+            states,
+            "the rewritten records rebuild the same ids"
+        );
+        assert_eq!(init(&b, "a").1, 200, "and the epochs go on from there");
+    }
 }
