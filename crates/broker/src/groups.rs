@@ -879,25 +879,10 @@ impl GroupService {
         let Some(cut) = led.pending_cut else {
             return Ok(());
         };
-        if partition.high_watermark() < cut {
-            // Not committed yet: the next pass tries again.
-            return Ok(());
+        if cut_rewritten(&partition, cut, OFFSETS_LOG)? {
+            led.pending_cut = None;
         }
-        let before = partition.size_bytes();
-        match partition.delete_records_before(cut) {
-            Ok(_) => {
-                led.pending_cut = None;
-                tracing::info!(
-                    partition = index,
-                    before,
-                    after = partition.size_bytes(),
-                    "compacted an offsets partition"
-                );
-                Ok(())
-            }
-            Err(AppendError::Refused(_)) => Ok(()),
-            Err(AppendError::Storage(e)) => Err(BrokerError::Cluster(e.to_string())),
-        }
+        Ok(())
     }
 
     /// Writes the live records of offsets partition `index` again at its end.
@@ -958,6 +943,34 @@ impl GroupService {
 
 /// The offsets partition `index` when this node may write to it: standalone always; in a
 /// cluster while it leads it in the epoch it took it over at.
+/// Moves an internal partition's log start up to `cut`, where a rewrite of its live records
+/// began, once the rewrite is committed (deleting the older segments, on followers too, as
+/// DeleteRecords does). `true` once cut; `false` to try again at the next pass.
+pub(crate) fn cut_rewritten(
+    partition: &Partition,
+    cut: i64,
+    topic: &str,
+) -> Result<bool, BrokerError> {
+    if partition.high_watermark() < cut {
+        return Ok(false);
+    }
+    let before = partition.size_bytes();
+    match partition.delete_records_before(cut) {
+        Ok(_) => {
+            tracing::info!(
+                topic,
+                partition = partition.index,
+                before,
+                after = partition.size_bytes(),
+                "compacted an internal partition"
+            );
+            Ok(true)
+        }
+        Err(AppendError::Refused(_)) => Ok(false),
+        Err(AppendError::Storage(e)) => Err(BrokerError::Cluster(e.to_string())),
+    }
+}
+
 /// Waits until a write to an internal partition (offsets, transaction state) is committed as
 /// acks promise: in a cluster every in-sync replica holds it (like an acks=all produce), and
 /// with a syncing policy (`fsync`) it is on disk. REQUEST_TIMED_OUT after 30 s,

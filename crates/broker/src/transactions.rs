@@ -378,25 +378,10 @@ impl TxnService {
         let Some(cut) = led.pending_cut else {
             return Ok(());
         };
-        if partition.high_watermark() < cut {
-            // Not committed yet: the next pass tries again.
-            return Ok(());
+        if crate::groups::cut_rewritten(&partition, cut, TXN_LOG)? {
+            led.pending_cut = None;
         }
-        let before = partition.size_bytes();
-        match partition.delete_records_before(cut) {
-            Ok(_) => {
-                led.pending_cut = None;
-                tracing::info!(
-                    partition = index,
-                    before,
-                    after = partition.size_bytes(),
-                    "compacted a {TXN_LOG} partition"
-                );
-                Ok(())
-            }
-            Err(AppendError::Refused(_)) => Ok(()),
-            Err(AppendError::Storage(e)) => Err(BrokerError::Cluster(e.to_string())),
-        }
+        Ok(())
     }
 
     /// Writes the markers of every transaction that was ending when its partition was taken

@@ -4,14 +4,48 @@
 //! applies. Every step is idempotent, so an image applied twice, or a newer one applied over
 //! a half-applied older one, ends in the same place.
 
+use std::sync::Arc;
+
 use spate_cluster::metadata::{MetadataImage, TopicImage};
 
 use super::{Cluster, Local};
 use crate::groups::OFFSETS_LOG;
-use crate::partition::Role;
+use crate::partition::{Partition, Role};
 use crate::registry::Topic;
 use crate::replica::{take_role, RoleChange, RoleContext};
 use crate::topic_config::TopicConfig;
+
+/// Hands each partition of internal topic `name` this node leads to `take_over` (index,
+/// partition count, partition, leader epoch) and each other one to `step_down`; `false` when a
+/// take-over failed (the image is applied again).
+fn follow_internal_leaders(
+    b: &Local,
+    name: &str,
+    take_over: impl Fn(usize, usize, Arc<Partition>, i32) -> Result<(), crate::BrokerError>,
+    step_down: impl Fn(usize),
+) -> bool {
+    let Some(t) = b.topics.get(name) else {
+        return true;
+    };
+    let count = t.partition_count().max(0) as usize;
+    let mut complete = true;
+    for index in 0..count {
+        match t
+            .partition(index as i32)
+            .filter(|p| p.role() == Role::Leader)
+        {
+            Some(p) => {
+                let epoch = p.leader_epoch();
+                if let Err(e) = take_over(index, count, p, epoch) {
+                    tracing::error!(topic = name, partition = index, error = %e, "cannot load the state of an internal partition this node leads; retrying");
+                    complete = false;
+                }
+            }
+            None => step_down(index),
+        }
+    }
+    complete
+}
 
 /// Whether two images ask the same of local partitions: same topics (ids, configs,
 /// assignments, leaders, epochs, ISRs) and same registrations (epochs, fencing). Heartbeat
@@ -78,48 +112,22 @@ pub(super) fn apply(
             }
         }
     }
-    // Each node coordinates the groups of the offsets partitions it leads.
-    if let Some(t) = b.topics.get(OFFSETS_LOG) {
-        let count = t.partition_count().max(0) as usize;
-        for index in 0..count {
-            let led = t
-                .partition(index as i32)
-                .filter(|p| p.role() == Role::Leader);
-            match led {
-                Some(p) => {
-                    let epoch = p.leader_epoch();
-                    if let Err(e) = b.groups.take_over(index, count, p, epoch) {
-                        tracing::error!(partition = index, error = %e, "cannot load committed offsets from a replicated offsets partition; retrying");
-                        complete = false;
-                    }
-                }
-                None => b.groups.step_down(index),
-            }
-        }
-    }
-    // And the transactions of the transaction state partitions it leads; transactions that
-    // were ending there get their markers written again.
-    if let Some(t) = b.topics.get(spate_txn::TXN_LOG) {
-        let count = t.partition_count().max(0) as usize;
-        for index in 0..count {
-            let led = t
-                .partition(index as i32)
-                .filter(|p| p.role() == Role::Leader);
-            match led {
-                Some(p) => {
-                    let epoch = p.leader_epoch();
-                    match b.txns.take_over(index, count, p, epoch) {
-                        Ok(()) => b.txns.resume(),
-                        Err(e) => {
-                            tracing::error!(partition = index, error = %e, "cannot load transaction state from a replicated partition; retrying");
-                            complete = false;
-                        }
-                    }
-                }
-                None => b.txns.step_down(index),
-            }
-        }
-    }
+    // Each node coordinates the groups of the offsets partitions it leads, and the
+    // transactions of the transaction state partitions it leads (those that were ending there
+    // get their markers written again).
+    complete &= follow_internal_leaders(
+        b,
+        OFFSETS_LOG,
+        |index, count, p, epoch| b.groups.take_over(index, count, p, epoch),
+        |index| b.groups.step_down(index),
+    );
+    complete &= follow_internal_leaders(
+        b,
+        spate_txn::TXN_LOG,
+        |index, count, p, epoch| b.txns.take_over(index, count, p, epoch),
+        |index| b.txns.step_down(index),
+    );
+    b.txns.resume();
     for local in b.topics.list() {
         let gone = image.topic(&local.name).is_none_or(|t| t.id != local.id);
         if gone {

@@ -774,18 +774,7 @@ impl Broker {
                 }
             };
             out.appended.push((epoch, payload));
-            self.pending_acks.push(PendingAck {
-                client: from,
-                client_incarnation: from_inc,
-                req,
-                epoch,
-                offset,
-                deadline_ms: now + PRODUCE_TIMEOUT_MS,
-            });
-            if self.synced_acks && !self.group_commit_scheduled {
-                self.group_commit_scheduled = true;
-                out.timer(GROUP_COMMIT_MS, Timer::GroupCommit);
-            }
+            self.await_ack(now, (from, from_inc), req, (epoch, offset), out);
             return;
         }
         let batch = match produce_batch(payload) {
@@ -817,9 +806,22 @@ impl Broker {
             }
         };
         out.appended.push((epoch, payload));
+        self.await_ack(now, (from, from_inc), req, (epoch, offset), out);
+    }
+
+    /// Holds the answer to a produce appended at `offset` in leader epoch `epoch` until the
+    /// replicas commit it (acks=all), and schedules the group commit under synced acks.
+    fn await_ack(
+        &mut self,
+        now: u64,
+        (client, client_incarnation): (NodeId, u64),
+        req: u64,
+        (epoch, offset): (i32, i64),
+        out: &mut Out,
+    ) {
         self.pending_acks.push(PendingAck {
-            client: from,
-            client_incarnation: from_inc,
+            client,
+            client_incarnation,
             req,
             epoch,
             offset,
