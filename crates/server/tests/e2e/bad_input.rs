@@ -143,11 +143,16 @@ fn unknown_api_keys_and_versions_get_unsupported_version() {
         .api_keys
         .iter()
         .all(|k| k.api_key != ApiKey::ShareGroupHeartbeat as i16));
-    // Transactions are not implemented, so they are not advertised.
-    assert!(resp
-        .api_keys
-        .iter()
-        .all(|k| k.api_key != ApiKey::AddPartitionsToTxn as i16));
+    // Transactions are advertised at Kafka 4.3's ranges.
+    for (key, range) in [
+        (ApiKey::AddPartitionsToTxn, (0, 5)),
+        (ApiKey::EndTxn, (0, 5)),
+    ] {
+        assert!(resp
+            .api_keys
+            .iter()
+            .any(|k| k.api_key == key as i16 && (k.min_version, k.max_version) == range));
+    }
     let resp: ApiVersionsResponse =
         raw.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
     assert_eq!(resp.error_code, 0);

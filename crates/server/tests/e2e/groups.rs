@@ -462,10 +462,14 @@ fn bad_group_requests_get_kafka_error_codes() {
     assert_eq!(r.assignment, assignment("t", &[0]));
     let r: HeartbeatResponse = raw.call(ApiKey::Heartbeat, 3, &hb);
     assert_eq!(r.error_code, 0);
-    // Transactions are refused clearly.
+    // A transaction coordinator is found; share group keys (type 2) are refused clearly.
     let mut fc = FindCoordinatorRequest::default();
     fc.key_type = 1;
     fc.coordinator_keys = vec![StrBytes::from_static_str("tx")];
+    let r: FindCoordinatorResponse = raw.call(ApiKey::FindCoordinator, 4, &fc);
+    assert_eq!(r.coordinators[0].error_code, 0);
+    assert!(r.coordinators[0].port > 0);
+    fc.key_type = 2;
     let r: FindCoordinatorResponse = raw.call(ApiKey::FindCoordinator, 4, &fc);
     assert_eq!(r.coordinators[0].error_code, 42);
 }
