@@ -5,6 +5,8 @@
 # producer. Prints numbers, no thresholds: a side-by-side table of records/s and of broker CPU
 # per record (utime + stime of the broker process from /proc/PID/stat over each case), with
 # spate/Kafka ratios, and the broker CPU per record of transactional over idempotent produce.
+# Dirty pages are written back and the page cache dropped before every case (as root), so no
+# case pays for the previous one's writeback.
 # Cases (each on its own 1-partition topic, BENCH_RECORD_SIZE-byte records, acks=all,
 # linger.ms=5, batch.size=131072; every produce case runs BENCH_SECONDS):
 #   produce idempotent           enable.idempotence, no transactions
@@ -70,6 +72,9 @@ run_cases() {  # run_cases NAME BOOTSTRAP PID: every case against one broker
   for c in "${CASES[@]}"; do
     read -r -a words <<<"${ARGS[$c]}"
     out="$OUT/$name-$c.txt"
+    # Each case starts without the previous one's dirty pages: their writeback is kernel time
+    # charged to the broker, which would make later cases look dearer per record.
+    "$ROOT/scripts/drop-page-cache.sh"
     t0=$(ticks "$pid")
     if [[ "${words[0]}" == produce ]]; then
       timeout $((SECS + 180)) "${BENCH[@]}" produce "$b" "txnbench-${words[1]}" "${words[2]}" "$SECS" "$MAX" "$SIZE" \
