@@ -2,6 +2,7 @@
 //! produced, with sparse offset and time indexes, group-committed fsyncs, crash recovery and
 //! retention. Nothing here knows about Kafka requests; callers hand in validated batches.
 
+pub mod compaction;
 mod config;
 mod durability;
 mod epochs;

@@ -1,0 +1,193 @@
+//! Log compaction's decisions, free of I/O: which records of a log a clean keeps.
+//!
+//! A clean covers the log from its start up to the end of its cleanable section (sealed
+//! segments, none newer than `min.compaction.lag.ms`). First every key of the dirty section
+//! (from the first offset no clean has covered yet to that end) is mapped to its latest offset
+//! ([`OffsetMap`]); then every batch from the log start is walked in order ([`Sweep`]):
+//!
+//! * a record is kept when no later record of its key exists in the map (it is the key's
+//!   latest), or its key is not in the map at all (it was the latest when an earlier clean
+//!   covered it);
+//! * a tombstone (a record without a value) that is its key's latest is kept until it is
+//!   older than `delete.retention.ms`, so consumers that read the key earlier see the delete;
+//! * records of aborted transactions are dropped, whatever their keys;
+//! * a transaction marker is kept while any record of its transaction is still in the log
+//!   (a replica rebuilding its producer state must see the transaction end), and, once none is,
+//!   until it is older than `delete.retention.ms`;
+//! * a record without a key cannot be compacted: produce refuses them on compacted topics, and
+//!   any left from before the topic was compacted are kept.
+//!
+//! Offsets never change: a kept record keeps its offset, timestamp and headers, so a clean
+//! leaves gaps, as Kafka's does.
+
+use std::collections::HashMap;
+
+use spate_protocol::batch::ControlKind;
+
+/// Bytes of the dedupe buffer one map entry stands for (a 16-byte key digest and an 8-byte
+/// offset, as Kafka's `log.cleaner.dedupe.buffer.size` counts them).
+pub const BYTES_PER_ENTRY: usize = 24;
+
+/// The digest a key is mapped by: 128 bits, so two keys collide with negligible probability
+/// (Kafka uses MD5's 128 bits for the same purpose).
+pub fn key_digest(key: &[u8]) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(key)
+}
+
+/// Each key of a dirty section and its latest offset, within a bounded size.
+#[derive(Debug, Clone)]
+pub struct OffsetMap {
+    latest: HashMap<u128, i64>,
+    capacity: usize,
+    /// The offset after the last record mapped: a clean covers the dirty section only up to
+    /// here when the map filled up before its end.
+    end: i64,
+}
+
+impl OffsetMap {
+    /// A map holding at most `buffer_bytes / 24` keys.
+    pub fn with_buffer_bytes(buffer_bytes: usize) -> Self {
+        let capacity = (buffer_bytes / BYTES_PER_ENTRY).max(1);
+        Self {
+            latest: HashMap::with_capacity(capacity.min(1 << 20)),
+            capacity,
+            end: -1,
+        }
+    }
+
+    /// Maps `key` to `offset` (offsets come in increasing order). `false`, and nothing mapped,
+    /// when the map is full and the key is new: the clean stops its dirty section before this
+    /// record and a later pass takes the rest.
+    pub fn put(&mut self, key: &[u8], offset: i64) -> bool {
+        let digest = key_digest(key);
+        if self.latest.len() >= self.capacity && !self.latest.contains_key(&digest) {
+            return false;
+        }
+        self.latest.insert(digest, offset);
+        self.end = offset + 1;
+        true
+    }
+
+    /// Records that `offset` was read without a key to map (a control batch, a keyless or
+    /// aborted record): the mapped section reaches past it.
+    pub fn skip(&mut self, offset: i64) {
+        self.end = self.end.max(offset + 1);
+    }
+
+    /// The latest offset of `key` in the mapped section.
+    pub fn latest(&self, key: &[u8]) -> Option<i64> {
+        self.latest.get(&key_digest(key)).copied()
+    }
+
+    /// The offset after the last record mapped (-1: none).
+    pub fn end(&self) -> i64 {
+        self.end
+    }
+
+    /// Keys mapped.
+    pub fn len(&self) -> usize {
+        self.latest.len()
+    }
+
+    /// Whether no key is mapped.
+    pub fn is_empty(&self) -> bool {
+        self.latest.is_empty()
+    }
+}
+
+/// One batch as the sweep sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchFacts {
+    /// Producer id (-1 without one).
+    pub producer_id: i64,
+    /// Part of a transaction.
+    pub transactional: bool,
+    /// A transaction marker, and which.
+    pub control: Option<ControlKind>,
+    /// Its last offset.
+    pub last_offset: i64,
+    /// Its newest timestamp (a marker's time).
+    pub max_timestamp: i64,
+}
+
+/// One record of a data batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordFacts<'a> {
+    /// Its offset.
+    pub offset: i64,
+    /// Its timestamp.
+    pub timestamp: i64,
+    /// Its key.
+    pub key: Option<&'a [u8]>,
+    /// Whether it has a value (false: a tombstone).
+    pub has_value: bool,
+}
+
+/// An aborted transaction of the log: its producer, first offset and marker offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Aborted {
+    /// Producer id.
+    pub producer_id: i64,
+    /// First record.
+    pub first_offset: i64,
+    /// Its abort marker.
+    pub marker_offset: i64,
+}
+
+/// The walk over a log's batches in offset order that decides what a clean keeps.
+#[derive(Debug)]
+pub struct Sweep<'m> {
+    map: &'m OffsetMap,
+    aborted: Vec<Aborted>,
+    /// Tombstones and markers older than this (ms) go.
+    delete_horizon_ms: i64,
+    /// Per producer: records of its current transaction the sweep kept so far.
+    txn_kept: HashMap<i64, usize>,
+}
+
+impl<'m> Sweep<'m> {
+    /// A sweep with `map` of the dirty section, the log's aborted transactions, and the time
+    /// before which tombstones and finished markers are removed (now − delete.retention.ms).
+    pub fn new(map: &'m OffsetMap, aborted: Vec<Aborted>, delete_horizon_ms: i64) -> Self {
+        Self {
+            map,
+            aborted,
+            delete_horizon_ms,
+            txn_kept: HashMap::new(),
+        }
+    }
+
+    fn is_aborted(&self, producer_id: i64, offset: i64) -> bool {
+        self.aborted.iter().any(|a| {
+            a.producer_id == producer_id && (a.first_offset..a.marker_offset).contains(&offset)
+        })
+    }
+
+    /// Whether to keep `r` of data batch `b`.
+    pub fn keep_record(&mut self, b: &BatchFacts, r: &RecordFacts<'_>) -> bool {
+        if b.transactional && self.is_aborted(b.producer_id, r.offset) {
+            return false;
+        }
+        let keep = match r.key {
+            None => true,
+            Some(key) => {
+                let latest = self.map.latest(key).is_none_or(|l| l <= r.offset);
+                latest && (r.has_value || r.timestamp >= self.delete_horizon_ms)
+            }
+        };
+        if keep && b.transactional {
+            *self.txn_kept.entry(b.producer_id).or_default() += 1;
+        }
+        keep
+    }
+
+    /// Whether to keep marker batch `b`: while its transaction still has a record in the log,
+    /// and afterwards until the delete horizon.
+    pub fn keep_marker(&mut self, b: &BatchFacts) -> bool {
+        let kept = self.txn_kept.remove(&b.producer_id).unwrap_or(0);
+        kept > 0 || b.max_timestamp >= self.delete_horizon_ms
+    }
+}
+
+#[cfg(test)]
+mod tests;

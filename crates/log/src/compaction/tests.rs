@@ -1,0 +1,203 @@
+use std::collections::BTreeMap;
+
+use super::*;
+
+/// A tiny deterministic generator, so the model test needs no dependency.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// One record of a generated log: offset, time, key (None: keyless), value (None: tombstone).
+#[derive(Clone, Debug)]
+struct Rec {
+    offset: i64,
+    ts: i64,
+    key: Option<Vec<u8>>,
+    value: Option<u32>,
+}
+
+fn plain() -> BatchFacts {
+    BatchFacts {
+        producer_id: -1,
+        transactional: false,
+        control: None,
+        last_offset: 0,
+        max_timestamp: 0,
+    }
+}
+
+fn facts(r: &Rec) -> RecordFacts<'_> {
+    RecordFacts {
+        offset: r.offset,
+        timestamp: r.ts,
+        key: r.key.as_deref(),
+        has_value: r.value.is_some(),
+    }
+}
+
+/// Cleans `log` whole (every record dirty) at `horizon`, as one pass.
+fn clean(log: &[Rec], horizon: i64) -> Vec<i64> {
+    let mut map = OffsetMap::with_buffer_bytes(1 << 20);
+    for r in log {
+        match &r.key {
+            Some(k) => assert!(map.put(k, r.offset)),
+            None => map.skip(r.offset),
+        }
+    }
+    let mut sweep = Sweep::new(&map, Vec::new(), horizon);
+    log.iter()
+        .filter(|r| sweep.keep_record(&plain(), &facts(r)))
+        .map(|r| r.offset)
+        .collect()
+}
+
+#[test]
+fn a_clean_keeps_exactly_the_latest_value_per_key_and_young_tombstones_over_random_logs() {
+    for seed in 0..200 {
+        let mut rng = Lcg(seed);
+        let keys = 1 + rng.next(20);
+        let mut log = Vec::new();
+        let mut ts = 0;
+        for offset in 0..(50 + rng.next(300) as i64) {
+            ts += rng.next(100) as i64;
+            let key = (rng.next(10) != 0).then(|| format!("k{}", rng.next(keys)).into_bytes());
+            let value = (rng.next(5) != 0).then(|| rng.next(1000) as u32);
+            log.push(Rec {
+                offset,
+                ts,
+                key,
+                value,
+            });
+        }
+        let horizon = rng.next(ts.max(1) as u64) as i64;
+        // The model: per key its last record; a tombstone only when not older than the horizon;
+        // keyless records always.
+        let mut last: BTreeMap<Vec<u8>, &Rec> = BTreeMap::new();
+        for r in &log {
+            if let Some(k) = &r.key {
+                last.insert(k.clone(), r);
+            }
+        }
+        let mut want: Vec<i64> = last
+            .values()
+            .filter(|r| r.value.is_some() || r.ts >= horizon)
+            .map(|r| r.offset)
+            .chain(log.iter().filter(|r| r.key.is_none()).map(|r| r.offset))
+            .collect();
+        want.sort_unstable();
+        let got = clean(&log, horizon);
+        assert_eq!(got, want, "seed {seed}");
+        // A second clean of the cleaned log changes nothing (at the same horizon).
+        let kept: Vec<Rec> = log
+            .iter()
+            .filter(|r| got.contains(&r.offset))
+            .cloned()
+            .collect();
+        assert_eq!(clean(&kept, horizon), got, "seed {seed}: not idempotent");
+    }
+}
+
+#[test]
+fn a_key_outside_the_mapped_section_keeps_its_record() {
+    // An earlier clean covered offsets below 10: its survivors are not in this map.
+    let mut map = OffsetMap::with_buffer_bytes(1 << 10);
+    map.put(b"b", 11);
+    let mut sweep = Sweep::new(&map, Vec::new(), 0);
+    let old_a = RecordFacts {
+        offset: 3,
+        timestamp: 0,
+        key: Some(b"a"),
+        has_value: true,
+    };
+    let old_b = RecordFacts {
+        key: Some(b"b"),
+        offset: 4,
+        ..old_a
+    };
+    assert!(sweep.keep_record(&plain(), &old_a));
+    assert!(!sweep.keep_record(&plain(), &old_b), "b has a later record");
+}
+
+#[test]
+fn a_full_map_refuses_new_keys_and_says_where_the_section_ends() {
+    let mut map = OffsetMap::with_buffer_bytes(2 * BYTES_PER_ENTRY);
+    assert!(map.put(b"a", 0));
+    assert!(map.put(b"b", 1));
+    assert!(map.put(b"a", 2), "a known key still updates");
+    map.skip(3);
+    assert!(!map.put(b"c", 4), "a third key does not fit");
+    assert_eq!((map.len(), map.end()), (2, 4));
+    assert_eq!(map.latest(b"a"), Some(2));
+}
+
+#[test]
+fn aborted_records_go_and_markers_stay_while_their_transaction_has_records() {
+    let mut map = OffsetMap::with_buffer_bytes(1 << 10);
+    // Producer 7: offsets 0-1 aborted (marker 2); offsets 3-4 committed (marker 5), key x
+    // rewritten at 6 by a plain producer.
+    for (k, o) in [(b"x", 0), (b"y", 1), (b"x", 3), (b"z", 4), (b"x", 6)] {
+        map.put(k, o);
+    }
+    let aborted = vec![Aborted {
+        producer_id: 7,
+        first_offset: 0,
+        marker_offset: 2,
+    }];
+    let txn = BatchFacts {
+        producer_id: 7,
+        transactional: true,
+        control: None,
+        last_offset: 4,
+        max_timestamp: 100,
+    };
+    let marker = |kind, at| BatchFacts {
+        control: Some(kind),
+        last_offset: at,
+        ..txn
+    };
+    let rec = |offset, key: &'static [u8]| RecordFacts {
+        offset,
+        timestamp: 100,
+        key: Some(key),
+        has_value: true,
+    };
+    let mut sweep = Sweep::new(&map, aborted.clone(), 50);
+    assert!(!sweep.keep_record(&txn, &rec(0, b"x")));
+    assert!(
+        !sweep.keep_record(&txn, &rec(1, b"y")),
+        "aborted, though y's latest"
+    );
+    assert!(
+        sweep.keep_marker(&marker(ControlKind::Abort, 2)),
+        "the abort marker is younger than the horizon"
+    );
+    assert!(
+        !sweep.keep_record(&txn, &rec(3, b"x")),
+        "x is rewritten at 6"
+    );
+    assert!(sweep.keep_record(&txn, &rec(4, b"z")));
+    assert!(
+        sweep.keep_marker(&marker(ControlKind::Commit, 5)),
+        "z still belongs to the committed transaction"
+    );
+    // Later, with z rewritten too and past the horizon: nothing of either transaction is
+    // left, and both markers go.
+    map.put(b"z", 7);
+    let mut sweep = Sweep::new(&map, aborted, 1_000);
+    for (o, k) in [(0, b"x"), (1, b"y")] {
+        assert!(!sweep.keep_record(&txn, &rec(o, k)));
+    }
+    assert!(!sweep.keep_marker(&marker(ControlKind::Abort, 2)));
+    for (o, k) in [(3, b"x"), (4, b"z")] {
+        assert!(!sweep.keep_record(&txn, &rec(o, k)));
+    }
+    assert!(!sweep.keep_marker(&marker(ControlKind::Commit, 5)));
+}
