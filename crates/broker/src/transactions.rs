@@ -237,12 +237,6 @@ impl TxnService {
         &self.settings
     }
 
-    /// The `__transaction_state` partition of `txn_id`, when the topic exists.
-    pub fn partition_of(&self, txn_id: &str) -> Option<usize> {
-        let count = self.partitions.lock().count;
-        (count > 0).then(|| txn_partition_for(txn_id, count))
-    }
-
     /// Whether this node coordinates `txn_id` now.
     pub fn is_coordinator(&self, txn_id: &str) -> bool {
         let parts = self.partitions.lock();
