@@ -473,8 +473,13 @@ fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
 
 /// A zigzag varint (at most 5 bytes, as record fields are i32).
 fn read_varint(r: &mut &[u8]) -> Option<i64> {
+    read_zigzag(r, 5)
+}
+
+/// A zigzag varint of at most `max_bytes` bytes (5 for i32 fields, 10 for i64 ones).
+fn read_zigzag(r: &mut &[u8], max_bytes: u32) -> Option<i64> {
     let mut v: u64 = 0;
-    for i in 0..5 {
+    for i in 0..max_bytes {
         let byte = *take(r, 1)?.first()?;
         v |= u64::from(byte & 0x7f) << (7 * i);
         if byte & 0x80 == 0 {
@@ -482,6 +487,74 @@ fn read_varint(r: &mut &[u8]) -> Option<i64> {
         }
     }
     None
+}
+
+/// One record of an uncompressed batch, as log compaction looks at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    /// Its offset (the batch's base offset plus its offset delta).
+    pub offset: i64,
+    /// Its timestamp (the batch's base timestamp plus its delta).
+    pub timestamp: i64,
+    /// Its key.
+    pub key: Option<&'a [u8]>,
+    /// Whether it has a value (false: a tombstone).
+    pub has_value: bool,
+    /// The record's bytes, length prefix included.
+    pub raw: &'a [u8],
+}
+
+/// The records of an uncompressed batch; `None` for a compressed one (decode it first) or
+/// for records that do not parse.
+pub fn records(batch: &[u8]) -> Option<Vec<RecordView<'_>>> {
+    let h = BatchHeader::parse(batch).ok()?;
+    if h.compression() != 0 {
+        return None;
+    }
+    let mut rest = batch.get(HEADER_LEN..h.total_len())?;
+    let mut out = Vec::with_capacity(h.records_count.max(0) as usize);
+    for _ in 0..h.records_count.max(0) {
+        let start = rest;
+        let len = usize::try_from(read_varint(&mut rest)?).ok()?;
+        let prefix = start.len() - rest.len();
+        let mut body = take(&mut rest, len)?;
+        let raw = &start[..prefix + len];
+        let _attributes = take(&mut body, 1)?;
+        let ts_delta = read_zigzag(&mut body, 10)?;
+        let offset_delta = read_varint(&mut body)?;
+        let key = match read_varint(&mut body)? {
+            n if n < 0 => None,
+            n => Some(take(&mut body, usize::try_from(n).ok()?)?),
+        };
+        let has_value = read_varint(&mut body)? >= 0;
+        out.push(RecordView {
+            offset: h.base_offset + offset_delta,
+            timestamp: h.base_timestamp.saturating_add(ts_delta),
+            key,
+            has_value,
+            raw,
+        });
+    }
+    rest.is_empty().then_some(out)
+}
+
+/// An uncompressed batch holding only `kept` of its records (in order), as log compaction
+/// rewrites it: the base offset, the last offset delta, the timestamps and the producer fields
+/// stay, so the kept records keep their offsets and the batch still tells its producer's last
+/// sequence; the length, the record count and the CRC are the new ones.
+pub fn retain(batch: &[u8], kept: &[RecordView<'_>]) -> Vec<u8> {
+    let body: usize = kept.iter().map(|r| r.raw.len()).sum();
+    let mut out = Vec::with_capacity(HEADER_LEN + body);
+    out.extend_from_slice(&batch[..HEADER_LEN]);
+    for r in kept {
+        out.extend_from_slice(r.raw);
+    }
+    let len = (out.len() - LOG_OVERHEAD) as i32;
+    out[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&len.to_be_bytes());
+    out[RECORDS_COUNT..RECORDS_COUNT + 4].copy_from_slice(&(kept.len() as i32).to_be_bytes());
+    let crc = compute_crc(&out);
+    out[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    out
 }
 
 #[cfg(test)]
@@ -630,5 +703,52 @@ mod tests {
             None,
             "truncated record"
         );
+    }
+
+    #[test]
+    fn records_of_a_batch_read_back_and_a_retained_batch_keeps_offsets_and_validates() {
+        let records: Vec<NewRecord> = (0..5)
+            .map(|i| NewRecord {
+                key: (i != 2).then(|| Bytes::from(format!("k{i}"))),
+                value: (i != 3).then(|| Bytes::from(format!("v{i}"))),
+                timestamp: 1_000 + i,
+            })
+            .collect();
+        let mut b = build(&records, None, Compression::None).unwrap().to_vec();
+        assign(&mut b, 100, 0);
+        let views = super::records(&b).unwrap();
+        assert_eq!(views.len(), 5);
+        assert_eq!(views[1].offset, 101);
+        assert_eq!(views[4].timestamp, 1_004);
+        assert_eq!(views[1].key, Some(&b"k1"[..]));
+        assert_eq!(views[2].key, None);
+        assert!(!views[3].has_value && views[4].has_value);
+        let kept = [views[1], views[4]];
+        let r = retain(&b, &kept);
+        let h = validate_stored(&r);
+        assert_eq!(
+            (h.base_offset, h.last_offset(), h.records_count),
+            (100, 104, 2)
+        );
+        let again = super::records(&r).unwrap();
+        assert_eq!(
+            again.iter().map(|v| (v.offset, v.key)).collect::<Vec<_>>(),
+            vec![(101, Some(&b"k1"[..])), (104, Some(&b"k4"[..]))]
+        );
+        let compressed = build(&records, None, Compression::Lz4).unwrap();
+        assert!(
+            super::records(&compressed).is_none(),
+            "compressed: decode first"
+        );
+        assert!(super::records(&b[..b.len() - 1]).is_none(), "truncated");
+    }
+
+    /// Parses a stored batch and checks its CRC (a retained batch's record count no longer
+    /// matches its last offset delta, which `validate` demands of produced batches).
+    fn validate_stored(b: &[u8]) -> BatchHeader {
+        let h = BatchHeader::parse(b).unwrap();
+        assert_eq!(h.total_len(), b.len());
+        assert_eq!(compute_crc(b), h.crc);
+        h
     }
 }
