@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates jars.lock for a Kafka version: Maven resolves the broker, tools, clients and
-# Streams with their runtime dependencies once (the only step that needs mvn), each jar's SHA-1
-# is checked against the one Maven Central publishes beside it, and the lock pins coordinates
-# and SHA-256.
+# Regenerates jars.lock for a Kafka version: Maven resolves the broker, tools, clients, Streams
+# and Connect (the runtime with its REST server, and the FileStream connectors) with their
+# runtime dependencies once (the only step that needs mvn), each jar's SHA-1 is checked against
+# the one Maven Central publishes beside it, and the lock pins coordinates and SHA-256.
 # Run fetch.sh into an empty SPATE_KAFKA_HOME and the tool checks, then review the diff.
 #   scripts/kafka/lock-update.sh 4.3.1
 set -euo pipefail
@@ -13,11 +13,11 @@ MAVEN="${SPATE_MAVEN_URL:-https://repo1.maven.org/maven2}"
 command -v mvn >/dev/null || kit_die "mvn is needed to resolve a new lock"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 dep() { echo "<dependency><groupId>$1</groupId><artifactId>$2</artifactId><version>$3</version>$4</dependency>"; }
-# kafka-tools' connect-runtime (Jetty, Jersey) serves only connect-plugin-path: left out.
+# connect-runtime brings the worker's REST server (Jetty 12, Jersey 3, HK2, Jackson's JAX-RS
+# provider, ~9 MB); connect-file is the FileStreamSource/Sink connectors (scripts/connect-e2e.sh).
 # kafka-streams' rocksdbjni (72 MB of native libraries) serves only RocksDB stores; the kit's
 # Streams apps (scripts/txn/StreamsEos.java) use in-memory stores and run without it.
 no_rocksdb="<exclusions><exclusion><groupId>org.rocksdb</groupId><artifactId>rocksdbjni</artifactId></exclusion></exclusions>"
-no_connect="<exclusions><exclusion><groupId>org.apache.kafka</groupId><artifactId>connect-runtime</artifactId></exclusion><exclusion><groupId>com.fasterxml.jackson.jakarta.rs</groupId><artifactId>jackson-jakarta-rs-json-provider</artifactId></exclusion></exclusions>"
 cat > "$work/pom.xml" <<POM
 <project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
 <groupId>spate</groupId><artifactId>kafka-kit</artifactId><version>1</version><packaging>pom</packaging>
@@ -25,8 +25,13 @@ cat > "$work/pom.xml" <<POM
 $(dep org.apache.kafka kafka_2.13 "$VERSION" "")
 $(dep org.apache.kafka kafka-server "$VERSION" "")
 $(dep org.apache.kafka kafka-storage "$VERSION" "")
-$(dep org.apache.kafka kafka-tools "$VERSION" "$no_connect")
+$(dep org.apache.kafka kafka-tools "$VERSION" "")
 $(dep org.apache.kafka kafka-streams "$VERSION" "$no_rocksdb")
+$(dep org.apache.kafka connect-api "$VERSION" "")
+$(dep org.apache.kafka connect-json "$VERSION" "")
+$(dep org.apache.kafka connect-transforms "$VERSION" "")
+$(dep org.apache.kafka connect-runtime "$VERSION" "")
+$(dep org.apache.kafka connect-file "$VERSION" "")
 $(dep org.apache.logging.log4j log4j-api "$LOG4J" "")
 $(dep org.apache.logging.log4j log4j-core "$LOG4J" "")
 $(dep org.apache.logging.log4j log4j-slf4j-impl "$LOG4J" "")

@@ -6,11 +6,16 @@
 #   tool.sh class org.apache.kafka.tools.SomeMain ... (or kafka-run-class): any main class, or a
 #                                                     .java file in source-file mode
 #   tool.sh --list                                    the names and their main classes
+#   tool.sh connect-distributed worker.properties     a Connect worker (Connect's runtime and the
+#                                                     FileStream connectors are on the classpath)
 # Env: KAFKA_TOOL_HEAP_OPTS (-Xmx512M), KAFKA_TOOL_LOGLEVEL (WARN), JAVA.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # name main-class, as Kafka 4.3's bin/*.sh run them.
 TOOLS="
+connect-distributed org.apache.kafka.connect.cli.ConnectDistributed
+connect-plugin-path org.apache.kafka.tools.ConnectPluginPath
+connect-standalone org.apache.kafka.connect.cli.ConnectStandalone
 kafka-acls org.apache.kafka.tools.AclCommand
 kafka-broker-api-versions org.apache.kafka.tools.BrokerApiVersionsCommand
 kafka-client-metrics org.apache.kafka.tools.ClientMetricsCommand
@@ -45,7 +50,7 @@ producer org.apache.kafka.tools.ProducerPerformance
 consumer org.apache.kafka.tools.ConsumerPerformance
 topics org.apache.kafka.tools.TopicCommand
 "
-[[ $# -ge 1 ]] || { sed -n '2,9p' "$0" >&2; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,11p' "$0" >&2; exit 2; }
 name="${1%.sh}"; shift
 case "$name" in
   --list) echo "$TOOLS" | awk 'NF { printf "%-32s %s\n", $1, $2 }'; exit 0 ;;

@@ -767,17 +767,9 @@ pub async fn add_on_behalf(
                 Err(e) => Err(e),
             }
         } else {
-            match b.topology().txn_coordinator(b, txn_id) {
+            match b.topology().cluster() {
                 None => Err(ResponseError::CoordinatorNotAvailable),
-                Some((_, host, port)) => {
-                    crate::cluster::ask_txn_partitions(
-                        &format!("{host}:{port}"),
-                        txn_id,
-                        asks,
-                        false,
-                    )
-                    .await
-                }
+                Some(c) => crate::cluster::ask_coordinator(c, txn_id, asks, false).await,
             }
         };
         let concurrent = match &outcome {

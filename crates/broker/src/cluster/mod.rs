@@ -39,8 +39,8 @@ pub use operations::{
     alter_reassignments, elect_leaders, list_reassignments, standalone_elect_leaders,
     standalone_reassignments, Move, OperationError,
 };
-pub use peer::{PeerConnection, PeerError};
-pub(crate) use txn::{ask_txn_partitions, write_marker};
+pub use peer::{PeerConnection, PeerError, PeerPool};
+pub(crate) use txn::{ask_coordinator, write_marker};
 
 use crate::groups::OFFSETS_LOG;
 use crate::partition::Partition;
@@ -157,6 +157,8 @@ pub struct Cluster {
     creating_offsets_topic: AtomicBool,
     /// A proposal to create `__transaction_state` is out (it is created on first use).
     creating_txn_topic: AtomicBool,
+    /// Connections to other brokers for transaction markers and KIP-890 verifications.
+    pub(crate) txn_peers: PeerPool,
     /// This node's producer-id block: next id and end (exclusive).
     producer_ids: Mutex<(i64, i64)>,
     /// Follower-side replication throttle shared by this node's fetchers.
@@ -483,6 +485,7 @@ impl Broker {
             stopping: AtomicBool::new(false),
             creating_offsets_topic: AtomicBool::new(false),
             creating_txn_topic: AtomicBool::new(false),
+            txn_peers: PeerPool::new("spate-txn", 4),
             producer_ids: Mutex::new((0, 0)),
             follower_throttle: throttle::ByteRate::new(),
             leader_throttle: throttle::ByteRate::new(),

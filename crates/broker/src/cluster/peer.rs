@@ -1,11 +1,14 @@
-//! A Kafka client connection to another broker, for replica fetches and epoch lookups.
+//! A Kafka client connection to another broker, for replica fetches, epoch lookups, forwarded
+//! produces and transaction markers, and a pool of idle ones.
 //!
 //! One request at a time: a follower's fetcher waits for each answer before it sends the
 //! next request, so there is nothing to pipeline.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
+use parking_lot::Mutex;
 use spate_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use spate_protocol::{Decodable, Encodable, StrBytes};
 use thiserror::Error;
@@ -43,6 +46,62 @@ pub enum PeerError {
         /// What was wrong.
         reason: String,
     },
+}
+
+/// Idle connections to other brokers by address, for requests sent to the same brokers again
+/// and again (forwarded produces, transaction markers, KIP-890 verifications): a connection
+/// per request cost a TCP handshake each time and left a socket in TIME_WAIT behind.
+pub struct PeerPool {
+    idle: Mutex<HashMap<String, Vec<PeerConnection>>>,
+    client_id: String,
+    per_peer: usize,
+}
+
+impl PeerPool {
+    /// A pool whose connections carry `client_id` and which keeps at most `per_peer` idle
+    /// connections to each address.
+    pub fn new(client_id: &str, per_peer: usize) -> Self {
+        Self {
+            idle: Mutex::new(HashMap::new()),
+            client_id: client_id.to_owned(),
+            per_peer,
+        }
+    }
+
+    /// An idle connection to `addr` that is still open, or a new one (connecting for at most
+    /// `timeout`).
+    pub async fn connection(
+        &self,
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<PeerConnection, PeerError> {
+        if let Some(c) = self.take(addr) {
+            return Ok(c);
+        }
+        PeerConnection::connect(addr, self.client_id.clone(), timeout).await
+    }
+
+    /// Keeps `conn` for the next request to its address. Only after a whole exchange: a call
+    /// that timed out may still have its answer coming on that connection.
+    pub fn put_back(&self, conn: PeerConnection) {
+        let mut idle = self.idle.lock();
+        let list = idle.entry(conn.addr.clone()).or_default();
+        if list.len() < self.per_peer {
+            list.push(conn);
+        }
+    }
+
+    fn take(&self, addr: &str) -> Option<PeerConnection> {
+        let mut idle = self.idle.lock();
+        let list = idle.get_mut(addr)?;
+        // A peer that restarted closed its end: such connections are dropped here.
+        while let Some(c) = list.pop() {
+            if c.is_open_and_idle() {
+                return Some(c);
+            }
+        }
+        None
+    }
 }
 
 /// An open connection to a broker's Kafka port.

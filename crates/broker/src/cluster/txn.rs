@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use spate_protocol::ResponseError;
 
-use super::{Cluster, PeerConnection};
+use super::{Cluster, PeerPool};
 use crate::Broker;
 
 /// Writes a transaction marker to a partition of the cluster: here when this node leads it,
@@ -63,22 +63,16 @@ pub(crate) async fn write_marker(
     m.topics = vec![t];
     let mut req = WriteTxnMarkersRequest::default();
     req.markers = vec![m];
-    let mut conn = PeerConnection::connect(
-        &addr,
-        "spate-txn-markers".into(),
-        std::time::Duration::from_secs(3),
-    )
-    .await
-    .map_err(|_| ResponseError::NetworkException)?;
-    let resp: WriteTxnMarkersResponse = conn
-        .call(
-            ApiKey::WriteTxnMarkers,
-            1,
-            &req,
-            std::time::Duration::from_secs(30),
-        )
+    let mut conn = c
+        .txn_peers
+        .connection(&addr, Duration::from_secs(3))
         .await
         .map_err(|_| ResponseError::NetworkException)?;
+    let resp: WriteTxnMarkersResponse = conn
+        .call(ApiKey::WriteTxnMarkers, 1, &req, Duration::from_secs(30))
+        .await
+        .map_err(|_| ResponseError::NetworkException)?;
+    c.txn_peers.put_back(conn);
     let code = resp
         .markers
         .first()
@@ -95,7 +89,29 @@ pub(crate) async fn write_marker(
 /// whether each (topic, partition, producer id, epoch) is part of `txn_id`'s open
 /// transaction (`verify_only`), or to add it (transaction.version 2): each partition's
 /// refusal, `None` when it is in. An unreachable coordinator is one error for all.
-pub(crate) async fn ask_txn_partitions(
+/// Asks the coordinator of `txn_id` (another node) about its partitions over the cluster's
+/// pooled connections: see [`ask_txn_partitions`].
+pub(crate) async fn ask_coordinator(
+    c: &Arc<Cluster>,
+    txn_id: &str,
+    asks: &[(String, i32, i64, i16)],
+    verify_only: bool,
+) -> Result<std::collections::HashMap<(String, i32), Option<ResponseError>>, ResponseError> {
+    let (_, host, port) = c
+        .txn_coordinator(txn_id)
+        .ok_or(ResponseError::CoordinatorNotAvailable)?;
+    ask_txn_partitions(
+        &c.txn_peers,
+        &format!("{host}:{port}"),
+        txn_id,
+        asks,
+        verify_only,
+    )
+    .await
+}
+
+async fn ask_txn_partitions(
+    peers: &PeerPool,
     addr: &str,
     txn_id: &str,
     asks: &[(String, i32, i64, i16)],
@@ -131,13 +147,15 @@ pub(crate) async fn ask_txn_partitions(
     txn.topics = topics;
     let mut req = AddPartitionsToTxnRequest::default();
     req.transactions = vec![txn];
-    let mut conn = PeerConnection::connect(addr, "spate-txn-verify".into(), Duration::from_secs(3))
+    let mut conn = peers
+        .connection(addr, Duration::from_secs(3))
         .await
         .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
     let resp: AddPartitionsToTxnResponse = conn
         .call(ApiKey::AddPartitionsToTxn, 5, &req, Duration::from_secs(10))
         .await
         .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
+    peers.put_back(conn);
     if let Some(e) = ResponseError::try_from_code(resp.error_code) {
         return Err(e);
     }

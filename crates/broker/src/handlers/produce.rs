@@ -124,12 +124,9 @@ pub async fn settle_txn_asks(
     let outcome = if version >= 12 {
         crate::transactions::add_on_behalf(&b, &txn_id, &asks).await
     } else {
-        match b.topology().txn_coordinator(&b, &txn_id) {
+        match b.topology().cluster() {
             None => Err(ResponseError::CoordinatorNotAvailable),
-            Some((_, host, port)) => {
-                crate::cluster::ask_txn_partitions(&format!("{host}:{port}"), &txn_id, &asks, true)
-                    .await
-            }
+            Some(c) => crate::cluster::ask_coordinator(c, &txn_id, &asks, true).await,
         }
     };
     let mut answers = HashMap::new();

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use parking_lot::Mutex;
-use spate_broker::cluster::{PeerConnection, PeerError};
+use spate_broker::cluster::{PeerError, PeerPool};
 use spate_broker::handlers::produce;
 use spate_broker::quotas::{QuotaKind, ANONYMOUS};
 use spate_broker::Broker;
@@ -30,11 +29,17 @@ enum ForwardError {
     Lost(PeerError),
 }
 
-/// Connections to partition leaders, kept for the next forwarded produce: a connection per
-/// request cost a TCP handshake each time and left a socket in TIME_WAIT behind.
-#[derive(Default)]
+/// Connections to partition leaders, kept for the next forwarded produce.
 pub(super) struct LeaderConnections {
-    idle: Mutex<HashMap<String, Vec<PeerConnection>>>,
+    pool: PeerPool,
+}
+
+impl Default for LeaderConnections {
+    fn default() -> Self {
+        Self {
+            pool: PeerPool::new("spate-ingest", IDLE_PER_LEADER),
+        }
+    }
 }
 
 impl LeaderConnections {
@@ -47,16 +52,13 @@ impl LeaderConnections {
         req: &ProduceRequest,
         limit: Duration,
     ) -> Result<ProduceResponse, ForwardError> {
-        let mut conn = match self.take(addr) {
-            Some(c) => c,
-            // A leader that does not accept within seconds is treated as unreachable, so the
-            // records can be retried elsewhere within the request's timeout.
-            None => {
-                PeerConnection::connect(addr, "spate-ingest".into(), limit.min(CONNECT_TIMEOUT))
-                    .await
-                    .map_err(ForwardError::Unreachable)?
-            }
-        };
+        // A leader that does not accept within seconds is treated as unreachable, so the
+        // records can be retried elsewhere within the request's timeout.
+        let mut conn = self
+            .pool
+            .connection(addr, limit.min(CONNECT_TIMEOUT))
+            .await
+            .map_err(ForwardError::Unreachable)?;
         // Under the HTTP client's id: the leader counts the bytes against its quota.
         let resp: ProduceResponse = conn
             .call_as(client_id, ApiKey::Produce, PRODUCE_VERSION, req, limit)
@@ -71,25 +73,8 @@ impl LeaderConnections {
             tokio::time::sleep(throttle.min(limit)).await;
             return Ok(resp);
         }
-        // Only after a whole exchange: a timed-out call may still have its answer coming.
-        let mut idle = self.idle.lock();
-        let list = idle.entry(addr.to_owned()).or_default();
-        if list.len() < IDLE_PER_LEADER {
-            list.push(conn);
-        }
+        self.pool.put_back(conn);
         Ok(resp)
-    }
-
-    fn take(&self, addr: &str) -> Option<PeerConnection> {
-        let mut idle = self.idle.lock();
-        let list = idle.get_mut(addr)?;
-        // A leader that restarted closed its end: such connections are dropped here.
-        while let Some(c) = list.pop() {
-            if c.is_open_and_idle() {
-                return Some(c);
-            }
-        }
-        None
     }
 }
 
