@@ -189,5 +189,90 @@ impl<'m> Sweep<'m> {
     }
 }
 
+/// One sealed segment as the cleaner's scheduling sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentSpan {
+    /// Its first offset.
+    pub base_offset: i64,
+    /// The offset after its last batch.
+    pub next_offset: i64,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its newest record's timestamp.
+    pub max_timestamp: i64,
+}
+
+/// A topic's compaction settings, as Kafka names them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CleanPolicy {
+    /// `min.cleanable.dirty.ratio`: clean once this share of the log is dirty.
+    pub min_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: a record stays uncompacted at least this long.
+    pub min_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a dirty record is compacted within this long, whatever the
+    /// ratio.
+    pub max_lag_ms: i64,
+}
+
+/// What a clean of a log would cover.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cleanable {
+    /// The offset the clean stops before: the base of the first segment too young to clean.
+    pub end: i64,
+    /// Bytes of the segments from the first dirty one up to `end`.
+    pub dirty_bytes: u64,
+    /// Bytes of every segment up to `end`.
+    pub total_bytes: u64,
+}
+
+impl Cleanable {
+    /// Dirty bytes over total bytes.
+    pub fn dirty_ratio(&self) -> f64 {
+        if self.total_bytes == 0 {
+            0.0
+        } else {
+            self.dirty_bytes as f64 / self.total_bytes as f64
+        }
+    }
+}
+
+/// Whether a log whose sealed segments are `sealed` (in offset order) and whose first
+/// uncleaned offset is `first_dirty` should be cleaned at `now_ms`, and up to where: segments
+/// holding records younger than `min.compaction.lag.ms` are left for later; the log is due
+/// when its dirty share reaches `min.cleanable.dirty.ratio`, or when a dirty segment's newest
+/// record is already older than `max.compaction.lag.ms`.
+pub fn schedule(
+    sealed: &[SegmentSpan],
+    first_dirty: i64,
+    now_ms: i64,
+    policy: &CleanPolicy,
+) -> Option<Cleanable> {
+    let young = now_ms.saturating_sub(policy.min_lag_ms);
+    let end_index = sealed
+        .iter()
+        .position(|s| s.max_timestamp > young)
+        .unwrap_or(sealed.len());
+    let cleanable = &sealed[..end_index];
+    let end = cleanable.last()?.next_offset;
+    if end <= first_dirty {
+        return None;
+    }
+    let total_bytes: u64 = cleanable.iter().map(|s| s.size).sum();
+    let dirty: Vec<&SegmentSpan> = cleanable
+        .iter()
+        .filter(|s| s.next_offset > first_dirty)
+        .collect();
+    let dirty_bytes: u64 = dirty.iter().map(|s| s.size).sum();
+    let c = Cleanable {
+        end,
+        dirty_bytes,
+        total_bytes,
+    };
+    let overdue = dirty
+        .first()
+        .is_some_and(|s| s.max_timestamp <= now_ms.saturating_sub(policy.max_lag_ms));
+    (c.dirty_ratio() >= policy.min_dirty_ratio || overdue).then_some(c)
+}
+
 #[cfg(test)]
 mod tests;

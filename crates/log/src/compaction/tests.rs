@@ -201,3 +201,83 @@ fn aborted_records_go_and_markers_stay_while_their_transaction_has_records() {
     }
     assert!(!sweep.keep_marker(&marker(ControlKind::Commit, 5)));
 }
+
+fn span(base: i64, next: i64, size: u64, ts: i64) -> SegmentSpan {
+    SegmentSpan {
+        base_offset: base,
+        next_offset: next,
+        size,
+        max_timestamp: ts,
+    }
+}
+
+const POLICY: CleanPolicy = CleanPolicy {
+    min_dirty_ratio: 0.5,
+    min_lag_ms: 1_000,
+    max_lag_ms: i64::MAX,
+};
+
+#[test]
+fn a_log_is_cleaned_once_half_dirty_and_never_past_a_segment_younger_than_the_lag() {
+    let sealed = [
+        span(0, 100, 100, 10),
+        span(100, 200, 100, 20),
+        span(200, 300, 100, 5_000),
+    ];
+    // Cleaned up to 100 before: one dirty segment of two cleanable ones.
+    let c = schedule(&sealed, 100, 5_500, &POLICY).unwrap();
+    assert_eq!(
+        (c.end, c.dirty_bytes, c.total_bytes),
+        (200, 100, 200),
+        "the young one waits"
+    );
+    assert_eq!(c.dirty_ratio(), 0.5);
+    assert_eq!(
+        schedule(
+            &sealed,
+            100,
+            5_500,
+            &CleanPolicy {
+                min_dirty_ratio: 0.6,
+                ..POLICY
+            }
+        ),
+        None,
+        "not dirty enough"
+    );
+    // Later the third segment is old enough too: two dirty of three.
+    let c = schedule(
+        &sealed,
+        100,
+        7_000,
+        &CleanPolicy {
+            min_dirty_ratio: 0.6,
+            ..POLICY
+        },
+    )
+    .unwrap();
+    assert_eq!(c.end, 300);
+    assert_eq!(
+        schedule(&sealed, 300, 7_000, &POLICY),
+        None,
+        "nothing dirty"
+    );
+    assert_eq!(schedule(&[], 0, 7_000, &POLICY), None, "nothing sealed");
+}
+
+#[test]
+fn a_dirty_segment_older_than_the_max_lag_is_cleaned_whatever_the_ratio() {
+    let sealed = [span(0, 900, 900, 10), span(900, 1000, 100, 20)];
+    let lazy = CleanPolicy {
+        min_dirty_ratio: 0.9,
+        max_lag_ms: 10_000,
+        ..POLICY
+    };
+    assert_eq!(
+        schedule(&sealed, 900, 5_000, &lazy),
+        None,
+        "10% dirty, not overdue"
+    );
+    let c = schedule(&sealed, 900, 10_020, &lazy).unwrap();
+    assert_eq!((c.end, c.dirty_bytes), (1000, 100));
+}
