@@ -22,7 +22,8 @@
 
 use std::collections::HashMap;
 
-use spate_protocol::batch::ControlKind;
+use spate_protocol::batch::{self, BatchHeader, Batches, ControlKind};
+use spate_protocol::records::{RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions};
 
 /// Bytes of the dedupe buffer one map entry stands for (a 16-byte key digest and an 8-byte
 /// offset, as Kafka's `log.cleaner.dedupe.buffer.size` counts them).
@@ -187,6 +188,190 @@ impl<'m> Sweep<'m> {
         let kept = self.txn_kept.remove(&b.producer_id).unwrap_or(0);
         kept > 0 || b.max_timestamp >= self.delete_horizon_ms
     }
+}
+
+/// Why a section of a log could not be compacted.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CompactionError {
+    /// A batch did not parse (the log's recovery would have cut it: a bug or a damaged disk).
+    #[error("batch at offset {offset} cannot be read: {reason}")]
+    Unreadable {
+        /// Where.
+        offset: i64,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+/// The facts of a batch header.
+fn batch_facts(h: &BatchHeader, bytes: &[u8]) -> BatchFacts {
+    BatchFacts {
+        producer_id: h.producer_id,
+        transactional: h.is_transactional(),
+        control: h
+            .is_control()
+            .then(|| batch::control_record(bytes).map_or(ControlKind::Abort, |m| m.kind)),
+        last_offset: h.last_offset(),
+        max_timestamp: h.max_timestamp,
+    }
+}
+
+fn unreadable(h: &BatchHeader, reason: impl ToString) -> CompactionError {
+    CompactionError::Unreadable {
+        offset: h.base_offset,
+        reason: reason.to_string(),
+    }
+}
+
+/// Every record of a batch: straight from its bytes when uncompressed, decoded otherwise.
+fn for_each_record(
+    h: &BatchHeader,
+    bytes: &[u8],
+    mut visit: impl FnMut(RecordFacts<'_>),
+) -> Result<(), CompactionError> {
+    if h.compression() == 0 {
+        for r in batch::records(bytes).ok_or_else(|| unreadable(h, "records do not parse"))? {
+            visit(RecordFacts {
+                offset: r.offset,
+                timestamp: r.timestamp,
+                key: r.key,
+                has_value: r.has_value,
+            });
+        }
+        return Ok(());
+    }
+    let mut buf = bytes::Bytes::copy_from_slice(bytes);
+    let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| unreadable(h, e))?;
+    for r in &set.records {
+        visit(RecordFacts {
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key: r.key.as_deref(),
+            has_value: r.value.is_some(),
+        });
+    }
+    Ok(())
+}
+
+/// Maps the keys of the dirty section `bytes` (whole batches, in offset order) into `map`,
+/// skipping control batches and the records of `aborted` transactions. Stops at the first
+/// record whose key does not fit; `map.end()` then says where the section was cut.
+pub fn map_section(
+    bytes: &[u8],
+    map: &mut OffsetMap,
+    aborted: &[Aborted],
+) -> Result<(), CompactionError> {
+    let in_aborted = |pid: i64, offset: i64| {
+        aborted
+            .iter()
+            .any(|a| a.producer_id == pid && (a.first_offset..a.marker_offset).contains(&offset))
+    };
+    for (pos, h) in Batches::new(bytes) {
+        let b = &bytes[pos..pos + h.total_len()];
+        if h.is_control() {
+            map.skip(h.last_offset());
+            continue;
+        }
+        let mut full = false;
+        for_each_record(&h, b, |r| {
+            if full {
+                return;
+            }
+            match r.key {
+                Some(k) if !(h.is_transactional() && in_aborted(h.producer_id, r.offset)) => {
+                    full = !map.put(k, r.offset);
+                }
+                _ => map.skip(r.offset),
+            }
+        })?;
+        if full {
+            return Ok(());
+        }
+        map.skip(h.last_offset());
+    }
+    Ok(())
+}
+
+/// Compacts whole batches `bytes` (in offset order) with `sweep`: what the clean writes in
+/// their place. A batch whose records are all kept is copied as it is; one with none kept is
+/// left out; any other is rewritten with the kept records (their bytes copied when the batch
+/// is uncompressed, re-encoded with the batch's codec otherwise), keeping every kept record's
+/// offset, timestamp, headers and the batch's producer fields.
+pub fn compact_batches(bytes: &[u8], sweep: &mut Sweep<'_>) -> Result<Vec<u8>, CompactionError> {
+    let mut out = Vec::with_capacity(bytes.len());
+    for (pos, h) in Batches::new(bytes) {
+        let b = &bytes[pos..pos + h.total_len()];
+        let facts = batch_facts(&h, b);
+        if facts.control.is_some() {
+            if sweep.keep_marker(&facts) {
+                out.extend_from_slice(b);
+            }
+            continue;
+        }
+        if h.compression() == 0 {
+            let all = batch::records(b).ok_or_else(|| unreadable(&h, "records do not parse"))?;
+            let kept: Vec<batch::RecordView<'_>> = all
+                .iter()
+                .filter(|r| {
+                    sweep.keep_record(
+                        &facts,
+                        &RecordFacts {
+                            offset: r.offset,
+                            timestamp: r.timestamp,
+                            key: r.key,
+                            has_value: r.has_value,
+                        },
+                    )
+                })
+                .copied()
+                .collect();
+            match kept.len() {
+                0 => {}
+                n if n == all.len() => out.extend_from_slice(b),
+                _ => out.extend_from_slice(&batch::retain(b, &kept)),
+            }
+            continue;
+        }
+        let mut buf = bytes::Bytes::copy_from_slice(b);
+        let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| unreadable(&h, e))?;
+        let total = set.records.len();
+        let kept: Vec<spate_protocol::records::Record> = set
+            .records
+            .into_iter()
+            .filter(|r| {
+                sweep.keep_record(
+                    &facts,
+                    &RecordFacts {
+                        offset: r.offset,
+                        timestamp: r.timestamp,
+                        key: r.key.as_deref(),
+                        has_value: r.value.is_some(),
+                    },
+                )
+            })
+            .collect();
+        match kept.len() {
+            0 => {}
+            n if n == total => out.extend_from_slice(b),
+            _ => {
+                let mut enc = bytes::BytesMut::new();
+                RecordBatchEncoder::encode(
+                    &mut enc,
+                    &kept,
+                    &RecordEncodeOptions {
+                        version: 2,
+                        compression: set.compression,
+                    },
+                )
+                .map_err(|e| unreadable(&h, e))?;
+                // The encoder stamps epoch 0; the batch keeps the epoch it was written in.
+                let mut rewritten = enc.to_vec();
+                batch::assign(&mut rewritten, kept[0].offset, h.partition_leader_epoch);
+                out.extend_from_slice(&rewritten);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// One sealed segment as the cleaner's scheduling sees it.

@@ -281,3 +281,86 @@ fn a_dirty_segment_older_than_the_max_lag_is_cleaned_whatever_the_ratio() {
     let c = schedule(&sealed, 900, 10_020, &lazy).unwrap();
     assert_eq!((c.end, c.dirty_bytes), (1000, 100));
 }
+
+/// Batches of (key, value) records at consecutive offsets from `base`, uncompressed or lz4.
+fn batch_at(base: i64, recs: &[(&str, Option<&str>)], lz4: bool, ts: i64) -> Vec<u8> {
+    use spate_protocol::batch::{build, NewRecord};
+    use spate_protocol::records::Compression;
+    let records: Vec<NewRecord> = recs
+        .iter()
+        .map(|(k, v)| NewRecord {
+            key: Some(bytes::Bytes::from(k.to_string())),
+            value: v.map(|v| bytes::Bytes::from(v.to_string())),
+            timestamp: ts,
+        })
+        .collect();
+    let codec = if lz4 {
+        Compression::Lz4
+    } else {
+        Compression::None
+    };
+    let mut b = build(&records, None, codec).unwrap().to_vec();
+    spate_protocol::batch::assign(&mut b, base, 3);
+    b
+}
+
+/// (offset, key, value) of every record in `bytes`.
+fn contents(bytes: &[u8]) -> Vec<(i64, String, Option<String>)> {
+    let mut buf = bytes::Bytes::copy_from_slice(bytes);
+    spate_protocol::records::RecordBatchDecoder::decode_all(&mut buf)
+        .unwrap()
+        .into_iter()
+        .flat_map(|set| set.records)
+        .map(|r| {
+            (
+                r.offset,
+                String::from_utf8(r.key.unwrap().to_vec()).unwrap(),
+                r.value.map(|v| String::from_utf8(v.to_vec()).unwrap()),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_section_of_plain_and_compressed_batches_compacts_to_the_latest_per_key_with_offsets_kept() {
+    let mut log = Vec::new();
+    log.extend(batch_at(
+        0,
+        &[("a", Some("1")), ("b", Some("1")), ("c", Some("1"))],
+        false,
+        10,
+    ));
+    log.extend(batch_at(3, &[("a", Some("2")), ("d", Some("1"))], true, 20));
+    log.extend(batch_at(5, &[("b", None), ("c", Some("2"))], false, 30));
+    log.extend(batch_at(7, &[("d", Some("2")), ("e", Some("1"))], true, 40));
+    let mut map = OffsetMap::with_buffer_bytes(1 << 10);
+    map_section(&log, &mut map, &[]).unwrap();
+    assert_eq!((map.len(), map.end()), (5, 9));
+    // The tombstone of b (offset 5, time 30) is young enough to stay at horizon 25.
+    let mut sweep = Sweep::new(&map, Vec::new(), 25);
+    let cleaned = compact_batches(&log, &mut sweep).unwrap();
+    assert_eq!(
+        contents(&cleaned),
+        vec![
+            (3, "a".into(), Some("2".into())),
+            (5, "b".into(), None),
+            (6, "c".into(), Some("2".into())),
+            (7, "d".into(), Some("2".into())),
+            (8, "e".into(), Some("1".into())),
+        ]
+    );
+    // Every batch left is whole and keeps its epoch; the first (all superseded) is gone.
+    let headers: Vec<(i64, i32)> = Batches::new(&cleaned)
+        .map(|(_, h)| (h.base_offset, h.partition_leader_epoch))
+        .collect();
+    assert_eq!(headers, vec![(3, 3), (5, 3), (7, 3)]);
+    // Past the horizon the tombstone goes too, and a second clean changes nothing else.
+    let mut map = OffsetMap::with_buffer_bytes(1 << 10);
+    map_section(&cleaned, &mut map, &[]).unwrap();
+    let mut sweep = Sweep::new(&map, Vec::new(), 35);
+    let again = compact_batches(&cleaned, &mut sweep).unwrap();
+    assert_eq!(
+        contents(&again).iter().map(|c| c.0).collect::<Vec<_>>(),
+        vec![3, 6, 7, 8]
+    );
+}
