@@ -464,3 +464,40 @@ fn an_empty_replica_started_inside_a_batch_takes_the_whole_batch_and_keeps_its_s
         })
     ));
 }
+
+#[test]
+fn recovery_keeps_a_log_with_gaps_between_batches_and_reads_across_them() {
+    // What compaction leaves: whole batches gone, offsets kept.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), LogConfig::default());
+    fill(&mut log, 3, 4);
+    let all = log.read(0, 1 << 20, 12, true).unwrap().records;
+    drop(log);
+    let batches: Vec<&[u8]> = Batches::new(&all)
+        .map(|(pos, h)| &all[pos..pos + h.total_len()])
+        .collect();
+    // Offsets 0-3 and 8-11 stay; the batch of 4-7 is gone.
+    let path = dir.path().join(segment::file_name(0, "log"));
+    std::fs::write(&path, [batches[0], batches[2]].concat()).unwrap();
+    for ext in ["index", "timeindex"] {
+        let _ = std::fs::remove_file(dir.path().join(segment::file_name(0, ext)));
+    }
+    let (log, notes) = open_with_notes(dir.path(), LogConfig::default());
+    assert!(notes.iter().all(|n| !n.contains("offset")), "{notes:?}");
+    assert_eq!(log.end_offset(), 12);
+    let r = log.read(5, 1 << 20, 12, true).unwrap();
+    assert_eq!(
+        offsets(&r),
+        vec![(8, 11)],
+        "a read inside the gap starts after it"
+    );
+    // A batch out of order is still cut: offsets never go back.
+    drop(log);
+    std::fs::write(&path, [batches[2], batches[0]].concat()).unwrap();
+    let (log, notes) = open_with_notes(dir.path(), LogConfig::default());
+    assert_eq!(log.end_offset(), 12, "{notes:?}");
+    assert_eq!(
+        offsets(&log.read(0, 1 << 20, 12, true).unwrap()),
+        vec![(8, 11)]
+    );
+}
