@@ -155,10 +155,17 @@ impl Log {
         let interval = config.index_interval_bytes as u64;
         let mut notes = Vec::new();
         let mut segments = Vec::with_capacity(bases.len().max(1));
+        // Per segment: whether recovery cut damaged data off its end.
+        let mut cut = Vec::with_capacity(bases.len());
         let clean = read_clean_marker(&*storage, dir);
         for (i, &base) in bases.iter().enumerate() {
             let (seg, note) = match bases.get(i + 1) {
-                Some(&next) => Segment::open_sealed(&storage, dir, base, next, interval, now_ms)?,
+                Some(&next) => {
+                    let (seg, note, was_cut) =
+                        Segment::open_sealed(&storage, dir, base, next, interval, now_ms)?;
+                    cut.push(was_cut);
+                    (seg, note)
+                }
                 None => {
                     let trusted = match clean {
                         Some((next, len)) => Segment::open_after_clean_shutdown(
@@ -178,10 +185,12 @@ impl Log {
         // The marker describes one shutdown only: from now on the log may change again.
         remove_clean_marker(&*storage, dir)?;
         // A sealed segment that recovery shortened leaves a gap before its successor; the data
-        // after a gap cannot be trusted to be contiguous, so drop it.
+        // after such a gap cannot be trusted to follow on, so drop it. (A gap compaction left,
+        // after whole batches at a segment's end were removed, is no damage.)
         let mut keep = segments.len();
         for i in 1..segments.len() {
-            if segments[i - 1].next_offset != segments[i].base_offset {
+            let shortened = cut.get(i - 1).copied().unwrap_or(false);
+            if shortened && segments[i - 1].next_offset != segments[i].base_offset {
                 keep = i;
                 break;
             }

@@ -407,7 +407,8 @@ impl Segment {
     }
 
     /// Opens a sealed segment whose end offset is known (the next segment's base), using its
-    /// index files when they are sound and rebuilding them otherwise.
+    /// index files when they are sound and rebuilding them otherwise. The flag says whether
+    /// recovery had to cut damaged data off its end.
     pub(crate) fn open_sealed(
         storage: &Arc<dyn Storage>,
         dir: &Path,
@@ -415,13 +416,14 @@ impl Segment {
         next_offset: i64,
         index_interval: u64,
         now_ms: i64,
-    ) -> Result<(Self, Option<String>), LogError> {
+    ) -> Result<(Self, Option<String>, bool), LogError> {
         if let Some(seg) =
             Self::open_indexed(storage, dir, base_offset, next_offset, false, now_ms)?
         {
-            return Ok((seg, None));
+            return Ok((seg, None, false));
         }
         let (mut seg, problem) = Self::recover(storage, dir, base_offset, index_interval, now_ms)?;
+        let cut = problem.is_some();
         let sealed = seg.seal_job().run()?;
         seg.adopt(sealed);
         let note = format!(
@@ -429,7 +431,7 @@ impl Segment {
             seg.path.display(),
             problem.map(|p| format!("; {p}")).unwrap_or_default()
         );
-        Ok((seg, Some(note)))
+        Ok((seg, Some(note), cut))
     }
 
     /// Saves the active segment's data and indexes for a clean shutdown.

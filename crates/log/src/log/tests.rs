@@ -501,3 +501,53 @@ fn recovery_keeps_a_log_with_gaps_between_batches_and_reads_across_them() {
         vec![(8, 11)]
     );
 }
+
+/// Segment files of a log directory, by base offset.
+fn segment_bases(dir: &Path) -> Vec<i64> {
+    let mut bases: Vec<i64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".log")?.parse().ok()
+        })
+        .collect();
+    bases.sort_unstable();
+    bases
+}
+
+#[test]
+fn a_sealed_segment_missing_its_last_batches_keeps_its_successors_but_a_damaged_one_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), small_segments());
+    fill(&mut log, 12, 4);
+    let end = log.end_offset();
+    drop(log);
+    let bases = segment_bases(dir.path());
+    assert!(bases.len() >= 3, "{bases:?}");
+    // Compaction removed the first segment's last batch: its indexes go, its data ends early.
+    let first = dir.path().join(segment::file_name(bases[0], "log"));
+    let bytes = std::fs::read(&first).unwrap();
+    let cut_at = Batches::new(&bytes).last().map(|(pos, _)| pos).unwrap();
+    std::fs::write(&first, &bytes[..cut_at]).unwrap();
+    for ext in ["index", "timeindex"] {
+        let _ = std::fs::remove_file(dir.path().join(segment::file_name(bases[0], ext)));
+    }
+    let (log, notes) = open_with_notes(dir.path(), small_segments());
+    assert_eq!(log.end_offset(), end, "{notes:?}");
+    assert_eq!(segment_bases(dir.path()), bases, "every successor kept");
+    drop(log);
+    // Damage in the middle of the same segment: recovery cuts it, and what follows the cut
+    // cannot be trusted to follow on.
+    let bytes = std::fs::read(&first).unwrap();
+    let mut damaged = bytes.clone();
+    let (second_pos, _) = Batches::new(&bytes).nth(1).unwrap();
+    damaged[second_pos + 70] ^= 0xff;
+    std::fs::write(&first, &damaged).unwrap();
+    for ext in ["index", "timeindex"] {
+        let _ = std::fs::remove_file(dir.path().join(segment::file_name(bases[0], ext)));
+    }
+    let (log, notes) = open_with_notes(dir.path(), small_segments());
+    assert!(notes.iter().any(|n| n.contains("after a gap")), "{notes:?}");
+    assert_eq!(segment_bases(dir.path()), vec![bases[0]]);
+    assert!(log.end_offset() < end);
+}
