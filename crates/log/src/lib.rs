@@ -18,5 +18,5 @@ pub use config::{FsyncPolicy, LogConfig};
 pub use durability::{wait_durable, Durability, DurabilityError, Flusher};
 pub use epochs::{EpochEntry, CHECKPOINT_FILE};
 pub use error::LogError;
-pub use log::{AppendInfo, Log, ReadResult, TimestampLookup};
+pub use log::{AppendInfo, CleanedSegment, Log, ReadResult, TimestampLookup};
 pub use storage::{FsStorage, Storage};

@@ -145,6 +145,14 @@ impl Log {
         storage.create_dir_all(dir).ctx("create log dir", dir)?;
         let mut bases = Vec::new();
         for name in storage.list_dir(dir).ctx("list log dir", dir)? {
+            if name.ends_with(CLEANED_SUFFIX) {
+                // A clean that stopped before its swap: the segment it copied is intact.
+                let path = dir.join(&name);
+                storage
+                    .remove_file(&path)
+                    .ctx("remove unfinished clean", &path)?;
+                continue;
+            }
             if let Some(stem) = name.strip_suffix(".log") {
                 if let Ok(base) = stem.parse::<i64>() {
                     bases.push(base);
@@ -992,6 +1000,109 @@ fn first_record_at_or_after(
             offset: r.offset,
             timestamp: r.timestamp,
         }))
+}
+
+/// The suffix of a segment's compacted copy before it is swapped in.
+const CLEANED_SUFFIX: &str = ".log.cleaned";
+
+/// A sealed segment's compacted copy, written and synced beside it, not yet in its place.
+pub struct CleanedSegment {
+    base_offset: i64,
+    path: PathBuf,
+    /// The segment's size when its copy was made: a segment that changed meanwhile (it
+    /// cannot, once sealed, but a truncation may have removed it) is not replaced.
+    source_size: u64,
+}
+
+impl Log {
+    /// The sealed segments (every one but the active one), for the cleaner's schedule.
+    pub fn sealed_spans(&self) -> Vec<crate::compaction::SegmentSpan> {
+        let n = self.segments.len().saturating_sub(1);
+        self.segments[..n]
+            .iter()
+            .map(|s| crate::compaction::SegmentSpan {
+                base_offset: s.base_offset,
+                next_offset: s.next_offset,
+                size: s.size,
+                max_timestamp: s.max_timestamp,
+            })
+            .collect()
+    }
+
+    /// The whole content of sealed segment `base`, and its size (the cleaner's input). The
+    /// bytes are read without the log's lock held by the caller being needed afterwards.
+    pub fn read_sealed(&self, base: i64) -> Result<Option<(Bytes, u64)>, LogError> {
+        let n = self.segments.len().saturating_sub(1);
+        let Some(seg) = self.segments[..n].iter().find(|s| s.base_offset == base) else {
+            return Ok(None);
+        };
+        Ok(Some((seg.read(0, seg.size as usize)?, seg.size)))
+    }
+
+    /// Writes `bytes` (whole batches) as the compacted copy of sealed segment `base` of the log
+    /// in `dir` and syncs it. Needs no lock on the log: the copy is a file of its own until
+    /// [`Log::swap_cleaned`] puts it in place.
+    pub fn write_cleaned(
+        storage: &Arc<dyn Storage>,
+        dir: &Path,
+        base: i64,
+        source_size: u64,
+        bytes: &[u8],
+    ) -> Result<CleanedSegment, LogError> {
+        let path = dir.join(segment::file_name(base, &CLEANED_SUFFIX[1..]));
+        let file = storage
+            .open(&path, crate::storage::OpenMode::CreateTruncate)
+            .ctx("create cleaned segment", &path)?;
+        file.write_all_at(bytes, 0)
+            .ctx("write cleaned segment", &path)?;
+        file.sync_data().ctx("fsync cleaned segment", &path)?;
+        Ok(CleanedSegment {
+            base_offset: base,
+            path,
+            source_size,
+        })
+    }
+
+    /// Puts a compacted copy in place of its segment: the segment's index files are removed,
+    /// the copy renamed over its data file and the directory synced, then the indexes are
+    /// rebuilt. A crash at any point leaves the old segment whole (with indexes rebuilt at the
+    /// next start) or the new one. `false` when the segment is gone or changed (the copy is
+    /// thrown away).
+    pub fn swap_cleaned(&mut self, cleaned: CleanedSegment, now_ms: i64) -> Result<bool, LogError> {
+        let n = self.segments.len().saturating_sub(1);
+        let Some(i) = self.segments[..n]
+            .iter()
+            .position(|s| s.base_offset == cleaned.base_offset && s.size == cleaned.source_size)
+        else {
+            let _ = self.storage.remove_file(&cleaned.path);
+            return Ok(false);
+        };
+        let base = cleaned.base_offset;
+        let next = self.segments[i + 1].base_offset;
+        segment::remove_files(
+            &*self.storage,
+            &self.dir,
+            base,
+            segment::INDEX_EXTS,
+            "remove indexes of a cleaned segment",
+        )?;
+        self.storage
+            .sync_dir(&self.dir)
+            .ctx("fsync log dir", &self.dir)?;
+        let data = self.dir.join(segment::file_name(base, "log"));
+        self.storage
+            .rename(&cleaned.path, &data)
+            .ctx("swap in a cleaned segment", &data)?;
+        self.storage
+            .sync_dir(&self.dir)
+            .ctx("fsync log dir", &self.dir)?;
+        let interval = self.config.index_interval_bytes as u64;
+        let (seg, _, _) =
+            Segment::open_sealed(&self.storage, &self.dir, base, next, interval, now_ms)?;
+        self.segments[i] = seg;
+        self.assert_invariants(true);
+        Ok(true)
+    }
 }
 
 #[cfg(test)]

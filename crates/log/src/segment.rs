@@ -617,10 +617,10 @@ impl Segment {
 }
 
 /// The extensions of a segment's index files.
-const INDEX_EXTS: &[&str] = &["index", "timeindex"];
+pub(crate) const INDEX_EXTS: &[&str] = &["index", "timeindex"];
 
 /// Removes the files of the segment at `base` with these extensions, where they exist.
-fn remove_files(
+pub(crate) fn remove_files(
     storage: &dyn Storage,
     dir: &Path,
     base: i64,

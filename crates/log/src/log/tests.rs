@@ -551,3 +551,111 @@ fn a_sealed_segment_missing_its_last_batches_keeps_its_successors_but_a_damaged_
     assert_eq!(segment_bases(dir.path()), vec![bases[0]]);
     assert!(log.end_offset() < end);
 }
+
+/// A batch of one keyed record per key, at time `ts`.
+fn keyed(keys: &[&str], ts: i64) -> Vec<u8> {
+    let records: Vec<NewRecord> = keys
+        .iter()
+        .map(|k| NewRecord {
+            key: Some(Bytes::from(k.to_string())),
+            value: Some(Bytes::from(vec![b'v'; 40])),
+            timestamp: ts,
+        })
+        .collect();
+    build(&records, None, Compression::None).unwrap().to_vec()
+}
+
+/// (offset, key) of every record of the log.
+fn keys_of(log: &Log) -> Vec<(i64, String)> {
+    let r = log
+        .read(log.start_offset(), 1 << 24, log.end_offset(), true)
+        .unwrap();
+    let mut buf = r.records.clone();
+    RecordBatchDecoder::decode_all(&mut buf)
+        .unwrap()
+        .into_iter()
+        .flat_map(|s| s.records)
+        .map(|r| {
+            (
+                r.offset,
+                String::from_utf8(r.key.unwrap().to_vec()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Compacts the first sealed segment of `log` against every key of the log; returns its
+/// base and the cleaned copy (written, not swapped in).
+fn clean_first(log: &Log, dir: &Path) -> crate::CleanedSegment {
+    use crate::compaction::{compact_batches, map_section, OffsetMap, Sweep};
+    let all = log
+        .read(0, 1 << 24, log.end_offset(), true)
+        .unwrap()
+        .records;
+    let mut map = OffsetMap::with_buffer_bytes(1 << 16);
+    map_section(&all, &mut map, &[]).unwrap();
+    let base = log.sealed_spans()[0].base_offset;
+    let (bytes, size) = log.read_sealed(base).unwrap().unwrap();
+    let cleaned = compact_batches(&bytes, &mut Sweep::new(&map, Vec::new(), 0)).unwrap();
+    assert!(
+        cleaned.len() < bytes.len(),
+        "the first segment holds superseded records"
+    );
+    Log::write_cleaned(&FsStorage::shared(), dir, base, size, &cleaned).unwrap()
+}
+
+#[test]
+fn a_cleaned_segment_swapped_in_reads_as_compacted_and_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), small_segments());
+    for round in 0..16 {
+        log.append(&keyed(&["a", "b", "c"], round), 3, None, 0)
+            .unwrap();
+    }
+    assert!(log.sealed_spans().len() >= 2);
+    let before = keys_of(&log);
+    let cleaned = clean_first(&log, dir.path());
+    assert!(log.swap_cleaned(cleaned, 0).unwrap());
+    let after = keys_of(&log);
+    assert!(after.len() < before.len());
+    // Only superseded records went; the latest of each key, and every offset kept, remain.
+    assert!(after.iter().all(|r| before.contains(r)));
+    for key in ["a", "b", "c"] {
+        let last = before.iter().rev().find(|(_, k)| k == key).unwrap();
+        assert!(after.contains(last));
+    }
+    let end = log.end_offset();
+    drop(log);
+    let log = open(dir.path(), small_segments());
+    assert_eq!(
+        (keys_of(&log), log.end_offset()),
+        (after, end),
+        "the same after a reopen"
+    );
+}
+
+#[test]
+fn a_clean_stopped_before_its_swap_leaves_the_segment_whole_and_its_copy_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), small_segments());
+    for round in 0..16 {
+        log.append(&keyed(&["a", "b", "c"], round), 3, None, 0)
+            .unwrap();
+    }
+    let before = keys_of(&log);
+    let cleaned = clean_first(&log, dir.path());
+    drop(cleaned); // the cleaner was killed before it swapped
+    drop(log);
+    assert!(std::fs::read_dir(dir.path()).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .ends_with(".cleaned")));
+    let log = open(dir.path(), small_segments());
+    assert_eq!(keys_of(&log), before);
+    assert!(!std::fs::read_dir(dir.path()).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .ends_with(".cleaned")));
+}
