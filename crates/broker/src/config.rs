@@ -37,6 +37,11 @@ pub struct BrokerConfig {
     pub groups: GroupSettings,
     /// Transaction settings.
     pub txns: crate::transactions::TxnSettings,
+    /// How often the log cleaner looks for compacted partitions due a clean
+    /// (`log.cleaner.backoff.ms`).
+    pub cleaner_backoff: Duration,
+    /// The cleaner's key map size (`log.cleaner.dedupe.buffer.size`).
+    pub cleaner_buffer_bytes: usize,
     /// The broker will join a cluster: `__consumer_offsets` then comes from the cluster's
     /// metadata instead of being created locally.
     pub cluster_mode: bool,
@@ -150,6 +155,8 @@ impl BrokerConfig {
             fetch_max_bytes: DEFAULT_FETCH_MAX_BYTES,
             groups: GroupSettings::default(),
             txns: crate::transactions::TxnSettings::default(),
+            cleaner_backoff: Duration::from_secs(15),
+            cleaner_buffer_bytes: 128 << 20,
             cluster_mode: false,
             producer_id_expiration_ms: ProducerLimits::default().expiration_ms,
             max_producer_ids_per_partition: ProducerLimits::default().max_producers,

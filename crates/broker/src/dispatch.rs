@@ -221,6 +221,7 @@ impl Broker {
     /// Starts the background work: the group coordinator's clock, and retention on every
     /// partition (and offset expiry) every `retention_check_interval`, until the runtime stops.
     pub fn spawn_background(self: &Arc<Self>) {
+        self.spawn_cleaner();
         self.groups.spawn_ticker();
         self.txns.spawn_ticker(self);
         // Transactions that were ending when the broker stopped get their markers now.
@@ -238,6 +239,51 @@ impl Broker {
                 let _ = tokio::task::spawn_blocking(move || b2.enforce_retention()).await;
             }
         });
+    }
+
+    /// Starts the log cleaner: its own thread (never the request path), which every
+    /// `log.cleaner.backoff.ms` cleans the compacted partitions that are due, until the broker
+    /// is dropped. Each replica cleans its own log, as Kafka's do.
+    fn spawn_cleaner(self: &Arc<Self>) {
+        let broker = Arc::downgrade(self);
+        let every = self.config.cleaner_backoff;
+        let started = std::thread::Builder::new()
+            .name("spate-cleaner".into())
+            .spawn(move || loop {
+                std::thread::sleep(every);
+                let Some(b) = broker.upgrade() else { return };
+                b.clean_compacted();
+            });
+        if let Err(e) = started {
+            tracing::error!(error = %e, "cannot start the log cleaner; compacted topics are not cleaned");
+        }
+    }
+
+    /// One pass of the log cleaner over every compacted partition.
+    pub fn clean_compacted(&self) {
+        let now = self.clock.now_ms();
+        for topic in self.topics.list() {
+            if !topic.with_config(|c| c.compacted()) {
+                continue;
+            }
+            for p in topic.partitions() {
+                match p.clean(now, self.config.cleaner_buffer_bytes) {
+                    Ok(None) => {}
+                    Ok(Some(s)) => tracing::info!(
+                        topic = %topic.name,
+                        partition = p.index,
+                        segments = s.segments,
+                        read = s.bytes_read,
+                        removed = s.bytes_removed,
+                        clean_point = s.clean_point,
+                        "cleaned a compacted partition"
+                    ),
+                    Err(e) => {
+                        tracing::error!(topic = %topic.name, partition = p.index, error = %e, "cleaning failed; retried at the next pass")
+                    }
+                }
+            }
+        }
     }
 
     /// One retention pass over every partition, then offset expiry and producer-state

@@ -918,6 +918,114 @@ impl Partition {
         self.state.write().log.set_config(config);
     }
 
+    /// Compacts the log when its topic is compacted and the cleaner's schedule says it is due
+    /// (`spate_log::compaction`): maps the keys of its dirty section, then rewrites each
+    /// sealed segment below the last stable offset and the high watermark with only what the
+    /// sweep keeps. Reading and writing happen outside the partition's lock; each rewritten
+    /// segment is swapped in under it. `None` when nothing was due.
+    pub fn clean(
+        &self,
+        now_ms: i64,
+        buffer_bytes: usize,
+    ) -> Result<Option<CleanStats>, BrokerError> {
+        use spate_log::compaction::{self, Aborted, OffsetMap, Sweep};
+        let (cfg, spans, storage, dir, aborted) = {
+            let st = self.state.read();
+            let Some(cfg) = st.log.config().compact else {
+                return Ok(None);
+            };
+            // Only committed, stable data is cleaned: nothing a truncation or an open
+            // transaction may still change.
+            let stable = st
+                .producers
+                .first_unstable_offset()
+                .map_or(self.high_watermark(), |f| f.min(self.high_watermark()));
+            let spans: Vec<_> = st
+                .log
+                .sealed_spans()
+                .into_iter()
+                .filter(|s| s.next_offset <= stable)
+                .collect();
+            let aborted: Vec<Aborted> = st
+                .producers
+                .aborted_in(i64::MIN, i64::MAX)
+                .into_iter()
+                .map(|a| Aborted {
+                    producer_id: a.producer_id,
+                    first_offset: a.first_offset,
+                    marker_offset: a.last_offset,
+                })
+                .collect();
+            (
+                cfg,
+                spans,
+                st.log.storage(),
+                st.log.dir().to_path_buf(),
+                aborted,
+            )
+        };
+        let first_dirty = self.clean_point(&dir);
+        let Some(due) = compaction::schedule(&spans, first_dirty, now_ms, &cfg.policy) else {
+            return Ok(None);
+        };
+        let read = |base: i64| -> Result<Option<(bytes::Bytes, u64)>, BrokerError> {
+            Ok(self.state.read().log.read_sealed(base)?)
+        };
+        let corrupt = |e: compaction::CompactionError| BrokerError::Cluster(e.to_string());
+        let mut map = OffsetMap::with_buffer_bytes(buffer_bytes);
+        for s in spans
+            .iter()
+            .filter(|s| s.next_offset > first_dirty && s.next_offset <= due.end)
+        {
+            let Some((bytes, _)) = read(s.base_offset)? else {
+                continue;
+            };
+            compaction::map_section(&bytes, &mut map, &aborted).map_err(corrupt)?;
+            if map.end() < s.next_offset && map.end() >= 0 {
+                // The map is full: the rest of the dirty section waits for the next pass.
+                break;
+            }
+        }
+        let horizon = now_ms.saturating_sub(cfg.delete_retention_ms);
+        let mut sweep = Sweep::new(&map, aborted, horizon);
+        let mut stats = CleanStats::default();
+        for s in spans.iter().filter(|s| s.next_offset <= due.end) {
+            let Some((bytes, size)) = read(s.base_offset)? else {
+                continue;
+            };
+            stats.bytes_read += size;
+            let cleaned = compaction::compact_batches(&bytes, &mut sweep).map_err(corrupt)?;
+            if cleaned.len() as u64 == size {
+                continue;
+            }
+            let copy = Log::write_cleaned(&storage, &dir, s.base_offset, size, &cleaned)?;
+            if self.state.write().log.swap_cleaned(copy, now_ms)? {
+                stats.segments += 1;
+                stats.bytes_removed += size - cleaned.len() as u64;
+            }
+        }
+        stats.clean_point = if map.end() >= 0 && map.end() < due.end {
+            map.end()
+        } else {
+            due.end
+        };
+        crate::registry::write_atomically(
+            &dir.join(CLEAN_POINT_FILE),
+            stats.clean_point.to_string().as_bytes(),
+        )?;
+        Ok(Some(stats))
+    }
+
+    /// Where the dirty section of this compacted log begins: the checkpoint of the last
+    /// clean, or the log start.
+    fn clean_point(&self, dir: &Path) -> i64 {
+        let start = self.log_start_offset();
+        std::fs::read_to_string(dir.join(CLEAN_POINT_FILE))
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .map_or(start, |p| p.clamp(start, self.log_end_offset().max(start)))
+    }
+
     /// Forgets producer ids idle for longer than `producer.id.expiration.ms` as of `now_ms`;
     /// returns how many.
     pub fn expire_producers(&self, now_ms: i64) -> usize {
@@ -975,6 +1083,22 @@ fn rebuild_producers(
     producers.forget_aborted_below(log.start_offset());
     Ok((from, producers))
 }
+
+/// What one clean of a compacted partition did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CleanStats {
+    /// Segments rewritten.
+    pub segments: usize,
+    /// Bytes of the segments read.
+    pub bytes_read: u64,
+    /// Bytes the rewritten segments shrank by.
+    pub bytes_removed: u64,
+    /// Where the next clean's dirty section begins.
+    pub clean_point: i64,
+}
+
+/// The file holding where a compacted partition's dirty section begins.
+const CLEAN_POINT_FILE: &str = "cleaner-offset-checkpoint";
 
 /// How a transactional batch that opens its producer's transaction here was checked.
 #[derive(Debug, Clone, Copy)]

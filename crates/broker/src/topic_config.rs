@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use spate_log::LogConfig;
+use spate_log::compaction::CleanPolicy;
+use spate_log::{CompactConfig, LogConfig};
 use thiserror::Error;
 
 use crate::search_config::{self, SearchSettings};
@@ -22,6 +23,8 @@ pub enum ConfigType {
     Boolean = 1,
     /// Comma-separated list.
     List = 7,
+    /// A floating-point number.
+    Double = 6,
 }
 
 /// One supported topic config key.
@@ -90,14 +93,8 @@ pub const DEFS: &[ConfigDef] = &[
         name: "cleanup.policy",
         default: "delete",
         kind: ConfigType::List,
-        doc: "How old segments are discarded: delete (by retention.ms / retention.bytes). compact is not supported yet.",
-        validate: |v| match v.trim() {
-            "delete" => Ok(()),
-            other if other.split(',').any(|p| p.trim() == "compact") => {
-                Err("log compaction is not supported yet; use cleanup.policy=delete".into())
-            }
-            other => Err(format!("'{other}' is not a cleanup policy (delete)")),
-        },
+        doc: "How old records are discarded: delete (whole segments, by retention.ms / retention.bytes), compact (the cleaner keeps the latest record per key), or compact,delete (both).",
+        validate: |v| parse_cleanup_policy(v).map(|_| ()),
     },
     ConfigDef {
         name: "compression.type",
@@ -108,6 +105,13 @@ pub const DEFS: &[ConfigDef] = &[
             "producer" => Ok(()),
             _ => Err("spate stores batches as produced; only compression.type=producer is supported".into()),
         },
+    },
+    ConfigDef {
+        name: "delete.retention.ms",
+        default: "86400000",
+        kind: ConfigType::Long,
+        doc: "How long a compacted topic keeps a tombstone (and a finished transaction's marker) after compaction could remove it, so consumers that read the key before see the delete.",
+        validate: |v| long_at_least(0)(v),
     },
     ConfigDef {
         name: "follower.replication.throttled.replicas",
@@ -139,6 +143,31 @@ pub const DEFS: &[ConfigDef] = &[
             "CreateTime" | "LogAppendTime" => Ok(()),
             other => Err(format!("'{other}' is not CreateTime or LogAppendTime")),
         },
+    },
+    ConfigDef {
+        name: "max.compaction.lag.ms",
+        default: "9223372036854775807",
+        kind: ConfigType::Long,
+        doc: "Longest a record stays uncompacted: a log whose oldest dirty segment is older is cleaned whatever its dirty ratio.",
+        validate: |v| long_at_least(1)(v),
+    },
+    ConfigDef {
+        name: "min.cleanable.dirty.ratio",
+        default: "0.5",
+        kind: ConfigType::Double,
+        doc: "Share of a compacted log not yet cleaned at which the cleaner cleans it.",
+        validate: |v| match v.trim().parse::<f64>() {
+            Ok(r) if (0.0..=1.0).contains(&r) => Ok(()),
+            Ok(r) => Err(format!("{r} is not between 0 and 1")),
+            Err(_) => Err(format!("'{v}' is not a number")),
+        },
+    },
+    ConfigDef {
+        name: "min.compaction.lag.ms",
+        default: "0",
+        kind: ConfigType::Long,
+        doc: "Shortest time a record stays uncompacted.",
+        validate: |v| long_at_least(0)(v),
     },
     ConfigDef {
         name: "min.insync.replicas",
@@ -204,6 +233,23 @@ pub const DEFS: &[ConfigDef] = &[
         validate: |v| long_at_least(1)(v),
     },
 ];
+
+/// A `cleanup.policy` value: (delete, compact).
+pub fn parse_cleanup_policy(v: &str) -> Result<(bool, bool), String> {
+    let (mut delete, mut compact) = (false, false);
+    for p in v.split(',').map(str::trim) {
+        match p {
+            "delete" => delete = true,
+            "compact" => compact = true,
+            other => {
+                return Err(format!(
+                    "'{other}' is not a cleanup policy (delete, compact, or compact,delete)"
+                ))
+            }
+        }
+    }
+    Ok((delete, compact))
+}
 
 /// Looks up a config definition by key.
 pub fn def(name: &str) -> Option<&'static ConfigDef> {
@@ -314,13 +360,39 @@ impl TopicConfig {
         }
     }
 
+    /// Whether the topic is compacted (`cleanup.policy` includes compact).
+    pub fn compacted(&self) -> bool {
+        self.cleanup().1
+    }
+
+    /// (delete, compact) of `cleanup.policy`.
+    fn cleanup(&self) -> (bool, bool) {
+        self.get("cleanup.policy")
+            .and_then(|(v, _)| parse_cleanup_policy(v).ok())
+            .unwrap_or((true, false))
+    }
+
     /// The settings the log needs.
     pub fn log_config(&self) -> LogConfig {
+        let (delete, compact) = self.cleanup();
+        let ratio = self
+            .get("min.cleanable.dirty.ratio")
+            .and_then(|(v, _)| v.parse::<f64>().ok())
+            .unwrap_or(0.5);
         LogConfig {
             segment_bytes: self.num("segment.bytes").max(14) as u64,
             segment_ms: self.num("segment.ms"),
             retention_ms: self.num("retention.ms"),
             retention_bytes: self.num("retention.bytes"),
+            delete,
+            compact: compact.then(|| CompactConfig {
+                policy: CleanPolicy {
+                    min_dirty_ratio: ratio,
+                    min_lag_ms: self.num("min.compaction.lag.ms").max(0),
+                    max_lag_ms: self.num("max.compaction.lag.ms").max(1),
+                },
+                delete_retention_ms: self.num("delete.retention.ms").max(0),
+            }),
             ..LogConfig::default()
         }
     }
@@ -342,6 +414,25 @@ mod tests {
     }
 
     #[test]
+    fn cleanup_policies_set_what_the_log_does() {
+        let mut c = TopicConfig::default();
+        let l = c.log_config();
+        assert!(l.delete && l.compact.is_none() && !c.compacted());
+        c.set("cleanup.policy", "compact").unwrap();
+        c.set("min.cleanable.dirty.ratio", "0.1").unwrap();
+        c.set("delete.retention.ms", "100").unwrap();
+        let l = c.log_config();
+        assert!(!l.delete && c.compacted());
+        let compact = l.compact.unwrap();
+        assert_eq!(compact.policy.min_dirty_ratio, 0.1);
+        assert_eq!(compact.delete_retention_ms, 100);
+        assert_eq!(compact.policy.max_lag_ms, i64::MAX);
+        c.set("cleanup.policy", "compact, delete").unwrap();
+        let l = c.log_config();
+        assert!(l.delete && l.compact.is_some());
+    }
+
+    #[test]
     fn rejects_unknown_keys_and_bad_values() {
         let mut c = TopicConfig::default();
         assert_eq!(
@@ -360,10 +451,21 @@ mod tests {
             c.set("segment.bytes", "99999999999"),
             Err(TopicConfigError::Invalid { .. })
         ));
-        assert!(matches!(
-            c.set("cleanup.policy", "compact"),
-            Err(TopicConfigError::Invalid { .. })
-        ));
+        for bad in ["bogus", "compact,shred", ""] {
+            assert!(
+                matches!(
+                    c.set("cleanup.policy", bad),
+                    Err(TopicConfigError::Invalid { .. })
+                ),
+                "{bad}"
+            );
+        }
+        for bad in ["1.5", "-0.1", "half"] {
+            assert!(matches!(
+                c.set("min.cleanable.dirty.ratio", bad),
+                Err(TopicConfigError::Invalid { .. })
+            ));
+        }
         assert!(matches!(
             c.set("message.timestamp.type", "Wallclock"),
             Err(TopicConfigError::Invalid { .. })

@@ -28,7 +28,7 @@ impl FsyncPolicy {
 }
 
 /// Per-log settings, taken from topic configs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// Roll to a new segment once the active one holds this many bytes.
     pub segment_bytes: u64,
@@ -40,6 +40,19 @@ pub struct LogConfig {
     pub retention_bytes: i64,
     /// Bytes between sparse index entries.
     pub index_interval_bytes: u32,
+    /// `cleanup.policy` includes delete: retention by time and size applies.
+    pub delete: bool,
+    /// `cleanup.policy` includes compact: the cleaner keeps the latest record per key.
+    pub compact: Option<CompactConfig>,
+}
+
+/// A compacted topic's cleaner settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CompactConfig {
+    /// When the log is due and how far a clean may go.
+    pub policy: crate::compaction::CleanPolicy,
+    /// `delete.retention.ms`: tombstones and finished transaction markers stay this long.
+    pub delete_retention_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -50,6 +63,8 @@ impl Default for LogConfig {
             retention_ms: 7 * 24 * 3600 * 1000,
             retention_bytes: -1,
             index_interval_bytes: 4096,
+            delete: true,
+            compact: None,
         }
     }
 }

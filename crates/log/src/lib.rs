@@ -14,7 +14,7 @@ pub mod sim;
 mod start_offset;
 pub mod storage;
 
-pub use config::{FsyncPolicy, LogConfig};
+pub use config::{CompactConfig, FsyncPolicy, LogConfig};
 pub use durability::{wait_durable, Durability, DurabilityError, Flusher};
 pub use epochs::{EpochEntry, CHECKPOINT_FILE};
 pub use error::LogError;

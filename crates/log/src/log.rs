@@ -253,6 +253,11 @@ impl Log {
         Ok((log, notes))
     }
 
+    /// The storage the log's files live on (real files, or a simulated disk).
+    pub fn storage(&self) -> Arc<dyn Storage> {
+        self.storage.clone()
+    }
+
     /// The directory holding this log.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -399,7 +404,9 @@ impl Log {
             });
         }
         let end = self.end_offset();
-        if header.base_offset != end {
+        // A batch past the end is a gap the leader's cleaner left (compaction removes whole
+        // batches, offsets stay): taken as it is. One before the end is refused, except below.
+        if header.base_offset < end {
             // An empty replica started at the leader's log start, which DeleteRecords put
             // inside a batch: the leader sends that whole batch. Take it from its base and
             // keep the start where it was, or the replica could never rejoin (KAFKA-6975).
@@ -730,6 +737,10 @@ impl Log {
         self.adopt_finished_seals();
         let mut total = self.size_bytes() as i64;
         let mut remove = 0;
+        if !self.config.delete {
+            // compact only: records go by key, through the cleaner, never by age or size.
+            return Ok(0);
+        }
         for seg in &self.segments[..self.segments.len() - 1] {
             let expired = self.config.retention_ms >= 0
                 && seg.max_timestamp >= 0

@@ -196,6 +196,20 @@ pub struct Args {
     #[arg(long, env = "SPATE_OFFSETS_TOPIC_NUM_PARTITIONS", default_value_t = 50)]
     pub offsets_topic_num_partitions: u32,
 
+    /// How often the log cleaner looks for compacted partitions due a clean
+    /// (log.cleaner.backoff.ms).
+    #[arg(long, env = "SPATE_LOG_CLEANER_BACKOFF_MS", default_value_t = 15_000)]
+    pub log_cleaner_backoff_ms: u64,
+
+    /// Bytes of the cleaner's key map (log.cleaner.dedupe.buffer.size): a dirty section with
+    /// more keys than it holds is cleaned over several passes.
+    #[arg(
+        long,
+        env = "SPATE_LOG_CLEANER_DEDUPE_BUFFER_SIZE",
+        default_value_t = 134_217_728
+    )]
+    pub log_cleaner_dedupe_buffer_size: u64,
+
     /// Partitions `__transaction_state` is created with (transaction.state.log.num.partitions);
     /// transactional ids are spread over them. An existing topic keeps its count.
     #[arg(long, env = "SPATE_TRANSACTION_STATE_PARTITIONS", default_value_t = 50)]
@@ -678,6 +692,10 @@ impl Args {
         c.groups.consumer.max_size = self.group_consumer_max_size as usize;
         c.groups.offsets_partitions = self.offsets_topic_num_partitions as i32;
         c.txns.partitions = self.transaction_state_partitions as i32;
+        c.cleaner_backoff = Duration::from_millis(self.log_cleaner_backoff_ms.max(1));
+        c.cleaner_buffer_bytes = usize::try_from(self.log_cleaner_dedupe_buffer_size)
+            .unwrap_or(usize::MAX)
+            .max(1024);
         c.txns.coordinator.max_timeout_ms =
             self.transaction_max_timeout_ms.min(i32::MAX as u32) as i32;
         c.cluster_mode = self.cluster_peers.is_some();

@@ -455,6 +455,17 @@ fn verify_txn(
     }
 }
 
+/// Whether every record of a validated batch has a key (read in place when uncompressed,
+/// decompressed otherwise: only compacted topics ask).
+fn every_record_has_a_key(h: &BatchHeader, records: &bytes::Bytes) -> bool {
+    if h.compression() == 0 {
+        return batch::records(records).is_some_and(|rs| rs.iter().all(|r| r.key.is_some()));
+    }
+    let mut buf = records.clone();
+    spate_protocol::records::RecordBatchDecoder::decode(&mut buf)
+        .is_ok_and(|set| set.records.iter().all(|r| r.key.is_some()))
+}
+
 fn append_one(
     t: &Topic,
     pd: PartitionProduceData,
@@ -501,6 +512,17 @@ fn append_one(
                 format!("fewer in-sync replicas than min.insync.replicas ({min_isr}); nothing was written"),
             ));
         }
+    }
+    if t.with_config(|c| c.compacted()) && !h.is_control() && !every_record_has_a_key(&h, &records)
+    {
+        // Kafka's answer and words: compaction keeps the latest record per key.
+        return Err((
+            ResponseError::InvalidRecord,
+            format!(
+                "Compacted topic cannot accept message without key in topic partition {}-{}.",
+                t.name, pd.index
+            ),
+        ));
     }
     let ticket = verify(&p, &h)?;
     let append_time = log_append_time.then_some(now_ms);
