@@ -16,9 +16,8 @@
 #   MID_RUN_HOOK: a bash command run once, in the foreground while the restarted app processes
 #   (after 60% of the input is committed; the producer and the app go on meanwhile), bounded by
 #   TXN_TIMEOUT; it sees SPATE_BOOTSTRAP, TXN_INPUT, TXN_OUTPUT, TXN_APP_ID and TXN_APP_PID, and
-#   its failure fails the run. STREAMS_CHANGELOG_POLICY (delete): the state store changelog's
-#   cleanup.policy; Streams' default is compact, which spate refuses until log compaction lands
-#   (issue 24): a changelog that keeps everything restores the same state.
+#   its failure fails the run. STREAMS_CHANGELOG_POLICY (compact, Streams' own): the state
+#   store changelog's cleanup.policy; delete keeps everything (for brokers without compaction).
 #   A cluster variant uses MID_RUN_HOOK to kill the transaction coordinator:
 #     MID_RUN_HOOK='kill -9 $(coordinator_pid)' SPATE_BOOTSTRAP=... scripts/txn-streams-e2e.sh
 #   or, against the kit's single Kafka node, a broker crash and restart (scripts/kafka/start.sh):
@@ -29,7 +28,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KAFKA_KIT="$ROOT/scripts/kafka"
 [[ -n "${SPATE_BOOTSTRAP:-}" ]] || exec "$ROOT/scripts/with-spate.sh" -- "$0" "$@"
 "$KAFKA_KIT/fetch.sh" >/dev/null
-export STREAMS_CHANGELOG_POLICY="${STREAMS_CHANGELOG_POLICY:-delete}"
+export STREAMS_CHANGELOG_POLICY="${STREAMS_CHANGELOG_POLICY:-compact}"
 B="$SPATE_BOOTSTRAP"
 N="${TXN_RECORDS:-200000}"
 RATE="${TXN_RATE:-5000}"

@@ -50,9 +50,8 @@ public class StreamsEos {
     static final int KEYS = 100;
 
     /** The changelog's topic configs: Streams' default (cleanup.policy=compact), unless
-     *  STREAMS_CHANGELOG_POLICY says otherwise. spate serves compacted topics only once log
-     *  compaction lands (issue 24); until then the e2e script asks for a changelog that keeps
-     *  everything (delete, no retention), which restores the same state, only more slowly. */
+     *  STREAMS_CHANGELOG_POLICY says otherwise (delete: a changelog that keeps everything, no
+     *  retention, which restores the same state more slowly, for brokers without compaction). */
     static <K, V, S extends org.apache.kafka.streams.processor.StateStore> Materialized<K, V, S> changelog(Materialized<K, V, S> m) {
         String policy = System.getenv("STREAMS_CHANGELOG_POLICY");
         if (policy == null || policy.isEmpty() || policy.equals("compact")) return m;
