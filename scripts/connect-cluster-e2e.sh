@@ -9,7 +9,11 @@
 # stays strict; see connect-e2e.sh.)
 #   scripts/connect-cluster-e2e.sh     (target/debug/spate; SPATE_BIN overrides)
 # Against another 3-node cluster: SPATE_BOOTSTRAP=a,b,c SPATE_NODE_PIDS="1=pid 2=pid 3=pid"
-# (node ids as the cluster's metadata names them); other env as connect-e2e.sh.
+# (node ids as the cluster's metadata names them); other env as connect-e2e.sh. E.g. the kit's
+# Kafka cluster (KAFKA_PORT=19492 scripts/kafka/start-cluster.sh; stop-cluster.sh after):
+#   d=~/.cache/spate-kafka/run/cluster-19492; SPATE_BOOTSTRAP=127.0.0.1:19492,127.0.0.1:19493,127.0.0.1:19494 \
+#   SPATE_NODE_PIDS="1=$(cat $d/node-1/kafka.pid) 2=$(cat $d/node-2/kafka.pid) 3=$(cat $d/node-3/kafka.pid)" \
+#   scripts/connect-cluster-e2e.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [[ -z "${SPATE_NODE_PIDS:-}" ]]; then

@@ -109,6 +109,10 @@ if [[ "$CREATE" == script ]]; then
   pass "created $CONFIG_TOPIC, $OFFSET_TOPIC and $STATUS_TOPIC (cleanup.policy=compact, RF $RF) and $DATA_TOPIC on $B"
 fi
 
+# The FileStream connectors come from the kit's classpath (connect-file), found through their
+# ServiceLoader manifests without scanning every jar. Offsets are committed every second. The
+# killed worker's sink consumer stays in the sink's group until its session ends, and the new
+# one waits for that: 10 s rather than the consumer's default 45 s.
 read -r PORT1 PORT2 < <(python3 "$ROOT/scripts/free-ports.py" 2)
 cat > "$WORK/worker.properties" <<EOF
 bootstrap.servers=$B
@@ -227,7 +231,7 @@ listed=$(rest "$URL/connectors")
 wait_for "$SRC and $SINK to run on worker 2" eval "running '$SRC' '$PORT2' && running '$SINK' '$PORT2'"
 pass "worker 2 read both connectors back from $CONFIG_TOPIC and runs their tasks"
 if [[ -n "${MID_RUN_HOOK:-}" ]]; then
-  echo "running MID_RUN_HOOK: $MID_RUN_HOOK"
+  if [[ "$MID_RUN_HOOK" == *$'\n'* ]]; then echo "running MID_RUN_HOOK"; else echo "running MID_RUN_HOOK: $MID_RUN_HOOK"; fi
   SPATE_BOOTSTRAP="$B" CONNECT_URL="$URL" CONNECT_PID="$WORKER_PID" CONNECT_DATA_TOPIC="$DATA_TOPIC" \
     CONNECT_CONFIG_TOPIC="$CONFIG_TOPIC" CONNECT_OFFSET_TOPIC="$OFFSET_TOPIC" CONNECT_STATUS_TOPIC="$STATUS_TOPIC" \
     timeout "$TIMEOUT" bash -c "$MID_RUN_HOOK" || fail "MID_RUN_HOOK failed (exit $?)"
