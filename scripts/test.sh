@@ -35,3 +35,7 @@ scripts/txn-client-e2e.sh
 scripts/txn-tools-e2e.sh
 scripts/txn-streams-e2e.sh
 scripts/txn-cluster-e2e.sh
+# Kafka Connect (distributed) on compacted internal topics through a kill -9, standalone and on
+# a 3-node cluster with a broker killed.
+scripts/connect-e2e.sh
+scripts/connect-cluster-e2e.sh

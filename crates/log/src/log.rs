@@ -1090,6 +1090,9 @@ impl Log {
         };
         let base = cleaned.base_offset;
         let next = self.segments[i + 1].base_offset;
+        // A seal still queued for this segment would write (or fail to find) the index files
+        // being replaced and take the log out of service.
+        self.finish_seals();
         segment::remove_files(
             &*self.storage,
             &self.dir,

@@ -10,6 +10,7 @@ mod cluster_chaos;
 mod cluster_netns;
 mod cluster_observers;
 mod cluster_ops;
+mod compaction;
 mod consumer_groups;
 mod durability;
 mod fetch;
