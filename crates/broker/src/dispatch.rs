@@ -97,6 +97,8 @@ pub struct Broker {
     pub groups: Arc<GroupService>,
     /// Transactions: the coordinator of the transactional ids this node holds.
     pub txns: Arc<crate::transactions::TxnService>,
+    /// What the log cleaner did.
+    pub cleaner: CleanerMetrics,
     /// Broker-wide metrics.
     pub metrics: Arc<Registry>,
     /// Client quotas and their usage.
@@ -179,6 +181,7 @@ impl Broker {
             cluster_id,
             groups,
             txns,
+            cleaner: CleanerMetrics::default(),
             metrics,
             quotas,
             telemetry,
@@ -267,7 +270,20 @@ impl Broker {
                 continue;
             }
             for p in topic.partitions() {
-                match p.clean(now, self.config.cleaner_buffer_bytes) {
+                let started = std::time::Instant::now();
+                let outcome = p.clean(now, self.config.cleaner_buffer_bytes);
+                if let Ok(Some(s)) = &outcome {
+                    let m = &self.cleaner;
+                    m.passes.inc();
+                    m.bytes_read.add(s.bytes_read);
+                    m.bytes_removed.add(s.bytes_removed);
+                    m.segments.add(s.segments as u64);
+                    m.duration.observe(started.elapsed().as_micros() as u64);
+                }
+                if outcome.is_err() {
+                    self.cleaner.failures.inc();
+                }
+                match outcome {
                     Ok(None) => {}
                     Ok(Some(s)) => tracing::info!(
                         topic = %topic.name,
@@ -598,6 +614,36 @@ impl Broker {
                     .filter_map(|t| t.name.as_ref())
                     .any(|n| self.topics.get(n).is_none())
             })
+    }
+}
+
+/// The log cleaner's work, for the Prometheus endpoint.
+#[derive(Debug)]
+pub struct CleanerMetrics {
+    /// Cleans of a partition that ran.
+    pub passes: spate_metrics::Counter,
+    /// Cleans that failed (retried at the next pass).
+    pub failures: spate_metrics::Counter,
+    /// Bytes of segments read by cleans.
+    pub bytes_read: spate_metrics::Counter,
+    /// Bytes cleans removed.
+    pub bytes_removed: spate_metrics::Counter,
+    /// Segments rewritten.
+    pub segments: spate_metrics::Counter,
+    /// Time per clean of a partition (µs).
+    pub duration: spate_metrics::Histogram,
+}
+
+impl Default for CleanerMetrics {
+    fn default() -> Self {
+        Self {
+            passes: Default::default(),
+            failures: Default::default(),
+            bytes_read: Default::default(),
+            bytes_removed: Default::default(),
+            segments: Default::default(),
+            duration: spate_metrics::Histogram::latency(),
+        }
     }
 }
 

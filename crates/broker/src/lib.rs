@@ -27,7 +27,7 @@ pub mod transactions;
 
 pub use budget::{MemoryBudget, Permit};
 pub use config::{BrokerConfig, ProduceProfile, DEFAULT_FETCH_MAX_BYTES};
-pub use dispatch::{Broker, HeldFrame, Reply, RequestContext, RequestError};
+pub use dispatch::{Broker, CleanerMetrics, HeldFrame, Reply, RequestContext, RequestError};
 pub use error::BrokerError;
 pub use groups::{is_internal, refuse_internal, GroupService, GroupSettings};
 pub use partition::Partition;

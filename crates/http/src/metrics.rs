@@ -328,6 +328,46 @@ fn render_transactions(w: &mut Writer, b: &Broker) {
     .histogram("spate_transaction_coordinator_load_seconds", &[], &t.load, 1e6);
 }
 
+fn render_cleaner(w: &mut Writer, b: &Broker) {
+    let c = &b.cleaner;
+    for (name, help, counter) in [
+        (
+            "spate_log_cleaner_passes_total",
+            "Cleans of a compacted partition that ran.",
+            &c.passes,
+        ),
+        (
+            "spate_log_cleaner_failures_total",
+            "Cleans that failed (retried at the next pass).",
+            &c.failures,
+        ),
+        (
+            "spate_log_cleaner_read_bytes_total",
+            "Bytes of segments the cleaner read.",
+            &c.bytes_read,
+        ),
+        (
+            "spate_log_cleaner_removed_bytes_total",
+            "Bytes the cleaner removed from compacted partitions.",
+            &c.bytes_removed,
+        ),
+        (
+            "spate_log_cleaner_segments_total",
+            "Segments the cleaner rewrote.",
+            &c.segments,
+        ),
+    ] {
+        w.family(name, "counter", help);
+        w.sample(name, &[], counter.get() as f64);
+    }
+    w.family(
+        "spate_log_cleaner_duration_seconds",
+        "histogram",
+        "Time to clean one compacted partition.",
+    )
+    .histogram("spate_log_cleaner_duration_seconds", &[], &c.duration, 1e6);
+}
+
 fn render_quotas(w: &mut Writer, b: &Broker) {
     let stats = b.quotas.stats();
     let families = [
@@ -511,6 +551,7 @@ pub fn render(b: &Broker) -> String {
     }
 
     render_transactions(&mut w, b);
+    render_cleaner(&mut w, b);
     w.family(
         "spate_fsync_duration_seconds",
         "histogram",
