@@ -42,6 +42,9 @@ pub struct BrokerConfig {
     pub cleaner_backoff: Duration,
     /// The cleaner's key map size (`log.cleaner.dedupe.buffer.size`).
     pub cleaner_buffer_bytes: usize,
+    /// The cleaner's read and write rate limit (`log.cleaner.io.max.bytes.per.second`); `None`:
+    /// unlimited.
+    pub cleaner_io_bytes_per_sec: Option<u64>,
     /// The broker will join a cluster: `__consumer_offsets` then comes from the cluster's
     /// metadata instead of being created locally.
     pub cluster_mode: bool,
@@ -157,6 +160,7 @@ impl BrokerConfig {
             txns: crate::transactions::TxnSettings::default(),
             cleaner_backoff: Duration::from_secs(15),
             cleaner_buffer_bytes: 128 << 20,
+            cleaner_io_bytes_per_sec: None,
             cluster_mode: false,
             producer_id_expiration_ms: ProducerLimits::default().expiration_ms,
             max_producer_ids_per_partition: ProducerLimits::default().max_producers,

@@ -271,7 +271,11 @@ impl Broker {
             }
             for p in topic.partitions() {
                 let started = std::time::Instant::now();
-                let outcome = p.clean(now, self.config.cleaner_buffer_bytes);
+                let outcome = p.clean(
+                    now,
+                    self.config.cleaner_buffer_bytes,
+                    self.config.cleaner_io_bytes_per_sec,
+                );
                 if let Ok(Some(s)) = &outcome {
                     let m = &self.cleaner;
                     m.passes.inc();

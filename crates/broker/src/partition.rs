@@ -927,6 +927,7 @@ impl Partition {
         &self,
         now_ms: i64,
         buffer_bytes: usize,
+        io_bytes_per_sec: Option<u64>,
     ) -> Result<Option<CleanStats>, BrokerError> {
         use spate_log::compaction::{self, Aborted, OffsetMap, Sweep};
         let (cfg, spans, storage, dir, aborted) = {
@@ -968,6 +969,19 @@ impl Partition {
         let Some(due) = compaction::schedule(&spans, first_dirty, now_ms, &cfg.policy) else {
             return Ok(None);
         };
+        // log.cleaner.io.max.bytes.per.second: after each segment read or written, the
+        // cleaner sleeps until its average rate is back under the limit.
+        let started = std::time::Instant::now();
+        let mut io_bytes = 0u64;
+        let mut throttle = |bytes: u64| {
+            io_bytes += bytes;
+            if let Some(limit) = io_bytes_per_sec.filter(|l| *l > 0) {
+                let due = std::time::Duration::from_secs_f64(io_bytes as f64 / limit as f64);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        };
         let read = |base: i64| -> Result<Option<(bytes::Bytes, u64)>, BrokerError> {
             Ok(self.state.read().log.read_sealed(base)?)
         };
@@ -980,6 +994,7 @@ impl Partition {
             let Some((bytes, _)) = read(s.base_offset)? else {
                 continue;
             };
+            throttle(bytes.len() as u64);
             compaction::map_section(&bytes, &mut map, &aborted).map_err(corrupt)?;
             if map.end() < s.next_offset && map.end() >= 0 {
                 // The map is full: the rest of the dirty section waits for the next pass.
@@ -994,10 +1009,12 @@ impl Partition {
                 continue;
             };
             stats.bytes_read += size;
+            throttle(size);
             let cleaned = compaction::compact_batches(&bytes, &mut sweep).map_err(corrupt)?;
             if cleaned.len() as u64 == size {
                 continue;
             }
+            throttle(cleaned.len() as u64);
             let copy = Log::write_cleaned(&storage, &dir, s.base_offset, size, &cleaned)?;
             if self.state.write().log.swap_cleaned(copy, now_ms)? {
                 stats.segments += 1;

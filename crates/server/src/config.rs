@@ -210,6 +210,15 @@ pub struct Args {
     )]
     pub log_cleaner_dedupe_buffer_size: u64,
 
+    /// The log cleaner's read plus write rate limit in bytes per second
+    /// (log.cleaner.io.max.bytes.per.second); 0 for no limit.
+    #[arg(
+        long,
+        env = "SPATE_LOG_CLEANER_IO_MAX_BYTES_PER_SECOND",
+        default_value_t = 0
+    )]
+    pub log_cleaner_io_max_bytes_per_second: u64,
+
     /// Partitions `__transaction_state` is created with (transaction.state.log.num.partitions);
     /// transactional ids are spread over them. An existing topic keeps its count.
     #[arg(long, env = "SPATE_TRANSACTION_STATE_PARTITIONS", default_value_t = 50)]
@@ -693,6 +702,8 @@ impl Args {
         c.groups.offsets_partitions = self.offsets_topic_num_partitions as i32;
         c.txns.partitions = self.transaction_state_partitions as i32;
         c.cleaner_backoff = Duration::from_millis(self.log_cleaner_backoff_ms.max(1));
+        c.cleaner_io_bytes_per_sec = (self.log_cleaner_io_max_bytes_per_second > 0)
+            .then_some(self.log_cleaner_io_max_bytes_per_second);
         c.cleaner_buffer_bytes = usize::try_from(self.log_cleaner_dedupe_buffer_size)
             .unwrap_or(usize::MAX)
             .max(1024);
