@@ -1033,6 +1033,27 @@ impl Partition {
         Ok(Some(stats))
     }
 
+    /// The cleaner's lag on this compacted partition: bytes of sealed segments not cleaned
+    /// yet, and the age at `now_ms` of the oldest of them (by its newest record). `None` when
+    /// the topic is not compacted.
+    pub fn cleaner_lag(&self, now_ms: i64) -> Option<(u64, i64)> {
+        let (spans, dir) = {
+            let st = self.state.read();
+            st.log.config().compact?;
+            (st.log.sealed_spans(), st.log.dir().to_path_buf())
+        };
+        let first_dirty = self.clean_point(&dir);
+        let dirty: Vec<_> = spans
+            .iter()
+            .filter(|s| s.next_offset > first_dirty)
+            .collect();
+        let bytes = dirty.iter().map(|s| s.size).sum();
+        let age = dirty
+            .first()
+            .map_or(0, |s| now_ms.saturating_sub(s.max_timestamp).max(0));
+        Some((bytes, age))
+    }
+
     /// Where the dirty section of this compacted log begins: the checkpoint of the last
     /// clean, or the log start.
     fn clean_point(&self, dir: &Path) -> i64 {

@@ -329,6 +329,42 @@ fn render_transactions(w: &mut Writer, b: &Broker) {
 }
 
 fn render_cleaner(w: &mut Writer, b: &Broker) {
+    let now = b.clock.now_ms();
+    let mut lags = Vec::new();
+    for t in b.topics.list() {
+        if !t.with_config(|c| c.compacted()) {
+            continue;
+        }
+        for p in t.partitions() {
+            if let Some(lag) = p.cleaner_lag(now) {
+                lags.push((t.name.clone(), p.index.to_string(), lag));
+            }
+        }
+    }
+    w.family(
+        "spate_partition_cleaner_dirty_bytes",
+        "gauge",
+        "Bytes of a compacted partition's sealed segments the cleaner has not cleaned yet.",
+    );
+    for (topic, p, (bytes, _)) in &lags {
+        w.sample(
+            "spate_partition_cleaner_dirty_bytes",
+            &[("topic", topic), ("partition", p)],
+            *bytes as f64,
+        );
+    }
+    w.family(
+        "spate_partition_cleaner_oldest_dirty_age_seconds",
+        "gauge",
+        "Age of the oldest uncleaned sealed segment of a compacted partition (by its newest record).",
+    );
+    for (topic, p, (_, age_ms)) in &lags {
+        w.sample(
+            "spate_partition_cleaner_oldest_dirty_age_seconds",
+            &[("topic", topic), ("partition", p)],
+            *age_ms as f64 / 1000.0,
+        );
+    }
     let c = &b.cleaner;
     for (name, help, counter) in [
         (
