@@ -294,7 +294,9 @@ fn render_transactions(w: &mut Writer, b: &Broker) {
         "Transactions open on the transactional ids this node coordinates.",
     );
     w.sample("spate_transactions_open", &[], b.txns.open_count() as f64);
-    for (name, help, c) in [
+    counters(
+        w,
+        &[
         (
             "spate_transactions_committed_total",
             "Transactions committed: every marker written.",
@@ -310,10 +312,8 @@ fn render_transactions(w: &mut Writer, b: &Broker) {
             "Transactions the coordinator aborted because they outlived transaction.timeout.ms.",
             &t.timed_out,
         ),
-    ] {
-        w.family(name, "counter", help);
-        w.sample(name, &[], c.get() as f64);
-    }
+        ],
+    );
     w.family(
         "spate_transaction_duration_seconds",
         "histogram",
@@ -326,6 +326,14 @@ fn render_transactions(w: &mut Writer, b: &Broker) {
         "Time to rebuild one __transaction_state partition's transactions when this node takes it over.",
     )
     .histogram("spate_transaction_coordinator_load_seconds", &[], &t.load, 1e6);
+}
+
+/// Counters without labels, each its own family.
+fn counters(w: &mut Writer, list: &[(&str, &str, &spate_metrics::Counter)]) {
+    for (name, help, c) in list {
+        w.family(name, "counter", help);
+        w.sample(name, &[], c.get() as f64);
+    }
 }
 
 fn render_cleaner(w: &mut Writer, b: &Broker) {
@@ -366,36 +374,36 @@ fn render_cleaner(w: &mut Writer, b: &Broker) {
         );
     }
     let c = &b.cleaner;
-    for (name, help, counter) in [
-        (
-            "spate_log_cleaner_passes_total",
-            "Cleans of a compacted partition that ran.",
-            &c.passes,
-        ),
-        (
-            "spate_log_cleaner_failures_total",
-            "Cleans that failed (retried at the next pass).",
-            &c.failures,
-        ),
-        (
-            "spate_log_cleaner_read_bytes_total",
-            "Bytes of segments the cleaner read.",
-            &c.bytes_read,
-        ),
-        (
-            "spate_log_cleaner_removed_bytes_total",
-            "Bytes the cleaner removed from compacted partitions.",
-            &c.bytes_removed,
-        ),
-        (
-            "spate_log_cleaner_segments_total",
-            "Segments the cleaner rewrote.",
-            &c.segments,
-        ),
-    ] {
-        w.family(name, "counter", help);
-        w.sample(name, &[], counter.get() as f64);
-    }
+    counters(
+        w,
+        &[
+            (
+                "spate_log_cleaner_passes_total",
+                "Cleans of a compacted partition that ran.",
+                &c.passes,
+            ),
+            (
+                "spate_log_cleaner_failures_total",
+                "Cleans that failed (retried at the next pass).",
+                &c.failures,
+            ),
+            (
+                "spate_log_cleaner_read_bytes_total",
+                "Bytes of segments the cleaner read.",
+                &c.bytes_read,
+            ),
+            (
+                "spate_log_cleaner_removed_bytes_total",
+                "Bytes the cleaner removed from compacted partitions.",
+                &c.bytes_removed,
+            ),
+            (
+                "spate_log_cleaner_segments_total",
+                "Segments the cleaner rewrote.",
+                &c.segments,
+            ),
+        ],
+    );
     w.family(
         "spate_log_cleaner_duration_seconds",
         "histogram",
