@@ -310,7 +310,6 @@ impl Broker {
     /// snapshots.
     pub fn enforce_retention(&self) {
         self.groups.maintain();
-        self.txns.maintain();
         self.snapshot_producer_states();
         let now = self.clock.now_ms();
         for topic in self.topics.list() {

@@ -49,8 +49,6 @@ mod consumer;
 pub const OFFSETS_LOG: &str = "__consumer_offsets";
 /// Kafka's default `offsets.topic.num.partitions`.
 pub const DEFAULT_OFFSETS_PARTITIONS: i32 = 50;
-/// Rewrite a partition's live records once it is this large and mostly superseded.
-const COMPACT_FROM_BYTES: u64 = 64 << 20;
 /// How often the coordinator's clock advances (session and rebalance timeouts resolve to it).
 const TICK: Duration = Duration::from_millis(100);
 
@@ -88,11 +86,12 @@ pub fn offsets_partition_for(group: &str, partitions: usize) -> usize {
     spate_protocol::java_hash_partition(group, partitions)
 }
 
-/// The topic configuration of `__consumer_offsets`: records are never deleted by age or
-/// size (the coordinator drops superseded ones itself).
+/// The topic configuration of `__consumer_offsets` and `__transaction_state`, as Kafka's:
+/// compacted (the log cleaner keeps each key's latest record), never deleted by age or size.
 pub fn offsets_topic_config(segment_bytes: u64) -> TopicConfig {
     let mut c = TopicConfig::default();
     for (k, v) in [
+        ("cleanup.policy", "compact".to_string()),
         ("retention.ms", "-1".to_string()),
         ("retention.bytes", "-1".to_string()),
         ("segment.bytes", segment_bytes.to_string()),
@@ -101,6 +100,27 @@ pub fn offsets_topic_config(segment_bytes: u64) -> TopicConfig {
         let _ = c.set(k, &v);
     }
     c
+}
+
+/// Standalone: an internal topic created by an earlier version (kept small by rewrites of its
+/// own, no cleanup policy) becomes compacted, as [`offsets_topic_config`] creates it now. A
+/// cleanup policy someone set on purpose is left alone.
+pub(crate) fn compact_internal_topic(
+    topics: &TopicRegistry,
+    topic: &crate::registry::Topic,
+) -> Result<(), BrokerError> {
+    let mut config = topic.config();
+    if config.overrides().contains_key("cleanup.policy") {
+        return Ok(());
+    }
+    config
+        .set("cleanup.policy", "compact")
+        .map_err(|e| BrokerError::Cluster(e.to_string()))?;
+    topics
+        .set_config(topic, config)
+        .map_err(|e| BrokerError::Cluster(format!("cannot compact {}: {e}", topic.name)))?;
+    tracing::info!(topic = %topic.name, "internal topic is compacted from now on");
+    Ok(())
 }
 
 /// Group settings from the broker configuration.
@@ -150,9 +170,6 @@ struct Led {
     partition: Arc<Partition>,
     /// The leader epoch it was taken over at (standalone: the partition's epoch).
     epoch: i32,
-    /// Where a rewrite of the live records began, once the log start may move up to it (in
-    /// a cluster, when the high watermark has passed it).
-    pending_cut: Option<i64>,
     /// Commits written to a replicated partition and not yet below its high watermark, in
     /// log order: they enter the offset store only once committed, so OffsetFetch never
     /// returns an offset that a failover would lose (Kafka's pending offset commits).
@@ -218,8 +235,6 @@ pub struct GroupService {
     partitions: Mutex<OffsetsPartitions>,
     flusher: Flusher,
     clock: SharedClock,
-    /// Size from which a partition is worth rewriting (a field so tests can lower it).
-    compact_from_bytes: u64,
     /// Cluster mode: offsets partitions are led (and groups coordinated) as the cluster's
     /// leader elections decide.
     clustered: std::sync::atomic::AtomicBool,
@@ -242,7 +257,6 @@ impl GroupService {
             }),
             flusher,
             clock,
-            compact_from_bytes: COMPACT_FROM_BYTES,
             clustered: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -258,7 +272,10 @@ impl GroupService {
         clock: SharedClock,
     ) -> Result<Self, BrokerError> {
         let topic = match topics.get(OFFSETS_LOG) {
-            Some(t) => t,
+            Some(t) => {
+                compact_internal_topic(topics, &t)?;
+                t
+            }
             None => topics
                 .create(
                     OFFSETS_LOG,
@@ -285,7 +302,6 @@ impl GroupService {
                 *slot = Some(Led {
                     epoch: p.leader_epoch(),
                     partition: p,
-                    pending_cut: None,
                     unreplicated: Vec::new(),
                     txn_pending,
                 });
@@ -404,7 +420,6 @@ impl GroupService {
         parts.led[index] = Some(Led {
             partition,
             epoch,
-            pending_cut: None,
             unreplicated: Vec::new(),
             txn_pending,
         });
@@ -803,9 +818,9 @@ impl GroupService {
     /// Nothing to save: the offsets partitions are closed with every other partition.
     pub fn close(&self) {}
 
-    /// Expires offsets of groups without members (offsets.retention.minutes), forgets empty
-    /// consumer groups, and rewrites offsets partitions that are mostly superseded records.
-    /// Called from the retention pass.
+    /// Expires offsets of groups without members (offsets.retention.minutes) and forgets
+    /// empty consumer groups; the log cleaner keeps the partitions small (they are
+    /// compacted). Called from the retention pass.
     pub fn maintain(&self) {
         let cutoff = self
             .clock
@@ -831,78 +846,19 @@ impl GroupService {
             }
         }
         self.forget_empty_consumer_groups();
-        let count = self.partitions.lock().count;
-        for index in 0..count {
-            if let Err(e) = self.compact_if_worthwhile(index) {
-                tracing::error!(partition = index, error = %e, "compacting {OFFSETS_LOG} failed");
-            }
-        }
     }
 
-    /// When offsets partition `index` is mostly superseded records, writes its live ones
-    /// again at its end; once they are committed, moves its log start up to them.
-    fn compact_if_worthwhile(&self, index: usize) -> Result<(), BrokerError> {
-        let mut parts = self.partitions.lock();
-        let count = parts.count;
-        let Some(led) = leading(&parts, index) else {
-            return Ok(());
-        };
-        let partition = led.partition.clone();
-        if !led.txn_pending.is_empty() {
-            // A rewrite would move the log start past commits still waiting for their marker.
-            return Ok(());
-        }
-        if led.pending_cut.is_none() {
-            let size = partition.size_bytes();
-            let live = {
-                let of = |g: &str| offsets_partition_for(g, count) == index;
-                let store = self.offsets.lock();
-                let offsets: usize = store
-                    .group_ids()
-                    .filter(|g| of(g))
-                    .map(|g| store.group(g).len())
-                    .sum();
-                let consumer = self.consumer.lock().records_of(of).len();
-                (offsets + consumer) as u64 * 128
-            };
-            if size < self.compact_from_bytes || size < live.saturating_mul(4) {
-                return Ok(());
-            }
-            let cut = self.rewrite_live_locked(&parts, index)?;
-            if let Some(Some(led)) = parts.led.get_mut(index) {
-                led.pending_cut = Some(cut);
-            }
-        }
-        let Some(Some(led)) = parts.led.get_mut(index) else {
-            return Ok(());
-        };
-        let Some(cut) = led.pending_cut else {
-            return Ok(());
-        };
-        if cut_rewritten(&partition, cut, OFFSETS_LOG)? {
-            led.pending_cut = None;
-        }
-        Ok(())
-    }
-
-    /// Writes the live records of offsets partition `index` again at its end.
-    fn rewrite_live(&self, index: usize) -> Result<i64, BrokerError> {
+    /// Writes the live records of offsets partition `index` at its end (under the
+    /// partitions lock, so the store is then exactly what the partition's records say).
+    fn rewrite_live(&self, index: usize) -> Result<(), BrokerError> {
         let parts = self.partitions.lock();
-        self.rewrite_live_locked(&parts, index)
-    }
-
-    /// [`GroupService::rewrite_live`] under the partitions lock: the store is then exactly
-    /// what the partition's records say. Returns the offset the rewrite starts at.
-    fn rewrite_live_locked(
-        &self,
-        parts: &OffsetsPartitions,
-        index: usize,
-    ) -> Result<i64, BrokerError> {
+        let parts = &*parts;
         let count = parts.count;
-        let led = leading(parts, index).ok_or_else(|| {
-            BrokerError::Cluster(format!("offsets partition {index} is not led here"))
-        })?;
-        let start = led.partition.log_end_offset();
+        if leading(parts, index).is_none() {
+            return Err(BrokerError::Cluster(format!(
+                "offsets partition {index} is not led here"
+            )));
+        }
         let of = |g: &str| offsets_partition_for(g, count) == index;
         let now = self.clock.now_ms();
         let corrupt = |e: OffsetsEncodeError| BrokerError::Cluster(e.to_string());
@@ -937,40 +893,12 @@ impl GroupService {
             append_batch(parts, index, &batch)
                 .map_err(|e| BrokerError::Cluster(format!("{e:?}")))?;
         }
-        Ok(start)
+        Ok(())
     }
 }
 
 /// The offsets partition `index` when this node may write to it: standalone always; in a
 /// cluster while it leads it in the epoch it took it over at.
-/// Moves an internal partition's log start up to `cut`, where a rewrite of its live records
-/// began, once the rewrite is committed (deleting the older segments, on followers too, as
-/// DeleteRecords does). `true` once cut; `false` to try again at the next pass.
-pub(crate) fn cut_rewritten(
-    partition: &Partition,
-    cut: i64,
-    topic: &str,
-) -> Result<bool, BrokerError> {
-    if partition.high_watermark() < cut {
-        return Ok(false);
-    }
-    let before = partition.size_bytes();
-    match partition.delete_records_before(cut) {
-        Ok(_) => {
-            tracing::info!(
-                topic,
-                partition = partition.index,
-                before,
-                after = partition.size_bytes(),
-                "compacted an internal partition"
-            );
-            Ok(true)
-        }
-        Err(AppendError::Refused(_)) => Ok(false),
-        Err(AppendError::Storage(e)) => Err(BrokerError::Cluster(e.to_string())),
-    }
-}
-
 /// Waits until a write to an internal partition (offsets, transaction state) is committed as
 /// acks promise: in a cluster every in-sync replica holds it (like an acks=all produce), and
 /// with a syncing policy (`fsync`) it is on disk. REQUEST_TIMED_OUT after 30 s,
@@ -1396,11 +1324,48 @@ mod tests {
         let t = topics.get(OFFSETS_LOG).expect("the internal topic exists");
         assert_eq!(t.partition_count(), 4);
         assert_eq!(t.config().get("retention.ms"), Some(("-1", true)));
+        assert_eq!(t.config().get("cleanup.policy"), Some(("compact", true)));
         let used: std::collections::BTreeSet<usize> =
             groups.iter().map(|g| offsets_partition_for(g, 4)).collect();
         assert!(
             used.len() > 1,
             "eight groups spread over several partitions"
+        );
+    }
+
+    #[test]
+    fn an_offsets_topic_of_an_earlier_version_becomes_compacted_and_a_chosen_policy_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+        {
+            let (topics, _) = TopicRegistry::open(dir.path(), flusher.clone()).unwrap();
+            let mut old = TopicConfig::default();
+            old.set("retention.ms", "-1").unwrap();
+            topics.create(OFFSETS_LOG, 2, old, false).unwrap().unwrap();
+        }
+        let policy = || {
+            let (topics, _) = TopicRegistry::open(dir.path(), flusher.clone()).unwrap();
+            let t = topics.get(OFFSETS_LOG).unwrap();
+            let compacted = t.with_config(|c| c.compacted());
+            let config = t.config();
+            let set = config.get("cleanup.policy").filter(|(_, set)| *set);
+            (set.map(|(v, _)| v.to_string()), compacted)
+        };
+        assert_eq!(policy(), (None, false));
+        drop(open(dir.path(), &flusher));
+        assert_eq!(policy(), (Some("compact".into()), true), "upgraded on open");
+        {
+            let (topics, _) = TopicRegistry::open(dir.path(), flusher.clone()).unwrap();
+            let t = topics.get(OFFSETS_LOG).unwrap();
+            let mut chosen = t.config();
+            chosen.set("cleanup.policy", "compact,delete").unwrap();
+            topics.set_config(&t, chosen).unwrap();
+        }
+        drop(open(dir.path(), &flusher));
+        assert_eq!(
+            policy(),
+            (Some("compact,delete".into()), true),
+            "a policy set on purpose is kept"
         );
     }
 
@@ -1555,16 +1520,30 @@ mod tests {
         svc.offsets(|s| s.get(group, "topic", partition).map(|c| c.offset))
     }
 
+    /// One pass of the log cleaner over every offsets partition, as the broker's runs.
+    fn clean(svc: &GroupService) {
+        let parts: Vec<Arc<Partition>> = svc
+            .partitions
+            .lock()
+            .led
+            .iter()
+            .flatten()
+            .map(|l| l.partition.clone())
+            .collect();
+        for p in parts {
+            p.clean(now_ms(), 1 << 20, None).unwrap();
+        }
+    }
+
     #[test]
-    fn maintain_rewrites_a_mostly_superseded_partition_and_deletes_its_old_segments() {
+    fn the_log_cleaner_shrinks_a_mostly_superseded_offsets_partition_and_the_offsets_survive() {
         let dir = tempfile::tempdir().unwrap();
         let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
-        let mut svc = open(dir.path(), &flusher);
-        svc.compact_from_bytes = 1;
+        let svc = open(dir.path(), &flusher);
         commit_many(&svc, "a", 40);
         commit_many(&svc, "b", 2);
         let before = partition_size(&svc, "a");
-        svc.maintain();
+        clean(&svc);
         let after = partition_size(&svc, "a");
         assert!(after < before / 4, "{after} of {before} bytes left");
         svc.write("a", &[("topic".into(), 7, committed(999_999))])
@@ -1605,15 +1584,14 @@ mod tests {
     }
 
     #[test]
-    fn consumer_groups_survive_a_rewrite_of_the_offsets_log_and_a_reopen() {
+    fn consumer_groups_survive_cleaning_of_the_offsets_log_and_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
-        let mut svc = open(dir.path(), &flusher);
-        svc.compact_from_bytes = 1;
+        let svc = open(dir.path(), &flusher);
         assert_eq!(consumer_join(&svc, "cg", "m"), 1);
         commit_many(&svc, "cg", 40);
         let before = partition_size(&svc, "cg");
-        svc.maintain();
+        clean(&svc);
         assert!(partition_size(&svc, "cg") < before / 4, "compacted");
         drop(svc);
         let svc = open(dir.path(), &flusher);

@@ -101,15 +101,7 @@ struct Led {
     partition: Arc<Partition>,
     /// The leader epoch it was taken over at: the coordinator epoch its markers carry.
     epoch: i32,
-    /// Where a rewrite of the live ids began, once the log start may move up to it (when the
-    /// high watermark has passed it).
-    pending_cut: Option<i64>,
 }
-
-/// Rewrite a partition's live ids once it is this large and mostly superseded records.
-const COMPACT_FROM_BYTES: u64 = 64 << 20;
-/// A record's share of a rewrite, for judging how much of a partition is live.
-const LIVE_RECORD_BYTES: u64 = 160;
 
 /// The transaction state partitions, by index. Its lock orders every write.
 struct TxnPartitions {
@@ -130,8 +122,6 @@ pub struct TxnService {
     /// Metrics.
     pub metrics: TxnMetrics,
     clustered: AtomicBool,
-    /// Size from which a partition is worth rewriting (a field so tests can lower it).
-    compact_from_bytes: std::sync::atomic::AtomicU64,
     /// The broker, for the marker writers (set once it exists: [`TxnService::attach`]).
     broker: std::sync::OnceLock<Weak<Broker>>,
 }
@@ -169,7 +159,6 @@ impl TxnService {
             clock,
             metrics: TxnMetrics::default(),
             clustered: AtomicBool::new(false),
-            compact_from_bytes: std::sync::atomic::AtomicU64::new(COMPACT_FROM_BYTES),
             broker: std::sync::OnceLock::new(),
         }
     }
@@ -197,7 +186,10 @@ impl TxnService {
             return Ok(());
         }
         let topic = match topics.get(TXN_LOG) {
-            Some(t) => t,
+            Some(t) => {
+                crate::groups::compact_internal_topic(topics, &t)?;
+                t
+            }
             None => match topics.create(
                 TXN_LOG,
                 self.settings.partitions.max(1),
@@ -279,11 +271,7 @@ impl TxnService {
             c.replay(id, meta);
         }
         drop(c);
-        parts.led[index] = Some(Led {
-            partition,
-            epoch,
-            pending_cut: None,
-        });
+        parts.led[index] = Some(Led { partition, epoch });
         let took = started.elapsed();
         self.metrics.load.observe(took.as_micros() as u64);
         if self.clustered.load(Ordering::Relaxed) {
@@ -316,66 +304,6 @@ impl TxnService {
     /// Gives the marker writers the broker they write through.
     pub fn attach(&self, b: &Arc<Broker>) {
         let _ = self.broker.set(Arc::downgrade(b));
-    }
-
-    /// Keeps the state partitions this node leads small without log compaction: one that is
-    /// mostly superseded records gets its live ids written again at its end, and once those
-    /// are committed its log start moves up to them (deleting the older segments, on
-    /// followers too, as DeleteRecords does). Called from the retention pass.
-    pub fn maintain(&self) {
-        let count = self.partitions.lock().count;
-        for index in 0..count {
-            if let Err(e) = self.compact_if_worthwhile(index) {
-                tracing::error!(partition = index, error = %e, "compacting {TXN_LOG} failed");
-            }
-        }
-    }
-
-    fn compact_if_worthwhile(&self, index: usize) -> Result<(), BrokerError> {
-        let mut parts = self.partitions.lock();
-        let count = parts.count;
-        let Some(led) = leading(&parts, index) else {
-            return Ok(());
-        };
-        let partition = led.partition.clone();
-        if led.pending_cut.is_none() {
-            let of = |id: &str| txn_partition_for(id, count) == index;
-            let live: Vec<Write> = self
-                .coordinator
-                .lock()
-                .list()
-                .into_iter()
-                .filter(|(id, _)| of(id))
-                .map(|(id, m)| Write {
-                    txn_id: id.to_string(),
-                    meta: Some(m.clone()),
-                })
-                .collect();
-            let size = partition.size_bytes();
-            let live_bytes = live.len() as u64 * LIVE_RECORD_BYTES;
-            let from = self.compact_from_bytes.load(Ordering::Relaxed);
-            if size < from || size < live_bytes.saturating_mul(4) {
-                return Ok(());
-            }
-            let cut = partition.log_end_offset();
-            let now = self.clock.now_ms();
-            for chunk in live.chunks(1000) {
-                append(led, chunk, now).map_err(|e| BrokerError::Cluster(format!("{e:?}")))?;
-            }
-            if let Some(Some(led)) = parts.led.get_mut(index) {
-                led.pending_cut = Some(cut);
-            }
-        }
-        let Some(Some(led)) = parts.led.get_mut(index) else {
-            return Ok(());
-        };
-        let Some(cut) = led.pending_cut else {
-            return Ok(());
-        };
-        if crate::groups::cut_rewritten(&partition, cut, TXN_LOG)? {
-            led.pending_cut = None;
-        }
-        Ok(())
     }
 
     /// Writes the markers of every transaction that was ending when its partition was taken
@@ -965,21 +893,23 @@ mod tests {
     }
 
     #[test]
-    fn a_mostly_superseded_state_partition_is_rewritten_and_its_old_segments_deleted() {
+    fn the_log_cleaner_keeps_the_latest_state_of_each_id_and_it_rebuilds_the_same_ids() {
         let dir = tempfile::tempdir().unwrap();
         let b = open(dir.path());
         b.txns.ensure_standalone(&b.topics).unwrap();
-        b.txns.compact_from_bytes.store(8 << 10, Ordering::Relaxed);
+        let t = b.topics.get(TXN_LOG).unwrap();
+        assert!(
+            t.with_config(|c| c.compacted()),
+            "created compacted, as Kafka's"
+        );
         // Every InitProducerId writes a record: 400 of them for 2 ids.
         for _ in 0..200 {
             init(&b, "a");
             init(&b, "b");
         }
-        let p = b.topics.get(TXN_LOG).unwrap().partition(0).unwrap();
+        let p = t.partition(0).unwrap();
         let before = p.size_bytes();
-        b.txns.maintain();
-        b.txns.maintain();
-        assert!(p.log_start_offset() > 0, "the superseded records are cut");
+        b.clean_compacted();
         assert!(
             p.size_bytes() < before / 4,
             "{} of {before} bytes left",
@@ -992,7 +922,7 @@ mod tests {
         assert_eq!(
             b.txns.list(),
             states,
-            "the rewritten records rebuild the same ids"
+            "the cleaned records rebuild the same ids"
         );
         assert_eq!(init(&b, "a").1, 200, "and the epochs go on from there");
     }

@@ -196,6 +196,24 @@ pub struct Args {
     #[arg(long, env = "SPATE_OFFSETS_TOPIC_NUM_PARTITIONS", default_value_t = 50)]
     pub offsets_topic_num_partitions: u32,
 
+    /// Segment size `__consumer_offsets` is created with (offsets.topic.segment.bytes): the
+    /// log cleaner compacts closed segments, so smaller ones are cleaned sooner.
+    #[arg(
+        long,
+        env = "SPATE_OFFSETS_TOPIC_SEGMENT_BYTES",
+        default_value_t = 16_777_216
+    )]
+    pub offsets_topic_segment_bytes: u64,
+
+    /// Segment size `__transaction_state` is created with
+    /// (transaction.state.log.segment.bytes).
+    #[arg(
+        long,
+        env = "SPATE_TRANSACTION_STATE_SEGMENT_BYTES",
+        default_value_t = 104_857_600
+    )]
+    pub transaction_state_segment_bytes: u64,
+
     /// How often the log cleaner looks for compacted partitions due a clean
     /// (log.cleaner.backoff.ms).
     #[arg(long, env = "SPATE_LOG_CLEANER_BACKOFF_MS", default_value_t = 15_000)]
@@ -634,6 +652,20 @@ impl Args {
         if !(1..=1000).contains(&self.offsets_topic_num_partitions) {
             bail!("--offsets-topic-num-partitions must be between 1 and 1000");
         }
+        for (flag, bytes) in [
+            (
+                "--offsets-topic-segment-bytes",
+                self.offsets_topic_segment_bytes,
+            ),
+            (
+                "--transaction-state-segment-bytes",
+                self.transaction_state_segment_bytes,
+            ),
+        ] {
+            if !(1024..=1 << 30).contains(&bytes) {
+                bail!("{flag} must be between 1024 and 1073741824");
+            }
+        }
         if self.offsets_retention_minutes == 0 {
             bail!("--offsets-retention-minutes must be at least 1");
         }
@@ -700,6 +732,8 @@ impl Args {
         c.groups.consumer.heartbeat_interval_ms = self.group_consumer_heartbeat_interval_ms as i32;
         c.groups.consumer.max_size = self.group_consumer_max_size as usize;
         c.groups.offsets_partitions = self.offsets_topic_num_partitions as i32;
+        c.groups.offsets_segment_bytes = self.offsets_topic_segment_bytes;
+        c.txns.segment_bytes = self.transaction_state_segment_bytes;
         c.txns.partitions = self.transaction_state_partitions as i32;
         c.cleaner_backoff = Duration::from_millis(self.log_cleaner_backoff_ms.max(1));
         c.cleaner_io_bytes_per_sec = (self.log_cleaner_io_max_bytes_per_second > 0)

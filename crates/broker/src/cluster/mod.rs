@@ -687,7 +687,11 @@ impl Cluster {
 /// its full replication factor (three, or every voter in a smaller cluster), with
 /// offsets.topic.num.partitions partitions and no retention.
 fn ensure_offsets_topic(cluster: &Arc<Cluster>, image: &MetadataImage) {
-    if image.topic(OFFSETS_LOG).is_some() || !cluster.node.is_leader() {
+    if !cluster.node.is_leader() {
+        return;
+    }
+    if image.topic(OFFSETS_LOG).is_some() {
+        compact_internal_topics(cluster, image);
         return;
     }
     let rf = cluster.offsets_replication_factor();
@@ -723,6 +727,37 @@ fn ensure_offsets_topic(cluster: &Arc<Cluster>, image: &MetadataImage) {
             ),
             Err(e) => {
                 tracing::info!(error = %e, "creating {OFFSETS_LOG} did not go through; retried on the next image")
+            }
+        }
+        c.creating_offsets_topic.store(false, Ordering::SeqCst);
+    });
+}
+
+/// The controller makes the internal topics an earlier version created (kept small by
+/// rewrites of their own, no cleanup policy) compacted, as they are created now; a cleanup
+/// policy someone set on purpose is left alone.
+fn compact_internal_topics(cluster: &Arc<Cluster>, image: &MetadataImage) {
+    let Some(name) = [OFFSETS_LOG, spate_txn::TXN_LOG].into_iter().find(|name| {
+        image
+            .topic(name)
+            .is_some_and(|t| !t.configs.contains_key("cleanup.policy"))
+    }) else {
+        return;
+    };
+    if cluster.creating_offsets_topic.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let cmd = MetadataCommand::AlterTopicConfigs {
+        name: name.to_string(),
+        set: [("cleanup.policy".to_string(), "compact".to_string())].into(),
+        remove: Vec::new(),
+    };
+    let c = cluster.clone();
+    tokio::spawn(async move {
+        match c.propose(cmd).await {
+            Ok(_) => tracing::info!(topic = name, "internal topic is compacted from now on"),
+            Err(e) => {
+                tracing::info!(topic = name, error = %e, "compacting an internal topic did not go through; retried on the next image")
             }
         }
         c.creating_offsets_topic.store(false, Ordering::SeqCst);

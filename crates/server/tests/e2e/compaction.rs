@@ -8,8 +8,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::{
     ApiKey, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
     ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
@@ -25,17 +30,26 @@ fn s(v: &str) -> StrBytes {
 }
 
 fn create_compacted(raw: &mut Raw, name: &str) {
+    create(
+        raw,
+        name,
+        1,
+        &[
+            ("cleanup.policy", "compact"),
+            ("segment.bytes", "4096"),
+            ("segment.ms", "500"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+            ("delete.retention.ms", "1000"),
+        ],
+    );
+}
+
+fn create(raw: &mut Raw, name: &str, partitions: i32, configs: &[(&str, &str)]) {
     let mut t = CreatableTopic::default();
     t.name = TopicName(s(name));
-    t.num_partitions = 1;
+    t.num_partitions = partitions;
     t.replication_factor = 1;
-    for (k, v) in [
-        ("cleanup.policy", "compact"),
-        ("segment.bytes", "4096"),
-        ("segment.ms", "500"),
-        ("min.cleanable.dirty.ratio", "0.01"),
-        ("delete.retention.ms", "1000"),
-    ] {
+    for (k, v) in configs {
         let mut c = CreatableTopicConfig::default();
         c.name = s(k);
         c.value = Some(s(v));
@@ -84,6 +98,17 @@ fn send(raw: &mut Raw, topic: &str, batch: Bytes) -> i16 {
 
 /// Every (offset, key, value) of partition 0, read in fetches from the start.
 fn read_all(raw: &mut Raw, topic: &str) -> Vec<(i64, String, Option<String>)> {
+    read_raw(raw, topic)
+        .into_iter()
+        .map(|(o, k, v)| {
+            let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+            (o, text(k), v.map(text))
+        })
+        .collect()
+}
+
+/// Every (offset, key, value) of partition 0 as bytes, read in fetches from the start.
+fn read_raw(raw: &mut Raw, topic: &str) -> Vec<(i64, Vec<u8>, Option<Vec<u8>>)> {
     let mut out = Vec::new();
     let mut offset = 0;
     loop {
@@ -113,8 +138,8 @@ fn read_all(raw: &mut Raw, topic: &str) -> Vec<(i64, String, Option<String>)> {
                 offset = r.offset + 1;
                 out.push((
                     r.offset,
-                    String::from_utf8(r.key.unwrap_or_default().to_vec()).unwrap(),
-                    r.value.map(|v| String::from_utf8(v.to_vec()).unwrap()),
+                    r.key.unwrap_or_default().to_vec(),
+                    r.value.map(|v| v.to_vec()),
                 ));
             }
         }
@@ -206,4 +231,92 @@ fn a_compacted_topic_keeps_the_latest_value_per_key_and_refuses_keyless_records(
         got, want,
         "the latest value of every live key, tombstones gone"
     );
+}
+
+/// Commits `offset` for partitions 0..4 of topic `t` as group `g` (a simple commit: no
+/// member, generation -1).
+fn commit(raw: &mut Raw, offset: i64) {
+    let mut t = OffsetCommitRequestTopic::default();
+    t.name = TopicName(s("t"));
+    t.partitions = (0..4)
+        .map(|p| {
+            let mut c = OffsetCommitRequestPartition::default();
+            c.partition_index = p;
+            c.committed_offset = offset + i64::from(p);
+            c
+        })
+        .collect();
+    let mut r = OffsetCommitRequest::default();
+    r.group_id = s("g").into();
+    r.generation_id_or_member_epoch = -1;
+    r.topics = vec![t];
+    let resp: OffsetCommitResponse = raw.call(ApiKey::OffsetCommit, 8, &r);
+    for p in &resp.topics[0].partitions {
+        assert_eq!(
+            p.error_code, 0,
+            "commit {offset} to partition {}",
+            p.partition_index
+        );
+    }
+}
+
+fn fetch_committed(raw: &mut Raw) -> Vec<i64> {
+    let mut t = OffsetFetchRequestTopic::default();
+    t.name = TopicName(s("t"));
+    t.partition_indexes = (0..4).collect();
+    let mut f = OffsetFetchRequest::default();
+    f.group_id = s("g").into();
+    f.topics = Some(vec![t]);
+    let r: OffsetFetchResponse = raw.call(ApiKey::OffsetFetch, 6, &f);
+    assert_eq!(r.error_code, 0);
+    r.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.committed_offset)
+        .collect()
+}
+
+#[test]
+fn committed_offsets_survive_the_cleaner_compacting_the_offsets_topic_and_a_restart() {
+    let mut spate = Spate::start(&[
+        "--log-cleaner-backoff-ms",
+        "200",
+        "--offsets-topic-num-partitions",
+        "1",
+        "--offsets-topic-segment-bytes",
+        "4096",
+    ]);
+    let mut raw = Raw::connect(&spate.addr);
+    create(&mut raw, "t", 4, &[]);
+    for round in 0..300 {
+        commit(&mut raw, round * 10);
+    }
+    let written = read_raw(&mut raw, "__consumer_offsets").len();
+    assert_eq!(written, 1200, "one record per committed partition");
+    // The cleaner keeps one record per (group, topic, partition): four.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = read_raw(&mut raw, "__consumer_offsets");
+        // The active segment is never cleaned: a few of the last commits stay beside the
+        // four latest.
+        if left.len() < 100 {
+            let keys: std::collections::HashSet<_> = left.iter().map(|r| &r.1).collect();
+            assert_eq!(keys.len(), 4, "every key still has a record");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not cleaned within 60 s: {} of {written} records left\n{}",
+            left.len(),
+            spate.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(fetch_committed(&mut raw), vec![2990, 2991, 2992, 2993]);
+    // Rebuilt from the cleaned log after a kill -9, the same offsets.
+    spate.restart();
+    let mut raw = Raw::connect(&spate.addr);
+    assert_eq!(fetch_committed(&mut raw), vec![2990, 2991, 2992, 2993]);
+    commit(&mut raw, 5000);
+    assert_eq!(fetch_committed(&mut raw), vec![5000, 5001, 5002, 5003]);
 }
