@@ -417,9 +417,33 @@ impl Broker {
                     m.mute_for(quota_ms);
                 }
                 let throttle_ms = rc.throttle_ms.max(clamp_ms(quota_ms));
-                match handlers::produce::handle(self, &header, throttle_ms, r) {
-                    Some(fut) => ctx.later(fut),
-                    None => Ok(Reply::None),
+                if r.acks != 0 && handlers::produce::recompresses(self, &r) {
+                    // Recompressing into a topic's compression.type is CPU work: it runs on
+                    // the blocking pool, and the connection reads nothing further meanwhile,
+                    // so appends stay in request order.
+                    let b = self.clone();
+                    let version = header.request_api_version;
+                    Ok(Reply::Serial(Box::pin(async move {
+                        let appended = tokio::task::spawn_blocking(move || {
+                            handlers::produce::produce(&b, version, throttle_ms, r, true)
+                        })
+                        .await;
+                        match appended {
+                            Ok(answer) => ctx.encode(&answer.await),
+                            Err(e) => {
+                                tracing::error!(error = %e, "produce handler failed");
+                                encode_bare_error(
+                                    ctx.correlation_id,
+                                    ResponseError::UnknownServerError.code(),
+                                )
+                            }
+                        }
+                    })))
+                } else {
+                    match handlers::produce::handle(self, &header, throttle_ms, r) {
+                        Some(fut) => ctx.later(fut),
+                        None => Ok(Reply::None),
+                    }
                 }
             }
             Request::Fetch(r) => {

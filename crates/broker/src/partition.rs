@@ -1002,7 +1002,7 @@ impl Partition {
             }
         }
         let horizon = now_ms.saturating_sub(cfg.delete_retention_ms);
-        let mut sweep = Sweep::new(&map, aborted, horizon);
+        let mut sweep = Sweep::new(&map, aborted, horizon).writing(cfg.codec);
         let mut stats = CleanStats::default();
         for s in spans.iter().filter(|s| s.next_offset <= due.end) {
             let Some((bytes, size)) = read(s.base_offset)? else {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use spate_log::compaction::CleanPolicy;
 use spate_log::{CompactConfig, LogConfig};
+use spate_protocol::records::Compression;
 use thiserror::Error;
 
 use crate::search_config::{self, SearchSettings};
@@ -100,11 +101,8 @@ pub const DEFS: &[ConfigDef] = &[
         name: "compression.type",
         default: "producer",
         kind: ConfigType::String,
-        doc: "spate stores batches as the producer compressed them; only 'producer' is accepted.",
-        validate: |v| match v.trim() {
-            "producer" => Ok(()),
-            _ => Err("spate stores batches as produced; only compression.type=producer is supported".into()),
-        },
+        doc: "The codec batches are stored in: producer (as the producer sent them), uncompressed, gzip, snappy, lz4 or zstd; a batch in another codec is recompressed on append, and the cleaner writes this codec.",
+        validate: |v| parse_compression(v).map(|_| ()),
     },
     ConfigDef {
         name: "delete.retention.ms",
@@ -360,6 +358,13 @@ impl TopicConfig {
         }
     }
 
+    /// The codec batches are stored in (`compression.type`); `None` keeps the producer's.
+    pub fn compression(&self) -> Option<Compression> {
+        self.get("compression.type")
+            .and_then(|(v, _)| parse_compression(v).ok())
+            .flatten()
+    }
+
     /// Whether the topic is compacted (`cleanup.policy` includes compact).
     pub fn compacted(&self) -> bool {
         self.cleanup().1
@@ -392,10 +397,28 @@ impl TopicConfig {
                     max_lag_ms: self.num("max.compaction.lag.ms").max(1),
                 },
                 delete_retention_ms: self.num("delete.retention.ms").max(0),
+                codec: self.compression(),
             }),
             ..LogConfig::default()
         }
     }
+}
+
+/// `compression.type`: `None` for producer, else the codec batches are stored in.
+fn parse_compression(v: &str) -> Result<Option<Compression>, String> {
+    Ok(Some(match v.trim() {
+        "producer" => return Ok(None),
+        "uncompressed" => Compression::None,
+        "gzip" => Compression::Gzip,
+        "snappy" => Compression::Snappy,
+        "lz4" => Compression::Lz4,
+        "zstd" => Compression::Zstd,
+        other => {
+            return Err(format!(
+                "'{other}' is not a compression type; one of producer, uncompressed, gzip, snappy, lz4, zstd"
+            ))
+        }
+    }))
 }
 
 #[cfg(test)]
@@ -411,6 +434,27 @@ mod tests {
         assert_eq!(c.log_config().retention_ms, 1000);
         c.unset("retention.ms").unwrap();
         assert_eq!(c.log_config().retention_ms, 604800000);
+    }
+
+    #[test]
+    fn compression_type_names_kafkas_codecs_and_refuses_others() {
+        let mut c = TopicConfig::default();
+        assert_eq!(c.compression(), None, "producer by default");
+        for (name, codec) in [
+            ("uncompressed", Compression::None),
+            ("gzip", Compression::Gzip),
+            ("snappy", Compression::Snappy),
+            ("lz4", Compression::Lz4),
+            ("zstd", Compression::Zstd),
+        ] {
+            c.set("compression.type", name).unwrap();
+            assert_eq!(c.compression(), Some(codec), "{name}");
+        }
+        c.set("compression.type", "producer").unwrap();
+        assert_eq!(c.compression(), None);
+        for bad in ["brotli", "", "LZ4 "] {
+            assert!(c.set("compression.type", bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -23,7 +23,9 @@
 use std::collections::HashMap;
 
 use spate_protocol::batch::{self, BatchHeader, Batches, ControlKind};
-use spate_protocol::records::{RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions};
+use spate_protocol::records::{
+    Compression, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+};
 
 /// Bytes of the dedupe buffer one map entry stands for (a 16-byte key digest and an 8-byte
 /// offset, as Kafka's `log.cleaner.dedupe.buffer.size` counts them).
@@ -144,6 +146,9 @@ pub struct Sweep<'m> {
     delete_horizon_ms: i64,
     /// Per producer: records of its current transaction the sweep kept so far.
     txn_kept: HashMap<i64, usize>,
+    /// The topic's `compression.type` for the batches the sweep rewrites (`None`: each keeps
+    /// its own codec).
+    codec: Option<Compression>,
 }
 
 impl<'m> Sweep<'m> {
@@ -155,7 +160,15 @@ impl<'m> Sweep<'m> {
             aborted,
             delete_horizon_ms,
             txn_kept: HashMap::new(),
+            codec: None,
         }
+    }
+
+    /// The sweep writes the batches it rewrites in `codec` (a topic's `compression.type`;
+    /// `None` keeps each batch's own). Batches kept whole are copied as they are.
+    pub fn writing(mut self, codec: Option<Compression>) -> Self {
+        self.codec = codec;
+        self
     }
 
     fn is_aborted(&self, producer_id: i64, offset: i64) -> bool {
@@ -295,8 +308,9 @@ pub fn map_section(
 /// Compacts whole batches `bytes` (in offset order) with `sweep`: what the clean writes in
 /// their place. A batch whose records are all kept is copied as it is; one with none kept is
 /// left out; any other is rewritten with the kept records (their bytes copied when the batch
-/// is uncompressed, re-encoded with the batch's codec otherwise), keeping every kept record's
-/// offset, timestamp, headers and the batch's producer fields.
+/// is uncompressed and stays so, re-encoded with the sweep's codec, or the batch's own,
+/// otherwise), keeping every kept record's offset, timestamp, headers and the batch's producer
+/// fields.
 pub fn compact_batches(bytes: &[u8], sweep: &mut Sweep<'_>) -> Result<Vec<u8>, CompactionError> {
     let mut out = Vec::with_capacity(bytes.len());
     for (pos, h) in Batches::new(bytes) {
@@ -308,7 +322,7 @@ pub fn compact_batches(bytes: &[u8], sweep: &mut Sweep<'_>) -> Result<Vec<u8>, C
             }
             continue;
         }
-        if h.compression() == 0 {
+        if h.compression() == 0 && sweep.codec.is_none_or(|c| c == Compression::None) {
             let all = batch::records(b).ok_or_else(|| unreadable(&h, "records do not parse"))?;
             let kept: Vec<batch::RecordView<'_>> = all
                 .iter()
@@ -360,7 +374,7 @@ pub fn compact_batches(bytes: &[u8], sweep: &mut Sweep<'_>) -> Result<Vec<u8>, C
                     &kept,
                     &RecordEncodeOptions {
                         version: 2,
-                        compression: set.compression,
+                        compression: sweep.codec.unwrap_or(set.compression),
                     },
                 )
                 .map_err(|e| unreadable(&h, e))?;

@@ -53,6 +53,9 @@ pub struct CompactConfig {
     pub policy: crate::compaction::CleanPolicy,
     /// `delete.retention.ms`: tombstones and finished transaction markers stay this long.
     pub delete_retention_ms: i64,
+    /// `compression.type`: the codec of the batches the cleaner rewrites (`None`: each keeps
+    /// its own).
+    pub codec: Option<spate_protocol::records::Compression>,
 }
 
 impl Default for LogConfig {

@@ -6,7 +6,7 @@
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use thiserror::Error;
 
@@ -72,6 +72,9 @@ pub enum BatchError {
     /// A batch could not be built.
     #[error("cannot encode record batch: {0}")]
     Encode(String),
+    /// A batch's records could not be decompressed or parsed.
+    #[error("cannot decode the records of the batch: {0}")]
+    Decode(String),
 }
 
 /// The parsed header of one RecordBatch v2.
@@ -325,6 +328,48 @@ pub fn build(
     Ok(buf.freeze())
 }
 
+/// The codec a batch's attributes name (`None` for an id Kafka does not define).
+pub fn codec_of(h: &BatchHeader) -> Option<Compression> {
+    match h.compression() {
+        0 => Some(Compression::None),
+        1 => Some(Compression::Gzip),
+        2 => Some(Compression::Snappy),
+        3 => Some(Compression::Lz4),
+        4 => Some(Compression::Zstd),
+        _ => None,
+    }
+}
+
+/// Re-encodes one validated batch with `codec` (a topic's `compression.type`): the same
+/// records, offset deltas, timestamps, headers, producer fields and attributes, the same base
+/// offset and leader epoch; only the codec and so the bytes change.
+pub fn recompress(batch: &Bytes, codec: Compression) -> Result<Bytes, BatchError> {
+    let h = BatchHeader::parse(batch)?;
+    let mut buf = batch.clone();
+    let set =
+        RecordBatchDecoder::decode(&mut buf).map_err(|e| BatchError::Decode(e.to_string()))?;
+    let mut out = BytesMut::with_capacity(batch.len());
+    RecordBatchEncoder::encode(
+        &mut out,
+        &set.records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: codec,
+        },
+    )
+    .map_err(|e| BatchError::Encode(e.to_string()))?;
+    let mut out = out.to_vec();
+    // The encoder stamps the records' epoch; the batch keeps the one it came with.
+    assign(&mut out, h.base_offset, h.partition_leader_epoch);
+    match validate(&out) {
+        Ok(_) => Ok(Bytes::from(out)),
+        // The records of one batch share every batch field, so they encode as one batch.
+        Err(_) => Err(BatchError::Encode(
+            "records did not encode as one batch".into(),
+        )),
+    }
+}
+
 /// Walks the whole batches at the start of a buffer read from a log, stopping at the first
 /// incomplete or invalid one.
 pub struct Batches<'a> {
@@ -560,6 +605,91 @@ pub fn retain(batch: &[u8], kept: &[RecordView<'_>]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recompress_changes_only_the_codec_and_keeps_every_record_and_field() {
+        let mut records: Vec<NewRecord> = (0..50)
+            .map(|i| NewRecord {
+                key: Some(Bytes::from(format!("k{i}"))),
+                value: (i % 7 != 0).then(|| Bytes::from(format!("value {i} ").repeat(20))),
+                timestamp: 5_000 + i as i64 * 3,
+            })
+            .collect();
+        records[3].value = None;
+        let producer = ProducerFields {
+            id: 42,
+            epoch: 3,
+            base_sequence: 100,
+            transactional: true,
+        };
+        let codecs = [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ];
+        for from in codecs {
+            let mut original = build(&records, Some(producer), from).unwrap().to_vec();
+            assign(&mut original, 0, 9);
+            let original = Bytes::from(original);
+            let before = validate(&original).unwrap();
+            for to in codecs {
+                let out = recompress(&original, to).unwrap();
+                let after = validate(&out).expect("a valid batch with its CRC");
+                assert_eq!(codec_of(&after), Some(to), "{from:?} -> {to:?}");
+                assert_eq!(after.base_offset, before.base_offset);
+                assert_eq!(after.partition_leader_epoch, 9);
+                assert_eq!(after.last_offset_delta, before.last_offset_delta);
+                assert_eq!(after.records_count, before.records_count);
+                assert_eq!(after.producer_id, 42);
+                assert_eq!(after.producer_epoch, 3);
+                assert_eq!(after.base_sequence, 100);
+                assert!(after.is_transactional());
+                assert_eq!(after.max_timestamp, before.max_timestamp);
+                let decode = |b: &Bytes| {
+                    let mut b = b.clone();
+                    RecordBatchDecoder::decode(&mut b).unwrap().records
+                };
+                let (a, b) = (decode(&original), decode(&out));
+                assert_eq!(a.len(), b.len());
+                for (x, y) in a.iter().zip(&b) {
+                    assert_eq!(
+                        (x.offset, x.timestamp, &x.key, &x.value, x.sequence),
+                        (y.offset, y.timestamp, &y.key, &y.value, y.sequence)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn recompress_refuses_records_that_do_not_decompress() {
+        let mut b = build(
+            &[NewRecord {
+                key: None,
+                value: Some(Bytes::from_static(b"x")),
+                timestamp: 1,
+            }],
+            None,
+            Compression::Lz4,
+        )
+        .unwrap()
+        .to_vec();
+        // Garble the compressed body, then re-seal the CRC so only decompression fails.
+        let n = b.len();
+        for byte in &mut b[HEADER_LEN..n] {
+            *byte ^= 0x5a;
+        }
+        let crc = compute_crc(&b);
+        b[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        let b = Bytes::from(b);
+        assert!(validate(&b).is_ok());
+        assert!(matches!(
+            recompress(&b, Compression::Zstd),
+            Err(BatchError::Decode(_))
+        ));
+    }
 
     pub(crate) fn encoded(n: i32, compression: Compression) -> Vec<u8> {
         let records: Vec<NewRecord> = (0..n)

@@ -129,6 +129,7 @@ fn broker_entries(b: &Broker) -> Vec<Entry> {
         ("log.roll.ms", "segment.ms"),
         ("message.max.bytes", "max.message.bytes"),
         ("log.cleanup.policy", "cleanup.policy"),
+        ("compression.type", "compression.type"),
         ("log.message.timestamp.type", "message.timestamp.type"),
         ("min.insync.replicas", "min.insync.replicas"),
     ] {

@@ -455,6 +455,27 @@ fn verify_txn(
     }
 }
 
+/// Whether a produce carries a batch its topic's `compression.type` wants in another codec
+/// (it is then recompressed before it is appended).
+pub fn recompresses(b: &Broker, req: &ProduceRequest) -> bool {
+    req.topic_data.iter().any(|td| {
+        let topic = if td.name.is_empty() {
+            b.topics.get_by_id(&td.topic_id)
+        } else {
+            b.topics.get(&td.name)
+        };
+        let Some(codec) = topic.and_then(|t| t.with_config(|c| c.compression())) else {
+            return false;
+        };
+        td.partition_data.iter().any(|pd| {
+            pd.records
+                .as_ref()
+                .and_then(|r| BatchHeader::parse(r).ok())
+                .is_some_and(|h| batch::codec_of(&h) != Some(codec))
+        })
+    })
+}
+
 /// Whether every record of a validated batch has a key (read in place when uncompressed,
 /// decompressed otherwise: only compacted topics ask).
 fn every_record_has_a_key(h: &BatchHeader, records: &bytes::Bytes) -> bool {
@@ -524,6 +545,25 @@ fn append_one(
             ),
         ));
     }
+    let (records, h) = match t.with_config(|c| c.compression()) {
+        Some(codec) if !h.is_control() && batch::codec_of(&h) != Some(codec) => {
+            let recoded = batch::recompress(&records, codec)
+                .map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
+            let h = batch::validate(&recoded)
+                .map_err(|e| (ResponseError::CorruptMessage, e.to_string()))?;
+            if recoded.len() > max_bytes {
+                return Err((
+                    ResponseError::MessageTooLarge,
+                    format!(
+                        "batch of {} bytes once recompressed to the topic's compression.type exceeds max.message.bytes {max_bytes}",
+                        recoded.len()
+                    ),
+                ));
+            }
+            (recoded, h)
+        }
+        _ => (records, h),
+    };
     let ticket = verify(&p, &h)?;
     let append_time = log_append_time.then_some(now_ms);
     match p.append_verified(&records, &h, append_time, ticket) {

@@ -364,3 +364,46 @@ fn a_section_of_plain_and_compressed_batches_compacts_to_the_latest_per_key_with
         vec![3, 6, 7, 8]
     );
 }
+
+/// One uncompressed batch at `base` of (key, value) records, 10 ms apart.
+fn plain_batch(base: i64, recs: &[(&str, &str)]) -> Vec<u8> {
+    let records: Vec<batch::NewRecord> = recs
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| batch::NewRecord {
+            key: Some(bytes::Bytes::from(k.to_string())),
+            value: Some(bytes::Bytes::from(v.to_string())),
+            timestamp: 1_000 + 10 * i as i64,
+        })
+        .collect();
+    let mut b = batch::build(&records, None, Compression::None)
+        .unwrap()
+        .to_vec();
+    batch::assign(&mut b, base, 0);
+    b
+}
+
+#[test]
+fn a_sweep_writing_the_topics_codec_recompresses_what_it_rewrites_and_copies_whole_batches() {
+    let mut log = plain_batch(0, &[("a", "1"), ("b", "1")]);
+    log.extend(plain_batch(2, &[("c", "1"), ("d", "1")]));
+    log.extend(plain_batch(4, &[("a", "2")]));
+    let mut map = OffsetMap::with_buffer_bytes(1 << 10);
+    map_section(&log, &mut map, &[]).unwrap();
+    let mut sweep = Sweep::new(&map, Vec::new(), 0).writing(Some(Compression::Zstd));
+    let out = compact_batches(&log, &mut sweep).unwrap();
+    let batches: Vec<BatchHeader> = Batches::new(&out).map(|(_, h)| h).collect();
+    assert_eq!(batches.len(), 3);
+    // The first lost "a": rewritten, in the topic's codec, "b" at its offset and time.
+    assert_eq!((batches[0].base_offset, batches[0].records_count), (1, 1));
+    assert_eq!(batch::codec_of(&batches[0]), Some(Compression::Zstd));
+    // Kept whole: copied as they are.
+    assert_eq!(batch::codec_of(&batches[1]), Some(Compression::None));
+    assert_eq!(batch::codec_of(&batches[2]), Some(Compression::None));
+    let mut first = bytes::Bytes::copy_from_slice(&out[..batches[0].total_len()]);
+    let set = RecordBatchDecoder::decode(&mut first).unwrap();
+    assert_eq!(set.records.len(), 1);
+    assert_eq!(set.records[0].offset, 1);
+    assert_eq!(set.records[0].timestamp, 1_010);
+    assert_eq!(set.records[0].key.as_deref(), Some(&b"b"[..]));
+}

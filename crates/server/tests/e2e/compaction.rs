@@ -44,7 +44,7 @@ fn create_compacted(raw: &mut Raw, name: &str) {
     );
 }
 
-fn create(raw: &mut Raw, name: &str, partitions: i32, configs: &[(&str, &str)]) {
+pub(crate) fn create(raw: &mut Raw, name: &str, partitions: i32, configs: &[(&str, &str)]) {
     let mut t = CreatableTopic::default();
     t.name = TopicName(s(name));
     t.num_partitions = partitions;
@@ -67,7 +67,7 @@ fn create(raw: &mut Raw, name: &str, partitions: i32, configs: &[(&str, &str)]) 
 }
 
 /// A batch of (key, value) records; a `None` value is a tombstone, a `None` key keyless.
-fn records(recs: &[(Option<&str>, Option<&str>)], lz4: bool) -> Bytes {
+pub(crate) fn records(recs: &[(Option<&str>, Option<&str>)], lz4: bool) -> Bytes {
     let rs: Vec<NewRecord> = recs
         .iter()
         .map(|(k, v)| NewRecord {
@@ -91,7 +91,7 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-fn send(raw: &mut Raw, topic: &str, batch: Bytes) -> i16 {
+pub(crate) fn send(raw: &mut Raw, topic: &str, batch: Bytes) -> i16 {
     let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &produce(topic, batch, -1));
     resp.responses[0].partition_responses[0].error_code
 }

@@ -11,6 +11,7 @@ mod cluster_netns;
 mod cluster_observers;
 mod cluster_ops;
 mod compaction;
+mod compression;
 mod consumer_groups;
 mod durability;
 mod fetch;
