@@ -95,6 +95,8 @@ pub struct Partition {
     /// watermark, as its followers do: committed then means on disk on every in-sync replica.
     sync_acks: AtomicBool,
     deleted: AtomicBool,
+    /// What the last clean of this compacted partition did (for the admin API).
+    last_clean: Mutex<Option<LastClean>>,
 }
 
 impl Partition {
@@ -141,6 +143,7 @@ impl Partition {
                 follower_starts: Mutex::new(std::collections::HashMap::new()),
                 sync_acks: AtomicBool::new(false),
                 deleted: AtomicBool::new(false),
+                last_clean: Mutex::new(None),
             },
             notes,
         ))
@@ -1030,28 +1033,37 @@ impl Partition {
             &dir.join(CLEAN_POINT_FILE),
             stats.clean_point.to_string().as_bytes(),
         )?;
+        *self.last_clean.lock() = Some(LastClean {
+            at_ms: now_ms,
+            took_ms: started.elapsed().as_millis() as u64,
+            stats,
+        });
         Ok(Some(stats))
     }
 
-    /// The cleaner's lag on this compacted partition: bytes of sealed segments not cleaned
-    /// yet, and the age at `now_ms` of the oldest of them (by its newest record). `None` when
-    /// the topic is not compacted.
-    pub fn cleaner_lag(&self, now_ms: i64) -> Option<(u64, i64)> {
+    /// The cleaner's view of this compacted partition at `now_ms`: where its dirty section
+    /// begins, the bytes of sealed segments before and after that point, the age of the
+    /// oldest dirty one (by its newest record), and the last clean. `None` when the topic is
+    /// not compacted.
+    pub fn cleaner_state(&self, now_ms: i64) -> Option<CleanerState> {
+        use spate_log::compaction::SegmentSpan;
         let (spans, dir) = {
             let st = self.state.read();
             st.log.config().compact?;
             (st.log.sealed_spans(), st.log.dir().to_path_buf())
         };
-        let first_dirty = self.clean_point(&dir);
-        let dirty: Vec<_> = spans
-            .iter()
-            .filter(|s| s.next_offset > first_dirty)
-            .collect();
-        let bytes = dirty.iter().map(|s| s.size).sum();
-        let age = dirty
-            .first()
-            .map_or(0, |s| now_ms.saturating_sub(s.max_timestamp).max(0));
-        Some((bytes, age))
+        let clean_point = self.clean_point(&dir);
+        let (dirty, clean): (Vec<&SegmentSpan>, Vec<&SegmentSpan>) =
+            spans.iter().partition(|s| s.next_offset > clean_point);
+        Some(CleanerState {
+            clean_point,
+            clean_bytes: clean.iter().map(|s| s.size).sum(),
+            dirty_bytes: dirty.iter().map(|s| s.size).sum(),
+            oldest_dirty_age_ms: dirty
+                .first()
+                .map_or(0, |s| now_ms.saturating_sub(s.max_timestamp).max(0)),
+            last_clean: *self.last_clean.lock(),
+        })
     }
 
     /// Where the dirty section of this compacted log begins: the checkpoint of the last
@@ -1133,6 +1145,32 @@ pub struct CleanStats {
     pub bytes_removed: u64,
     /// Where the next clean's dirty section begins.
     pub clean_point: i64,
+}
+
+/// A compacted partition as the cleaner sees it ([`Partition::cleaner_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanerState {
+    /// Where the dirty section begins: records below it were cleaned.
+    pub clean_point: i64,
+    /// Bytes of the sealed segments below the clean point.
+    pub clean_bytes: u64,
+    /// Bytes of the sealed segments not cleaned yet (the active segment is neither).
+    pub dirty_bytes: u64,
+    /// Age of the oldest dirty segment by its newest record; 0 when nothing is dirty.
+    pub oldest_dirty_age_ms: i64,
+    /// The last clean since this broker started.
+    pub last_clean: Option<LastClean>,
+}
+
+/// When the last clean of a partition ran, how long it took and what it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastClean {
+    /// Its start, by the broker's clock (ms since the epoch).
+    pub at_ms: i64,
+    /// Its duration.
+    pub took_ms: u64,
+    /// What it did.
+    pub stats: CleanStats,
 }
 
 /// The file holding where a compacted partition's dirty section begins.

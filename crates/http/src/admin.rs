@@ -124,7 +124,9 @@ fn configs_json(c: &TopicConfig) -> Value {
     json!(map)
 }
 
-fn topic_json(t: &Topic, with_partitions: bool) -> Value {
+/// A topic; with `partitions_at` (the broker's clock), each partition's offsets, size and,
+/// when compacted, its cleaner state.
+fn topic_json(t: &Topic, partitions_at: Option<i64>) -> Value {
     let mut v = json!({
         "name": t.name,
         "id": t.id.to_string(),
@@ -132,21 +134,46 @@ fn topic_json(t: &Topic, with_partitions: bool) -> Value {
         "internal": spate_broker::is_internal(&t.name),
         "configs": configs_json(&t.config()),
     });
-    if with_partitions {
+    if let Some(now) = partitions_at {
         v["partition_details"] = json!(t
             .partitions()
             .iter()
-            .map(|p| json!({
-                "partition": p.index,
-                "log_start_offset": p.log_start_offset(),
-                "log_end_offset": p.log_end_offset(),
-                "high_watermark": p.high_watermark(),
-                "size_bytes": p.size_bytes(),
-                "leader_epoch": p.leader_epoch(),
-            }))
+            .map(|p| {
+                let mut d = json!({
+                    "partition": p.index,
+                    "log_start_offset": p.log_start_offset(),
+                    "log_end_offset": p.log_end_offset(),
+                    "high_watermark": p.high_watermark(),
+                    "size_bytes": p.size_bytes(),
+                    "leader_epoch": p.leader_epoch(),
+                });
+                if let Some(c) = p.cleaner_state(now) {
+                    d["cleaner"] = cleaner_json(&c);
+                }
+                d
+            })
             .collect::<Vec<_>>());
     }
     v
+}
+
+/// A compacted partition's cleaner state: its clean and dirty sizes, lag and last clean.
+fn cleaner_json(c: &spate_broker::partition::CleanerState) -> Value {
+    let total = c.clean_bytes + c.dirty_bytes;
+    json!({
+        "clean_point": c.clean_point,
+        "clean_bytes": c.clean_bytes,
+        "dirty_bytes": c.dirty_bytes,
+        "dirty_ratio": if total == 0 { 0.0 } else { c.dirty_bytes as f64 / total as f64 },
+        "oldest_dirty_age_ms": c.oldest_dirty_age_ms,
+        "last_clean": c.last_clean.map(|l| json!({
+            "at_ms": l.at_ms,
+            "took_ms": l.took_ms,
+            "segments": l.stats.segments,
+            "bytes_read": l.stats.bytes_read,
+            "bytes_removed": l.stats.bytes_removed,
+        })),
+    })
 }
 
 async fn broker_info(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> {
@@ -285,7 +312,7 @@ async fn list_topics(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> {
         .topics
         .list()
         .iter()
-        .map(|t| topic_json(t, false))
+        .map(|t| topic_json(t, None))
         .collect::<Vec<_>>())))
 }
 
@@ -295,7 +322,7 @@ async fn describe_topic(
 ) -> Result<Json<Value>> {
     let b = s.broker()?;
     let t = topic(b, &name)?;
-    Ok(Json(topic_json(&t, true)))
+    Ok(Json(topic_json(&t, Some(b.clock.now_ms()))))
 }
 
 #[derive(Deserialize)]
@@ -359,7 +386,11 @@ async fn create_topic(State(s): State<Arc<HttpState>>, raw: Bytes) -> Result<Res
     let req: NewTopic = body(&raw)?;
     let t = create_through_topology(b, req).await?;
     tracing::info!(topic = %t.name, partitions = t.partition_count(), "created topic (admin API)");
-    Ok((StatusCode::CREATED, Json(topic_json(&t, true))).into_response())
+    Ok((
+        StatusCode::CREATED,
+        Json(topic_json(&t, Some(b.clock.now_ms()))),
+    )
+        .into_response())
 }
 
 /// Runs a change of one topic through the broker's topology (on disk standalone, through the
@@ -460,7 +491,7 @@ async fn add_partitions(
     })
     .await?;
     let grown = topic(b, &name)?;
-    Ok(Json(topic_json(&grown, true)))
+    Ok(Json(topic_json(&grown, Some(b.clock.now_ms()))))
 }
 
 fn txn_json(id: &str, m: &spate_txn::TxnMeta, now_ms: i64) -> Value {

@@ -344,7 +344,8 @@ fn render_cleaner(w: &mut Writer, b: &Broker) {
             continue;
         }
         for p in t.partitions() {
-            if let Some(lag) = p.cleaner_lag(now) {
+            if let Some(s) = p.cleaner_state(now) {
+                let lag = (s.dirty_bytes, s.oldest_dirty_age_ms);
                 lags.push((t.name.clone(), p.index.to_string(), lag));
             }
         }
