@@ -468,7 +468,7 @@ async fn a_reassignment_completes_after_kill_9_of_the_controller_mid_move() {
 }
 
 /// Sets (or with an empty value deletes) a dynamic config with IncrementalAlterConfigs.
-fn alter_config(
+pub(crate) fn alter_config(
     raw: &mut Raw,
     resource_type: i8,
     name: &str,

@@ -336,3 +336,98 @@ fn committed_offsets_survive_the_cleaner_compacting_the_offsets_topic_and_a_rest
     commit(&mut raw, 5000);
     assert_eq!(fetch_committed(&mut raw), vec![5000, 5001, 5002, 5003]);
 }
+
+#[test]
+fn a_topic_switched_from_delete_to_compact_and_back_while_producing_loses_no_latest_value() {
+    use crate::cluster_ops::alter_config;
+    let spate = Spate::start(&["--log-cleaner-backoff-ms", "200"]);
+    let mut raw = Raw::connect(&spate.addr);
+    let topic = "switch";
+    create(
+        &mut raw,
+        topic,
+        1,
+        &[
+            ("cleanup.policy", "delete"),
+            ("retention.ms", "-1"),
+            ("segment.bytes", "4096"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+        ],
+    );
+    let set = |raw: &mut Raw, value: &str| {
+        let (code, message) = alter_config(raw, 2, topic, "cleanup.policy", value);
+        assert_eq!(code, 0, "cleanup.policy={value}: {message}");
+    };
+    // A producer on its own connection: 240 rounds over 20 keys, every send acknowledged.
+    let addr = spate.addr.clone();
+    let producing = std::thread::spawn(move || {
+        let mut raw = Raw::connect(&addr);
+        for round in 0..240 {
+            let values: Vec<String> = (0..20).map(|k| format!("{round}-{k}")).collect();
+            let keys: Vec<String> = (0..20).map(|k| format!("k{k}")).collect();
+            let recs: Vec<(Option<&str>, Option<&str>)> = keys
+                .iter()
+                .zip(&values)
+                .map(|(k, v)| (Some(k.as_str()), Some(v.as_str())))
+                .collect();
+            assert_eq!(send(&mut raw, topic, records(&recs, round % 3 == 0)), 0);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    // A keyless record is fine while the topic is not compacted.
+    assert_eq!(
+        send(&mut raw, topic, records(&[(None, Some("x"))], false)),
+        0
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    set(&mut raw, "compact");
+    assert_eq!(
+        send(&mut raw, topic, records(&[(None, Some("y"))], false)),
+        ResponseError::InvalidRecord.code(),
+        "compacted now: a keyless record is refused"
+    );
+    // The cleaner starts on the segments written before and after the switch.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, body) = http(&spate.http, "GET", "/admin/topics/switch", &[], "");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if v["partition_details"][0]["cleaner"]["last_clean"]["bytes_removed"]
+            .as_u64()
+            .is_some_and(|b| b > 0)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no clean within 60 s: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    set(&mut raw, "delete");
+    assert_eq!(
+        send(&mut raw, topic, records(&[(None, Some("z"))], false)),
+        0,
+        "delete again: keyless records are accepted"
+    );
+    producing.join().expect("every send was acknowledged");
+    // Per key, values only move forward, and the last round is there for every key.
+    let all = read_all(&mut raw, topic);
+    let mut last: HashMap<String, (i64, String)> = HashMap::new();
+    for (offset, key, value) in all {
+        if key.is_empty() {
+            continue;
+        }
+        let value = value.expect("no tombstones were written");
+        let round: i64 = value.split('-').next().unwrap().parse().unwrap();
+        if let Some((prev, _)) = last.get(&key) {
+            assert!(
+                *prev < round,
+                "{key}: round {round} after {prev} (offset {offset})"
+            );
+        }
+        last.insert(key, (round, value));
+    }
+    assert_eq!(last.len(), 20);
+    assert!(last.values().all(|(round, _)| *round == 239), "{last:?}");
+    // No cleaner state once the topic is not compacted.
+    let (_, body) = http(&spate.http, "GET", "/admin/topics/switch", &[], "");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(v["partition_details"][0].get("cleaner").is_none(), "{body}");
+}
