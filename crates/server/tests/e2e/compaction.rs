@@ -431,3 +431,140 @@ fn a_topic_switched_from_delete_to_compact_and_back_while_producing_loses_no_lat
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(v["partition_details"][0].get("cleaner").is_none(), "{body}");
 }
+
+/// The latest value of each key in the log of a stopped node's partition, read from its
+/// files: (key -> value, None for a tombstone), checking that per key offsets only grow.
+fn latest_on_disk(partition_dir: &std::path::Path) -> HashMap<String, Option<String>> {
+    let flusher = spate_log::Flusher::start(spate_log::FsyncPolicy::Never).unwrap();
+    let (log, _) = spate_log::Log::open(
+        partition_dir,
+        spate_log::LogConfig::default(),
+        flusher,
+        now_ms(),
+    )
+    .unwrap();
+    let mut latest = HashMap::new();
+    let (mut offset, end) = (log.start_offset(), log.end_offset());
+    while offset < end {
+        let chunk = log.read(offset, 1 << 20, end, true).unwrap();
+        let mut bytes = chunk.records;
+        if bytes.is_empty() {
+            break;
+        }
+        for set in RecordBatchDecoder::decode_all(&mut bytes).unwrap() {
+            for r in set.records {
+                if r.control || r.offset < offset {
+                    continue;
+                }
+                offset = r.offset + 1;
+                let key = String::from_utf8(r.key.unwrap_or_default().to_vec()).unwrap();
+                let value = r.value.map(|v| String::from_utf8(v.to_vec()).unwrap());
+                latest.insert(key, value);
+            }
+        }
+    }
+    latest
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_rejoining_below_the_leaders_cleaned_point_catches_up_to_the_same_latest_values()
+{
+    use crate::cluster::{ids, ThreeNodes};
+    use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::producer::FutureRecord;
+    let mut c = ThreeNodes::start(&["--log-cleaner-backoff-ms", "200"]);
+    let t = NewTopic::new("cc", 1, TopicReplication::Fixed(3))
+        .set("cleanup.policy", "compact")
+        .set("min.insync.replicas", "2")
+        .set("segment.bytes", "2048")
+        .set("min.cleanable.dirty.ratio", "0.01")
+        .set("delete.retention.ms", "1000");
+    let r = crate::harness::admin(&c.bootstrap())
+        .create_topics(&[t], &AdminOptions::new())
+        .await
+        .expect("create_topics");
+    assert!(r[0].is_ok(), "{r:?}");
+    let p = c.wait_partition(1, "cc", 0, "ISR of three", |p| ids(&p["isr"]).len() == 3);
+    let leader = p["leader"].as_u64().expect("leader");
+    let victim = (1..=3).find(|&n| n != leader).expect("a follower");
+    // The follower goes before anything is written: it rejoins with an empty log.
+    c.node(victim).kill9();
+    let prod = crate::harness::producer(
+        &c.bootstrap(),
+        &[("linger.ms", "2"), ("message.timeout.ms", "60000")],
+    );
+    let mut want: HashMap<String, Option<String>> = HashMap::new();
+    for round in 0..30 {
+        let sends: Vec<_> = (0..20)
+            .map(|k| {
+                let key = format!("k{k}");
+                let value = format!("{round}-{k}-{}", "v".repeat(40));
+                want.insert(key.clone(), Some(value.clone()));
+                (key, value)
+            })
+            .collect();
+        for (key, value) in &sends {
+            prod.send(
+                FutureRecord::to("cc").partition(0).key(key).payload(value),
+                Duration::from_secs(60),
+            )
+            .await
+            .expect("acknowledged");
+        }
+    }
+    for k in 0..5 {
+        let key = format!("k{k}");
+        prod.send(
+            FutureRecord::<_, ()>::to("cc").partition(0).key(&key),
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("tombstone acknowledged");
+        want.insert(key, None);
+    }
+    // The leader cleans past where the follower stopped (offset 0).
+    let leader_http = c.node(leader).http.clone();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, body) = http(&leader_http, "GET", "/admin/topics/cc", &[], "");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let cl = &v["partition_details"][0]["cleaner"];
+        if cl["clean_point"].as_i64().unwrap_or(0) > 100
+            && cl["last_clean"]["bytes_removed"].as_u64().unwrap_or(0) > 0
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "leader did not clean: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.node(victim).restart();
+    c.wait_partition(
+        leader,
+        "cc",
+        0,
+        "the follower caught up from below the cleaned point and rejoined the ISR",
+        |p| {
+            ids(&p["isr"]).contains(&victim)
+                && p["follower_lag"][victim.to_string()]["log_end_offset"] == p["log_end_offset"]
+        },
+    );
+    // Both replicas' files hold every key's latest value (a tombstone may be gone already).
+    let dirs: Vec<_> = [leader, victim]
+        .into_iter()
+        .map(|id| {
+            let n = c.node(id);
+            n.stop();
+            n.data_dir().join("topics").join("cc").join("0")
+        })
+        .collect();
+    let live = |m: HashMap<String, Option<String>>| -> HashMap<String, String> {
+        m.into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect()
+    };
+    let want = live(want);
+    assert_eq!(want.len(), 15);
+    for dir in dirs {
+        assert_eq!(live(latest_on_disk(&dir)), want, "{}", dir.display());
+    }
+}
