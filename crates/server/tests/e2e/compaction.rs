@@ -107,7 +107,7 @@ fn read_all(raw: &mut Raw, topic: &str) -> Vec<(i64, String, Option<String>)> {
         .collect()
 }
 
-/// Every (offset, key, value) of partition 0 as bytes, read in fetches from the start.
+/// Every (offset, key, value) of partition 0 as bytes, read in fetches from the log start.
 fn read_raw(raw: &mut Raw, topic: &str) -> Vec<(i64, Vec<u8>, Option<Vec<u8>>)> {
     let mut out = Vec::new();
     let mut offset = 0;
@@ -125,6 +125,11 @@ fn read_raw(raw: &mut Raw, topic: &str) -> Vec<(i64, Vec<u8>, Option<Vec<u8>>)> 
         r.topics = vec![t];
         let resp: FetchResponse = raw.call(ApiKey::Fetch, 11, &r);
         let pd = &resp.responses[0].partitions[0];
+        if pd.error_code == ResponseError::OffsetOutOfRange.code() && offset < pd.log_start_offset {
+            // Retention moved the log start: read from there.
+            offset = pd.log_start_offset;
+            continue;
+        }
         assert_eq!(pd.error_code, 0);
         let mut bytes = pd.records.clone().unwrap_or_default();
         if bytes.is_empty() {
@@ -566,5 +571,189 @@ async fn a_replica_rejoining_below_the_leaders_cleaned_point_catches_up_to_the_s
     assert_eq!(want.len(), 15);
     for dir in dirs {
         assert_eq!(live(latest_on_disk(&dir)), want, "{}", dir.display());
+    }
+}
+
+/// One pass over partition 0 of `topic` with librdkafka, from the start to the high
+/// watermark seen when it began: (offset, key, value) in order.
+fn rdkafka_pass(addr: &str, topic: &str) -> Vec<(i64, String, Option<String>)> {
+    use rdkafka::consumer::Consumer;
+    use rdkafka::Message;
+    let c = crate::harness::consumer(addr, topic, &[0], 0);
+    let (_, hw) = c
+        .fetch_watermarks(topic, 0, Duration::from_secs(10))
+        .expect("watermarks");
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while out.last().is_none_or(|(o, _, _)| *o < hw - 1) {
+        assert!(Instant::now() < deadline, "a pass to {hw} took over 30 s");
+        let Some(m) = c.poll(Duration::from_millis(100)) else {
+            continue;
+        };
+        let m = m.expect("message");
+        let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8(b.to_vec()).unwrap());
+        out.push((
+            m.offset(),
+            text(m.key()).unwrap_or_default(),
+            text(m.payload()),
+        ));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn librdkafka_20000_keyed_records_compact_to_the_latest_per_key_by_the_max_lag_while_read() {
+    use rdkafka::producer::FutureRecord;
+    let spate = Spate::start(&["--log-cleaner-backoff-ms", "500"]);
+    let mut raw = Raw::connect(&spate.addr);
+    // The dirty ratio never triggers: max.compaction.lag.ms makes the cleaner come.
+    create(
+        &mut raw,
+        "kv",
+        1,
+        &[
+            ("cleanup.policy", "compact"),
+            ("segment.bytes", "65536"),
+            ("segment.ms", "1000"),
+            ("min.cleanable.dirty.ratio", "0.99"),
+            ("max.compaction.lag.ms", "3000"),
+            ("delete.retention.ms", "2000"),
+        ],
+    );
+    let prod = crate::harness::producer(&spate.addr, &[("linger.ms", "5")]);
+    let mut want: HashMap<String, Option<String>> = HashMap::new();
+    for chunk in 0..20 {
+        let batch: Vec<(String, String)> = (chunk * 1000..(chunk + 1) * 1000)
+            .map(|i| {
+                (
+                    format!("key-{}", i % 200),
+                    format!("{}-{}", i / 200, i % 200),
+                )
+            })
+            .collect();
+        let sends = batch.iter().map(|(k, v)| {
+            prod.send(
+                FutureRecord::to("kv").partition(0).key(k).payload(v),
+                Duration::from_secs(30),
+            )
+        });
+        for r in futures::future::join_all(sends).await {
+            r.expect("acknowledged");
+        }
+        for (k, v) in batch {
+            want.insert(k, Some(v));
+        }
+    }
+    for k in 0..20 {
+        let key = format!("key-{k}");
+        prod.send(
+            FutureRecord::<_, ()>::to("kv").partition(0).key(&key),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("tombstone acknowledged");
+        want.insert(key, None);
+    }
+    // Readers during cleaning: within each pass a key's rounds only grow. A later record
+    // rolls the active segment (segment.ms) so its records can be cleaned too.
+    let addr = spate.addr.clone();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let last = loop {
+        let pass = tokio::task::spawn_blocking({
+            let addr = addr.clone();
+            move || rdkafka_pass(&addr, "kv")
+        })
+        .await
+        .unwrap();
+        let mut seen: HashMap<&str, i64> = HashMap::new();
+        for (offset, key, value) in &pass {
+            let Some(v) = value else { continue };
+            if key == "tick" {
+                continue;
+            }
+            let round: i64 = v.split('-').next().unwrap().parse().unwrap();
+            let prev = seen.insert(key, round);
+            assert!(
+                prev.is_none_or(|p| p < round),
+                "{key}: round {round} at offset {offset} after round {prev:?}"
+            );
+        }
+        let keyed = pass.iter().filter(|r| r.1 != "tick").count();
+        if keyed == 180 && pass.iter().all(|r| r.2.is_some()) {
+            break pass;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not compacted within 90 s: {keyed} keyed records of 20,020 left"
+        );
+        prod.send(
+            FutureRecord::to("kv").partition(0).key("tick").payload("t"),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("tick");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let got: HashMap<String, Option<String>> = last
+        .into_iter()
+        .filter(|r| r.1 != "tick")
+        .map(|(_, k, v)| (k, v))
+        .collect();
+    let want: HashMap<String, Option<String>> =
+        want.into_iter().filter(|(_, v)| v.is_some()).collect();
+    assert_eq!(
+        got, want,
+        "the latest of each of 180 live keys, tombstones gone"
+    );
+}
+
+#[test]
+fn compact_delete_still_deletes_segments_past_retention_even_with_latest_values_in_them() {
+    let spate = Spate::start(&[
+        "--log-cleaner-backoff-ms",
+        "200",
+        "--retention-check-interval-ms",
+        "200",
+    ]);
+    let mut raw = Raw::connect(&spate.addr);
+    create(
+        &mut raw,
+        "both",
+        1,
+        &[
+            ("cleanup.policy", "compact,delete"),
+            ("retention.ms", "1500"),
+            ("segment.ms", "300"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+        ],
+    );
+    // Keys a..j once each: compaction alone would keep them for ever.
+    let old: Vec<String> = (b'a'..=b'j').map(|c| (c as char).to_string()).collect();
+    let recs: Vec<(Option<&str>, Option<&str>)> = old
+        .iter()
+        .map(|k| (Some(k.as_str()), Some("old")))
+        .collect();
+    assert_eq!(send(&mut raw, "both", records(&recs, false)), 0);
+    // Later writes of other keys roll segments; retention then deletes the old ones.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert_eq!(
+            send(
+                &mut raw,
+                "both",
+                records(&[(Some("new"), Some("n"))], false)
+            ),
+            0
+        );
+        let all = read_all(&mut raw, "both");
+        if all.iter().all(|r| r.2.as_deref() != Some("old")) {
+            assert!(all.first().is_some_and(|r| r.0 > 0), "log start moved");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "records past retention.ms still there after 60 s: {all:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
     }
 }
