@@ -405,6 +405,27 @@ fn a_topic_switched_from_delete_to_compact_and_back_while_producing_loses_no_lat
         assert!(Instant::now() < deadline, "no clean within 60 s: {body}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Bad values are refused through the wire and change nothing.
+    for (key, bad) in [
+        ("cleanup.policy", "bogus"),
+        ("min.cleanable.dirty.ratio", "1.5"),
+        ("min.cleanable.dirty.ratio", "-0.1"),
+        ("delete.retention.ms", "soon"),
+        ("compression.type", "brotli"),
+    ] {
+        let (code, message) = alter_config(&mut raw, 2, topic, key, bad);
+        assert_eq!(
+            code,
+            ResponseError::InvalidConfig.code(),
+            "{key}={bad}: {message}"
+        );
+        assert!(message.contains(key) || message.contains(bad), "{message}");
+    }
+    assert_eq!(
+        send(&mut raw, topic, records(&[(None, Some("y"))], false)),
+        ResponseError::InvalidRecord.code(),
+        "still compacted"
+    );
     set(&mut raw, "delete");
     assert_eq!(
         send(&mut raw, topic, records(&[(None, Some("z"))], false)),
