@@ -1,7 +1,7 @@
 //! SASL PLAIN (RFC 4616): `[authzid] NUL authcid NUL password`, checked against the SCRAM
-//! credential store.
+//! credential store ([`crate::Credentials::check_password`]).
 
-use crate::{AuthError, Credentials};
+use crate::AuthError;
 
 /// Longest PLAIN message accepted (user and password are far shorter in practice).
 const MAX_MESSAGE: usize = 4096;
@@ -13,9 +13,12 @@ fn malformed(reason: &str) -> AuthError {
     }
 }
 
-/// Checks a PLAIN message; the authenticated user on success. An authorization id other
-/// than the user is refused, as Kafka does.
-pub fn plain(message: &[u8], credentials: &Credentials) -> Result<String, AuthError> {
+/// Checks a PLAIN message with `check_password(user, password)`; the authenticated user on
+/// success. An authorization id other than the user is refused, as Kafka does.
+pub fn plain(
+    message: &[u8],
+    check_password: impl FnOnce(&str, &[u8]) -> bool,
+) -> Result<String, AuthError> {
     if message.len() > MAX_MESSAGE {
         return Err(malformed("longer than 4096 bytes"));
     }
@@ -37,7 +40,7 @@ pub fn plain(message: &[u8], credentials: &Credentials) -> Result<String, AuthEr
             "an authorization id other than the user is not supported".into(),
         ));
     }
-    if credentials.check_password(user, password) {
+    if check_password(user, password) {
         Ok(user.to_string())
     } else {
         Err(AuthError::InvalidCredentials)
@@ -47,7 +50,7 @@ pub fn plain(message: &[u8], credentials: &Credentials) -> Result<String, AuthEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ScramAlgorithm, ScramCredential};
+    use crate::{Credentials, ScramAlgorithm, ScramCredential};
 
     fn store() -> Credentials {
         let mut c = Credentials::default();
@@ -63,19 +66,20 @@ mod tests {
 
     #[test]
     fn the_right_password_authenticates_and_anything_else_does_not() {
-        let s = store();
-        assert_eq!(plain(b"\0admin\0secret", &s), Ok("admin".into()));
-        assert_eq!(plain(b"admin\0admin\0secret", &s), Ok("admin".into()));
+        let c = store();
+        let s = |u: &str, p: &[u8]| c.check_password(u, p);
+        assert_eq!(plain(b"\0admin\0secret", s), Ok("admin".into()));
+        assert_eq!(plain(b"admin\0admin\0secret", s), Ok("admin".into()));
         assert_eq!(
-            plain(b"\0admin\0wrong", &s),
+            plain(b"\0admin\0wrong", s),
             Err(AuthError::InvalidCredentials)
         );
         assert_eq!(
-            plain(b"\0nobody\0secret", &s),
+            plain(b"\0nobody\0secret", s),
             Err(AuthError::InvalidCredentials)
         );
         assert!(matches!(
-            plain(b"other\0admin\0secret", &s),
+            plain(b"other\0admin\0secret", s),
             Err(AuthError::Unsupported(_))
         ));
         for bad in [
@@ -87,12 +91,12 @@ mod tests {
             b"\0a\0b\0c",
         ] {
             assert!(
-                matches!(plain(bad, &s), Err(AuthError::Malformed { .. })),
+                matches!(plain(bad, s), Err(AuthError::Malformed { .. })),
                 "{bad:?}"
             );
         }
         assert!(matches!(
-            plain(&vec![b'a'; 5000], &s),
+            plain(&vec![b'a'; 5000], s),
             Err(AuthError::Malformed { .. })
         ));
     }

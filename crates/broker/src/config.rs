@@ -67,6 +67,11 @@ pub struct BrokerConfig {
     pub telemetry_metrics: Vec<String>,
     /// How often clients push their telemetry.
     pub telemetry_push_interval_ms: u32,
+    /// SASL mechanisms, re-authentication and bootstrap users.
+    pub security: crate::security::SecuritySettings,
+    /// The advertised address of each listener, for Metadata answers to clients of that
+    /// listener; empty: one PLAINTEXT listener at `advertised_host:advertised_port`.
+    pub listeners: Vec<crate::security::Listener>,
 }
 
 /// A named trade-off between latency and throughput for producers (`--produce-profile`).
@@ -173,6 +178,8 @@ impl BrokerConfig {
                 "org.apache.kafka.consumer.".into(),
             ],
             telemetry_push_interval_ms: 300_000,
+            security: crate::security::SecuritySettings::default(),
+            listeners: Vec::new(),
         }
     }
 }

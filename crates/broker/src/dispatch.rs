@@ -65,6 +65,14 @@ pub enum RequestError {
     /// A response could not be encoded.
     #[error(transparent)]
     Encode(#[from] CodecError),
+    /// A request the connection's SASL state does not allow.
+    #[error("API key {api_key}: {why}")]
+    Unauthenticated {
+        /// The request's API key.
+        api_key: i16,
+        /// Why it closes the connection.
+        why: &'static str,
+    },
 }
 
 /// What the connection knows about a request besides its bytes.
@@ -77,6 +85,9 @@ pub struct RequestContext<'a> {
     pub throttle_ms: i32,
     /// The connection's mute: a client over its quota is read no further until it ends.
     pub mute: Option<&'a Arc<Mute>>,
+    /// The connection's security state: its listener, SASL exchange and principal (`None`:
+    /// a PLAINTEXT connection of a caller that keeps none, as tests).
+    pub session: Option<&'a Arc<crate::security::Session>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -99,6 +110,10 @@ pub struct Broker {
     pub txns: Arc<crate::transactions::TxnService>,
     /// What the log cleaner did.
     pub cleaner: CleanerMetrics,
+    /// SCRAM credentials: what SASL checks passwords against.
+    pub credentials: Arc<crate::security::CredentialStore>,
+    /// Authentication outcomes.
+    pub auth: crate::security::AuthMetrics,
     /// Broker-wide metrics.
     pub metrics: Arc<Registry>,
     /// Client quotas and their usage.
@@ -175,6 +190,10 @@ impl Broker {
                 clock.clone(),
             )?
         });
+        let credentials = Arc::new(crate::security::CredentialStore::open(
+            &config.data_dir,
+            &config.security.bootstrap_users,
+        )?);
         let broker = Arc::new(Self {
             config,
             topics: Arc::new(topics),
@@ -182,6 +201,8 @@ impl Broker {
             groups,
             txns,
             cleaner: CleanerMetrics::default(),
+            credentials,
+            auth: Default::default(),
             metrics,
             quotas,
             telemetry,
@@ -336,6 +357,15 @@ impl Broker {
     ) -> Result<Reply, RequestError> {
         let frame_len = frame.len();
         let started = std::time::Instant::now();
+        // Before authentication only ApiVersions and the SASL exchange are read; anything else
+        // closes the connection, its body never decoded (Kafka does the same).
+        if let Some(s) = rc.session {
+            let api_key = RawPrefix::peek(&frame).map_or(-1, |p| p.api_key);
+            if let crate::security::Gate::Close(why) = s.gate(api_key) {
+                self.auth.closed_unauthenticated.inc();
+                return Err(RequestError::Unauthenticated { api_key, why });
+            }
+        }
         let (key, header, req) = match Request::decode(frame)? {
             Decoded::Request {
                 key,
@@ -350,10 +380,21 @@ impl Broker {
             version,
             correlation_id: header.correlation_id,
         };
+        // Answers naming brokers use the addresses of the listener the client came through.
+        let listener = rc
+            .session
+            .map(|s| s.protocol())
+            .filter(|_| !self.config.listeners.is_empty());
+        // Quotas by user apply to the connection's principal (Kafka's user quota entity).
+        let quota_user: std::borrow::Cow<'static, str> = match rc.session {
+            Some(s) if self.quotas.is_active() => s.principal().name.into(),
+            _ => ANONYMOUS.into(),
+        };
         let charge = RequestCharge::new(
             self,
             started,
             header.client_id.as_deref().unwrap_or(""),
+            quota_user.clone(),
             rc.mute.map(|m| &**m),
         );
         // A client over its controller mutation rate changes no topics (KIP-599).
@@ -372,7 +413,15 @@ impl Broker {
         let reply = match req {
             Request::ApiVersions(r) => ctx.now(&charge, handlers::api_versions::handle(version, r)),
             Request::Metadata(r) => {
-                ctx.work(self, &charge, self.topology().metadata(self, version, r))
+                let work = self.topology().metadata(self, version, r);
+                let work = match listener {
+                    Some(p) => {
+                        let b = self.clone();
+                        work.map(move |resp| crate::security::addresses::metadata(&b, p, resp))
+                    }
+                    None => work,
+                };
+                ctx.work(self, &charge, work)
             }
             Request::Produce(r)
                 if r.acks != 0 && {
@@ -410,9 +459,12 @@ impl Broker {
             Request::Produce(r) => {
                 // Kafka counts the whole request against the producer byte rate.
                 let client_id = header.client_id.as_deref().unwrap_or("");
-                let quota_ms =
-                    self.quotas
-                        .record(QuotaKind::Produce, ANONYMOUS, client_id, frame_len as f64);
+                let quota_ms = self.quotas.record(
+                    QuotaKind::Produce,
+                    &quota_user,
+                    client_id,
+                    frame_len as f64,
+                );
                 if let Some(m) = rc.mute {
                     m.mute_for(quota_ms);
                 }
@@ -455,7 +507,7 @@ impl Broker {
                 // followers' fetches have replication throttles instead.
                 let quota = (self.quotas.is_active() && r_is_consumer).then(|| {
                     let client = header.client_id.as_deref().unwrap_or("").to_owned();
-                    (client, rc.mute.cloned())
+                    (client, quota_user.clone(), rc.mute.cloned())
                 });
                 Ok(Reply::Held {
                     memory: fetch.memory_wanted(),
@@ -468,11 +520,11 @@ impl Broker {
                             throttle_ms.saturating_add(waited_ms),
                         );
                         Box::pin(served.map(move |(mut resp, memory)| {
-                            if let Some((client, mute)) = quota {
+                            if let Some((client, user, mute)) = quota {
                                 let bytes = handlers::fetch::records_bytes(&resp);
                                 let ms = quotas.quotas.record(
                                     QuotaKind::Fetch,
-                                    ANONYMOUS,
+                                    &user,
                                     &client,
                                     bytes as f64,
                                 );
@@ -512,7 +564,11 @@ impl Broker {
                 Ok(ctx.serial(self, move |b| handlers::configs::incremental_alter(b, r)))
             }
             Request::DescribeCluster(r) => {
-                ctx.now(&charge, handlers::cluster::describe(self, version, r))
+                let mut resp = handlers::cluster::describe(self, version, r);
+                if let Some(p) = listener {
+                    crate::security::addresses::describe_cluster(self, p, &mut resp);
+                }
+                ctx.now(&charge, resp)
             }
             Request::DescribeQuorum(r) => {
                 ctx.later(handlers::quorum::describe(self.clone(), version, r))
@@ -549,10 +605,13 @@ impl Broker {
             Request::DescribeProducers(r) => {
                 ctx.now(&charge, handlers::transactions::describe_producers(self, r))
             }
-            Request::FindCoordinator(r) => ctx.now(
-                &charge,
-                handlers::groups::find_coordinator(self, version, r),
-            ),
+            Request::FindCoordinator(r) => {
+                let mut resp = handlers::groups::find_coordinator(self, version, r);
+                if let Some(p) = listener {
+                    crate::security::addresses::find_coordinator(self, p, &mut resp);
+                }
+                ctx.now(&charge, resp)
+            }
             Request::JoinGroup(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or("");
                 ctx.later(handlers::groups::join(self, version, client_id, rc.peer, r))
@@ -609,7 +668,33 @@ impl Broker {
             }
             Request::PushTelemetry(r) => ctx.now(&charge, handlers::telemetry::push(self, r)),
             Request::DescribeUserScramCredentials(r) => {
-                ctx.now(&charge, handlers::client_quotas::describe_scram(r))
+                ctx.now(&charge, handlers::scram_credentials::describe(self, r))
+            }
+            Request::AlterUserScramCredentials(r) => {
+                Ok(ctx.serial(self, move |b| handlers::scram_credentials::alter(b, r)))
+            }
+            Request::SaslHandshake(r) => {
+                let anonymous = Arc::new(crate::security::Session::new(
+                    crate::security::SecurityProtocol::Plaintext,
+                    None,
+                    None,
+                ));
+                let s = rc.session.unwrap_or(&anonymous);
+                ctx.now(&charge, handlers::sasl::handshake(self, s, version, r))
+            }
+            Request::SaslAuthenticate(r) => {
+                // PBKDF2 for PLAIN, HMACs for SCRAM: CPU work for the blocking pool; the
+                // connection reads nothing further until it is answered.
+                let s = rc.session.cloned().unwrap_or_else(|| {
+                    Arc::new(crate::security::Session::new(
+                        crate::security::SecurityProtocol::Plaintext,
+                        None,
+                        None,
+                    ))
+                });
+                Ok(ctx.serial(self, move |b| {
+                    handlers::sasl::authenticate(b, &s, version, r)
+                }))
             }
             Request::AlterClientQuotas(r) => {
                 Ok(ctx.serial(self, move |b| handlers::client_quotas::alter(b, r)))

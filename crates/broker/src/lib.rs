@@ -19,6 +19,7 @@ pub mod quotas;
 mod registry;
 pub mod replica;
 pub mod search_config;
+pub mod security;
 mod throttle;
 pub mod time;
 mod topic_config;

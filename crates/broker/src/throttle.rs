@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use spate_protocol::messages::*;
 
-use crate::quotas::{Mute, QuotaKind, ANONYMOUS};
+use crate::quotas::{Mute, QuotaKind};
 use crate::Broker;
 
 /// A response that may carry a throttle time.
@@ -71,7 +71,13 @@ throttled!(
     DescribeProducersResponse,
     DescribeTransactionsResponse,
     ListTransactionsResponse,
+    AlterUserScramCredentialsResponse,
 );
+
+/// SaslHandshake has no throttle field: a connection in its SASL exchange is not throttled.
+impl Throttled for SaslHandshakeResponse {
+    fn raise_throttle(&mut self, _ms: i32) {}
+}
 
 impl Throttled for spate_protocol::newer::DescribeLogDirsV5 {
     fn raise_throttle(&mut self, ms: i32) {
@@ -86,6 +92,8 @@ pub(crate) struct RequestCharge<'a> {
     broker: &'a Broker,
     started: Instant,
     client_id: &'a str,
+    /// The quota user: the connection's principal name (`ANONYMOUS` without one).
+    user: std::borrow::Cow<'static, str>,
     mute: Option<&'a Mute>,
     charged: Cell<bool>,
 }
@@ -96,12 +104,14 @@ impl<'a> RequestCharge<'a> {
         broker: &'a Broker,
         started: Instant,
         client_id: &'a str,
+        user: std::borrow::Cow<'static, str>,
         mute: Option<&'a Mute>,
     ) -> Self {
         Self {
             broker,
             started,
             client_id,
+            user,
             mute,
             charged: Cell::new(false),
         }
@@ -117,7 +127,7 @@ impl<'a> RequestCharge<'a> {
         let ms =
             self.broker
                 .quotas
-                .record(QuotaKind::Request, ANONYMOUS, self.client_id, percent_ms);
+                .record(QuotaKind::Request, &self.user, self.client_id, percent_ms);
         if let Some(m) = self.mute {
             m.mute_for(ms);
         }

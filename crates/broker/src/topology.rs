@@ -52,6 +52,26 @@ pub enum Work<T> {
 }
 
 impl<T: Send + 'static> Work<T> {
+    /// The same work with `f` applied to its answer.
+    pub fn map(self, f: impl FnOnce(&mut T) + Send + 'static) -> Work<T> {
+        match self {
+            Work::Now(mut answer) => {
+                f(&mut answer);
+                Work::Now(answer)
+            }
+            Work::Blocking(g) => Work::Blocking(Box::new(move |b| {
+                let mut answer = g(b);
+                f(&mut answer);
+                answer
+            })),
+            Work::Quorum(fut) => Work::Quorum(Box::pin(async move {
+                let mut answer = fut.await;
+                f(&mut answer);
+                answer
+            })),
+        }
+    }
+
     /// Runs the work to its answer, for callers outside the Kafka dispatcher (the admin HTTP
     /// API). `None` when the blocking step panicked (logged).
     pub async fn run(self, b: &Arc<Broker>) -> Option<T> {

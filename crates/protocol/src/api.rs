@@ -83,8 +83,13 @@ pub const SUPPORTED: &[Supported] = &[
     // Byte-rate quotas answer with throttle_time_ms and mute the connection (KIP-219).
     api(ApiKey::DescribeClientQuotas, 0, 1),
     api(ApiKey::AlterClientQuotas, 0, 1),
-    // There are no SCRAM credentials to describe until SASL exists; kafka-configs asks.
+    // SASL (KIP-152 framing after a v1 handshake, raw tokens after v0); v1 of
+    // SaslAuthenticate carries the session lifetime (KIP-368 re-authentication).
+    api(ApiKey::SaslHandshake, 0, 1),
+    api(ApiKey::SaslAuthenticate, 0, 2),
+    // SCRAM credentials, as kafka-configs --entity-type users manages them.
     api(ApiKey::DescribeUserScramCredentials, 0, 0),
+    api(ApiKey::AlterUserScramCredentials, 0, 0),
     // v2 can include fenced brokers, flagged.
     api(ApiKey::DescribeCluster, 0, 2),
     // v0-1 were removed in Kafka 4; v2 carries the current leader epoch (fencing), v3 the

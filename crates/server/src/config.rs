@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 use serde::Serialize;
+use spate_broker::security::{parse_listeners, Listener, SecuritySettings};
 use spate_broker::{BrokerConfig, ProduceProfile};
 use spate_log::FsyncPolicy;
 
@@ -40,6 +41,60 @@ pub struct Args {
     /// listening address.
     #[arg(long, env = "SPATE_ADVERTISED_ADDRESS")]
     pub advertised_address: Option<String>,
+
+    /// Kafka listeners in Kafka's form, `NAME://host:port,...`, NAME one of PLAINTEXT, SSL,
+    /// SASL_PLAINTEXT, SASL_SSL (each at most once); replaces --listen. Port 0 picks a free
+    /// port (printed on start).
+    #[arg(long, env = "SPATE_LISTENERS")]
+    pub listeners: Option<String>,
+
+    /// What Metadata tells the clients of each listener, in the same form (default: the
+    /// listeners as bound). Clients get the addresses of the listener they connected to.
+    #[arg(long, env = "SPATE_ADVERTISED_LISTENERS")]
+    pub advertised_listeners: Option<String>,
+
+    /// PEM certificate chain of the SSL and SASL_SSL listeners; reloaded when the file
+    /// changes (or on SIGHUP), open connections untouched.
+    #[arg(long, env = "SPATE_SSL_CERT")]
+    pub ssl_cert: Option<PathBuf>,
+
+    /// PEM private key of --ssl-cert.
+    #[arg(long, env = "SPATE_SSL_KEY")]
+    pub ssl_key: Option<PathBuf>,
+
+    /// PEM CA certificates client certificates are checked against (SSL listener).
+    #[arg(long, env = "SPATE_SSL_CA")]
+    pub ssl_ca: Option<PathBuf>,
+
+    /// Whether the SSL listener asks for client certificates: required, requested or none.
+    /// A client certificate's principal is `User:CN=<common name>`. SASL_SSL listeners never
+    /// ask (as in Kafka).
+    #[arg(long, env = "SPATE_SSL_CLIENT_AUTH", default_value = "none")]
+    pub ssl_client_auth: String,
+
+    /// SASL mechanisms offered on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512. All
+    /// check passwords against one store of salted SCRAM credentials (users come from
+    /// SPATE_BOOTSTRAP_USERS=user:password,... on first start, and from kafka-configs).
+    #[arg(
+        long,
+        env = "SPATE_SASL_MECHANISMS",
+        default_value = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    )]
+    pub sasl_mechanisms: String,
+
+    /// An authenticated SASL session lasts this long; clients re-authenticate before it ends
+    /// (KIP-368) or are disconnected (connections.max.reauth.ms). 0: sessions never expire.
+    #[arg(long, env = "SPATE_CONNECTIONS_MAX_REAUTH_MS", default_value_t = 0)]
+    pub connections_max_reauth_ms: u64,
+
+    /// A connection of an SSL or SASL listener that has not finished its TLS handshake and
+    /// SASL authentication this long after connecting is closed.
+    #[arg(
+        long,
+        env = "SPATE_CONNECTIONS_AUTH_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    pub connections_auth_timeout_ms: u64,
 
     /// HOST:PORT other cluster nodes reach this node's HTTP listener at (search fan-out,
     /// ingest routing). Defaults to the HTTP listening address, or the advertised host with
@@ -492,6 +547,24 @@ pub fn parse_fsync(name: &str, interval_ms: u64) -> anyhow::Result<FsyncPolicy> 
     })
 }
 
+/// `SPATE_BOOTSTRAP_USERS`: `user:password,...` (a password may hold colons, not commas).
+fn parse_bootstrap_users(text: &str) -> anyhow::Result<Vec<(String, String)>> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|pair| {
+            let (user, password) = pair
+                .split_once(':')
+                .filter(|(u, p)| !u.is_empty() && !p.is_empty())
+                // Never echo the pair: it holds a password.
+                .context(
+                    "SPATE_BOOTSTRAP_USERS: every entry is user:password with both non-empty",
+                )?;
+            Ok((user.to_string(), password.to_string()))
+        })
+        .collect()
+}
+
 fn split_host_port(s: &str) -> anyhow::Result<(String, i32)> {
     let (host, port) = s
         .rsplit_once(':')
@@ -597,6 +670,99 @@ impl Args {
     }
 
     /// The broker configuration for a listener bound to `bound`.
+    /// The listeners to bind: `--listeners`, or one PLAINTEXT listener at `--listen`.
+    pub fn listener_specs(&self) -> anyhow::Result<Vec<Listener>> {
+        let listeners = match &self.listeners {
+            Some(text) => parse_listeners(text).map_err(|e| anyhow::anyhow!("--listeners: {e}"))?,
+            None => parse_listeners(&format!("PLAINTEXT://{}", self.listen))
+                .map_err(|e| anyhow::anyhow!("--listen '{}': {e}", self.listen))?,
+        };
+        if listeners.iter().any(|l| l.protocol.uses_tls())
+            && (self.ssl_cert.is_none() || self.ssl_key.is_none())
+        {
+            bail!("SSL and SASL_SSL listeners need --ssl-cert and --ssl-key");
+        }
+        Ok(listeners)
+    }
+
+    /// What clients of each listener are told, given the addresses bound: `--advertised-listeners`
+    /// (every listener must appear there), else the bound address (`--advertised-address`
+    /// for the first listener).
+    pub fn advertised_listeners(&self, bound: &[Listener]) -> anyhow::Result<Vec<Listener>> {
+        if let Some(text) = &self.advertised_listeners {
+            let given = parse_listeners(text)
+                .map_err(|e| anyhow::anyhow!("--advertised-listeners: {e}"))?;
+            return bound
+                .iter()
+                .map(|b| {
+                    given
+                        .iter()
+                        .find(|g| g.protocol == b.protocol)
+                        .cloned()
+                        .with_context(|| {
+                            format!("--advertised-listeners has no {} listener", b.protocol)
+                        })
+                })
+                .collect();
+        }
+        bound
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                if i == 0 {
+                    if let Some(a) = &self.advertised_address {
+                        let (host, port) = split_host_port(a).context("--advertised-address")?;
+                        return Ok(Listener {
+                            protocol: b.protocol,
+                            host,
+                            port: u16::try_from(port).context("--advertised-address port")?,
+                        });
+                    }
+                }
+                let unspecified = b.host.is_empty()
+                    || b.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_unspecified());
+                if unspecified {
+                    bail!("listener {b} listens on every interface: give --advertised-listeners (or --advertised-address) with the address clients should use");
+                }
+                Ok(b.clone())
+            })
+            .collect()
+    }
+
+    /// SASL settings, with the bootstrap users of `SPATE_BOOTSTRAP_USERS` (an environment
+    /// variable, so passwords stay off command lines and out of config files).
+    pub fn security_settings(&self) -> anyhow::Result<SecuritySettings> {
+        let mut mechanisms = Vec::new();
+        for name in self
+            .sasl_mechanisms
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            let m = spate_auth::Mechanism::parse(name).with_context(|| {
+                format!(
+                    "--sasl-mechanisms: '{name}' is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"
+                )
+            })?;
+            if !mechanisms.contains(&m) {
+                mechanisms.push(m);
+            }
+        }
+        if mechanisms.is_empty() {
+            bail!("--sasl-mechanisms lists no mechanism");
+        }
+        let bootstrap_users = match std::env::var("SPATE_BOOTSTRAP_USERS") {
+            Ok(text) => parse_bootstrap_users(&text)?,
+            Err(_) => Vec::new(),
+        };
+        Ok(SecuritySettings {
+            mechanisms,
+            reauth_ms: i64::try_from(self.connections_max_reauth_ms)
+                .context("--connections-max-reauth-ms")?,
+            bootstrap_users,
+        })
+    }
+
     pub fn broker_config(&self, bound: SocketAddr) -> anyhow::Result<BrokerConfig> {
         let (host, port) = match &self.advertised_address {
             Some(a) => split_host_port(a).context("--advertised-address")?,
@@ -734,6 +900,7 @@ impl Args {
         c.groups.offsets_partitions = self.offsets_topic_num_partitions as i32;
         c.groups.offsets_segment_bytes = self.offsets_topic_segment_bytes;
         c.txns.segment_bytes = self.transaction_state_segment_bytes;
+        c.security = self.security_settings()?;
         c.txns.partitions = self.transaction_state_partitions as i32;
         c.cleaner_backoff = Duration::from_millis(self.log_cleaner_backoff_ms.max(1));
         c.cleaner_io_bytes_per_sec = (self.log_cleaner_io_max_bytes_per_second > 0)

@@ -11,12 +11,12 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use spate_broker::quotas::Mute;
+use spate_broker::security::Session;
 use spate_broker::{Broker, Permit, Reply, RequestContext};
 use spate_protocol::frame::{peek_frame_len, take_frame, FrameError};
 use spate_protocol::header::RawPrefix;
 use thiserror::Error;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -39,6 +39,12 @@ pub enum ConnectionError {
     /// The peer closed in the middle of a frame.
     #[error("peer closed mid-frame with {0} bytes buffered")]
     Truncated(usize),
+    /// The TLS handshake failed or took too long.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// TLS and SASL were not done within --connections-auth-timeout-ms.
+    #[error("not authenticated in time")]
+    AuthTimeout,
 }
 
 enum Body {
@@ -57,21 +63,26 @@ struct Outgoing {
     _request_memory: Option<Permit>,
 }
 
-/// Serves one connection until the peer closes it or it misbehaves.
-pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), ConnectionError> {
-    stream.set_nodelay(true)?;
+/// Serves one connection (its read and write halves: a TCP stream's, or a TLS stream's)
+/// until the peer closes it or it misbehaves. Until `auth_deadline` passes the connection
+/// must have authenticated (SASL listeners), or it is closed.
+pub async fn serve<R, W>(
+    broker: Arc<Broker>,
+    mut rd: R,
+    wr: W,
+    peer_socket: std::net::SocketAddr,
+    session: Arc<Session>,
+    mut auth_deadline: Option<tokio::time::Instant>,
+) -> Result<(), ConnectionError>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     // Kafka reports client hosts as "/address".
-    let peer = stream
-        .peer_addr()
-        .map(|a| format!("/{}", a.ip()))
-        .unwrap_or_default();
+    let peer = format!("/{}", peer_socket.ip());
     // Slow requests' exemplars name the connection with its port.
-    let peer_addr = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
+    let peer_addr = peer_socket.to_string();
     let max_frame = broker.config.max_frame_bytes;
-    let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT);
     let writer = tokio::spawn(write_responses(broker.clone(), wr, rx, peer_addr.clone()));
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
@@ -90,6 +101,36 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
             }
             if let Some(frame) = take_frame(&mut buf, max_frame)? {
                 let started = Instant::now();
+                if session.expects_raw_token() {
+                    // After a v0 SaslHandshake the next frame is a bare SASL token, answered
+                    // with a bare token; a failed exchange just closes (raw framing has no
+                    // error field).
+                    let b = broker.clone();
+                    let s = session.clone();
+                    let answer = tokio::task::spawn_blocking(move || {
+                        spate_broker::handlers::sasl::raw_token(&b, &s, &frame)
+                    })
+                    .await
+                    .ok()
+                    .flatten();
+                    let Some(token) = answer else {
+                        return Ok(());
+                    };
+                    let mut out = BytesMut::with_capacity(token.len() + 4);
+                    out.extend_from_slice(&(token.len() as u32).to_be_bytes());
+                    out.extend_from_slice(&token);
+                    let raw = Outgoing {
+                        body: Body::Now(out.freeze()),
+                        api_key: -1,
+                        correlation_id: -1,
+                        started,
+                        _request_memory: permit.take(),
+                    };
+                    if tx.send(raw).await.is_err() {
+                        return Ok(());
+                    }
+                    continue;
+                }
                 let (api_key, correlation_id) = RawPrefix::peek(&frame)
                     .map(|p| (p.api_key, p.correlation_id))
                     .unwrap_or((-1, -1));
@@ -102,6 +143,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
                     peer: &peer,
                     throttle_ms: std::mem::take(&mut throttle_ms),
                     mute: Some(&mute),
+                    session: Some(&session),
                 };
                 let body = match broker.handle(frame, rc)? {
                     Reply::None => {
@@ -144,12 +186,28 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
                     // The writer failed; its error is reported below.
                     return Ok(());
                 }
+                if session.should_close() {
+                    // A failed authentication: the answer goes out, then the connection ends.
+                    return Ok(());
+                }
                 continue;
             }
             // Make room for the whole next frame at once when its size is known.
             let want = next.map_or(READ_CHUNK, |n| (n + 4).saturating_sub(buf.len()));
             buf.reserve(want.max(READ_CHUNK));
-            if rd.read_buf(&mut buf).await? == 0 {
+            // The deadline holds until the first authentication (a re-authentication later
+            // is bounded by the session's expiry instead).
+            if auth_deadline.is_some() && session.is_authenticated() {
+                auth_deadline = None;
+            }
+            let read = match auth_deadline {
+                Some(at) => match tokio::time::timeout_at(at, rd.read_buf(&mut buf)).await {
+                    Ok(r) => r?,
+                    Err(_) => return Err(ConnectionError::AuthTimeout),
+                },
+                None => rd.read_buf(&mut buf).await?,
+            };
+            if read == 0 {
                 return if buf.is_empty() {
                     Ok(())
                 } else {
@@ -165,9 +223,9 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream) -> Result<(), Connect
     written.map_err(ConnectionError::Io)
 }
 
-async fn write_responses(
+async fn write_responses<W: AsyncWrite + Unpin>(
     broker: Arc<Broker>,
-    wr: tokio::net::tcp::OwnedWriteHalf,
+    wr: W,
     mut rx: mpsc::Receiver<Outgoing>,
     peer: String,
 ) -> std::io::Result<()> {
@@ -203,5 +261,7 @@ async fn write_responses(
             wr.flush().await?;
         }
     }
-    wr.flush().await
+    wr.flush().await?;
+    // TLS: send close_notify; TCP: FIN.
+    wr.into_inner().shutdown().await
 }

@@ -8,6 +8,7 @@ mod cluster_cli;
 mod config;
 mod connection;
 mod limits;
+mod tls;
 
 use std::sync::Arc;
 
@@ -47,11 +48,49 @@ fn init_logging(level: &str, json: bool) {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(&args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let bound = listener.local_addr().context("reading the bound address")?;
-    let config = args.broker_config(bound)?;
+    let specs = args.listener_specs()?;
+    let mut listeners = Vec::new();
+    let mut bound_listeners = Vec::new();
+    for spec in &specs {
+        let addr = if spec.host.is_empty() {
+            format!("0.0.0.0:{}", spec.port)
+        } else {
+            spec.address()
+        };
+        let l = TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("cannot listen on {spec}"))?;
+        let at = l.local_addr().context("reading the bound address")?;
+        bound_listeners.push(spate_broker::security::Listener {
+            protocol: spec.protocol,
+            host: at.ip().to_string(),
+            port: at.port(),
+        });
+        listeners.push((spec.protocol, l));
+    }
+    let bound = listeners[0]
+        .1
+        .local_addr()
+        .context("reading the bound address")?;
+    let advertised = args.advertised_listeners(&bound_listeners)?;
+    let mut config = args.broker_config(bound)?;
+    config.advertised_host = advertised[0].host.clone();
+    config.advertised_port = i32::from(advertised[0].port);
+    if args.listeners.is_some() {
+        config.listeners = advertised.clone();
+    }
+    let tls = match (&args.ssl_cert, &args.ssl_key) {
+        (Some(cert), Some(key)) => {
+            let cert = tls::ServerCert::load(cert, key)?;
+            cert.watch();
+            let client_auth = tls::ClientAuth::parse(&args.ssl_client_auth)?;
+            Some((
+                tls::acceptor(cert.clone(), args.ssl_ca.as_deref(), client_auth)?,
+                tls::acceptor(cert, None, tls::ClientAuth::None)?,
+            ))
+        }
+        _ => None,
+    };
     let mut cluster_args = args.cluster_args()?;
     let effective = args.effective_json();
     tracing::debug!(config = %effective, "effective configuration");
@@ -126,8 +165,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let ingest_note = ingest_bound
         .map(|a| format!(", ingest on {a}"))
         .unwrap_or_default();
+    let listeners_note = if args.listeners.is_some() {
+        let list: Vec<String> = bound_listeners.iter().map(|l| l.to_string()).collect();
+        format!(", listeners {}", list.join(","))
+    } else {
+        String::new()
+    };
     println!(
-        "spate listening on {bound} (advertised as {}:{}), http on {http_bound}, data in {}, fsync {}{ingest_note}",
+        "spate listening on {bound} (advertised as {}:{}), http on {http_bound}, data in {}, fsync {}{ingest_note}{listeners_note}",
         broker.config.advertised_host,
         broker.config.advertised_port,
         data_dir.display(),
@@ -144,7 +189,30 @@ async fn run(args: Args) -> anyhow::Result<()> {
             c.caught_up().await;
             tracing::info!("caught up with the metadata quorum: answering Kafka requests");
         }
-        accept_loop(listener, broker.clone()).await
+        let limits = Arc::new(limits::ConnectionLimits::new(
+            broker.config.max_connections,
+            broker.config.max_connections_per_ip,
+        ));
+        let auth_timeout =
+            std::time::Duration::from_millis(args.connections_auth_timeout_ms.max(1));
+        let loops = listeners.into_iter().map(|(protocol, l)| {
+            let acceptor = tls.as_ref().map(|(ssl, sasl_ssl)| match protocol {
+                spate_broker::security::SecurityProtocol::SaslSsl => sasl_ssl.clone(),
+                _ => ssl.clone(),
+            });
+            let acceptor = acceptor.filter(|_| protocol.uses_tls());
+            accept_loop(
+                l,
+                Listening {
+                    protocol,
+                    acceptor,
+                    auth_timeout,
+                },
+                broker.clone(),
+                limits.clone(),
+            )
+        });
+        futures::future::try_join_all(loops).await.map(|_| ())
     };
     tokio::select! {
         r = accept => r?,
@@ -199,14 +267,22 @@ async fn refuse_taken_node_id(node: &spate_cluster::node::NodeConfig) -> anyhow:
     Ok(())
 }
 
+/// What a listener does with the connections it accepts.
+struct Listening {
+    protocol: spate_broker::security::SecurityProtocol,
+    /// TLS for SSL and SASL_SSL listeners.
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    /// How long a connection may take to finish TLS and SASL.
+    auth_timeout: std::time::Duration,
+}
+
 async fn accept_loop(
     listener: TcpListener,
+    how: Listening,
     broker: Arc<spate_broker::Broker>,
+    limits: Arc<limits::ConnectionLimits>,
 ) -> anyhow::Result<()> {
-    let limits = Arc::new(limits::ConnectionLimits::new(
-        broker.config.max_connections,
-        broker.config.max_connections_per_ip,
-    ));
+    let how = Arc::new(how);
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -219,9 +295,22 @@ async fn accept_loop(
                 broker.metrics.connections_accepted.inc();
                 broker.metrics.connections_open.add(1);
                 let broker = broker.clone();
+                let how = how.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = connection::serve(broker.clone(), stream).await {
-                        tracing::warn!(%peer, "closing connection: {e}");
+                    match accepted(broker.clone(), stream, peer, &how).await {
+                        Ok(()) => {}
+                        // A flood of bad handshakes must not flood the log: at most one line
+                        // a second per address.
+                        Err(
+                            e @ (connection::ConnectionError::Tls(_)
+                            | connection::ConnectionError::AuthTimeout),
+                        ) => broker.credentials.log_failure(
+                            Some(peer.ip()),
+                            "ANONYMOUS",
+                            how.protocol.name(),
+                            &e.to_string(),
+                        ),
+                        Err(e) => tracing::warn!(%peer, "closing connection: {e}"),
                     }
                     broker.metrics.connections_open.add(-1);
                     drop(slot);
@@ -234,6 +323,45 @@ async fn accept_loop(
             }
         }
     }
+}
+
+/// Serves one accepted connection: TLS first on SSL listeners (bounded by the auth timeout),
+/// then the Kafka protocol with the connection's security session.
+async fn accepted(
+    broker: Arc<spate_broker::Broker>,
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    how: &Listening,
+) -> Result<(), connection::ConnectionError> {
+    use spate_broker::security::Session;
+    stream.set_nodelay(true)?;
+    let started = std::time::Instant::now();
+    let deadline = (how.protocol != spate_broker::security::SecurityProtocol::Plaintext)
+        .then(|| tokio::time::Instant::from_std(started + how.auth_timeout));
+    let Some(acceptor) = &how.acceptor else {
+        let session = Arc::new(Session::new(how.protocol, Some(peer.ip()), None));
+        let (rd, wr) = stream.into_split();
+        return connection::serve(broker, rd, wr, peer, session, deadline).await;
+    };
+    let tls = match tokio::time::timeout(how.auth_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(connection::ConnectionError::Tls(e.to_string())),
+        Err(_) => {
+            return Err(connection::ConnectionError::Tls(
+                "the TLS handshake did not finish in time".into(),
+            ))
+        }
+    };
+    let principal = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(|c| tls::certificate_principal(c))
+        .map(spate_auth::Principal::user);
+    let session = Arc::new(Session::new(how.protocol, Some(peer.ip()), principal));
+    let (rd, wr) = tokio::io::split(tls);
+    connection::serve(broker, rd, wr, peer, session, deadline).await
 }
 
 async fn shutdown_signal() {

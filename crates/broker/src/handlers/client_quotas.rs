@@ -7,11 +7,9 @@ use spate_protocol::messages::alter_client_quotas_response::{
     EntityData as AlteredEntity, EntryData as AlteredEntry,
 };
 use spate_protocol::messages::describe_client_quotas_response::{EntityData, EntryData, ValueData};
-use spate_protocol::messages::describe_user_scram_credentials_response::DescribeUserScramCredentialsResult;
 use spate_protocol::messages::{
     AlterClientQuotasRequest, AlterClientQuotasResponse, ApiKey, DescribeClientQuotasRequest,
-    DescribeClientQuotasResponse, DescribeUserScramCredentialsRequest,
-    DescribeUserScramCredentialsResponse,
+    DescribeClientQuotasResponse,
 };
 use spate_protocol::{ResponseError, StrBytes};
 use spate_quotas::{ComponentFilter, QuotaEntity, QuotaError, QuotaKey, QuotaValue};
@@ -143,37 +141,4 @@ fn apply(
     ops: &[(QuotaKey, Option<QuotaValue>)],
 ) -> Result<(), (ResponseError, String)> {
     b.topology().alter_client_quotas(b, entity, ops)
-}
-
-/// Answers DescribeUserScramCredentials, which `kafka-configs --describe --entity-type users`
-/// asks next to the quotas: spate has no SCRAM credentials (no SASL yet), so every named user
-/// is RESOURCE_NOT_FOUND and a describe of all users lists none.
-pub fn describe_scram(
-    req: DescribeUserScramCredentialsRequest,
-) -> DescribeUserScramCredentialsResponse {
-    let mut resp = DescribeUserScramCredentialsResponse::default();
-    let names: Vec<String> = req
-        .users
-        .unwrap_or_default()
-        .into_iter()
-        .map(|u| u.name.to_string())
-        .collect();
-    for (i, name) in names.iter().enumerate() {
-        if names[..i].contains(name) {
-            continue;
-        }
-        let mut r = DescribeUserScramCredentialsResult::default();
-        r.user = StrBytes::from_string(name.clone());
-        if names[i + 1..].contains(name) {
-            r.error_code = ResponseError::DuplicateResource.code();
-            r.error_message = msg(format!("user '{name}' is named more than once"));
-        } else {
-            r.error_code = ResponseError::ResourceNotFound.code();
-            r.error_message = msg(format!(
-                "attempt to describe a user credential that does not exist: {name}"
-            ));
-        }
-        resp.results.push(r);
-    }
-    resp
 }

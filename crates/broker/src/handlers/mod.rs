@@ -18,6 +18,8 @@ pub mod offsets;
 pub mod produce;
 pub mod producer_ids;
 pub mod quorum;
+pub mod sasl;
+pub mod scram_credentials;
 pub mod telemetry;
 pub mod topic_partitions;
 pub mod topics;
