@@ -152,9 +152,14 @@ pub struct RunArgs {
     /// Total messages per second across all producers.
     #[arg(long = "rate-limit")]
     pub rate_limit: Option<u64>,
-    /// Message keys.
-    #[arg(long = "key-pattern", value_enum, default_value = "none")]
-    pub key_pattern: KeyPattern,
+    /// Message keys [default: none; sequential with --key-space].
+    #[arg(long = "key-pattern", value_enum)]
+    pub key_pattern: Option<KeyPattern>,
+    /// Bound the key space to N distinct keys: the key of sequence number seq is seq % N in
+    /// decimal, so later records supersede earlier ones (a data set for compacted topics).
+    /// Implies --key-pattern sequential; each producer counts its own sequence.
+    #[arg(long = "key-space", value_name = "N")]
+    pub key_space: Option<u64>,
     /// Message bodies.
     #[arg(long = "payload-pattern", value_enum, default_value = "random")]
     pub payload_pattern: PayloadPattern,
@@ -219,7 +224,12 @@ impl RunArgs {
             create_topic: self.create_topic,
             delete_topic_after: self.delete_topic_after,
             rate_limit: self.rate_limit,
-            key_pattern: self.key_pattern,
+            key_pattern: self.key_pattern.unwrap_or(if self.key_space.is_some() {
+                KeyPattern::Sequential
+            } else {
+                KeyPattern::None
+            }),
+            key_space: self.key_space,
             payload_pattern: self.payload_pattern,
             validate: self.validate,
             report_interval: self.report_interval,
@@ -452,6 +462,25 @@ mod tests {
             .expect("valid");
         assert_eq!(cfg.duration, Duration::ZERO);
         assert_eq!(cfg.message_count, Some(500));
+    }
+
+    #[test]
+    fn key_space_implies_sequential_keys() {
+        let cfg = parse(&["--key-space", "50000"])
+            .expect("parses")
+            .run
+            .to_config()
+            .expect("valid");
+        assert_eq!(cfg.key_pattern, KeyPattern::Sequential);
+        assert_eq!(cfg.key_space, Some(50_000));
+        let plain = parse(&[]).expect("parses").run.to_config().expect("valid");
+        assert_eq!(
+            (plain.key_pattern, plain.key_space),
+            (KeyPattern::None, None)
+        );
+        let random = parse(&["--key-space", "10", "--key-pattern", "random"]).expect("parses");
+        assert!(random.run.to_config().is_err());
+        assert!(parse(&["--key-space", "-1"]).is_err());
     }
 
     #[test]

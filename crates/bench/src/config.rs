@@ -162,6 +162,10 @@ pub struct RunConfig {
     pub rate_limit: Option<u64>,
     /// Key choice.
     pub key_pattern: KeyPattern,
+    /// Distinct keys with `KeyPattern::Sequential`: the key of sequence `seq` is `seq % n`
+    /// (a bounded key space, so a compacted topic has records to remove). `None`: unbounded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_space: Option<u64>,
     /// Body content.
     pub payload_pattern: PayloadPattern,
     /// Embed sequence + checksum and verify every message on the consumer side.
@@ -214,6 +218,7 @@ impl Default for RunConfig {
             delete_topic_after: false,
             rate_limit: None,
             key_pattern: KeyPattern::None,
+            key_space: None,
             payload_pattern: PayloadPattern::Random,
             validate: false,
             report_interval: Duration::from_secs(1),
@@ -253,6 +258,14 @@ impl RunConfig {
         }
         if self.message_count == Some(0) {
             return bad("--message-count must be positive".into());
+        }
+        if self.key_space == Some(0) {
+            return bad("--key-space must be positive".into());
+        }
+        if self.key_space.is_some() && self.key_pattern != KeyPattern::Sequential {
+            return bad(
+                "--key-space bounds sequential keys: it needs --key-pattern sequential (the default with --key-space)".into(),
+            );
         }
         if self.rate_limit == Some(0) {
             return bad("--rate-limit must be positive".into());
@@ -375,6 +388,28 @@ mod tests {
             ..RunConfig::default()
         };
         assert!(counted.validate().is_ok());
+    }
+
+    #[test]
+    fn key_space_needs_sequential_keys() {
+        let bounded = RunConfig {
+            key_pattern: KeyPattern::Sequential,
+            key_space: Some(50_000),
+            ..RunConfig::default()
+        };
+        assert!(bounded.validate().is_ok());
+        for keys in [KeyPattern::None, KeyPattern::Random, KeyPattern::Fixed] {
+            let c = RunConfig {
+                key_pattern: keys,
+                ..bounded.clone()
+            };
+            assert!(c.validate().is_err(), "{keys:?} with --key-space");
+        }
+        let zero = RunConfig {
+            key_space: Some(0),
+            ..bounded
+        };
+        assert!(zero.validate().is_err());
     }
 
     #[test]

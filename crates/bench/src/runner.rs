@@ -509,13 +509,16 @@ pub fn run(cfg: &RunConfig, stop: &AtomicBool) -> Result<RunReport> {
         }
         _ => {
             let partitions = ensure_topic(cfg, &mut report)?;
-            let factory = Arc::new(MessageFactory::new(
-                new_run_id(),
-                cfg.message_size,
-                cfg.key_pattern,
-                cfg.payload_pattern,
-                cfg.needs_header(),
-            ));
+            let factory = Arc::new(
+                MessageFactory::new(
+                    new_run_id(),
+                    cfg.message_size,
+                    cfg.key_pattern,
+                    cfg.payload_pattern,
+                    cfg.needs_header(),
+                )
+                .with_key_space(cfg.key_space),
+            );
             let r = match cfg.mode {
                 Mode::Produce => {
                     produce_mode(cfg, &mut sup, stop, &factory, &partitions, &mut report)
