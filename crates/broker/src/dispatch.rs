@@ -273,18 +273,27 @@ impl Broker {
         let every = self.config.cleaner_backoff;
         let started = std::thread::Builder::new()
             .name("spate-cleaner".into())
-            .spawn(move || loop {
-                std::thread::sleep(every);
-                let Some(b) = broker.upgrade() else { return };
-                b.clean_compacted();
+            .spawn(move || {
+                // As Kafka's cleaner: it waits log.cleaner.backoff.ms only when a pass found
+                // nothing to clean; after work it looks again at once (a log may have more
+                // dirty segments than one pass's key map covered, or got dirtier meanwhile).
+                let mut idle = true;
+                loop {
+                    if idle {
+                        std::thread::sleep(every);
+                    }
+                    let Some(b) = broker.upgrade() else { return };
+                    idle = b.clean_compacted() == 0;
+                }
             });
         if let Err(e) = started {
             tracing::error!(error = %e, "cannot start the log cleaner; compacted topics are not cleaned");
         }
     }
 
-    /// One pass of the log cleaner over every compacted partition.
-    pub fn clean_compacted(&self) {
+    /// One pass of the log cleaner over every compacted partition; how many it cleaned.
+    pub fn clean_compacted(&self) -> usize {
+        let mut cleaned = 0;
         let now = self.clock.now_ms();
         for topic in self.topics.list() {
             if !topic.with_config(|c| c.compacted()) {
@@ -298,6 +307,7 @@ impl Broker {
                     self.config.cleaner_io_bytes_per_sec,
                 );
                 if let Ok(Some(s)) = &outcome {
+                    cleaned += 1;
                     let m = &self.cleaner;
                     m.passes.inc();
                     m.bytes_read.add(s.bytes_read);
@@ -325,6 +335,7 @@ impl Broker {
                 }
             }
         }
+        cleaned
     }
 
     /// One retention pass over every partition, then offset expiry and producer-state

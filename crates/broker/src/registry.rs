@@ -155,7 +155,13 @@ impl Topic {
 /// Writes `bytes` to `path` so that readers see either the old or the new content, and the
 /// new content survives a crash once this returns.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BrokerError> {
-    let tmp = path.with_extension("tmp");
+    // Each write has its own temporary file: two writers of the same path (the periodic
+    // producer-state snapshot and the one at shutdown) must not rename each other's away.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp{n}"));
+    let tmp = PathBuf::from(tmp);
     let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
     f.write_all(bytes).map_err(io("write", &tmp))?;
     f.sync_all().map_err(io("fsync", &tmp))?;
