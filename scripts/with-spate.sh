@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a command against a throw-away spate broker on a free loopback port with a temp data
 # dir, then stops it. The command sees SPATE_BOOTSTRAP (host:port), SPATE_PID, SPATE_HTTP (host:port of
-# its HTTP listener) and SPATE_LOG (its log).
+# its HTTP listener), SPATE_LOG (its log) and, when --listeners was given, SPATE_LISTENERS
+# (NAME://host:port,... as bound).
 #   scripts/with-spate.sh [--spate-arg ARG]... -- COMMAND [ARGS...]
 # SPATE_BIN picks the binary (default target/debug/spate).
 set -euo pipefail
@@ -26,6 +27,7 @@ for _ in $(seq 1 300); do [[ -s "$WORK/stdout" ]] && break; kill -0 "$PID" 2>/de
 SPATE_BOOTSTRAP="$(awk 'NR==1{print $4}' "$WORK/stdout")"
 [[ -n "$SPATE_BOOTSTRAP" ]] || { echo "spate did not start:" >&2; cat "$WORK/spate.log" >&2; exit 1; }
 SPATE_HTTP="$(sed -n 's/.*http on \([^,]*\),.*/\1/p' "$WORK/stdout")"
-export SPATE_BOOTSTRAP SPATE_HTTP SPATE_PID="$PID" SPATE_LOG="$WORK/spate.log"
+SPATE_LISTENERS="$(sed -n 's/.*, listeners \([^ ]*\).*/\1/p' "$WORK/stdout" | head -1)"
+export SPATE_BOOTSTRAP SPATE_HTTP SPATE_LISTENERS SPATE_PID="$PID" SPATE_LOG="$WORK/spate.log"
 echo "spate at $SPATE_BOOTSTRAP (pid $PID)"
 "$@"

@@ -62,9 +62,13 @@ pub fn find_coordinator(
     protocol: SecurityProtocol,
     resp: &mut FindCoordinatorResponse,
 ) {
-    if let Some((host, port)) = listener_address(b, resp.node_id.0, protocol) {
-        resp.host = StrBytes::from_string(host);
-        resp.port = port;
+    // v0-3 name one coordinator in top-level fields, v4+ a list (the top-level ones must then
+    // stay unset).
+    if resp.coordinators.is_empty() {
+        if let Some((host, port)) = listener_address(b, resp.node_id.0, protocol) {
+            resp.host = StrBytes::from_string(host);
+            resp.port = port;
+        }
     }
     for c in &mut resp.coordinators {
         if let Some((host, port)) = listener_address(b, c.node_id.0, protocol) {
