@@ -39,3 +39,6 @@ scripts/txn-cluster-e2e.sh
 # a 3-node cluster with a broker killed.
 scripts/connect-e2e.sh
 scripts/connect-cluster-e2e.sh
+# TLS and SASL (PLAIN, SCRAM-SHA-256/512) with librdkafka, kafka-configs and Kafka's console
+# clients, and the logins, mechanisms and certificates that must be refused.
+scripts/security-e2e.sh
