@@ -254,6 +254,32 @@ pub fn def(name: &str) -> Option<&'static ConfigDef> {
     DEFS.iter().find(|d| d.name == name)
 }
 
+/// Topic config defaults the broker was started with (Kafka's `log.cleanup.policy` and the
+/// like): they replace the built-in default of every topic that does not set the key.
+static BROKER_DEFAULTS: std::sync::OnceLock<BTreeMap<String, String>> = std::sync::OnceLock::new();
+
+/// Sets the broker's defaults for topic configs, once, at start; each is validated as a
+/// topic value would be.
+pub fn set_broker_defaults(defaults: BTreeMap<String, String>) -> Result<(), TopicConfigError> {
+    let mut probe = TopicConfig::default();
+    for (k, v) in &defaults {
+        probe.set(k, v)?;
+    }
+    // A second call (tests starting brokers in one process) keeps the first defaults.
+    let _ = BROKER_DEFAULTS.set(defaults);
+    Ok(())
+}
+
+/// The value a topic without an override of `key` has: the broker's default, else the
+/// built-in one.
+pub fn broker_default(key: &str) -> Option<&'static str> {
+    BROKER_DEFAULTS
+        .get()
+        .and_then(|m| m.get(key))
+        .map(String::as_str)
+        .or_else(|| def(key).map(|d| d.default))
+}
+
 /// A rejected config.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum TopicConfigError {
@@ -321,13 +347,13 @@ impl TopicConfig {
         if let Some(v) = self.overrides.get(key) {
             return Some((v, true));
         }
-        def(key).map(|d| (d.default, false))
+        broker_default(key).map(|d| (d, false))
     }
 
     fn num(&self, key: &str) -> i64 {
         self.get(key)
             .and_then(|(v, _)| v.parse().ok())
-            .or_else(|| def(key).and_then(|d| d.default.parse().ok()))
+            .or_else(|| broker_default(key).and_then(|d| d.parse().ok()))
             .unwrap_or(-1)
     }
 

@@ -269,6 +269,11 @@ pub struct Args {
     )]
     pub transaction_state_segment_bytes: u64,
 
+    /// The cleanup policy of topics that do not set cleanup.policy (log.cleanup.policy):
+    /// delete, compact or compact,delete.
+    #[arg(long, env = "SPATE_LOG_CLEANUP_POLICY", default_value = "delete")]
+    pub log_cleanup_policy: String,
+
     /// How often the log cleaner looks for compacted partitions due a clean
     /// (log.cleaner.backoff.ms).
     #[arg(long, env = "SPATE_LOG_CLEANER_BACKOFF_MS", default_value_t = 15_000)]
@@ -901,6 +906,14 @@ impl Args {
         c.groups.offsets_segment_bytes = self.offsets_topic_segment_bytes;
         c.txns.segment_bytes = self.transaction_state_segment_bytes;
         c.security = self.security_settings()?;
+        spate_broker::set_broker_defaults(
+            [(
+                "cleanup.policy".to_string(),
+                self.log_cleanup_policy.clone(),
+            )]
+            .into(),
+        )
+        .map_err(|e| anyhow::anyhow!("--log-cleanup-policy: {e}"))?;
         c.txns.partitions = self.transaction_state_partitions as i32;
         c.cleaner_backoff = Duration::from_millis(self.log_cleaner_backoff_ms.max(1));
         c.cleaner_io_bytes_per_sec = (self.log_cleaner_io_max_bytes_per_second > 0)

@@ -133,8 +133,11 @@ fn broker_entries(b: &Broker) -> Vec<Entry> {
         ("log.message.timestamp.type", "message.timestamp.type"),
         ("min.insync.replicas", "min.insync.replicas"),
     ] {
-        if let Some(d) = def(topic_name) {
-            v.push(fixed(broker_name, d.default.to_string(), d.kind, d.doc));
+        if let (Some(d), Some(value)) = (
+            def(topic_name),
+            crate::topic_config::broker_default(topic_name),
+        ) {
+            v.push(fixed(broker_name, value.to_string(), d.kind, d.doc));
         }
     }
     v

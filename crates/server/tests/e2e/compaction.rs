@@ -778,3 +778,32 @@ fn compact_delete_still_deletes_segments_past_retention_even_with_latest_values_
         std::thread::sleep(Duration::from_millis(300));
     }
 }
+
+#[test]
+fn log_cleanup_policy_compact_makes_topics_without_their_own_policy_compacted() {
+    let spate = Spate::start(&["--log-cleanup-policy", "compact"]);
+    let mut raw = Raw::connect(&spate.addr);
+    create(&mut raw, "by-default", 1, &[]);
+    create(&mut raw, "own-policy", 1, &[("cleanup.policy", "delete")]);
+    let keyless = || records(&[(None, Some("v"))], false);
+    assert_eq!(
+        send(&mut raw, "by-default", keyless()),
+        ResponseError::InvalidRecord.code(),
+        "compacted by the broker's default"
+    );
+    assert_eq!(send(&mut raw, "own-policy", keyless()), 0);
+    let (_, body) = http(&spate.http, "GET", "/admin/topics/by-default", &[], "");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["configs"]["cleanup.policy"]["value"], "compact", "{body}");
+    // A policy the broker cannot have is refused at start, naming the flag.
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
+        .args(["--log-cleanup-policy", "shred", "--listen", "127.0.0.1:0"])
+        .args(["--http-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .expect("run spate");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--log-cleanup-policy"), "{err}");
+}
