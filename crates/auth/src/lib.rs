@@ -2,6 +2,7 @@
 //! a pure exchange of tokens, and the one credential store both check passwords against
 //! (salted and iterated SCRAM credentials; no password is ever kept).
 
+pub mod acl;
 mod credentials;
 mod mechanism;
 mod plain;
