@@ -298,9 +298,118 @@ def run_checks(d):
         got = [w for w in r.stdout.split() if w.startswith("line-")]
         assert got == [f"line-{i}" for i in range(10)], (r.stdout, r.stderr[-500:])
 
+    @check("kafka-acls add/list/remove, literal and prefixed, and their effect on librdkafka clients")
+    def _():
+        import tempfile
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        binary = os.environ.get("SPATE_BIN", os.path.join(root, "target", "debug", "spate"))
+        with tempfile.TemporaryDirectory() as data:
+            out = open(os.path.join(data, "stdout"), "w+")
+            env = dict(os.environ, SPATE_BOOTSTRAP_USERS="admin:admin-secret,alice:alice-secret")
+            proc = subprocess.Popen([binary, "--data-dir", os.path.join(data, "d"), "--http-listen", "127.0.0.1:0",
+                                     "--listeners", "SASL_PLAINTEXT://127.0.0.1:0", "--authorizer", "acl",
+                                     "--super-users", "User:admin"],
+                                    stdout=out, stderr=subprocess.DEVNULL, env=env)
+            try:
+                deadline = time.time() + 30
+                addr = None
+                while addr is None and time.time() < deadline:
+                    out.seek(0)
+                    m = re.search(r"listeners SASL_PLAINTEXT://(\S+)", out.read())
+                    addr = m and m.group(1)
+                    time.sleep(0.1)
+                assert addr, "the broker with ACLs did not start"
+                acl_check(addr, d)
+            finally:
+                proc.kill()
+                proc.wait()
+
     @check("the broker still serves after all of the above")
     def _():
         round_trip(conf("SASL_SSL", "admin", "admin-secret", "SCRAM-SHA-512"), 5)
+
+
+def acl_check(addr, d):
+    from confluent_kafka import Consumer, KafkaError, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    root = os.path.dirname(os.path.abspath(__file__))
+
+    def conf(user):
+        return {"bootstrap.servers": addr, "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user,
+                "sasl.password": f"{user}-secret", "socket.timeout.ms": 10000}
+
+    props = os.path.join(d, "acl-admin.properties")
+    with open(props, "w") as f:
+        f.write("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+                "required username=\"admin\" password=\"admin-secret\";\n")
+
+    def acls(*args):
+        r = subprocess.run([os.path.join(root, "kafka", "tool.sh"), "kafka-acls", "--bootstrap-server", addr,
+                            "--command-config", props] + list(args),
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"kafka-acls {' '.join(args)}: {r.stdout[-300:]} {r.stderr[-500:]}"
+        return r.stdout
+
+    admin = AdminClient(conf("admin"))
+    for f in admin.create_topics([NewTopic("orders", 1, 1), NewTopic("logs-app", 1, 1),
+                                  NewTopic("secret", 1, 1)]).values():
+        f.result(timeout=30)
+
+    def produce(user, topic):
+        errors = []
+        p = Producer(dict(conf(user), **{"message.timeout.ms": 8000}))
+        p.produce(topic, value=b"x", on_delivery=lambda err, msg: errors.append(err))
+        p.flush(15)
+        return errors[0] if errors else "no delivery report"
+
+    def visible(user):
+        md = AdminClient(conf(user)).list_topics(timeout=10)
+        return {t for t in md.topics if not t.startswith("__")}
+
+    err = produce("alice", "orders")
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, f"no ACL yet: {err}"
+    assert visible("alice") == set(), f"alice sees {visible('alice')} without ACLs"
+    assert produce("admin", "orders") is None, "the super user writes anywhere"
+    acls("--add", "--allow-principal", "User:alice", "--operation", "Write", "--topic", "orders")
+    assert produce("alice", "orders") is None, "literal Write allows"
+    acls("--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "logs-",
+         "--resource-pattern-type", "prefixed", "--group", "alice-")
+    listed = acls("--list", "--topic", "logs-", "--resource-pattern-type", "prefixed")
+    assert "User:alice" in listed and "READ" in listed.upper(), listed
+    assert visible("alice") == {"orders", "logs-app"}, f"Describe is implied: {visible('alice')}"
+    assert produce("admin", "logs-app") is None
+    c = Consumer(dict(conf("alice"), **{"group.id": "alice-1", "auto.offset.reset": "earliest"}))
+    c.subscribe(["logs-app"])
+    got = None
+    deadline = time.time() + 30
+    while got is None and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got = m.value()
+    c.close()
+    assert got == b"x", "prefixed Read on topic and group lets alice consume"
+    c = Consumer(dict(conf("alice"), **{"group.id": "other-group", "auto.offset.reset": "earliest"}))
+    c.subscribe(["logs-app"])
+    refused = None
+    deadline = time.time() + 20
+    while refused is None and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is not None:
+            refused = m.error()
+    c.close()
+    assert refused is not None and refused.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, f"{refused}"
+    acls("--add", "--deny-principal", "User:alice", "--operation", "Write", "--topic", "*")
+    err = produce("alice", "orders")
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, f"deny wins: {err}"
+    acls("--remove", "--force", "--deny-principal", "User:alice", "--operation", "Write", "--topic", "*")
+    assert produce("alice", "orders") is None, "allowed again once the deny is removed"
+    acls("--remove", "--force", "--allow-principal", "User:alice", "--operation", "Write", "--topic", "orders")
+    err = produce("alice", "orders")
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, f"removed: {err}"
+    assert "secret" not in visible("alice")
 
 
 if __name__ == "__main__":

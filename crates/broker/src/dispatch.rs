@@ -114,6 +114,8 @@ pub struct Broker {
     pub credentials: Arc<crate::security::CredentialStore>,
     /// Authentication outcomes.
     pub auth: crate::security::AuthMetrics,
+    /// ACLs and the decisions made with them.
+    pub authorizer: Arc<crate::security::Authorizer>,
     /// Broker-wide metrics.
     pub metrics: Arc<Registry>,
     /// Client quotas and their usage.
@@ -194,6 +196,11 @@ impl Broker {
             &config.data_dir,
             &config.security.bootstrap_users,
         )?);
+        let authorizer = Arc::new(crate::security::Authorizer::open(
+            &config.data_dir,
+            config.security.authorizer,
+            config.security.acl.clone(),
+        )?);
         let broker = Arc::new(Self {
             config,
             topics: Arc::new(topics),
@@ -203,6 +210,7 @@ impl Broker {
             cleaner: CleanerMetrics::default(),
             credentials,
             auth: Default::default(),
+            authorizer,
             metrics,
             quotas,
             telemetry,
@@ -421,10 +429,42 @@ impl Broker {
         }
         // Handlers that change topics or reserve producer ids touch the disk: they run on the
         // blocking pool so async workers never wait for it.
+        // ACLs (a no-op without --authorizer acl): who the client is.
+        let who = rc.session.map(|s| &**s);
+        use crate::security::enforce;
+        use spate_auth::acl::Operation as Op;
+        let group_denied = |op: Op, group: &str| !enforce::group(self, who, op, group);
+        let refused = ResponseError::GroupAuthorizationFailed.code();
+        let txn_denied = |id: &str| {
+            !self.authorizer.allows(
+                who,
+                Op::Write,
+                spate_auth::acl::ResourceType::TransactionalId,
+                id,
+            )
+        };
+        let txn_refused = ResponseError::TransactionalIdAuthorizationFailed.code();
+        let cluster_denied = |op: Op| {
+            !self.authorizer.allows(
+                who,
+                op,
+                spate_auth::acl::ResourceType::Cluster,
+                spate_auth::acl::CLUSTER_NAME,
+            )
+        };
         let reply = match req {
             Request::ApiVersions(r) => ctx.now(&charge, handlers::api_versions::handle(version, r)),
-            Request::Metadata(r) => {
+            Request::Metadata(mut r) => {
+                let all = r.topics.is_none()
+                    || (version == 0 && r.topics.as_ref().is_some_and(|t| t.is_empty()));
+                enforce::metadata_request(self, who, &mut r);
                 let work = self.topology().metadata(self, version, r);
+                let work = if self.authorizer.enabled() {
+                    let (b, s) = (self.clone(), rc.session.cloned());
+                    work.map(move |resp| enforce::metadata_response(&b, s.as_deref(), all, resp))
+                } else {
+                    work
+                };
                 let work = match listener {
                     Some(p) => {
                         let b = self.clone();
@@ -452,11 +492,13 @@ impl Broker {
                 let b = self.clone();
                 let throttle_ms = rc.throttle_ms;
                 let ctx2 = ctx;
+                let s = rc.session.cloned();
                 Ok(Reply::Serial(Box::pin(async move {
                     let answers =
                         handlers::produce::settle_txn_asks(b.clone(), version, txn_id, asks).await;
                     let resp = handlers::produce::produce_verified(
                         &b,
+                        s.as_deref(),
                         version,
                         throttle_ms,
                         r,
@@ -486,9 +528,10 @@ impl Broker {
                     // so appends stay in request order.
                     let b = self.clone();
                     let version = header.request_api_version;
+                    let s = rc.session.cloned();
                     Ok(Reply::Serial(Box::pin(async move {
                         let appended = tokio::task::spawn_blocking(move || {
-                            handlers::produce::produce(&b, version, throttle_ms, r, true)
+                            handlers::produce::produce_by(&b, s.as_deref(), version, throttle_ms, r)
                         })
                         .await;
                         match appended {
@@ -503,7 +546,13 @@ impl Broker {
                         }
                     })))
                 } else {
-                    match handlers::produce::handle(self, &header, throttle_ms, r) {
+                    match handlers::produce::handle(
+                        self,
+                        rc.session.map(|s| &**s),
+                        &header,
+                        throttle_ms,
+                        r,
+                    ) {
                         Some(fut) => ctx.later(fut),
                         None => Ok(Reply::None),
                     }
@@ -511,7 +560,7 @@ impl Broker {
             }
             Request::Fetch(r) => {
                 let r_is_consumer = r.replica_id.0 < 0 && r.replica_state.replica_id.0 < 0;
-                let fetch = handlers::fetch::prepare(self, version, r);
+                let fetch = handlers::fetch::prepare(self, rc.session.map(|s| &**s), version, r);
                 let b = self.clone();
                 let throttle_ms = rc.throttle_ms;
                 // Consumers' fetches count against their byte rate once their size is known;
@@ -550,18 +599,30 @@ impl Broker {
                 })
             }
             Request::ListOffsets(r) => {
-                ctx.now(&charge, handlers::list_offsets::handle(self, version, r))
+                let mut resp = handlers::list_offsets::handle(self, version, r);
+                enforce::list_offsets_response(self, who, &mut resp);
+                ctx.now(&charge, resp)
             }
-            Request::CreateTopics(r) => ctx.work(
-                self,
-                &charge,
-                self.topology().create_topics(self, version, r),
-            ),
-            Request::DeleteTopics(r) => ctx.work(
-                self,
-                &charge,
-                self.topology().delete_topics(self, version, r),
-            ),
+            Request::CreateTopics(mut r) => {
+                let denied = enforce::create_topics_request(self, who, &mut r);
+                let work = self.topology().create_topics(self, version, r);
+                let work = if denied.is_empty() {
+                    work
+                } else {
+                    work.map(move |resp| enforce::create_topics_response(denied, resp))
+                };
+                ctx.work(self, &charge, work)
+            }
+            Request::DeleteTopics(mut r) => {
+                let denied = enforce::delete_topics_request(self, who, &mut r);
+                let work = self.topology().delete_topics(self, version, r);
+                let work = if denied.is_empty() {
+                    work
+                } else {
+                    work.map(move |resp| enforce::delete_topics_response(denied, resp))
+                };
+                ctx.work(self, &charge, work)
+            }
             Request::CreatePartitions(r) => {
                 ctx.work(self, &charge, self.topology().create_partitions(self, r))
             }
@@ -583,6 +644,89 @@ impl Broker {
             }
             Request::DescribeQuorum(r) => {
                 ctx.later(handlers::quorum::describe(self.clone(), version, r))
+            }
+            Request::InitProducerId(r)
+                if r.transactional_id
+                    .as_deref()
+                    .is_some_and(|id| txn_denied(id)) =>
+            {
+                ctx.now(
+                    &charge,
+                    spate_protocol::messages::InitProducerIdResponse::default()
+                        .with_producer_id((-1).into())
+                        .with_producer_epoch(-1)
+                        .with_error_code(txn_refused),
+                )
+            }
+            Request::InitProducerId(r)
+                if r.transactional_id.is_none()
+                    && self.authorizer.enabled()
+                    && !self.authorizer.allows_idempotence(who) =>
+            {
+                ctx.now(
+                    &charge,
+                    spate_protocol::messages::InitProducerIdResponse::default()
+                        .with_producer_id((-1).into())
+                        .with_producer_epoch(-1)
+                        .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+                )
+            }
+            Request::AddPartitionsToTxn(r)
+                if version < 4 && txn_denied(&r.v3_and_below_transactional_id) =>
+            {
+                use spate_protocol::messages::add_partitions_to_txn_response::{
+                    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+                };
+                let mut resp = spate_protocol::messages::AddPartitionsToTxnResponse::default();
+                for t in &r.v3_and_below_topics {
+                    let mut rt = AddPartitionsToTxnTopicResult::default();
+                    rt.name = t.name.clone();
+                    for p in &t.partitions {
+                        let mut rp = AddPartitionsToTxnPartitionResult::default();
+                        rp.partition_index = *p;
+                        rp.partition_error_code = txn_refused;
+                        rt.results_by_partition.push(rp);
+                    }
+                    resp.results_by_topic_v3_and_below.push(rt);
+                }
+                ctx.now(&charge, resp)
+            }
+            Request::AddOffsetsToTxn(r) if txn_denied(&r.transactional_id) => ctx.now(
+                &charge,
+                spate_protocol::messages::AddOffsetsToTxnResponse::default()
+                    .with_error_code(txn_refused),
+            ),
+            Request::EndTxn(r) if txn_denied(&r.transactional_id) => ctx.now(
+                &charge,
+                spate_protocol::messages::EndTxnResponse::default()
+                    .with_producer_id((-1).into())
+                    .with_producer_epoch(-1)
+                    .with_error_code(txn_refused),
+            ),
+            Request::TxnOffsetCommit(r)
+                if txn_denied(&r.transactional_id) || group_denied(Op::Read, &r.group_id) =>
+            {
+                use spate_protocol::messages::txn_offset_commit_response::{
+                    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+                };
+                let code = if txn_denied(&r.transactional_id) {
+                    txn_refused
+                } else {
+                    refused
+                };
+                let mut resp = spate_protocol::messages::TxnOffsetCommitResponse::default();
+                for t in &r.topics {
+                    let mut rt = TxnOffsetCommitResponseTopic::default();
+                    rt.name = t.name.clone();
+                    for p in &t.partitions {
+                        let mut rp = TxnOffsetCommitResponsePartition::default();
+                        rp.partition_index = p.partition_index;
+                        rp.error_code = code;
+                        rt.partitions.push(rp);
+                    }
+                    resp.topics.push(rt);
+                }
+                ctx.now(&charge, resp)
             }
             Request::InitProducerId(r) if r.transactional_id.is_some() => {
                 ctx.later(handlers::transactions::init_producer_id(self, version, r))
@@ -620,6 +764,94 @@ impl Broker {
                 let mut resp = handlers::groups::find_coordinator(self, version, r);
                 if let Some(p) = listener {
                     crate::security::addresses::find_coordinator(self, p, &mut resp);
+                }
+                ctx.now(&charge, resp)
+            }
+            Request::JoinGroup(r) if group_denied(Op::Read, &r.group_id) => ctx.now(
+                &charge,
+                spate_protocol::messages::JoinGroupResponse::default().with_error_code(refused),
+            ),
+            Request::SyncGroup(r) if group_denied(Op::Read, &r.group_id) => ctx.now(
+                &charge,
+                spate_protocol::messages::SyncGroupResponse::default().with_error_code(refused),
+            ),
+            Request::Heartbeat(r) if group_denied(Op::Read, &r.group_id) => ctx.now(
+                &charge,
+                spate_protocol::messages::HeartbeatResponse::default().with_error_code(refused),
+            ),
+            Request::LeaveGroup(r) if group_denied(Op::Read, &r.group_id) => ctx.now(
+                &charge,
+                spate_protocol::messages::LeaveGroupResponse::default().with_error_code(refused),
+            ),
+            Request::OffsetCommit(r) if group_denied(Op::Read, &r.group_id) => {
+                ctx.now(&charge, enforce::offset_commit_refused(&r))
+            }
+            Request::ConsumerGroupHeartbeat(r) if group_denied(Op::Read, &r.group_id) => ctx.now(
+                &charge,
+                spate_protocol::messages::ConsumerGroupHeartbeatResponse::default()
+                    .with_error_code(refused),
+            ),
+            Request::OffsetFetch(r) if version < 8 && group_denied(Op::Describe, &r.group_id) => {
+                let mut resp = spate_protocol::messages::OffsetFetchResponse::default();
+                if version >= 2 {
+                    resp.error_code = refused;
+                } else {
+                    use spate_protocol::messages::offset_fetch_response::{
+                        OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+                    };
+                    for t in r.topics.iter().flatten() {
+                        let mut rt = OffsetFetchResponseTopic::default();
+                        rt.name = t.name.clone();
+                        for p in &t.partition_indexes {
+                            let mut rp = OffsetFetchResponsePartition::default();
+                            rp.partition_index = *p;
+                            rp.committed_offset = -1;
+                            rp.error_code = refused;
+                            rt.partitions.push(rp);
+                        }
+                        resp.topics.push(rt);
+                    }
+                }
+                ctx.now(&charge, resp)
+            }
+            Request::OffsetFetch(mut r) if version >= 8 && self.authorizer.enabled() => {
+                let denied = enforce::offset_fetch_request(self, who, &mut r);
+                let mut resp = handlers::offsets::fetch(self, version, r);
+                enforce::offset_fetch_response(denied, &mut resp);
+                ctx.now(&charge, resp)
+            }
+            Request::DescribeGroups(r) if self.authorizer.enabled() => {
+                let mut resp = handlers::groups::describe(self, version, r);
+                for g in &mut resp.groups {
+                    if group_denied(Op::Describe, &g.group_id) {
+                        let mut d = spate_protocol::messages::describe_groups_response::DescribedGroup::default();
+                        d.group_id = g.group_id.clone();
+                        d.error_code = refused;
+                        *g = d;
+                    }
+                }
+                ctx.now(&charge, resp)
+            }
+            Request::ListGroups(r) if self.authorizer.enabled() => {
+                let mut resp = handlers::groups::list(self, version, r);
+                enforce::list_groups_response(self, who, &mut resp);
+                ctx.now(&charge, resp)
+            }
+            Request::DeleteGroups(mut r) if self.authorizer.enabled() => {
+                let mut denied = Vec::new();
+                r.groups_names.retain(|g| {
+                    let ok = !group_denied(Op::Delete, g);
+                    if !ok {
+                        denied.push(g.clone());
+                    }
+                    ok
+                });
+                let mut resp = handlers::groups::delete(self, r);
+                for g in denied {
+                    let mut d = spate_protocol::messages::delete_groups_response::DeletableGroupResult::default();
+                    d.group_id = g;
+                    d.error_code = refused;
+                    resp.results.push(d);
                 }
                 ctx.now(&charge, resp)
             }
@@ -678,11 +910,49 @@ impl Broker {
                 ctx.now(&charge, handlers::telemetry::subscriptions(self, r))
             }
             Request::PushTelemetry(r) => ctx.now(&charge, handlers::telemetry::push(self, r)),
+            Request::DescribeUserScramCredentials(_) if cluster_denied(Op::Describe) => ctx.now(
+                &charge,
+                spate_protocol::messages::DescribeUserScramCredentialsResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+                    .with_error_message(Some(spate_protocol::StrBytes::from_static_str(
+                        "Describe on the cluster is needed to describe SCRAM credentials",
+                    ))),
+            ),
+            Request::AlterUserScramCredentials(r) if cluster_denied(Op::Alter) => {
+                use spate_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
+                let mut resp =
+                    spate_protocol::messages::AlterUserScramCredentialsResponse::default();
+                let users: std::collections::BTreeSet<String> = r
+                    .deletions
+                    .iter()
+                    .map(|d| d.name.to_string())
+                    .chain(r.upsertions.iter().map(|u| u.name.to_string()))
+                    .collect();
+                for user in users {
+                    let mut u = AlterUserScramCredentialsResult::default();
+                    u.user = spate_protocol::StrBytes::from_string(user);
+                    u.error_code = ResponseError::ClusterAuthorizationFailed.code();
+                    resp.results.push(u);
+                }
+                ctx.now(&charge, resp)
+            }
             Request::DescribeUserScramCredentials(r) => {
                 ctx.now(&charge, handlers::scram_credentials::describe(self, r))
             }
             Request::AlterUserScramCredentials(r) => {
                 Ok(ctx.serial(self, move |b| handlers::scram_credentials::alter(b, r)))
+            }
+            Request::DescribeAcls(r) => ctx.now(
+                &charge,
+                handlers::acls::describe(self, rc.session.map(|s| &**s), r),
+            ),
+            Request::CreateAcls(r) => {
+                let s = rc.session.cloned();
+                Ok(ctx.serial(self, move |b| handlers::acls::create(b, s.as_deref(), r)))
+            }
+            Request::DeleteAcls(r) => {
+                let s = rc.session.cloned();
+                Ok(ctx.serial(self, move |b| handlers::acls::delete(b, s.as_deref(), r)))
             }
             Request::SaslHandshake(r) => {
                 let anonymous = Arc::new(crate::security::Session::new(

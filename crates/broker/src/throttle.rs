@@ -72,6 +72,13 @@ throttled!(
     DescribeTransactionsResponse,
     ListTransactionsResponse,
     AlterUserScramCredentialsResponse,
+    DescribeAclsResponse,
+    CreateAclsResponse,
+    DeleteAclsResponse,
+    AddPartitionsToTxnResponse,
+    AddOffsetsToTxnResponse,
+    EndTxnResponse,
+    TxnOffsetCommitResponse,
 );
 
 /// SaslHandshake has no throttle field: a connection in its SASL exchange is not throttled.

@@ -31,6 +31,13 @@ pub const RESERVED_CONFIG_KEYS: &[&str] = &[
     "advertised-http-address",
     "data-dir",
     "admin-token",
+    // Listeners and their certificates follow the pods' ports and mounted Secrets, which the
+    // operator does not wire yet.
+    "listeners",
+    "advertised-listeners",
+    "ssl-cert",
+    "ssl-key",
+    "ssl-ca",
 ];
 
 /// Keys that have their own typed field in `spec.broker`.

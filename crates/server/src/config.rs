@@ -82,6 +82,23 @@ pub struct Args {
     )]
     pub sasl_mechanisms: String,
 
+    /// `acl` enforces Kafka ACLs (managed with kafka-acls: CreateAcls, DescribeAcls,
+    /// DeleteAcls); `none` (the default) allows every request.
+    #[arg(long, env = "SPATE_AUTHORIZER", default_value = "none")]
+    pub authorizer: String,
+
+    /// Principals allowed everything whatever the ACLs say, e.g. `User:admin,User:CN=ops`.
+    #[arg(long, env = "SPATE_SUPER_USERS", default_value = "")]
+    pub super_users: String,
+
+    /// With `--authorizer acl`: whether a resource no ACL names is open to everyone.
+    #[arg(
+        long,
+        env = "SPATE_ALLOW_EVERYONE_IF_NO_ACL_FOUND",
+        default_value = "false"
+    )]
+    pub allow_everyone_if_no_acl_found: String,
+
     /// An authenticated SASL session lasts this long; clients re-authenticate before it ends
     /// (KIP-368) or are disconnected (connections.max.reauth.ms). 0: sessions never expire.
     #[arg(long, env = "SPATE_CONNECTIONS_MAX_REAUTH_MS", default_value_t = 0)]
@@ -760,7 +777,36 @@ impl Args {
             Ok(text) => parse_bootstrap_users(&text)?,
             Err(_) => Vec::new(),
         };
+        let authorizer = match self.authorizer.trim() {
+            "acl" => true,
+            "none" | "" => false,
+            other => bail!("--authorizer is acl or none, not '{other}'"),
+        };
+        let allow_if_none = match self.allow_everyone_if_no_acl_found.trim() {
+            "true" => true,
+            "false" => false,
+            other => bail!("--allow-everyone-if-no-acl-found is true or false, not '{other}'"),
+        };
+        let mut super_users = Vec::new();
+        for p in self
+            .super_users
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            match p.split_once(':') {
+                Some((kind, name)) if !kind.is_empty() && !name.is_empty() => {
+                    super_users.push(p.to_string())
+                }
+                _ => bail!("--super-users: '{p}' is not Type:name (e.g. User:admin)"),
+            }
+        }
         Ok(SecuritySettings {
+            authorizer,
+            acl: spate_auth::acl::AuthorizerConfig {
+                super_users,
+                allow_everyone_if_no_acl_found: allow_if_none,
+            },
             mechanisms,
             reauth_ms: i64::try_from(self.connections_max_reauth_ms)
                 .context("--connections-max-reauth-ms")?,

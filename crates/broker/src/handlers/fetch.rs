@@ -86,7 +86,12 @@ impl Prepared {
 }
 
 /// Resolves a fetch's topics and partitions and works out its limits.
-pub fn prepare(b: &Broker, version: i16, mut req: FetchRequest) -> Prepared {
+pub fn prepare(
+    b: &Broker,
+    who: Option<&crate::security::Session>,
+    version: i16,
+    mut req: FetchRequest,
+) -> Prepared {
     let fetch_max = b.config.fetch_max_bytes;
     // A session's incremental fetch is served for every partition of the session.
     let (session, refused) = match b.fetch_sessions.begin(&mut req, version) {
@@ -107,6 +112,15 @@ pub fn prepare(b: &Broker, version: i16, mut req: FetchRequest) -> Prepared {
     // A follower's fetch with a leader-side replication throttle set.
     let leader_throttle = replica.and_then(|_| topology.leader_throttle_rate());
     let now_ms = b.clock.monotonic_ms().max(0) as u64;
+    // ACLs: a follower needs ClusterAction on the cluster, a consumer Read on each topic.
+    use spate_auth::acl::{Operation, ResourceType, CLUSTER_NAME};
+    let follower_allowed = replica.is_none()
+        || b.authorizer.allows(
+            who,
+            Operation::ClusterAction,
+            ResourceType::Cluster,
+            CLUSTER_NAME,
+        );
     for (ti, ft) in req.topics.iter().enumerate() {
         if refused.is_some() {
             break;
@@ -121,9 +135,18 @@ pub fn prepare(b: &Broker, version: i16, mut req: FetchRequest) -> Prepared {
         };
         topics.push(tr);
         handles.push(topic.clone());
+        let denied = match &topic {
+            Some(t) if replica.is_some() => !follower_allowed && !t.name.is_empty(),
+            Some(t) => !b
+                .authorizer
+                .allows(who, Operation::Read, ResourceType::Topic, &t.name),
+            None => false,
+        };
         for fp in &ft.partitions {
             let partition = topic.as_ref().and_then(|t| t.partition(fp.partition));
             let error = match (&topic, &partition) {
+                _ if denied && replica.is_some() => Some(ResponseError::ClusterAuthorizationFailed),
+                _ if denied => Some(ResponseError::TopicAuthorizationFailed),
                 (None, _) if version >= 13 => Some(ResponseError::UnknownTopicId),
                 (None, _) => Some(ResponseError::UnknownTopicOrPartition),
                 (Some(t), None) => t.lookup(fp.partition).err(),

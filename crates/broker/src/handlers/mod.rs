@@ -1,5 +1,6 @@
 //! One module per Kafka API family.
 
+pub mod acls;
 pub mod api_versions;
 pub mod client_quotas;
 pub mod cluster;

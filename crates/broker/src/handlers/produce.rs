@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use spate_auth::acl::{Operation, ResourceType};
 use spate_log::{wait_durable, Durability, DurabilityError};
 use spate_protocol::batch::{self, BatchError, BatchHeader};
 use spate_protocol::messages::produce_request::PartitionProduceData;
@@ -17,6 +18,7 @@ use tokio::sync::watch;
 use super::msg;
 use crate::partition::{AppendError, Appended, Partition};
 use crate::registry::Topic;
+use crate::security::Session;
 use crate::Broker;
 use spate_cluster::replication::AckState;
 
@@ -42,12 +44,21 @@ struct Replicated {
 /// or `None` for acks=0 (no response is sent).
 pub fn handle(
     b: &Arc<Broker>,
+    who: Option<&Session>,
     header: &RequestHeader,
     throttle_ms: i32,
     req: ProduceRequest,
 ) -> Option<impl Future<Output = ProduceResponse> + Send + 'static> {
     let acks = req.acks;
-    let answer = produce(b, header.request_api_version, throttle_ms, req, true);
+    let answer = produce_verified(
+        b,
+        who,
+        header.request_api_version,
+        throttle_ms,
+        req,
+        true,
+        Verified::Here,
+    );
     // The appends happened inside `produce`; acks=0 only skips the answer.
     (acks != 0).then_some(answer)
 }
@@ -63,7 +74,18 @@ pub fn produce(
     req: ProduceRequest,
     wait: bool,
 ) -> impl Future<Output = ProduceResponse> + Send + 'static {
-    produce_verified(b, version, throttle_ms, req, wait, Verified::Here)
+    produce_verified(b, None, version, throttle_ms, req, wait, Verified::Here)
+}
+
+/// [`produce`] for a client connection, whose principal must be allowed to write.
+pub fn produce_by(
+    b: &Arc<Broker>,
+    who: Option<&Session>,
+    version: i16,
+    throttle_ms: i32,
+    req: ProduceRequest,
+) -> impl Future<Output = ProduceResponse> + Send + 'static {
+    produce_verified(b, who, version, throttle_ms, req, true, Verified::Here)
 }
 
 /// The transactional batches of a produce that must be settled with the coordinator before
@@ -156,6 +178,7 @@ pub(crate) enum Verified {
 /// [`produce`] with transactional batches verified as `verified` says.
 pub(crate) fn produce_verified(
     b: &Arc<Broker>,
+    who: Option<&Session>,
     version: i16,
     throttle_ms: i32,
     req: ProduceRequest,
@@ -172,6 +195,11 @@ pub(crate) fn produce_verified(
     let replicated_partitions = topology.replicates();
     let out_of_session = !topology.takes_produce();
     let bad_acks = !matches!(acks, -1..=1);
+    // ACLs: a transactional produce needs Write on its transactional id, every topic Write.
+    let txn_denied = txn_id.as_deref().is_some_and(|id| {
+        !b.authorizer
+            .allows(who, Operation::Write, ResourceType::TransactionalId, id)
+    });
     let fsync_acks = b.config.fsync.acks_wait_for_fsync() && acks != 0;
     for (ti, td) in req.topic_data.into_iter().enumerate() {
         let mut tr = TopicProduceResponse::default();
@@ -204,6 +232,23 @@ pub(crate) fn produce_verified(
                         ResponseError::UnknownTopicOrPartition,
                         "unknown topic".into(),
                     )),
+                    _ if txn_denied => Err((
+                        ResponseError::TransactionalIdAuthorizationFailed,
+                        "not authorized to write with this transactional id".into(),
+                    )),
+                    Some(t)
+                        if !b.authorizer.allows(
+                            who,
+                            Operation::Write,
+                            ResourceType::Topic,
+                            &t.name,
+                        ) =>
+                    {
+                        Err((
+                            ResponseError::TopicAuthorizationFailed,
+                            format!("not authorized to write to {}", t.name),
+                        ))
+                    }
                     // Only the group coordinator writes there, as in Kafka.
                     Some(t) if crate::groups::is_internal(&t.name) => Err((
                         ResponseError::InvalidTopicException,

@@ -1,11 +1,14 @@
 //! Who is on each connection: the listeners and their security protocols, the SASL exchange
 //! of one connection ([`Session`]), and the broker's credential store ([`CredentialStore`]).
 
+mod acls;
 pub mod addresses;
+pub mod enforce;
 mod listeners;
 mod session;
 mod store;
 
+pub use acls::Authorizer;
 pub use listeners::{parse_listeners, Listener, SecurityProtocol};
 pub use session::{Gate, Session};
 pub use store::{Change, CredentialStore, SecuritySettings};

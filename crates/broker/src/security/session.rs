@@ -89,6 +89,12 @@ impl Session {
         self.protocol
     }
 
+    /// The client's address as ACL bindings name hosts (`*` when unknown).
+    pub fn host(&self) -> String {
+        self.peer
+            .map_or_else(|| "*".to_string(), |ip| ip.to_string())
+    }
+
     /// Who the client is: its SASL user, its certificate's `CN=...`, or `User:ANONYMOUS`.
     pub fn principal(&self) -> Principal {
         self.principal.read().clone()

@@ -30,6 +30,10 @@ pub struct SecuritySettings {
     /// Users given credentials on the first start (`SPATE_BOOTSTRAP_USERS`), as (user,
     /// password).
     pub bootstrap_users: Vec<(String, String)>,
+    /// `--authorizer acl`: ACLs are enforced.
+    pub authorizer: bool,
+    /// Super users and the rule for resources without ACLs.
+    pub acl: spate_auth::acl::AuthorizerConfig,
 }
 
 impl Default for SecuritySettings {
@@ -38,6 +42,8 @@ impl Default for SecuritySettings {
             mechanisms: Mechanism::ALL.to_vec(),
             reauth_ms: 0,
             bootstrap_users: Vec::new(),
+            authorizer: false,
+            acl: Default::default(),
         }
     }
 }

@@ -1,0 +1,244 @@
+//! ACLs on the requests that name topics and groups: what each needs (Kafka's table), and how
+//! a refusal shows in its answer. Topics a client may not see are left out of listings and
+//! marked TOPIC_AUTHORIZATION_FAILED where named; a group it may not use answers
+//! GROUP_AUTHORIZATION_FAILED. Nothing here runs without `--authorizer acl`.
+
+use spate_auth::acl::{Operation, ResourceType, CLUSTER_NAME};
+use spate_protocol::messages::create_topics_response::CreatableTopicResult;
+use spate_protocol::messages::delete_topics_response::DeletableTopicResult;
+use spate_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use spate_protocol::messages::offset_fetch_response::OffsetFetchResponseGroup;
+use spate_protocol::messages::{
+    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    ListGroupsResponse, ListOffsetsResponse, MetadataRequest, MetadataResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+};
+use spate_protocol::{ResponseError, StrBytes};
+
+use super::Session;
+use crate::Broker;
+
+fn may(b: &Broker, who: Option<&Session>, op: Operation, rt: ResourceType, name: &str) -> bool {
+    b.authorizer.allows(who, op, rt, name)
+}
+
+/// Whether `who` may `op` group `group`.
+pub fn group(b: &Broker, who: Option<&Session>, op: Operation, group: &str) -> bool {
+    may(b, who, op, ResourceType::Group, group)
+}
+
+/// Metadata: auto-creation needs Create on the cluster or on the topic; without it the
+/// request creates nothing.
+pub fn metadata_request(b: &Broker, who: Option<&Session>, req: &mut MetadataRequest) {
+    if !b.authorizer.enabled() || !req.allow_auto_topic_creation {
+        return;
+    }
+    if may(
+        b,
+        who,
+        Operation::Create,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    ) {
+        return;
+    }
+    let all_allowed = req.topics.iter().flatten().all(|t| {
+        t.name
+            .as_ref()
+            .is_none_or(|n| may(b, who, Operation::Create, ResourceType::Topic, n))
+    });
+    if !all_allowed {
+        req.allow_auto_topic_creation = false;
+    }
+}
+
+/// Metadata: topics without Describe are left out of an all-topics answer and marked
+/// TOPIC_AUTHORIZATION_FAILED where named.
+pub fn metadata_response(
+    b: &Broker,
+    who: Option<&Session>,
+    all: bool,
+    resp: &mut MetadataResponse,
+) {
+    if !b.authorizer.enabled() {
+        return;
+    }
+    let denied = |name: &str| !may(b, who, Operation::Describe, ResourceType::Topic, name);
+    if all {
+        resp.topics
+            .retain(|t| t.name.as_ref().is_none_or(|n| !denied(n)));
+        return;
+    }
+    for t in &mut resp.topics {
+        if t.name.as_ref().is_some_and(|n| denied(n)) {
+            t.error_code = ResponseError::TopicAuthorizationFailed.code();
+            t.partitions.clear();
+            t.is_internal = false;
+            t.topic_id = Default::default();
+        }
+    }
+}
+
+/// ListOffsets: every partition of a topic without Describe is TOPIC_AUTHORIZATION_FAILED.
+pub fn list_offsets_response(b: &Broker, who: Option<&Session>, resp: &mut ListOffsetsResponse) {
+    if !b.authorizer.enabled() {
+        return;
+    }
+    for t in &mut resp.topics {
+        if !may(b, who, Operation::Describe, ResourceType::Topic, &t.name) {
+            for p in &mut t.partitions {
+                *p = spate_protocol::messages::list_offsets_response::ListOffsetsPartitionResponse::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(ResponseError::TopicAuthorizationFailed.code());
+            }
+        }
+    }
+}
+
+/// CreateTopics: topics without Create (on the cluster or the topic) leave the request; their
+/// results are added by [`create_topics_response`].
+pub fn create_topics_request(
+    b: &Broker,
+    who: Option<&Session>,
+    req: &mut CreateTopicsRequest,
+) -> Vec<TopicName> {
+    if !b.authorizer.enabled()
+        || may(
+            b,
+            who,
+            Operation::Create,
+            ResourceType::Cluster,
+            CLUSTER_NAME,
+        )
+    {
+        return Vec::new();
+    }
+    let (ok, denied): (Vec<_>, Vec<_>) = req
+        .topics
+        .drain(..)
+        .partition(|t| may(b, who, Operation::Create, ResourceType::Topic, &t.name));
+    req.topics = ok;
+    denied.into_iter().map(|t| t.name).collect()
+}
+
+/// Adds the refused topics of [`create_topics_request`] to the answer.
+pub fn create_topics_response(denied: Vec<TopicName>, resp: &mut CreateTopicsResponse) {
+    for name in denied {
+        let mut r = CreatableTopicResult::default();
+        r.name = name;
+        r.error_code = ResponseError::TopicAuthorizationFailed.code();
+        r.error_message = Some(StrBytes::from_static_str(
+            "not authorized to create this topic",
+        ));
+        r.num_partitions = -1;
+        r.replication_factor = -1;
+        resp.topics.push(r);
+    }
+}
+
+/// DeleteTopics: topics without Delete leave the request; [`delete_topics_response`] adds
+/// their results.
+pub fn delete_topics_request(
+    b: &Broker,
+    who: Option<&Session>,
+    req: &mut DeleteTopicsRequest,
+) -> Vec<DeletableTopicResult> {
+    if !b.authorizer.enabled() {
+        return Vec::new();
+    }
+    let deny = |name: Option<TopicName>, id| {
+        let mut r = DeletableTopicResult::default();
+        r.name = name;
+        r.topic_id = id;
+        r.error_code = ResponseError::TopicAuthorizationFailed.code();
+        r.error_message = Some(StrBytes::from_static_str(
+            "not authorized to delete this topic",
+        ));
+        r
+    };
+    let mut denied = Vec::new();
+    req.topic_names.retain(|n| {
+        let ok = may(b, who, Operation::Delete, ResourceType::Topic, n);
+        if !ok {
+            denied.push(deny(Some(n.clone()), Default::default()));
+        }
+        ok
+    });
+    req.topics.retain(|t| {
+        let name = t
+            .name
+            .as_ref()
+            .map(|n| n.to_string())
+            .or_else(|| b.topics.get_by_id(&t.topic_id).map(|t| t.name.clone()));
+        // A topic id nobody has is for the handler to answer (UNKNOWN_TOPIC_ID).
+        let ok = name
+            .as_deref()
+            .is_none_or(|n| may(b, who, Operation::Delete, ResourceType::Topic, n));
+        if !ok {
+            denied.push(deny(t.name.clone(), t.topic_id));
+        }
+        ok
+    });
+    denied
+}
+
+/// Adds the refused topics of [`delete_topics_request`] to the answer.
+pub fn delete_topics_response(denied: Vec<DeletableTopicResult>, resp: &mut DeleteTopicsResponse) {
+    resp.responses.extend(denied);
+}
+
+/// OffsetCommit without Read on its group: every partition GROUP_AUTHORIZATION_FAILED.
+pub fn offset_commit_refused(req: &OffsetCommitRequest) -> OffsetCommitResponse {
+    let mut resp = OffsetCommitResponse::default();
+    for t in &req.topics {
+        let mut rt = OffsetCommitResponseTopic::default();
+        rt.name = t.name.clone();
+        rt.topic_id = t.topic_id;
+        for p in &t.partitions {
+            let mut rp = OffsetCommitResponsePartition::default();
+            rp.partition_index = p.partition_index;
+            rp.error_code = ResponseError::GroupAuthorizationFailed.code();
+            rt.partitions.push(rp);
+        }
+        resp.topics.push(rt);
+    }
+    resp
+}
+
+/// OffsetFetch: groups without Describe leave the request (v8+; before, the one group is
+/// refused whole by the caller); [`offset_fetch_response`] adds their refusals.
+pub fn offset_fetch_request(
+    b: &Broker,
+    who: Option<&Session>,
+    req: &mut OffsetFetchRequest,
+) -> Vec<StrBytes> {
+    let mut denied = Vec::new();
+    req.groups.retain(|g| {
+        let ok = group(b, who, Operation::Describe, &g.group_id);
+        if !ok {
+            denied.push(g.group_id.0.clone());
+        }
+        ok
+    });
+    denied
+}
+
+/// Adds the refused groups of [`offset_fetch_request`] to the answer.
+pub fn offset_fetch_response(denied: Vec<StrBytes>, resp: &mut OffsetFetchResponse) {
+    for id in denied {
+        let mut g = OffsetFetchResponseGroup::default();
+        g.group_id = id.into();
+        g.error_code = ResponseError::GroupAuthorizationFailed.code();
+        resp.groups.push(g);
+    }
+}
+
+/// ListGroups: only the groups the client may describe.
+pub fn list_groups_response(b: &Broker, who: Option<&Session>, resp: &mut ListGroupsResponse) {
+    if b.authorizer.enabled() {
+        resp.groups
+            .retain(|g| group(b, who, Operation::Describe, &g.group_id));
+    }
+}
