@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Short fuzzing runs of the request decoder and the RecordBatch parser (needs nightly and
+# Short fuzzing runs of the request decoder, the RecordBatch parser and the SASL (PLAIN, SCRAM)
+# parsers (needs nightly and
 # cargo-fuzz: `rustup toolchain install nightly && cargo install cargo-fuzz`).
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]     default 60
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../fuzz"
 secs="${1:-60}"
-for target in request_decoder record_batch; do
+for target in request_decoder record_batch sasl; do
   mkdir -p "corpus/$target"
   cargo +nightly fuzz run "$target" "corpus/$target" -- -max_total_time="$secs" -max_len=65536
 done

@@ -28,14 +28,24 @@ pub struct Spate {
     pub ingest: Option<String>,
     dir: tempfile::TempDir,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl Spate {
     /// Starts a broker with a fresh data dir and these extra flags.
     pub fn start(extra: &[&str]) -> Self {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// Starts a broker with these extra flags and environment variables.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let (child, addr, http, ingest) = spawn(dir.path(), &extra);
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (child, addr, http, ingest) = spawn(dir.path(), &extra, &env);
         Self {
             child: Some(child),
             addr,
@@ -43,6 +53,7 @@ impl Spate {
             ingest,
             dir,
             extra,
+            env,
         }
     }
 
@@ -78,7 +89,7 @@ impl Spate {
     /// it was already stopped.
     pub fn restart(&mut self) {
         self.kill9();
-        let (child, addr, http, ingest) = spawn(self.dir.path(), &self.extra);
+        let (child, addr, http, ingest) = spawn(self.dir.path(), &self.extra, &self.env);
         self.child = Some(child);
         self.addr = addr;
         self.http = http;
@@ -154,7 +165,11 @@ pub fn free_ports(n: usize) -> Vec<u16> {
     ports
 }
 
-fn spawn(dir: &Path, extra: &[String]) -> (Child, String, String, Option<String>) {
+fn spawn(
+    dir: &Path,
+    extra: &[String],
+    env: &[(String, String)],
+) -> (Child, String, String, Option<String>) {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -170,6 +185,7 @@ fn spawn(dir: &Path, extra: &[String]) -> (Child, String, String, Option<String>
         ])
         .arg(dir.join("data"))
         .args(extra)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(log)

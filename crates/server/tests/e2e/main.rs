@@ -23,5 +23,6 @@ mod operations;
 mod produce_consume;
 mod quotas;
 mod search;
+mod security;
 mod telemetry;
 mod transactions;

@@ -1,0 +1,183 @@
+//! SASL through the wire, where no real client would go: requests before authentication,
+//! exchanges out of order, unknown mechanisms, raw tokens after a v0 handshake, a silent
+//! connection, an expired session and a flood of failed logins. Real clients (librdkafka,
+//! Kafka's tools) are in scripts/security-e2e.sh.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::harness::{Raw, Spate};
+
+const USERS: (&str, &str) = ("SPATE_BOOTSTRAP_USERS", "admin:admin-secret");
+
+fn sasl_broker(extra: &[&str]) -> Spate {
+    let mut args = vec!["--listeners", "SASL_PLAINTEXT://127.0.0.1:0"];
+    args.extend(extra);
+    Spate::start_with_env(&args, &[USERS])
+}
+
+fn handshake(raw: &mut Raw, version: i16, mechanism: &str) -> SaslHandshakeResponse {
+    let mut r = SaslHandshakeRequest::default();
+    r.mechanism = StrBytes::from_string(mechanism.to_string());
+    raw.call(ApiKey::SaslHandshake, version, &r)
+}
+
+fn authenticate(raw: &mut Raw, token: &[u8]) -> SaslAuthenticateResponse {
+    let mut r = SaslAuthenticateRequest::default();
+    r.auth_bytes = Bytes::copy_from_slice(token);
+    raw.call(ApiKey::SaslAuthenticate, 2, &r)
+}
+
+fn metadata(raw: &mut Raw) -> MetadataResponse {
+    raw.call(ApiKey::Metadata, 12, &MetadataRequest::default())
+}
+
+fn login(raw: &mut Raw, password: &str) -> SaslAuthenticateResponse {
+    assert_eq!(handshake(raw, 1, "PLAIN").error_code, 0);
+    authenticate(raw, format!("\0admin\0{password}").as_bytes())
+}
+
+#[test]
+fn only_api_versions_and_the_sasl_exchange_pass_before_authentication() {
+    let spate = sasl_broker(&[]);
+    let mut raw = Raw::connect(&spate.addr);
+    let v: ApiVersionsResponse = raw.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
+    assert_eq!(v.error_code, 0);
+    assert!(v
+        .api_keys
+        .iter()
+        .any(|k| k.api_key == ApiKey::SaslAuthenticate as i16));
+    let h = handshake(&mut raw, 1, "PLAIN");
+    assert_eq!(h.error_code, 0);
+    let names: Vec<String> = h.mechanisms.iter().map(|m| m.to_string()).collect();
+    assert_eq!(names, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]);
+    let a = authenticate(&mut raw, b"\0admin\0admin-secret");
+    assert_eq!(a.error_code, 0, "{:?}", a.error_message);
+    assert_eq!(
+        metadata(&mut raw).brokers.len(),
+        1,
+        "authenticated: requests pass"
+    );
+
+    // Metadata before authenticating: the connection closes, nothing answered.
+    let mut early = Raw::connect(&spate.addr);
+    early.send(ApiKey::Metadata, 12, &MetadataRequest::default());
+    assert!(early.recv_frame().is_none(), "closed without an answer");
+    // SaslAuthenticate before SaslHandshake: closed too.
+    let mut out_of_order = Raw::connect(&spate.addr);
+    let mut r = SaslAuthenticateRequest::default();
+    r.auth_bytes = Bytes::from_static(b"\0admin\0admin-secret");
+    out_of_order.send(ApiKey::SaslAuthenticate, 2, &r);
+    assert!(out_of_order.recv_frame().is_none());
+    // Between handshake and authentication only SaslAuthenticate passes.
+    let mut midway = Raw::connect(&spate.addr);
+    assert_eq!(handshake(&mut midway, 1, "PLAIN").error_code, 0);
+    midway.send(ApiKey::Metadata, 12, &MetadataRequest::default());
+    assert!(midway.recv_frame().is_none());
+    // The authenticated connection is unaffected.
+    assert_eq!(metadata(&mut raw).brokers.len(), 1);
+}
+
+#[test]
+fn an_unknown_mechanism_or_a_wrong_password_is_answered_then_the_connection_closes() {
+    let spate = sasl_broker(&["--sasl-mechanisms", "SCRAM-SHA-512"]);
+    let mut raw = Raw::connect(&spate.addr);
+    let h = handshake(&mut raw, 1, "GSSAPI");
+    assert_eq!(h.error_code, ResponseError::UnsupportedSaslMechanism.code());
+    let names: Vec<String> = h.mechanisms.iter().map(|m| m.to_string()).collect();
+    assert_eq!(names, ["SCRAM-SHA-512"], "the enabled list");
+    assert!(raw.is_closed());
+    // PLAIN is not enabled on this broker.
+    let mut raw = Raw::connect(&spate.addr);
+    assert_eq!(
+        handshake(&mut raw, 1, "PLAIN").error_code,
+        ResponseError::UnsupportedSaslMechanism.code()
+    );
+    // A SCRAM exchange with garbage fails cleanly.
+    let mut raw = Raw::connect(&spate.addr);
+    assert_eq!(handshake(&mut raw, 1, "SCRAM-SHA-512").error_code, 0);
+    let a = authenticate(&mut raw, b"n,,r=no-user-attribute");
+    assert_eq!(a.error_code, ResponseError::SaslAuthenticationFailed.code());
+    assert!(raw.is_closed());
+}
+
+#[test]
+fn a_flood_of_failed_logins_neither_stops_the_broker_nor_floods_its_log() {
+    let spate = sasl_broker(&[]);
+    let started = Instant::now();
+    for _ in 0..200 {
+        let mut raw = Raw::connect(&spate.addr);
+        let a = login(&mut raw, "wrong");
+        assert_eq!(a.error_code, ResponseError::SaslAuthenticationFailed.code());
+        let text = a.error_message.map(|m| m.to_string()).unwrap_or_default();
+        assert!(
+            !text.contains("wrong"),
+            "the password is never echoed: {text}"
+        );
+        assert!(raw.is_closed());
+    }
+    let mut raw = Raw::connect(&spate.addr);
+    assert_eq!(login(&mut raw, "admin-secret").error_code, 0);
+    assert_eq!(metadata(&mut raw).brokers.len(), 1);
+    // At most one line a second per address (plus one for the second that is under way).
+    let lines = spate.log().matches("authentication failed").count() as u64;
+    let allowed = started.elapsed().as_secs() + 2;
+    assert!(
+        (1..=allowed).contains(&lines),
+        "{lines} failure lines in {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn raw_tokens_after_a_v0_handshake_authenticate() {
+    let spate = sasl_broker(&[]);
+    let mut raw = Raw::connect(&spate.addr);
+    assert_eq!(handshake(&mut raw, 0, "PLAIN").error_code, 0);
+    let token = b"\0admin\0admin-secret";
+    let mut framed = (token.len() as i32).to_be_bytes().to_vec();
+    framed.extend_from_slice(token);
+    raw.send_bytes(&framed);
+    let answer = raw.recv_frame().expect("a raw token back");
+    assert!(answer.is_empty(), "PLAIN's answer is empty");
+    assert_eq!(metadata(&mut raw).brokers.len(), 1);
+    // A wrong raw token closes the connection (raw framing carries no error).
+    let mut raw = Raw::connect(&spate.addr);
+    assert_eq!(handshake(&mut raw, 0, "PLAIN").error_code, 0);
+    let bad = b"\0admin\0nope";
+    let mut framed = (bad.len() as i32).to_be_bytes().to_vec();
+    framed.extend_from_slice(bad);
+    raw.send_bytes(&framed);
+    assert!(raw.recv_frame().is_none());
+}
+
+#[test]
+fn a_silent_connection_is_closed_and_an_expired_session_must_re_authenticate() {
+    let spate = sasl_broker(&[
+        "--connections-auth-timeout-ms",
+        "300",
+        "--connections-max-reauth-ms",
+        "600",
+    ]);
+    // Connects and says nothing: closed once the auth timeout passes.
+    let mut silent = Raw::connect(&spate.addr);
+    assert!(silent.recv_frame().is_none(), "closed by the broker");
+    // Authenticated, then re-authenticated before the session ends: still served.
+    let mut raw = Raw::connect(&spate.addr);
+    let a = login(&mut raw, "admin-secret");
+    assert_eq!(a.error_code, 0);
+    assert_eq!(a.session_lifetime_ms, 600);
+    assert_eq!(login(&mut raw, "admin-secret").error_code, 0);
+    assert_eq!(metadata(&mut raw).brokers.len(), 1);
+    // Past the session's end without re-authenticating: the next request closes it.
+    std::thread::sleep(Duration::from_millis(800));
+    raw.send(ApiKey::Metadata, 12, &MetadataRequest::default());
+    assert!(raw.recv_frame().is_none());
+}
