@@ -410,6 +410,30 @@ def acl_check(addr, d):
     err = produce("alice", "orders")
     assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, f"removed: {err}"
     assert "secret" not in visible("alice")
+    # Admin operations need their own ACLs: creating, deleting and describing configs.
+    from confluent_kafka.admin import ConfigResource
+    alice = AdminClient(conf("alice"))
+    f = alice.create_topics([NewTopic("alice-new", 1, 1)])["alice-new"]
+    try:
+        f.result(timeout=30)
+        raise AssertionError("alice created a topic without Create")
+    except Exception as e:  # noqa: BLE001
+        assert "AUTHORIZATION" in str(e).upper(), e
+    f = alice.delete_topics(["orders"])["orders"]
+    try:
+        f.result(timeout=30)
+        raise AssertionError("alice deleted a topic without Delete")
+    except Exception as e:  # noqa: BLE001
+        assert "AUTHORIZATION" in str(e).upper(), e
+    res = alice.describe_configs([ConfigResource("topic", "secret")])
+    try:
+        list(res.values())[0].result(timeout=30)
+        raise AssertionError("alice described configs without DescribeConfigs")
+    except Exception as e:  # noqa: BLE001
+        assert "AUTHORIZATION" in str(e).upper(), e
+    acls("--add", "--allow-principal", "User:alice", "--operation", "Create", "--cluster")
+    alice.create_topics([NewTopic("alice-new", 1, 1)])["alice-new"].result(timeout=30)
+    assert "orders" in visible("admin"), "the refused delete deleted nothing"
 
 
 if __name__ == "__main__":

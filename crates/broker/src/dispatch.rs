@@ -623,17 +623,84 @@ impl Broker {
                 };
                 ctx.work(self, &charge, work)
             }
-            Request::CreatePartitions(r) => {
-                ctx.work(self, &charge, self.topology().create_partitions(self, r))
+            Request::CreatePartitions(mut r) => {
+                let denied = enforce::create_partitions_request(self, who, &mut r);
+                let work = self.topology().create_partitions(self, r);
+                let work = if denied.is_empty() {
+                    work
+                } else {
+                    work.map(move |resp| enforce::create_partitions_response(denied, resp))
+                };
+                ctx.work(self, &charge, work)
             }
-            Request::DescribeConfigs(r) => {
-                ctx.now(&charge, handlers::configs::describe(self, version, r))
+            Request::DescribeConfigs(mut r) => {
+                let denied = enforce::describe_configs_request(self, who, &mut r);
+                let mut resp = handlers::configs::describe(self, version, r);
+                enforce::describe_configs_response(denied, &mut resp);
+                ctx.now(&charge, resp)
             }
-            Request::AlterConfigs(r) => {
-                Ok(ctx.serial(self, move |b| handlers::configs::alter(b, r)))
+            Request::AlterConfigs(mut r) => {
+                let denied = enforce::alter_configs_request(self, who, &mut r);
+                Ok(ctx.serial(self, move |b| {
+                    let mut resp = handlers::configs::alter(b, r);
+                    enforce::alter_configs_response(denied, &mut resp);
+                    resp
+                }))
             }
-            Request::IncrementalAlterConfigs(r) => {
-                Ok(ctx.serial(self, move |b| handlers::configs::incremental_alter(b, r)))
+            Request::IncrementalAlterConfigs(mut r) => {
+                let denied = enforce::incremental_alter_configs_request(self, who, &mut r);
+                Ok(ctx.serial(self, move |b| {
+                    let mut resp = handlers::configs::incremental_alter(b, r);
+                    enforce::incremental_alter_configs_response(denied, &mut resp);
+                    resp
+                }))
+            }
+            Request::DescribeCluster(_) if cluster_denied(Op::Describe) => ctx.now(
+                &charge,
+                spate_protocol::messages::DescribeClusterResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            ),
+            Request::DescribeQuorum(_) if cluster_denied(Op::Describe) => ctx.now(
+                &charge,
+                spate_protocol::messages::DescribeQuorumResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            ),
+            Request::ElectLeaders(_) if version >= 1 && cluster_denied(Op::Alter) => ctx.now(
+                &charge,
+                spate_protocol::messages::ElectLeadersResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            ),
+            Request::AlterPartitionReassignments(_) if cluster_denied(Op::Alter) => ctx.now(
+                &charge,
+                spate_protocol::messages::AlterPartitionReassignmentsResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            ),
+            Request::ListPartitionReassignments(_) if cluster_denied(Op::Describe) => ctx.now(
+                &charge,
+                spate_protocol::messages::ListPartitionReassignmentsResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            ),
+            Request::DescribeLogDirs(_) if version >= 3 && cluster_denied(Op::Describe) => {
+                let resp = spate_protocol::messages::DescribeLogDirsResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+                if version >= 5 {
+                    ctx.now(&charge, spate_protocol::newer::DescribeLogDirsV5(resp))
+                } else {
+                    ctx.now(&charge, resp)
+                }
+            }
+            Request::DescribeClientQuotas(_) if cluster_denied(Op::DescribeConfigs) => ctx.now(
+                &charge,
+                spate_protocol::messages::DescribeClientQuotasResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+            ),
+            Request::DeleteRecords(mut r) if self.authorizer.enabled() => {
+                let denied = enforce::delete_records_request(self, who, &mut r);
+                let work = self
+                    .topology()
+                    .delete_records(self, r)
+                    .map(move |resp| enforce::delete_records_response(denied, resp));
+                ctx.work(self, &charge, work)
             }
             Request::DescribeCluster(r) => {
                 let mut resp = handlers::cluster::describe(self, version, r);

@@ -81,6 +81,11 @@ throttled!(
     TxnOffsetCommitResponse,
 );
 
+/// DescribeQuorum has no throttle field (it is not throttled in Kafka either).
+impl Throttled for DescribeQuorumResponse {
+    fn raise_throttle(&mut self, _ms: i32) {}
+}
+
 /// SaslHandshake has no throttle field: a connection in its SASL exchange is not throttled.
 impl Throttled for SaslHandshakeResponse {
     fn raise_throttle(&mut self, _ms: i32) {}

@@ -242,3 +242,213 @@ pub fn list_groups_response(b: &Broker, who: Option<&Session>, resp: &mut ListGr
             .retain(|g| group(b, who, Operation::Describe, &g.group_id));
     }
 }
+
+/// The ACL resource and refusal code of a config resource (Kafka's ConfigResource types:
+/// 2 topic, 4 broker, 8 broker logger, 16 client metrics, 32 group).
+fn config_resource(resource_type: i8, name: &str) -> (ResourceType, String, ResponseError) {
+    match resource_type {
+        2 => (
+            ResourceType::Topic,
+            name.to_string(),
+            ResponseError::TopicAuthorizationFailed,
+        ),
+        32 => (
+            ResourceType::Group,
+            name.to_string(),
+            ResponseError::GroupAuthorizationFailed,
+        ),
+        _ => (
+            ResourceType::Cluster,
+            CLUSTER_NAME.to_string(),
+            ResponseError::ClusterAuthorizationFailed,
+        ),
+    }
+}
+
+/// Config resources `op` is refused on: removed from `resources` (so nothing of them is read
+/// or changed), returned as (type, name, code) for the answer.
+fn refuse_configs<R>(
+    b: &Broker,
+    who: Option<&Session>,
+    op: Operation,
+    resources: &mut Vec<R>,
+    key: impl Fn(&R) -> (i8, String),
+) -> Vec<(i8, String, ResponseError)> {
+    if !b.authorizer.enabled() {
+        return Vec::new();
+    }
+    let mut denied = Vec::new();
+    resources.retain(|r| {
+        let (t, name) = key(r);
+        let (rt, acl_name, code) = config_resource(t, &name);
+        let ok = may(b, who, op, rt, &acl_name);
+        if !ok {
+            denied.push((t, name, code));
+        }
+        ok
+    });
+    denied
+}
+
+/// DescribeConfigs: resources without DescribeConfigs (topic, or cluster for brokers).
+pub fn describe_configs_request(
+    b: &Broker,
+    who: Option<&Session>,
+    req: &mut spate_protocol::messages::DescribeConfigsRequest,
+) -> Vec<(i8, String, ResponseError)> {
+    refuse_configs(
+        b,
+        who,
+        Operation::DescribeConfigs,
+        &mut req.resources,
+        |r| (r.resource_type, r.resource_name.to_string()),
+    )
+}
+
+/// Adds the refusals of [`describe_configs_request`].
+pub fn describe_configs_response(
+    denied: Vec<(i8, String, ResponseError)>,
+    resp: &mut spate_protocol::messages::DescribeConfigsResponse,
+) {
+    for (t, name, code) in denied {
+        let mut r =
+            spate_protocol::messages::describe_configs_response::DescribeConfigsResult::default();
+        r.resource_type = t;
+        r.resource_name = StrBytes::from_string(name);
+        r.error_code = code.code();
+        r.error_message = Some(StrBytes::from_static_str(
+            "not authorized to describe these configs",
+        ));
+        resp.results.push(r);
+    }
+}
+
+/// AlterConfigs: resources without AlterConfigs leave the request.
+pub fn alter_configs_request(
+    b: &Broker,
+    who: Option<&Session>,
+    req: &mut spate_protocol::messages::AlterConfigsRequest,
+) -> Vec<(i8, String, ResponseError)> {
+    refuse_configs(b, who, Operation::AlterConfigs, &mut req.resources, |r| {
+        (r.resource_type, r.resource_name.to_string())
+    })
+}
+
+/// Adds the refusals of [`alter_configs_request`].
+pub fn alter_configs_response(
+    denied: Vec<(i8, String, ResponseError)>,
+    resp: &mut spate_protocol::messages::AlterConfigsResponse,
+) {
+    for (t, name, code) in denied {
+        let mut r =
+            spate_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default(
+            );
+        r.resource_type = t;
+        r.resource_name = StrBytes::from_string(name);
+        r.error_code = code.code();
+        r.error_message = Some(StrBytes::from_static_str(
+            "not authorized to alter these configs",
+        ));
+        resp.responses.push(r);
+    }
+}
+
+/// IncrementalAlterConfigs: resources without AlterConfigs leave the request.
+pub fn incremental_alter_configs_request(
+    b: &Broker,
+    who: Option<&Session>,
+    req: &mut spate_protocol::messages::IncrementalAlterConfigsRequest,
+) -> Vec<(i8, String, ResponseError)> {
+    refuse_configs(b, who, Operation::AlterConfigs, &mut req.resources, |r| {
+        (r.resource_type, r.resource_name.to_string())
+    })
+}
+
+/// Adds the refusals of [`incremental_alter_configs_request`].
+pub fn incremental_alter_configs_response(
+    denied: Vec<(i8, String, ResponseError)>,
+    resp: &mut spate_protocol::messages::IncrementalAlterConfigsResponse,
+) {
+    for (t, name, code) in denied {
+        let mut r = spate_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse::default();
+        r.resource_type = t;
+        r.resource_name = StrBytes::from_string(name);
+        r.error_code = code.code();
+        r.error_message = Some(StrBytes::from_static_str(
+            "not authorized to alter these configs",
+        ));
+        resp.responses.push(r);
+    }
+}
+
+/// CreatePartitions: topics without Alter leave the request.
+pub fn create_partitions_request(
+    b: &Broker,
+    who: Option<&Session>,
+    req: &mut spate_protocol::messages::CreatePartitionsRequest,
+) -> Vec<TopicName> {
+    if !b.authorizer.enabled() {
+        return Vec::new();
+    }
+    let (ok, denied): (Vec<_>, Vec<_>) = req
+        .topics
+        .drain(..)
+        .partition(|t| may(b, who, Operation::Alter, ResourceType::Topic, &t.name));
+    req.topics = ok;
+    denied.into_iter().map(|t| t.name).collect()
+}
+
+/// Adds the refusals of [`create_partitions_request`].
+pub fn create_partitions_response(
+    denied: Vec<TopicName>,
+    resp: &mut spate_protocol::messages::CreatePartitionsResponse,
+) {
+    for name in denied {
+        let mut r = spate_protocol::messages::create_partitions_response::CreatePartitionsTopicResult::default();
+        r.name = name;
+        r.error_code = ResponseError::TopicAuthorizationFailed.code();
+        r.error_message = Some(StrBytes::from_static_str(
+            "not authorized to alter this topic",
+        ));
+        resp.results.push(r);
+    }
+}
+
+/// DeleteRecords: topics without Delete leave the request.
+pub fn delete_records_request(
+    b: &Broker,
+    who: Option<&Session>,
+    req: &mut spate_protocol::messages::DeleteRecordsRequest,
+) -> Vec<spate_protocol::messages::delete_records_request::DeleteRecordsTopic> {
+    if !b.authorizer.enabled() {
+        return Vec::new();
+    }
+    let (ok, denied): (Vec<_>, Vec<_>) = req
+        .topics
+        .drain(..)
+        .partition(|t| may(b, who, Operation::Delete, ResourceType::Topic, &t.name));
+    req.topics = ok;
+    denied
+}
+
+/// Adds the refusals of [`delete_records_request`].
+pub fn delete_records_response(
+    denied: Vec<spate_protocol::messages::delete_records_request::DeleteRecordsTopic>,
+    resp: &mut spate_protocol::messages::DeleteRecordsResponse,
+) {
+    use spate_protocol::messages::delete_records_response::{
+        DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+    };
+    for t in denied {
+        let mut r = DeleteRecordsTopicResult::default();
+        r.name = t.name;
+        for p in t.partitions {
+            let mut rp = DeleteRecordsPartitionResult::default();
+            rp.partition_index = p.partition_index;
+            rp.low_watermark = -1;
+            rp.error_code = ResponseError::TopicAuthorizationFailed.code();
+            r.partitions.push(rp);
+        }
+        resp.topics.push(r);
+    }
+}
