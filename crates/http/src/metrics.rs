@@ -336,6 +336,43 @@ fn counters(w: &mut Writer, list: &[(&str, &str, &spate_metrics::Counter)]) {
     }
 }
 
+/// Authentication outcomes and ACL denials per principal.
+fn render_security(w: &mut Writer, b: &Broker) {
+    let a = &b.auth;
+    counters(
+        w,
+        &[
+            (
+                "spate_sasl_authentications_total",
+                "SASL authentications that succeeded (first and re-authentications).",
+                &a.successes,
+            ),
+            (
+                "spate_sasl_authentication_failures_total",
+                "SASL authentications that failed (wrong password, unknown user, malformed exchange).",
+                &a.failures,
+            ),
+            (
+                "spate_connections_closed_unauthenticated_total",
+                "Connections closed for a request before authentication or after the session expired.",
+                &a.closed_unauthenticated,
+            ),
+        ],
+    );
+    w.family(
+        "spate_acl_denials_total",
+        "counter",
+        "Requests (or parts of them) the ACLs refused, by principal.",
+    );
+    for (principal, n) in b.authorizer.denials() {
+        w.sample(
+            "spate_acl_denials_total",
+            &[("principal", &principal)],
+            n as f64,
+        );
+    }
+}
+
 fn render_cleaner(w: &mut Writer, b: &Broker) {
     let now = b.clock.now_ms();
     let mut lags = Vec::new();
@@ -597,6 +634,7 @@ pub fn render(b: &Broker) -> String {
 
     render_transactions(&mut w, b);
     render_cleaner(&mut w, b);
+    render_security(&mut w, b);
     w.family(
         "spate_fsync_duration_seconds",
         "histogram",

@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::harness::{Raw, Spate};
+use crate::harness::{http, Raw, Spate};
 
 const USERS: (&str, &str) = ("SPATE_BOOTSTRAP_USERS", "admin:admin-secret");
 
@@ -126,6 +126,12 @@ fn a_flood_of_failed_logins_neither_stops_the_broker_nor_floods_its_log() {
     let mut raw = Raw::connect(&spate.addr);
     assert_eq!(login(&mut raw, "admin-secret").error_code, 0);
     assert_eq!(metadata(&mut raw).brokers.len(), 1);
+    let (_, metrics) = http(&spate.http, "GET", "/metrics", &[], "");
+    assert!(
+        metrics.contains("spate_sasl_authentication_failures_total 200"),
+        "every failure counted"
+    );
+    assert!(metrics.contains("spate_sasl_authentications_total 1"));
     // At most one line a second per address (plus one for the second that is under way).
     let lines = spate.log().matches("authentication failed").count() as u64;
     let allowed = started.elapsed().as_secs() + 2;
