@@ -90,10 +90,11 @@ pub const SUPPORTED: &[Supported] = &[
     // SCRAM credentials, as kafka-configs --entity-type users manages them.
     api(ApiKey::DescribeUserScramCredentials, 0, 0),
     api(ApiKey::AlterUserScramCredentials, 0, 0),
-    // ACLs as kafka-acls manages them (v2+ are flexible; v1 added prefixed patterns).
-    api(ApiKey::DescribeAcls, 0, 3),
-    api(ApiKey::CreateAcls, 0, 3),
-    api(ApiKey::DeleteAcls, 0, 3),
+    // ACLs as kafka-acls manages them (v1 added prefixed patterns, v2+ are flexible; Kafka 4
+    // dropped v0).
+    api(ApiKey::DescribeAcls, 1, 3),
+    api(ApiKey::CreateAcls, 1, 3),
+    api(ApiKey::DeleteAcls, 1, 3),
     // v2 can include fenced brokers, flagged.
     api(ApiKey::DescribeCluster, 0, 2),
     // v0-1 were removed in Kafka 4; v2 carries the current leader epoch (fencing), v3 the
