@@ -23,11 +23,22 @@ use axum::{Json, Router};
 use serde_json::json;
 use spate_broker::Broker;
 
+/// How HTTP clients authenticate (`--http-auth`, `--http-metrics-auth`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HttpAuth {
+    /// Every call but `/health`, `/ready` (and `/metrics` unless `metrics` is set) needs HTTP
+    /// Basic credentials of a SASL user, or the admin token; ACLs apply to the user.
+    pub basic: bool,
+    /// `/metrics` needs credentials too.
+    pub metrics: bool,
+}
+
 /// What the HTTP side serves from; the broker arrives once recovery has finished.
 pub struct HttpState {
     broker: OnceLock<Arc<Broker>>,
     ready: AtomicBool,
     token: Option<String>,
+    auth: std::sync::OnceLock<HttpAuth>,
     effective_config: serde_json::Value,
     search: OnceLock<Arc<spate_search::SearchService>>,
     ingest: Arc<ingest::Ingest>,
@@ -49,10 +60,16 @@ impl HttpState {
             broker: OnceLock::new(),
             ready: AtomicBool::new(false),
             token,
+            auth: std::sync::OnceLock::new(),
             effective_config,
             search: OnceLock::new(),
             ingest: ingest::Ingest::new(ingest),
         })
+    }
+
+    /// Sets how HTTP clients authenticate (once, at start; without it: the admin token only).
+    pub fn set_auth(&self, auth: HttpAuth) {
+        let _ = self.auth.set(auth);
     }
 
     /// HTTP ingest (for draining its queue at shutdown).
@@ -142,6 +159,7 @@ pub fn ingest_router(state: Arc<HttpState>) -> Router {
     Router::new()
         .route("/health", get(health))
         .merge(ingest::routes())
+        .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such endpoint")
         })
@@ -153,7 +171,11 @@ pub async fn serve_ingest(
     listener: tokio::net::TcpListener,
     state: Arc<HttpState>,
 ) -> std::io::Result<()> {
-    axum::serve(listener, ingest_router(state)).await
+    axum::serve(
+        listener,
+        ingest_router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .await
 }
 
 /// Serves HTTP on `listener` until the process ends.
@@ -161,7 +183,11 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<HttpState>,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).await
+    axum::serve(
+        listener,
+        router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .await
 }
 
 async fn health() -> Json<serde_json::Value> {
@@ -215,8 +241,25 @@ async fn metrics_text(State(s): State<Arc<HttpState>>) -> Response {
         .into_response()
 }
 
-/// Mutating admin calls need the bearer token when one is configured.
+/// Mutating admin calls need the bearer token when one is configured; with `--http-auth
+/// basic` every call but the probes needs a user (or the token), and ACLs apply.
 async fn require_token(State(s): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
+    let auth = s.auth.get().copied().unwrap_or_default();
+    let path = req.uri().path();
+    let open = path == "/health" || path == "/ready" || (path == "/metrics" && !auth.metrics);
+    let bearer = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let token_ok = s.token.is_some() && bearer == s.token.as_deref();
+    if auth.basic && !open && !token_ok {
+        // The admin token is a super user; anyone else shows a SASL user's password.
+        if let Err(refused) = basic_user(&s, &req) {
+            return *refused;
+        }
+        return next.run(req).await;
+    }
     let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
         && !search::is_search_path(req.uri().path())
         && !ingest::is_ingest_path(req.uri().path());
@@ -236,6 +279,123 @@ async fn require_token(State(s): State<Arc<HttpState>>, req: Request, next: Next
         }
     }
     next.run(req).await
+}
+
+fn unauthorized(why: &str) -> Response {
+    let mut r = ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", why).into_response();
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Basic realm=\"spate\""),
+    );
+    r
+}
+
+/// Checks a request's HTTP Basic credentials against the SASL credential store, then the
+/// ACL its route needs (`Ok` to serve it).
+fn basic_user(s: &HttpState, req: &Request) -> Result<(), Box<Response>> {
+    use base64::Engine;
+    let b = s.broker().map_err(|e| Box::new(e.into_response()))?;
+    let peer = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
+    let (user, password) = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic "))
+        .and_then(|v| {
+            base64::engine::general_purpose::STANDARD
+                .decode(v.trim())
+                .ok()
+        })
+        .and_then(|raw| String::from_utf8(raw).ok())
+        .and_then(|text| {
+            text.split_once(':')
+                .map(|(u, p)| (u.to_string(), p.to_string()))
+        })
+        .ok_or_else(|| {
+            Box::new(unauthorized(
+                "this call needs HTTP Basic credentials of a SASL user",
+            ))
+        })?;
+    if !b
+        .credentials
+        .check_password_cached(&user, password.as_bytes())
+    {
+        b.credentials
+            .log_failure(peer, &user, "HTTP Basic", "invalid credentials");
+        return Err(Box::new(unauthorized("invalid credentials")));
+    }
+    if !b.authorizer.enabled() {
+        return Ok(());
+    }
+    let session = spate_broker::security::Session::new(
+        spate_broker::security::SecurityProtocol::Plaintext,
+        peer,
+        Some(spate_auth::Principal::user(user)),
+    );
+    let (op, rt, names) = http_acl(req);
+    for name in names {
+        if !b.authorizer.allows(Some(&session), op, rt, &name) {
+            return Err(Box::new(
+                ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "AUTHORIZATION_FAILED",
+                    format!("{} may not {op:?} {rt:?} {name}", session.principal()),
+                )
+                .into_response(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What a route needs, in ACL terms: ingest writes its topic, search reads its topics, the
+/// admin API describes (GET) or alters (anything else) the cluster, /metrics describes it.
+fn http_acl(
+    req: &Request,
+) -> (
+    spate_auth::acl::Operation,
+    spate_auth::acl::ResourceType,
+    Vec<String>,
+) {
+    use spate_auth::acl::{Operation, ResourceType, CLUSTER_NAME};
+    let path = req.uri().path();
+    let cluster = |op| (op, ResourceType::Cluster, vec![CLUSTER_NAME.to_string()]);
+    if ingest::is_ingest_path(path) {
+        let from_path = path
+            .strip_prefix("/topics/")
+            .or_else(|| path.strip_prefix("/produce/"))
+            .and_then(|rest| rest.split('/').next())
+            .filter(|t| !t.is_empty())
+            .map(str::to_string);
+        let from_query = req.uri().query().and_then(|q| {
+            q.split('&')
+                .find_map(|kv| kv.strip_prefix("topic="))
+                .map(str::to_string)
+        });
+        return match from_path.or(from_query) {
+            Some(t) => (Operation::Write, ResourceType::Topic, vec![t]),
+            // Records that name their own topics: only a user allowed to alter the cluster.
+            None => cluster(Operation::Alter),
+        };
+    }
+    if search::is_search_path(path) {
+        let index = path.trim_start_matches('/').split('/').next().unwrap_or("");
+        if index.starts_with('_') || index.is_empty() {
+            return cluster(Operation::Describe);
+        }
+        return (
+            Operation::Read,
+            ResourceType::Topic,
+            index.split(',').map(str::to_string).collect(),
+        );
+    }
+    match *req.method() {
+        Method::GET | Method::HEAD | Method::OPTIONS => cluster(Operation::Describe),
+        _ => cluster(Operation::Alter),
+    }
 }
 
 #[cfg(test)]

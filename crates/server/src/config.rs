@@ -82,6 +82,17 @@ pub struct Args {
     )]
     pub sasl_mechanisms: String,
 
+    /// `basic`: every HTTP call but /health and /ready (and /metrics, see
+    /// --http-metrics-auth) needs HTTP Basic credentials of a SASL user (or the admin token,
+    /// a super user), and ACLs apply: ingest writes its topic, search reads its topics, the
+    /// admin API describes or alters the cluster. `none` (the default): the admin token only.
+    #[arg(long, env = "SPATE_HTTP_AUTH", default_value = "none")]
+    pub http_auth: String,
+
+    /// With --http-auth basic: /metrics needs credentials too (Describe on the cluster).
+    #[arg(long, env = "SPATE_HTTP_METRICS_AUTH", default_value = "false")]
+    pub http_metrics_auth: String,
+
     /// `acl` enforces Kafka ACLs (managed with kafka-acls: CreateAcls, DescribeAcls,
     /// DeleteAcls); `none` (the default) allows every request.
     #[arg(long, env = "SPATE_AUTHORIZER", default_value = "none")]
@@ -749,6 +760,21 @@ impl Args {
                 Ok(b.clone())
             })
             .collect()
+    }
+
+    /// How HTTP clients authenticate.
+    pub fn http_auth(&self) -> anyhow::Result<spate_http::HttpAuth> {
+        let basic = match self.http_auth.trim() {
+            "basic" => true,
+            "none" | "" => false,
+            other => bail!("--http-auth is basic or none, not '{other}'"),
+        };
+        let metrics = match self.http_metrics_auth.trim() {
+            "true" => true,
+            "false" => false,
+            other => bail!("--http-metrics-auth is true or false, not '{other}'"),
+        };
+        Ok(spate_http::HttpAuth { basic, metrics })
     }
 
     /// SASL settings, with the bootstrap users of `SPATE_BOOTSTRAP_USERS` (an environment

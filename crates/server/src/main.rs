@@ -108,6 +108,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         effective,
         args.ingest_config()?,
     );
+    http_state.set_auth(args.http_auth()?);
     let serving = http_state.clone();
     tokio::spawn(async move {
         if let Err(e) = spate_http::serve(http, serving).await {

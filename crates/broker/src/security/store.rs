@@ -57,6 +57,9 @@ pub struct CredentialStore {
     fake_salt_key: [u8; 32],
     /// When a failure from each address was last logged.
     logged: Mutex<std::collections::HashMap<IpAddr, Instant>>,
+    /// Recently verified (user, password) pairs, by a keyed digest of both, so HTTP Basic
+    /// (a password on every request) does not pay PBKDF2 each time. Cleared on any change.
+    verified: Mutex<std::collections::HashMap<Vec<u8>, Instant>>,
 }
 
 impl std::fmt::Debug for CredentialStore {
@@ -82,6 +85,7 @@ impl CredentialStore {
             path: None,
             fake_salt_key: random_key(),
             logged: Mutex::new(Default::default()),
+            verified: Mutex::new(Default::default()),
         }
     }
 
@@ -103,6 +107,7 @@ impl CredentialStore {
             path: Some(path),
             fake_salt_key: random_key(),
             logged: Mutex::new(Default::default()),
+            verified: Mutex::new(Default::default()),
         };
         store.bootstrap(bootstrap)?;
         Ok(store)
@@ -159,6 +164,35 @@ impl CredentialStore {
         one.check_password(user, password)
     }
 
+    /// [`CredentialStore::check_password`] remembering a success for a minute (at most
+    /// 1,024 pairs), for callers that see the password on every request (HTTP Basic).
+    pub fn check_password_cached(&self, user: &str, password: &[u8]) -> bool {
+        let key = ring::hmac::sign(
+            &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.fake_salt_key),
+            &[user.as_bytes(), &[0], password].concat(),
+        )
+        .as_ref()
+        .to_vec();
+        let now = Instant::now();
+        if self
+            .verified
+            .lock()
+            .get(&key)
+            .is_some_and(|at| now.duration_since(*at) < Duration::from_secs(60))
+        {
+            return true;
+        }
+        let ok = self.check_password(user, password);
+        if ok {
+            let mut v = self.verified.lock();
+            if v.len() >= 1024 {
+                v.clear();
+            }
+            v.insert(key, now);
+        }
+        ok
+    }
+
     /// The key unknown users' salts are derived with.
     pub fn fake_salt_key(&self) -> [u8; 32] {
         self.fake_salt_key
@@ -191,6 +225,7 @@ impl CredentialStore {
                 .collect()
         };
         if outcomes.iter().any(Result::is_ok) {
+            self.verified.lock().clear();
             self.save()?;
         }
         Ok(outcomes)

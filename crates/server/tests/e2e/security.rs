@@ -187,3 +187,88 @@ fn a_silent_connection_is_closed_and_an_expired_session_must_re_authenticate() {
     raw.send(ApiKey::Metadata, 12, &MetadataRequest::default());
     assert!(raw.recv_frame().is_none());
 }
+
+#[test]
+fn http_basic_users_and_acls_guard_the_http_side_and_the_probes_stay_open() {
+    use base64::Engine;
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::{CreateAclsRequest, CreateAclsResponse};
+    let spate = Spate::start_with_env(
+        &[
+            "--listeners",
+            "SASL_PLAINTEXT://127.0.0.1:0",
+            "--http-auth",
+            "basic",
+            "--authorizer",
+            "acl",
+            "--super-users",
+            "User:admin",
+            "--admin-token",
+            "tok",
+        ],
+        &[(
+            "SPATE_BOOTSTRAP_USERS",
+            "admin:admin-secret,alice:alice-secret",
+        )],
+    );
+    let basic = |user: &str, password: &str| {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        format!("Basic {b64}")
+    };
+    let get = |path: &str, auth: Option<&str>| {
+        let headers: Vec<(&str, &str)> = auth.map(|a| ("Authorization", a)).into_iter().collect();
+        http(&spate.http, "GET", path, &headers, "").0
+    };
+    let admin = basic("admin", "admin-secret");
+    let alice = basic("alice", "alice-secret");
+    assert_eq!(get("/health", None), 200);
+    assert_eq!(get("/metrics", None), 200, "not protected unless asked");
+    assert_eq!(get("/admin/topics", None), 401);
+    assert_eq!(get("/admin/topics", Some(&basic("alice", "nope"))), 401);
+    assert_eq!(get("/admin/topics", Some(&basic("ghost", "x"))), 401);
+    assert_eq!(get("/admin/topics", Some(&admin)), 200, "a super user");
+    assert_eq!(
+        get("/admin/topics", Some("Bearer tok")),
+        200,
+        "the admin token"
+    );
+    assert_eq!(
+        get("/admin/topics", Some(&alice)),
+        403,
+        "no Describe on the cluster"
+    );
+    // Ingest is Write on its topic.
+    let ingest = |auth: &str| {
+        http(
+            &spate.http,
+            "POST",
+            "/topics/orders?acks=1",
+            &[
+                ("Authorization", auth),
+                ("Content-Type", "application/vnd.kafka.json.v2+json"),
+            ],
+            r#"{"records":[{"value":{"n":1}}]}"#,
+        )
+        .0
+    };
+    assert_eq!(ingest(&alice), 403);
+    let mut raw = Raw::connect(&spate.addr);
+    assert_eq!(login(&mut raw, "admin-secret").error_code, 0);
+    let mut c = AclCreation::default();
+    c.resource_type = 2;
+    c.resource_name = StrBytes::from_static_str("orders");
+    c.resource_pattern_type = 3;
+    c.principal = StrBytes::from_static_str("User:alice");
+    c.host = StrBytes::from_static_str("*");
+    c.operation = 4;
+    c.permission_type = 3;
+    let mut req = CreateAclsRequest::default();
+    req.creations = vec![c];
+    let resp: CreateAclsResponse = raw.call(ApiKey::CreateAcls, 3, &req);
+    assert_eq!(
+        resp.results[0].error_code, 0,
+        "{:?}",
+        resp.results[0].error_message
+    );
+    assert_eq!(ingest(&alice), 200, "allowed once the ACL exists");
+}
