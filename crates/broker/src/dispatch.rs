@@ -704,6 +704,17 @@ impl Broker {
             }
             Request::DescribeCluster(r) => {
                 let mut resp = handlers::cluster::describe(self, version, r);
+                if self.authorizer.enabled()
+                    && resp.cluster_authorized_operations != handlers::OPERATIONS_OMITTED
+                {
+                    resp.cluster_authorized_operations = enforce::authorized_operations(
+                        self,
+                        who,
+                        spate_auth::acl::ResourceType::Cluster,
+                        spate_auth::acl::CLUSTER_NAME,
+                        &enforce::CLUSTER_OPS,
+                    );
+                }
                 if let Some(p) = listener {
                     crate::security::addresses::describe_cluster(self, p, &mut resp);
                 }

@@ -54,8 +54,45 @@ pub fn metadata_request(b: &Broker, who: Option<&Session>, req: &mut MetadataReq
     }
 }
 
+/// The authorized-operations bitfield (Kafka's operation codes as bit positions) of `who`
+/// on a resource, among `ops`.
+pub fn authorized_operations(
+    b: &Broker,
+    who: Option<&Session>,
+    rt: ResourceType,
+    name: &str,
+    ops: &[Operation],
+) -> i32 {
+    ops.iter()
+        .filter(|op| may(b, who, **op, rt, name))
+        .fold(0, |bits, op| bits | (1 << op.code()))
+}
+
+/// What a topic's authorized operations are made of.
+const TOPIC_OPS: [Operation; 8] = [
+    Operation::Read,
+    Operation::Write,
+    Operation::Create,
+    Operation::Delete,
+    Operation::Alter,
+    Operation::Describe,
+    Operation::DescribeConfigs,
+    Operation::AlterConfigs,
+];
+/// What the cluster's authorized operations are made of.
+pub const CLUSTER_OPS: [Operation; 7] = [
+    Operation::Create,
+    Operation::Alter,
+    Operation::Describe,
+    Operation::ClusterAction,
+    Operation::DescribeConfigs,
+    Operation::AlterConfigs,
+    Operation::IdempotentWrite,
+];
+
 /// Metadata: topics without Describe are left out of an all-topics answer and marked
-/// TOPIC_AUTHORIZATION_FAILED where named.
+/// TOPIC_AUTHORIZATION_FAILED where named; authorized operations, when asked, are the
+/// client's.
 pub fn metadata_response(
     b: &Broker,
     who: Option<&Session>,
@@ -64,6 +101,19 @@ pub fn metadata_response(
 ) {
     if !b.authorizer.enabled() {
         return;
+    }
+    let omitted = crate::handlers::OPERATIONS_OMITTED;
+    if resp.cluster_authorized_operations != omitted {
+        resp.cluster_authorized_operations =
+            authorized_operations(b, who, ResourceType::Cluster, CLUSTER_NAME, &CLUSTER_OPS);
+    }
+    for t in &mut resp.topics {
+        if t.topic_authorized_operations != omitted {
+            if let Some(name) = &t.name {
+                t.topic_authorized_operations =
+                    authorized_operations(b, who, ResourceType::Topic, name, &TOPIC_OPS);
+            }
+        }
     }
     let denied = |name: &str| !may(b, who, Operation::Describe, ResourceType::Topic, name);
     if all {

@@ -271,4 +271,28 @@ fn http_basic_users_and_acls_guard_the_http_side_and_the_probes_stay_open() {
         resp.results[0].error_message
     );
     assert_eq!(ingest(&alice), 200, "allowed once the ACL exists");
+    // Metadata's authorized operations are the client's: alice may Write (so Describe) orders.
+    let mut as_alice = Raw::connect(&spate.addr);
+    assert_eq!(handshake(&mut as_alice, 1, "PLAIN").error_code, 0);
+    assert_eq!(
+        authenticate(&mut as_alice, b"\0alice\0alice-secret").error_code,
+        0
+    );
+    let mut t = kafka_protocol::messages::metadata_request::MetadataRequestTopic::default();
+    t.name = Some(StrBytes::from_static_str("orders").into());
+    let mut m = MetadataRequest::default();
+    m.topics = Some(vec![t]);
+    m.include_topic_authorized_operations = true;
+    let md: MetadataResponse = as_alice.call(ApiKey::Metadata, 10, &m);
+    assert_eq!(md.topics[0].error_code, 0);
+    assert_eq!(
+        md.topics[0].topic_authorized_operations,
+        (1 << 4) | (1 << 8)
+    );
+    let md: MetadataResponse = raw.call(ApiKey::Metadata, 10, &m);
+    assert_eq!(
+        md.topics[0].topic_authorized_operations,
+        (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11),
+        "the super user: every topic operation"
+    );
 }
