@@ -10,11 +10,13 @@ Kafka's own kafka-configs / console producer and consumer (the Java client).
                                 SPATE_BOOTSTRAP_USERS=admin:admin-secret,alice:alice-secret
 
 Each check prints ok or FAIL; the exit status is non-zero if any failed."""
+import contextlib
 import datetime
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -81,6 +83,31 @@ def certs(d):
     leaf("alice", "alice", root, False)
     leaf("expired", "old", root, False, days=(-10, -1))
     leaf("stranger", "stranger", other, False)
+
+
+@contextlib.contextmanager
+def own_broker(args, listener, **env):
+    """A second spate (SPATE_BIN, or target/debug/spate) with `args`, for settings the main
+    broker cannot have at once; yields the address of its `listener` and stops it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    binary = os.environ.get("SPATE_BIN", os.path.join(root, "target", "debug", "spate"))
+    with tempfile.TemporaryDirectory() as data:
+        out = open(os.path.join(data, "stdout"), "w+")
+        proc = subprocess.Popen([binary, "--data-dir", os.path.join(data, "d"), "--http-listen", "127.0.0.1:0"]
+                                + args, stdout=out, stderr=subprocess.DEVNULL, env=dict(os.environ, **env))
+        try:
+            deadline = time.time() + 30
+            addr = None
+            while addr is None and time.time() < deadline:
+                out.seek(0)
+                m = re.search(listener + r"://(\S+)", out.read())
+                addr = m and m.group(1).rstrip(",")
+                time.sleep(0.1)
+            assert addr, f"a spate with {args} did not start"
+            yield addr
+        finally:
+            proc.kill()
+            proc.wait()
 
 
 def check(name):
@@ -205,33 +232,14 @@ def run_checks(d):
 
     @check("with --ssl-client-auth required: alice's certificate passes; none, an expired one or one from another CA do not")
     def _():
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        binary = os.environ.get("SPATE_BIN", os.path.join(root, "target", "debug", "spate"))
-        import tempfile
-        with tempfile.TemporaryDirectory() as data:
-            out = open(os.path.join(data, "stdout"), "w+")
-            proc = subprocess.Popen([binary, "--data-dir", os.path.join(data, "d"), "--http-listen", "127.0.0.1:0",
-                                     "--listeners", "SSL://127.0.0.1:0", "--ssl-cert", os.path.join(d, "server.pem"),
-                                     "--ssl-key", os.path.join(d, "server.key"), "--ssl-ca", os.path.join(d, "ca.pem"),
-                                     "--ssl-client-auth", "required"],
-                                    stdout=out, stderr=subprocess.DEVNULL)
-            try:
-                deadline = time.time() + 30
-                addr = None
-                while addr is None and time.time() < deadline:
-                    out.seek(0)
-                    m = re.search(r"listeners SSL://(\S+)", out.read())
-                    addr = m and m.group(1)
-                    time.sleep(0.1)
-                assert addr, "the second broker did not start"
-                c = dict(conf("SSL"), **{"bootstrap.servers": addr})
-                round_trip(with_cert(c, "alice"), 5)
-                refused(c, ["certificate", "ssl", "handshake", "transport"])
-                for name in ("expired", "stranger"):
-                    refused(with_cert(c, name), ["certificate", "ssl", "handshake", "transport", "expired"])
-            finally:
-                proc.kill()
-                proc.wait()
+        with own_broker(["--listeners", "SSL://127.0.0.1:0", "--ssl-cert", os.path.join(d, "server.pem"),
+                         "--ssl-key", os.path.join(d, "server.key"), "--ssl-ca", os.path.join(d, "ca.pem"),
+                         "--ssl-client-auth", "required"], "SSL") as addr:
+            c = dict(conf("SSL"), **{"bootstrap.servers": addr})
+            round_trip(with_cert(c, "alice"), 5)
+            refused(c, ["certificate", "ssl", "handshake", "transport"])
+            for name in ("expired", "stranger"):
+                refused(with_cert(c, name), ["certificate", "ssl", "handshake", "transport", "expired"])
 
     @check("a client that does not trust the broker's CA does not connect")
     def _():
@@ -300,29 +308,10 @@ def run_checks(d):
 
     @check("kafka-acls add/list/remove, literal and prefixed, and their effect on librdkafka clients")
     def _():
-        import tempfile
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        binary = os.environ.get("SPATE_BIN", os.path.join(root, "target", "debug", "spate"))
-        with tempfile.TemporaryDirectory() as data:
-            out = open(os.path.join(data, "stdout"), "w+")
-            env = dict(os.environ, SPATE_BOOTSTRAP_USERS="admin:admin-secret,alice:alice-secret")
-            proc = subprocess.Popen([binary, "--data-dir", os.path.join(data, "d"), "--http-listen", "127.0.0.1:0",
-                                     "--listeners", "SASL_PLAINTEXT://127.0.0.1:0", "--authorizer", "acl",
-                                     "--super-users", "User:admin"],
-                                    stdout=out, stderr=subprocess.DEVNULL, env=env)
-            try:
-                deadline = time.time() + 30
-                addr = None
-                while addr is None and time.time() < deadline:
-                    out.seek(0)
-                    m = re.search(r"listeners SASL_PLAINTEXT://(\S+)", out.read())
-                    addr = m and m.group(1)
-                    time.sleep(0.1)
-                assert addr, "the broker with ACLs did not start"
-                acl_check(addr, d)
-            finally:
-                proc.kill()
-                proc.wait()
+        with own_broker(["--listeners", "SASL_PLAINTEXT://127.0.0.1:0", "--authorizer", "acl",
+                         "--super-users", "User:admin"], "SASL_PLAINTEXT",
+                        SPATE_BOOTSTRAP_USERS="admin:admin-secret,alice:alice-secret") as addr:
+            acl_check(addr, d)
 
     @check("the broker still serves after all of the above")
     def _():

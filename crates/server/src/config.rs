@@ -580,6 +580,15 @@ pub fn parse_fsync(name: &str, interval_ms: u64) -> anyhow::Result<FsyncPolicy> 
     })
 }
 
+/// A flag that takes `true` or `false` (as Kafka's boolean settings are written).
+fn parse_bool(flag: &str, value: &str) -> anyhow::Result<bool> {
+    match value.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => bail!("{flag} is true or false, not '{other}'"),
+    }
+}
+
 /// `SPATE_BOOTSTRAP_USERS`: `user:password,...` (a password may hold colons, not commas).
 fn parse_bootstrap_users(text: &str) -> anyhow::Result<Vec<(String, String)>> {
     text.split(',')
@@ -769,11 +778,7 @@ impl Args {
             "none" | "" => false,
             other => bail!("--http-auth is basic or none, not '{other}'"),
         };
-        let metrics = match self.http_metrics_auth.trim() {
-            "true" => true,
-            "false" => false,
-            other => bail!("--http-metrics-auth is true or false, not '{other}'"),
-        };
+        let metrics = parse_bool("--http-metrics-auth", &self.http_metrics_auth)?;
         Ok(spate_http::HttpAuth { basic, metrics })
     }
 
@@ -808,11 +813,10 @@ impl Args {
             "none" | "" => false,
             other => bail!("--authorizer is acl or none, not '{other}'"),
         };
-        let allow_if_none = match self.allow_everyone_if_no_acl_found.trim() {
-            "true" => true,
-            "false" => false,
-            other => bail!("--allow-everyone-if-no-acl-found is true or false, not '{other}'"),
-        };
+        let allow_if_none = parse_bool(
+            "--allow-everyone-if-no-acl-found",
+            &self.allow_everyone_if_no_acl_found,
+        )?;
         let mut super_users = Vec::new();
         for p in self
             .super_users

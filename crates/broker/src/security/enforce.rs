@@ -340,96 +340,66 @@ fn refuse_configs<R>(
     denied
 }
 
-/// DescribeConfigs: resources without DescribeConfigs (topic, or cluster for brokers).
-pub fn describe_configs_request(
-    b: &Broker,
-    who: Option<&Session>,
-    req: &mut spate_protocol::messages::DescribeConfigsRequest,
-) -> Vec<(i8, String, ResponseError)> {
-    refuse_configs(
-        b,
-        who,
-        Operation::DescribeConfigs,
-        &mut req.resources,
-        |r| (r.resource_type, r.resource_name.to_string()),
-    )
+/// A config request's ACL pair: `$request` removes the resources `$op` is refused on (so
+/// nothing of them is read or changed) and returns them; `$response` adds their refusals to
+/// the answer's `$field` as `$result`s.
+macro_rules! config_acls {
+    ($request:ident, $response:ident, $req:ty, $resp:ty, $result:ty, $field:ident, $op:expr, $words:expr) => {
+        #[doc = concat!("`", stringify!($req), "`: resources without the operation leave the request.")]
+        pub fn $request(
+            b: &Broker,
+            who: Option<&Session>,
+            req: &mut $req,
+        ) -> Vec<(i8, String, ResponseError)> {
+            refuse_configs(b, who, $op, &mut req.resources, |r| {
+                (r.resource_type, r.resource_name.to_string())
+            })
+        }
+
+        #[doc = concat!("Adds the refusals of [`", stringify!($request), "`].")]
+        pub fn $response(denied: Vec<(i8, String, ResponseError)>, resp: &mut $resp) {
+            for (t, name, code) in denied {
+                let mut r = <$result>::default();
+                r.resource_type = t;
+                r.resource_name = StrBytes::from_string(name);
+                r.error_code = code.code();
+                r.error_message = Some(StrBytes::from_static_str($words));
+                resp.$field.push(r);
+            }
+        }
+    };
 }
 
-/// Adds the refusals of [`describe_configs_request`].
-pub fn describe_configs_response(
-    denied: Vec<(i8, String, ResponseError)>,
-    resp: &mut spate_protocol::messages::DescribeConfigsResponse,
-) {
-    for (t, name, code) in denied {
-        let mut r =
-            spate_protocol::messages::describe_configs_response::DescribeConfigsResult::default();
-        r.resource_type = t;
-        r.resource_name = StrBytes::from_string(name);
-        r.error_code = code.code();
-        r.error_message = Some(StrBytes::from_static_str(
-            "not authorized to describe these configs",
-        ));
-        resp.results.push(r);
-    }
-}
-
-/// AlterConfigs: resources without AlterConfigs leave the request.
-pub fn alter_configs_request(
-    b: &Broker,
-    who: Option<&Session>,
-    req: &mut spate_protocol::messages::AlterConfigsRequest,
-) -> Vec<(i8, String, ResponseError)> {
-    refuse_configs(b, who, Operation::AlterConfigs, &mut req.resources, |r| {
-        (r.resource_type, r.resource_name.to_string())
-    })
-}
-
-/// Adds the refusals of [`alter_configs_request`].
-pub fn alter_configs_response(
-    denied: Vec<(i8, String, ResponseError)>,
-    resp: &mut spate_protocol::messages::AlterConfigsResponse,
-) {
-    for (t, name, code) in denied {
-        let mut r =
-            spate_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default(
-            );
-        r.resource_type = t;
-        r.resource_name = StrBytes::from_string(name);
-        r.error_code = code.code();
-        r.error_message = Some(StrBytes::from_static_str(
-            "not authorized to alter these configs",
-        ));
-        resp.responses.push(r);
-    }
-}
-
-/// IncrementalAlterConfigs: resources without AlterConfigs leave the request.
-pub fn incremental_alter_configs_request(
-    b: &Broker,
-    who: Option<&Session>,
-    req: &mut spate_protocol::messages::IncrementalAlterConfigsRequest,
-) -> Vec<(i8, String, ResponseError)> {
-    refuse_configs(b, who, Operation::AlterConfigs, &mut req.resources, |r| {
-        (r.resource_type, r.resource_name.to_string())
-    })
-}
-
-/// Adds the refusals of [`incremental_alter_configs_request`].
-pub fn incremental_alter_configs_response(
-    denied: Vec<(i8, String, ResponseError)>,
-    resp: &mut spate_protocol::messages::IncrementalAlterConfigsResponse,
-) {
-    for (t, name, code) in denied {
-        let mut r = spate_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse::default();
-        r.resource_type = t;
-        r.resource_name = StrBytes::from_string(name);
-        r.error_code = code.code();
-        r.error_message = Some(StrBytes::from_static_str(
-            "not authorized to alter these configs",
-        ));
-        resp.responses.push(r);
-    }
-}
+config_acls!(
+    describe_configs_request,
+    describe_configs_response,
+    spate_protocol::messages::DescribeConfigsRequest,
+    spate_protocol::messages::DescribeConfigsResponse,
+    spate_protocol::messages::describe_configs_response::DescribeConfigsResult,
+    results,
+    Operation::DescribeConfigs,
+    "not authorized to describe these configs"
+);
+config_acls!(
+    alter_configs_request,
+    alter_configs_response,
+    spate_protocol::messages::AlterConfigsRequest,
+    spate_protocol::messages::AlterConfigsResponse,
+    spate_protocol::messages::alter_configs_response::AlterConfigsResourceResponse,
+    responses,
+    Operation::AlterConfigs,
+    "not authorized to alter these configs"
+);
+config_acls!(
+    incremental_alter_configs_request,
+    incremental_alter_configs_response,
+    spate_protocol::messages::IncrementalAlterConfigsRequest,
+    spate_protocol::messages::IncrementalAlterConfigsResponse,
+    spate_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse,
+    responses,
+    Operation::AlterConfigs,
+    "not authorized to alter these configs"
+);
 
 /// CreatePartitions: topics without Alter leave the request.
 pub fn create_partitions_request(
