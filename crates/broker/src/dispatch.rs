@@ -839,7 +839,31 @@ impl Broker {
                 ctx.now(&charge, handlers::transactions::describe_producers(self, r))
             }
             Request::FindCoordinator(r) => {
+                // Describe on the group (key type 0) or transactional id (1) is needed.
+                let (rt, code) = if r.key_type == 1 {
+                    (spate_auth::acl::ResourceType::TransactionalId, txn_refused)
+                } else {
+                    (spate_auth::acl::ResourceType::Group, refused)
+                };
+                let hidden = |key: &str| !self.authorizer.allows(who, Op::Describe, rt, key);
+                let single_key = r.key.to_string();
                 let mut resp = handlers::groups::find_coordinator(self, version, r);
+                if self.authorizer.enabled() {
+                    if resp.coordinators.is_empty() && hidden(&single_key) {
+                        resp.error_code = code;
+                        resp.node_id = (-1).into();
+                        resp.host = Default::default();
+                        resp.port = -1;
+                    }
+                    for c in &mut resp.coordinators {
+                        if hidden(&c.key) {
+                            c.error_code = code;
+                            c.node_id = (-1).into();
+                            c.host = Default::default();
+                            c.port = -1;
+                        }
+                    }
+                }
                 if let Some(p) = listener {
                     crate::security::addresses::find_coordinator(self, p, &mut resp);
                 }
@@ -947,6 +971,10 @@ impl Broker {
             }
             Request::ListGroups(r) => ctx.now(&charge, handlers::groups::list(self, version, r)),
             Request::DeleteGroups(r) => ctx.now(&charge, handlers::groups::delete(self, r)),
+            Request::OffsetDelete(r) if group_denied(Op::Delete, &r.group_id) => ctx.now(
+                &charge,
+                spate_protocol::messages::OffsetDeleteResponse::default().with_error_code(refused),
+            ),
             Request::OffsetDelete(r) => ctx.now(&charge, handlers::offsets::delete(self, r)),
             Request::ConsumerGroupHeartbeat(r) => {
                 let client_id = header.client_id.as_deref().unwrap_or("");
@@ -954,10 +982,18 @@ impl Broker {
                     self, version, client_id, rc.peer, r,
                 ))
             }
-            Request::ConsumerGroupDescribe(r) => ctx.now(
-                &charge,
-                handlers::consumer_groups::describe(self, version, r),
-            ),
+            Request::ConsumerGroupDescribe(r) => {
+                let mut resp = handlers::consumer_groups::describe(self, version, r);
+                for g in &mut resp.groups {
+                    if group_denied(Op::Describe, &g.group_id) {
+                        let mut d = spate_protocol::messages::consumer_group_describe_response::DescribedGroup::default();
+                        d.group_id = g.group_id.clone();
+                        d.error_code = refused;
+                        *g = d;
+                    }
+                }
+                ctx.now(&charge, resp)
+            }
             Request::OffsetForLeaderEpoch(r) => {
                 ctx.now(&charge, handlers::leader_epochs::handle(self, version, r))
             }
