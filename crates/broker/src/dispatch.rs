@@ -827,16 +827,57 @@ impl Broker {
             Request::WriteTxnMarkers(r) => {
                 ctx.later(handlers::transactions::write_txn_markers(self, r))
             }
-            Request::DescribeTransactions(r) => ctx.now(
-                &charge,
-                handlers::transactions::describe_transactions(self, r),
-            ),
-            Request::ListTransactions(r) => ctx.now(
-                &charge,
-                handlers::transactions::list_transactions(self, version, r),
-            ),
+            Request::DescribeTransactions(r) => {
+                let mut resp = handlers::transactions::describe_transactions(self, r);
+                for s in &mut resp.transaction_states {
+                    if self.authorizer.enabled()
+                        && !self.authorizer.allows(
+                            who,
+                            Op::Describe,
+                            spate_auth::acl::ResourceType::TransactionalId,
+                            &s.transactional_id,
+                        )
+                    {
+                        let mut d = spate_protocol::messages::describe_transactions_response::TransactionState::default();
+                        d.transactional_id = s.transactional_id.clone();
+                        d.error_code = txn_refused;
+                        *s = d;
+                    }
+                }
+                ctx.now(&charge, resp)
+            }
+            Request::ListTransactions(r) => {
+                let mut resp = handlers::transactions::list_transactions(self, version, r);
+                if self.authorizer.enabled() {
+                    resp.transaction_states.retain(|s| {
+                        self.authorizer.allows(
+                            who,
+                            Op::Describe,
+                            spate_auth::acl::ResourceType::TransactionalId,
+                            &s.transactional_id,
+                        )
+                    });
+                }
+                ctx.now(&charge, resp)
+            }
             Request::DescribeProducers(r) => {
-                ctx.now(&charge, handlers::transactions::describe_producers(self, r))
+                let mut resp = handlers::transactions::describe_producers(self, r);
+                for t in &mut resp.topics {
+                    if self.authorizer.enabled()
+                        && !self.authorizer.allows(
+                            who,
+                            Op::Read,
+                            spate_auth::acl::ResourceType::Topic,
+                            &t.name,
+                        )
+                    {
+                        for p in &mut t.partitions {
+                            p.error_code = ResponseError::TopicAuthorizationFailed.code();
+                            p.active_producers.clear();
+                        }
+                    }
+                }
+                ctx.now(&charge, resp)
             }
             Request::FindCoordinator(r) => {
                 // Describe on the group (key type 0) or transactional id (1) is needed.
@@ -1015,7 +1056,31 @@ impl Broker {
                 ctx.work(self, &charge, self.topology().delete_records(self, r))
             }
             Request::DescribeTopicPartitions(r) => {
-                ctx.now(&charge, handlers::topic_partitions::handle(self, r))
+                let listing = r.topics.is_empty();
+                let mut resp = handlers::topic_partitions::handle(self, r);
+                if self.authorizer.enabled() {
+                    let denied = |name: &str| {
+                        !self.authorizer.allows(
+                            who,
+                            Op::Describe,
+                            spate_auth::acl::ResourceType::Topic,
+                            name,
+                        )
+                    };
+                    if listing {
+                        resp.topics
+                            .retain(|t| t.name.as_ref().is_none_or(|n| !denied(n)));
+                    } else {
+                        for t in &mut resp.topics {
+                            if t.name.as_ref().is_some_and(|n| denied(n)) {
+                                t.error_code = ResponseError::TopicAuthorizationFailed.code();
+                                t.partitions.clear();
+                                t.topic_id = Default::default();
+                            }
+                        }
+                    }
+                }
+                ctx.now(&charge, resp)
             }
             Request::DescribeClientQuotas(r) => {
                 ctx.now(&charge, handlers::client_quotas::describe(self, r))
