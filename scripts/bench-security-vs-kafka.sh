@@ -91,7 +91,8 @@ cleanup() {
   return 0
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # Certificates and the client settings, the same for both brokers.
 CERTS="$WORK/certs"
@@ -187,6 +188,13 @@ report() {  # report NAME PROTOCOL KIND FILE: one line of progress
     "$(grep -E '^(records|rate|mbps|cpu_user_ticks|cpu_sys_ticks|failed)=' "$4" | tr '\n' ' ')"
 }
 
+alive() {  # alive NAME PID OUTFILE: the broker still runs (else the case is marked failed)
+  kill -0 "$2" 2>/dev/null && return 0
+  echo "failed=1" >>"$3"
+  echo "$1 (pid $2) exited during a case; its remaining cases are not run" >&2
+  return 1
+}
+
 run_cases() {  # run_cases NAME PID: every protocol and case against one broker
   local name=$1 pid=$2 p t0 out topic topics=()
   for p in $PROTOCOLS; do
@@ -211,6 +219,7 @@ run_cases() {  # run_cases NAME PID: every protocol and case against one broker
     drop_cache
     t0=$(ticks "$pid")
     produce "$p" "$topic" "$N" "$out" || echo "failed=1" >>"$out"
+    alive "$name" "$pid" "$out" || return 1
     summarize produce "$out" "$t0" "$(ticks "$pid")"
     report "$name" "$p" produce "$out"
 
@@ -218,6 +227,7 @@ run_cases() {  # run_cases NAME PID: every protocol and case against one broker
     if [[ "$COLD" == 1 ]]; then drop_cache; else sync; sleep 1; fi
     t0=$(ticks "$pid")
     consume "$p" "$topic" "$N" "$out" || echo "failed=1" >>"$out"
+    alive "$name" "$pid" "$out" || return 1
     summarize consume "$out" "$t0" "$(ticks "$pid")"
     report "$name" "$p" consume "$out"
   done
@@ -254,7 +264,7 @@ for broker in $BROKERS; do
         >>"$OUT/kafka-start.log" 2>&1 || { echo "kafka: could not add the SCRAM user" >&2; tail -5 "$OUT/kafka-start.log" >&2; exit 1; }
       echo "== kafka pid $KPID at ${ADDR[PLAINTEXT]} (SSL ${ADDR[SSL]}, SASL_SSL ${ADDR[SASL_SSL]})"
       if probe_listeners kafka; then
-        run_cases kafka "$KPID"
+        run_cases kafka "$KPID" || true
       fi
       KAFKA_DATA_DIR="$KDIR" "$KAFKA_KIT/stop.sh" >/dev/null || true
       cp "$KDIR/logs/server.log" "$OUT/kafka-server.log" 2>/dev/null || true
@@ -277,9 +287,9 @@ for broker in $BROKERS; do
       done
       echo "== spate pid $SPID at ${ADDR[PLAINTEXT]} (SSL ${ADDR[SSL]}, SASL_SSL ${ADDR[SASL_SSL]}; fsync ${SPATE_FSYNC:-interval})"
       if probe_listeners spate; then
-        run_cases spate "$SPID"
+        run_cases spate "$SPID" || true
       fi
-      kill "$SPID"; wait "$SPID" 2>/dev/null || true; SPID=""
+      kill "$SPID" 2>/dev/null || true; wait "$SPID" 2>/dev/null || true; SPID=""
       rm -rf "$SDIR"; SDIR=""
       ;;
     *) echo "unknown broker '$broker' in BENCH_BROKERS" >&2; exit 2 ;;
