@@ -127,7 +127,8 @@ impl Ctx {
 }
 
 /// The admin API client of a SpateCluster (annotation override, else its client Service),
-/// with the admin token from its Secret when it has one.
+/// with the admin token from its Secret when it has one, over HTTPS trusting the `ca.crt` of
+/// the TLS Secret when the HTTP port serves TLS.
 async fn admin_client(ctx: &Ctx, c: &SpateCluster) -> Result<SpateClient, Error> {
     let n = Names::of(c)?;
     let addr = c
@@ -136,8 +137,8 @@ async fn admin_client(ctx: &Ctx, c: &SpateCluster) -> Result<SpateClient, Error>
         .cloned()
         .unwrap_or_else(|| n.admin_addr(c.spec.listeners.http));
     let mut token = None;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &n.namespace);
     if let Some(sec) = &c.spec.security {
-        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &n.namespace);
         if let Some(s) = secrets.get_opt(&sec.admin_token_secret.name).await? {
             token = s
                 .data
@@ -145,7 +146,36 @@ async fn admin_client(ctx: &Ctx, c: &SpateCluster) -> Result<SpateClient, Error>
                 .and_then(|b| String::from_utf8(b.0).ok());
         }
     }
-    Ok(SpateClient::new(addr, token))
+    let Some(tls) = desired::http_tls(c) else {
+        return Ok(SpateClient::new(addr, token));
+    };
+    // Read on every reconcile, so a rotated CA is picked up like the nodes pick up theirs.
+    let ca = secrets
+        .get_opt(&tls.secret_name)
+        .await?
+        .and_then(|s| s.data)
+        .and_then(|mut d| d.remove(desired::TLS_CA_KEY));
+    let Some(ca) = ca else {
+        // Not fatal: the owned objects are still applied and the status says what is missing
+        // (cert-manager may not have issued the certificate yet).
+        return Ok(SpateClient::unusable(
+            addr,
+            format!(
+                "Secret {} has no {} to trust the nodes' certificate with",
+                tls.secret_name,
+                desired::TLS_CA_KEY
+            ),
+        ));
+    };
+    // The certificate is checked against the client Service's name even when the address is
+    // overridden (a port-forward, a test endpoint): that is the name the nodes present.
+    Ok(
+        match SpateClient::https(addr.clone(), token, &ca.0, &n.admin_host()) {
+            Ok(client) => client,
+            Err(SpateError::Https { what, .. }) => SpateClient::unusable(addr, what),
+            Err(e) => SpateClient::unusable(addr, e.to_string()),
+        },
+    )
 }
 
 /// Inter-node address of node `id`: the annotation's override, else the headless DNS name.

@@ -31,13 +31,15 @@ pub const RESERVED_CONFIG_KEYS: &[&str] = &[
     "advertised-http-address",
     "data-dir",
     "admin-token",
-    // Listeners and their certificates follow the pods' ports and mounted Secrets, which the
-    // operator does not wire yet.
+    // Listeners, certificates and TLS on the inter-node and HTTP ports follow the pods' ports
+    // and the Secret mounted from `spec.security.tls`: set them there.
     "listeners",
     "advertised-listeners",
     "ssl-cert",
     "ssl-key",
     "ssl-ca",
+    "cluster-tls",
+    "http-tls",
 ];
 
 /// Keys that have their own typed field in `spec.broker`.
@@ -219,12 +221,167 @@ impl Default for ListenersSpec {
     }
 }
 
-/// Admin API security.
+/// Security: the admin token, TLS, the Kafka protocol, SASL users and ACLs.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(
+    validation = Rule::new("!has(self.kafkaProtocol) || !(self.kafkaProtocol in ['SSL', 'SASL_SSL']) || has(self.tls)").message("security.kafkaProtocol SSL and SASL_SSL need security.tls (a Secret holding tls.crt, tls.key and ca.crt)"),
+    validation = Rule::new("!has(self.tls) || !has(self.tls.clientAuth) || self.tls.clientAuth == 'none' || (has(self.kafkaProtocol) && self.kafkaProtocol == 'SSL')").message("security.tls.clientAuth applies to kafkaProtocol SSL only (SASL_SSL clients authenticate with SASL)")
+)]
+pub struct SecuritySpec {
+    /// Secret (same namespace) holding the bearer token admin mutations must present; the
+    /// operator presents it too (spate treats it as a super user).
+    pub admin_token_secret: SecretKeyRef,
+    /// Certificates of the nodes, from a Secret; TLS on the Kafka, inter-node and HTTP ports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+    /// Protocol of the Kafka listener (PLAINTEXT when unset); SSL and SASL_SSL need `tls`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka_protocol: Option<KafkaProtocol>,
+    /// SASL mechanisms and the users created on first start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<SaslSpec>,
+    /// Kafka ACLs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorizer: Option<AuthorizerSpec>,
+}
+
+/// The nodes' certificates and where TLS is used.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SecuritySpec {
-    /// Secret (same namespace) holding the bearer token admin mutations must present.
-    pub admin_token_secret: SecretKeyRef,
+pub struct TlsSpec {
+    /// Secret (same namespace) in cert-manager's layout: `tls.crt` (chain), `tls.key` and
+    /// `ca.crt` (trust for client and peer certificates). It is mounted, not copied: spate
+    /// reloads rotated files without a restart. The certificate must name
+    /// `*.<cluster>-nodes.<namespace>.svc` (peers, clients) and `<cluster>.<namespace>.svc`
+    /// (bootstrap, the operator).
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+    /// Whether the SSL listener asks clients for certificates: required, requested or none.
+    #[serde(default)]
+    pub client_auth: ClientAuth,
+    /// Mutual TLS between the nodes (quorum and replication), on by default.
+    #[serde(default = "yes")]
+    pub inter_node: bool,
+    /// HTTPS on the HTTP port (admin API, metrics, probes); the operator then trusts `ca.crt`.
+    #[serde(default)]
+    pub http: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Whether the SSL listener asks for client certificates (spate's `--ssl-client-auth`).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// Refuse clients without a certificate the CA signed.
+    Required,
+    /// Ask, and accept clients without one.
+    Requested,
+    /// Do not ask.
+    #[default]
+    None,
+}
+
+impl ClientAuth {
+    /// spate's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientAuth::Required => "required",
+            ClientAuth::Requested => "requested",
+            ClientAuth::None => "none",
+        }
+    }
+}
+
+/// Security protocol of the Kafka listener (Kafka's names).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum KafkaProtocol {
+    /// No TLS, no authentication.
+    Plaintext,
+    /// TLS; clients are anonymous or named by their certificate.
+    Ssl,
+    /// SASL authentication without TLS.
+    SaslPlaintext,
+    /// SASL authentication over TLS.
+    SaslSsl,
+}
+
+impl KafkaProtocol {
+    /// Kafka's name for it, as in `listeners`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KafkaProtocol::Plaintext => "PLAINTEXT",
+            KafkaProtocol::Ssl => "SSL",
+            KafkaProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            KafkaProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    /// Whether the listener needs the certificate.
+    pub fn uses_tls(self) -> bool {
+        matches!(self, KafkaProtocol::Ssl | KafkaProtocol::SaslSsl)
+    }
+}
+
+/// A SASL mechanism spate offers.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SaslMechanism {
+    /// Cleartext password (use it over TLS only).
+    #[serde(rename = "PLAIN")]
+    Plain,
+    /// SCRAM with SHA-256.
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    /// SCRAM with SHA-512.
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    /// spate's (and Kafka's) name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+/// SASL settings.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SaslSpec {
+    /// Mechanisms offered on SASL listeners; spate's default (all three) when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 3))]
+    pub mechanisms: Vec<SaslMechanism>,
+    /// Secret key holding `user:password[,user:password]`: users created with SCRAM
+    /// credentials on a node's first start (passed as an environment variable, never
+    /// written to the config file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_users_secret: Option<SecretKeyRef>,
+}
+
+/// Kafka ACLs (spate's `--authorizer acl`).
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuthorizerSpec {
+    /// Enforce ACLs; on by default once this block is given, so a forgotten flag fails closed.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Principals allowed everything, e.g. `User:admin` or `User:CN=spate-client`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 3, max = 256)))]
+    #[x_kube(validation = Rule::new("self.all(p, p.matches('^[A-Za-z]+:[^,]+$'))").message("security.authorizer.superUsers entries are Type:name without commas, e.g. User:admin"))]
+    pub super_users: Vec<String>,
+    /// Whether a resource no ACL names is open to everyone (Kafka's default: false).
+    #[serde(default)]
+    pub allow_everyone_if_no_acl_found: bool,
 }
 
 /// A key of a Secret in the resource's namespace.
@@ -417,6 +574,11 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
             s.max_length = Some(4096);
         }
     }
+    if let Some(spec) = schema_at(&mut cluster, &["spec"]) {
+        spec.x_kubernetes_validations
+            .get_or_insert_with(Vec::new)
+            .extend(security_config_rules());
+    }
     if let Some(size) = schema_at(&mut cluster, &["spec", "metrics", "interval"]) {
         size.pattern = Some("^[0-9]+(ms|s|m|h)$".into());
     }
@@ -444,6 +606,47 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         config.max_properties = Some(64);
     }
     vec![cluster, topic]
+}
+
+/// Keys each typed `security` field writes, so `broker.config` cannot set them a second time
+/// (the field wins otherwise, silently); `desired::validate` checks the same.
+pub const SECURITY_OWNED_CONFIG_KEYS: &[(&str, &str, &[&str])] = &[
+    ("tls", "has(self.security.tls)", &["ssl-client-auth"]),
+    (
+        "sasl.mechanisms",
+        "has(self.security.sasl) && has(self.security.sasl.mechanisms) && size(self.security.sasl.mechanisms) > 0",
+        &["sasl-mechanisms"],
+    ),
+    (
+        "authorizer",
+        "has(self.security.authorizer)",
+        &["authorizer", "super-users", "allow-everyone-if-no-acl-found"],
+    ),
+];
+
+/// CEL rules refusing a `broker.config` key a typed `security` field sets.
+fn security_config_rules() -> Vec<ValidationRule> {
+    SECURITY_OWNED_CONFIG_KEYS
+        .iter()
+        .map(|(field, set, keys)| {
+            let list = keys
+                .iter()
+                .map(|k| format!("'{k}'"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            ValidationRule {
+                rule: format!(
+                    "!has(self.security) || !({set}) || !has(self.broker) || \
+                     !has(self.broker.config) || ![{list}].exists(k, k in self.broker.config)"
+                ),
+                message: Some(format!(
+                    "broker.config cannot set {} while security.{field} is set",
+                    keys.join(", ")
+                )),
+                ..Default::default()
+            }
+        })
+        .collect()
 }
 
 /// The schema of a property path under the CRD's first version.
@@ -525,6 +728,57 @@ mod tests {
         let hint = "run scripts/k8s/gen-dashboard-configmap.sh";
         assert!(chart == source, "{hint}");
         assert!(embedded == source, "{hint}");
+    }
+
+    #[test]
+    fn security_specs_from_before_tls_still_parse_and_the_new_fields_default() {
+        let old: SecuritySpec = serde_json::from_value(
+            serde_json::json!({"adminTokenSecret": {"name": "s", "key": "k"}}),
+        )
+        .expect("old spec");
+        assert_eq!(
+            (old.tls, old.kafka_protocol, old.sasl, old.authorizer),
+            (None, None, None, None)
+        );
+        let new: SecuritySpec = serde_json::from_value(serde_json::json!({
+            "adminTokenSecret": {"name": "s", "key": "k"},
+            "tls": {"secretName": "t"},
+            "kafkaProtocol": "SASL_SSL",
+            "sasl": {"mechanisms": ["PLAIN", "SCRAM-SHA-256"]},
+            "authorizer": {},
+        }))
+        .expect("new spec");
+        let tls = new.tls.expect("tls");
+        // Inter-node TLS is on by default once there is a certificate; HTTPS is opt-in.
+        assert!(tls.inter_node);
+        assert!(!tls.http);
+        assert_eq!(tls.client_auth, ClientAuth::None);
+        assert_eq!(new.kafka_protocol, Some(KafkaProtocol::SaslSsl));
+        assert_eq!(
+            new.sasl.expect("sasl").mechanisms,
+            [SaslMechanism::Plain, SaslMechanism::ScramSha256]
+        );
+        // A given authorizer block enforces ACLs unless told otherwise (fails closed).
+        let a = new.authorizer.expect("authorizer");
+        assert!(a.enabled);
+        assert!(!a.allow_everyone_if_no_acl_found);
+        let bad = serde_json::json!({"adminTokenSecret": {"name": "s", "key": "k"}, "kafkaProtocol": "TLS"});
+        assert!(serde_json::from_value::<SecuritySpec>(bad).is_err());
+    }
+
+    #[test]
+    fn cluster_crd_carries_the_security_rules() {
+        // JSON, not YAML: YAML folds long messages over lines.
+        let yaml = serde_json::to_string(&crds()).expect("json");
+        assert!(yaml.contains("security.kafkaProtocol SSL and SASL_SSL need security.tls"));
+        assert!(yaml.contains("security.tls.clientAuth applies to kafkaProtocol SSL only"));
+        assert!(yaml.contains("security.authorizer.superUsers entries are Type:name"));
+        assert!(yaml.contains(
+            "broker.config cannot set authorizer, super-users, allow-everyone-if-no-acl-found while security.authorizer is set"
+        ));
+        assert!(yaml.contains(
+            "broker.config cannot set sasl-mechanisms while security.sasl.mechanisms is set"
+        ));
     }
 
     #[test]

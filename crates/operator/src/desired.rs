@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
     PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec,
+    SecretKeySelector, SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec,
     TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
     WeightedPodAffinityTerm,
 };
@@ -24,7 +24,8 @@ use kube::Resource;
 use serde::Serialize;
 
 use crate::crd::{
-    allowed_config_keys, AntiAffinity, Fsync, ProduceProfile, SpateCluster, TYPED_CONFIG_KEYS,
+    allowed_config_keys, AntiAffinity, ClientAuth, Fsync, KafkaProtocol, ListenersSpec,
+    ProduceProfile, SecretKeyRef, SecuritySpec, SpateCluster, TlsSpec, TYPED_CONFIG_KEYS,
 };
 
 /// Annotation holding the hash of the desired object an owned object was written from; equal
@@ -39,10 +40,21 @@ pub const CLIENT_SERVICE_LABEL: &str = "spate.io/service";
 /// Where each node's volume is mounted.
 pub const DATA_MOUNT: &str = "/var/lib/spate";
 
+/// Where the `security.tls` Secret is mounted. Beside /etc/spate rather than inside it: a
+/// mount nested in the ConfigMap's volume depends on the runtime creating its mount point in
+/// a read-only volume.
+pub const TLS_MOUNT: &str = "/etc/spate-tls";
+/// Keys of the TLS Secret (cert-manager's layout): chain, private key, CA bundle.
+pub const TLS_CERT_KEY: &str = "tls.crt";
+/// See [`TLS_CERT_KEY`].
+pub const TLS_KEY_KEY: &str = "tls.key";
+/// See [`TLS_CERT_KEY`].
+pub const TLS_CA_KEY: &str = "ca.crt";
+
 /// The pod's entrypoint: spate's node id is the StatefulSet ordinal + 1, its peers are the
 /// founding nodes (plus itself when it joined later), all named through the headless Service.
 /// A shell script because a StatefulSet gives every pod the same template.
-const ENTRYPOINT: &str = r#"set -eu
+const ENTRYPOINT_SETUP: &str = r#"set -eu
 ord="${POD_NAME##*-}"
 id=$((ord + 1))
 dom="${SPATE_HEADLESS}.${POD_NAMESPACE}.svc"
@@ -59,8 +71,24 @@ export SPATE_NODE_ID="$id" SPATE_CLUSTER_PEERS="$peers"
 export SPATE_CLUSTER_LISTEN="0.0.0.0:${SPATE_CLUSTER_PORT}"
 export SPATE_ADVERTISED_ADDRESS="${POD_NAME}.${dom}:${SPATE_KAFKA_PORT}"
 export SPATE_ADVERTISED_HTTP_ADDRESS="${POD_NAME}.${dom}:${SPATE_HTTP_PORT}"
-exec /usr/local/bin/spate --config /etc/spate/spate.toml
 "#;
+/// With `listeners` in the config, each pod advertises its own stable DNS name under the
+/// listener's protocol (per pod, so not in the shared ConfigMap; the environment wins over
+/// the config file).
+const ENTRYPOINT_ADVERTISED_LISTENERS: &str = r#"export SPATE_ADVERTISED_LISTENERS="${SPATE_KAFKA_PROTOCOL}://${POD_NAME}.${dom}:${SPATE_KAFKA_PORT}"
+"#;
+const ENTRYPOINT_EXEC: &str = "exec /usr/local/bin/spate --config /etc/spate/spate.toml\n";
+
+/// The entrypoint script; without `listeners` it is the script operators before
+/// `spec.security.tls` wrote, so upgrading the operator restarts no pod.
+fn entrypoint(listeners: bool) -> String {
+    let advertise = if listeners {
+        ENTRYPOINT_ADVERTISED_LISTENERS
+    } else {
+        ""
+    };
+    format!("{ENTRYPOINT_SETUP}{advertise}{ENTRYPOINT_EXEC}")
+}
 
 /// A spec the operator cannot turn into objects.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,6 +99,23 @@ pub enum SpecError {
     /// The resource has no name or namespace.
     #[error("the resource has no name or namespace")]
     Unnamed,
+    /// A `broker.config` key that a `security` field sets too.
+    #[error("broker.config key `{key}` is set by security.{field}: remove it from broker.config")]
+    ConfigKeySetBySecurity {
+        /// The key.
+        key: String,
+        /// The security field that sets it.
+        field: &'static str,
+    },
+    /// A Kafka protocol over TLS without a certificate.
+    #[error("security.kafkaProtocol {0} needs security.tls (a Secret holding tls.crt, tls.key and ca.crt)")]
+    ProtocolNeedsTls(&'static str),
+    /// Client certificates asked for on a listener that is not SSL.
+    #[error("security.tls.clientAuth applies to kafkaProtocol SSL only (SASL_SSL clients authenticate with SASL)")]
+    ClientAuthWithoutSsl,
+    /// A super user that is not `Type:name`.
+    #[error("security.authorizer.superUsers entry `{0}` is not Type:name without commas (e.g. User:admin)")]
+    InvalidSuperUser(String),
 }
 
 /// Names of the objects one SpateCluster owns.
@@ -112,7 +157,13 @@ impl Names {
 
     /// The admin API through the client Service.
     pub fn admin_addr(&self, port: i32) -> String {
-        format!("{}.{}.svc:{port}", self.name, self.namespace)
+        format!("{}:{port}", self.admin_host())
+    }
+
+    /// DNS name of the client Service (the name the nodes' certificate must carry for the
+    /// operator's HTTPS calls).
+    pub fn admin_host(&self) -> String {
+        format!("{}.{}.svc", self.name, self.namespace)
     }
 }
 
@@ -171,8 +222,8 @@ fn enum_name<T: Serialize>(v: &T) -> String {
         .unwrap_or_default()
 }
 
-/// Checks `broker.config`'s keys (the CRD's schema does too; this catches a CRD installed
-/// without its rules, and tells the status why).
+/// Checks `broker.config`'s keys and `security` (the CRD's schema does too; this catches a
+/// CRD installed without its rules, and tells the status why).
 pub fn validate(c: &SpateCluster) -> Result<(), SpecError> {
     let allowed = allowed_config_keys();
     for k in c.spec.broker.config.keys() {
@@ -180,7 +231,108 @@ pub fn validate(c: &SpateCluster) -> Result<(), SpecError> {
             return Err(SpecError::InvalidConfigKey(k.clone()));
         }
     }
+    let Some(sec) = &c.spec.security else {
+        return Ok(());
+    };
+    if let Some(p) = sec.kafka_protocol {
+        if p.uses_tls() && sec.tls.is_none() {
+            return Err(SpecError::ProtocolNeedsTls(p.as_str()));
+        }
+    }
+    if let Some(tls) = &sec.tls {
+        if tls.client_auth != ClientAuth::None && sec.kafka_protocol != Some(KafkaProtocol::Ssl) {
+            return Err(SpecError::ClientAuthWithoutSsl);
+        }
+    }
+    if let Some(a) = &sec.authorizer {
+        // A comma would split one entry into two in spate's comma-separated list.
+        if let Some(bad) = a.super_users.iter().find(|p| {
+            p.contains(',')
+                || !p
+                    .split_once(':')
+                    .is_some_and(|(kind, name)| !kind.is_empty() && !name.is_empty())
+        }) {
+            return Err(SpecError::InvalidSuperUser(bad.clone()));
+        }
+    }
+    for (key, _, field) in security_config(sec, &c.spec.listeners) {
+        if c.spec.broker.config.contains_key(key) {
+            return Err(SpecError::ConfigKeySetBySecurity {
+                key: key.into(),
+                field,
+            });
+        }
+    }
     Ok(())
+}
+
+/// The Kafka listener's protocol when the config names it with `listeners` (a TLS Secret or
+/// a protocol is given); None keeps the `listen` shorthand older specs rendered.
+pub fn listener_protocol(c: &SpateCluster) -> Option<KafkaProtocol> {
+    c.spec.security.as_ref().and_then(protocol_of)
+}
+
+fn protocol_of(sec: &SecuritySpec) -> Option<KafkaProtocol> {
+    match (sec.kafka_protocol, &sec.tls) {
+        (Some(p), _) => Some(p),
+        (None, Some(_)) => Some(KafkaProtocol::Plaintext),
+        (None, None) => None,
+    }
+}
+
+/// The config keys `spec.security` sets, each with its value and the field it comes from.
+fn security_config(
+    sec: &SecuritySpec,
+    l: &ListenersSpec,
+) -> Vec<(&'static str, String, &'static str)> {
+    let mut kv = Vec::new();
+    if let Some(p) = protocol_of(sec) {
+        kv.push((
+            "listeners",
+            format!("{}://0.0.0.0:{}", p.as_str(), l.kafka),
+            "kafkaProtocol",
+        ));
+    }
+    if let Some(tls) = &sec.tls {
+        kv.push(("ssl-cert", format!("{TLS_MOUNT}/{TLS_CERT_KEY}"), "tls"));
+        kv.push(("ssl-key", format!("{TLS_MOUNT}/{TLS_KEY_KEY}"), "tls"));
+        kv.push(("ssl-ca", format!("{TLS_MOUNT}/{TLS_CA_KEY}"), "tls"));
+        kv.push(("ssl-client-auth", tls.client_auth.as_str().into(), "tls"));
+        if tls.inter_node {
+            kv.push(("cluster-tls", "true".into(), "tls"));
+        }
+        if tls.http {
+            kv.push(("http-tls", "true".into(), "tls"));
+        }
+    }
+    if let Some(sasl) = &sec.sasl {
+        if !sasl.mechanisms.is_empty() {
+            let names: Vec<&str> = sasl.mechanisms.iter().map(|m| m.as_str()).collect();
+            kv.push(("sasl-mechanisms", names.join(","), "sasl.mechanisms"));
+        }
+    }
+    if let Some(a) = &sec.authorizer {
+        let on = if a.enabled { "acl" } else { "none" };
+        kv.push(("authorizer", on.into(), "authorizer"));
+        if !a.super_users.is_empty() {
+            kv.push(("super-users", a.super_users.join(","), "authorizer"));
+        }
+        kv.push((
+            "allow-everyone-if-no-acl-found",
+            a.allow_everyone_if_no_acl_found.to_string(),
+            "authorizer",
+        ));
+    }
+    kv
+}
+
+/// Whether the HTTP port serves HTTPS.
+pub fn http_tls(c: &SpateCluster) -> Option<&TlsSpec> {
+    c.spec
+        .security
+        .as_ref()
+        .and_then(|s| s.tls.as_ref())
+        .filter(|t| t.http)
 }
 
 /// spate's TOML config file for every node of the cluster.
@@ -189,11 +341,18 @@ pub fn config_toml(c: &SpateCluster) -> Result<String, SpecError> {
     let s = &c.spec;
     let mut kv: BTreeMap<String, String> = BTreeMap::new();
     kv.insert("data-dir".into(), format!("{DATA_MOUNT}/data"));
-    kv.insert("listen".into(), format!("0.0.0.0:{}", s.listeners.kafka));
+    if listener_protocol(c).is_none() {
+        kv.insert("listen".into(), format!("0.0.0.0:{}", s.listeners.kafka));
+    }
     kv.insert(
         "http-listen".into(),
         format!("0.0.0.0:{}", s.listeners.http),
     );
+    if let Some(sec) = &s.security {
+        for (k, v, _) in security_config(sec, &s.listeners) {
+            kv.insert(k.into(), v);
+        }
+    }
     if let Some(f) = s.broker.fsync {
         kv.insert("fsync".into(), enum_name::<Fsync>(&f));
     }
@@ -327,6 +486,15 @@ pub fn service_monitor(c: &SpateCluster) -> Result<serde_json::Value, SpecError>
     if let Some(i) = &c.spec.metrics.interval {
         endpoint["interval"] = serde_json::json!(i);
     }
+    if let Some(tls) = http_tls(c) {
+        // Prometheus scrapes pod addresses: the name checked is the client Service's, which
+        // the certificate carries for the operator anyway.
+        endpoint["scheme"] = serde_json::json!("https");
+        endpoint["tlsConfig"] = serde_json::json!({
+            "ca": {"secret": {"name": tls.secret_name, "key": TLS_CA_KEY}},
+            "serverName": n.admin_host(),
+        });
+    }
     let mut client_labels = selector(&n.name);
     client_labels.insert(CLIENT_SERVICE_LABEL.into(), "client".into());
     let mut v = serde_json::json!({
@@ -352,6 +520,21 @@ fn env(name: &str, value: impl Into<String>) -> EnvVar {
     }
 }
 
+fn secret_env(name: &str, key: &SecretKeyRef) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: key.name.clone(),
+                key: key.key.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 fn field_env(name: &str, path: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
@@ -366,11 +549,13 @@ fn field_env(name: &str, path: &str) -> EnvVar {
     }
 }
 
-fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
+fn http_probe(path: &str, period: i32, failures: i32, https: bool) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.into()),
             port: IntOrString::String("http".into()),
+            // The kubelet does not verify the certificate; it only needs to speak TLS.
+            scheme: https.then(|| "HTTPS".into()),
             ..Default::default()
         }),
         period_seconds: Some(period),
@@ -396,20 +581,23 @@ pub fn pod_template(c: &SpateCluster, founding: i32) -> Result<PodTemplateSpec, 
         env("SPATE_HTTP_PORT", l.http.to_string()),
         env("SPATE_LOG_FORMAT", "json"),
     ];
+    let protocol = listener_protocol(c);
     if let Some(sec) = &s.security {
-        envs.push(EnvVar {
-            name: "SPATE_ADMIN_TOKEN".into(),
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: sec.admin_token_secret.name.clone(),
-                    key: sec.admin_token_secret.key.clone(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
+        envs.push(secret_env("SPATE_ADMIN_TOKEN", &sec.admin_token_secret));
+        if let Some(p) = protocol {
+            envs.push(env("SPATE_KAFKA_PROTOCOL", p.as_str()));
+        }
+        if let Some(users) = sec
+            .sasl
+            .as_ref()
+            .and_then(|s| s.bootstrap_users_secret.as_ref())
+        {
+            // From the Secret, so passwords stay out of the ConfigMap and the pod spec.
+            envs.push(secret_env("SPATE_BOOTSTRAP_USERS", users));
+        }
     }
+    let tls = s.security.as_ref().and_then(|sec| sec.tls.as_ref());
+    let https = http_tls(c).is_some();
     let term = PodAffinityTerm {
         label_selector: Some(LabelSelector {
             match_labels: Some(selector(&n.name)),
@@ -446,19 +634,62 @@ pub fn pod_template(c: &SpateCluster, founding: i32) -> Result<PodTemplateSpec, 
             ..Default::default()
         }]
     });
+    let mut volume_mounts = vec![
+        VolumeMount {
+            name: "data".into(),
+            mount_path: DATA_MOUNT.into(),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "config".into(),
+            mount_path: "/etc/spate".into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+    ];
+    let mut volumes = vec![Volume {
+        name: "config".into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: n.config.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    if let Some(tls) = tls {
+        volume_mounts.push(VolumeMount {
+            name: "tls".into(),
+            mount_path: TLS_MOUNT.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+        volumes.push(Volume {
+            name: "tls".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(tls.secret_name.clone()),
+                // Owner and group only: the group is the pod's fsGroup, spate's group.
+                default_mode: Some(0o440),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
     let container = Container {
         name: "spate".into(),
         image: Some(s.image.clone()),
         image_pull_policy: s.image_pull_policy.clone(),
-        command: Some(vec!["/bin/sh".into(), "-c".into(), ENTRYPOINT.into()]),
+        command: Some(vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            entrypoint(protocol.is_some()),
+        ]),
         env: Some(envs),
         ports: Some(vec![
             container_port("kafka", l.kafka),
             container_port("cluster", l.cluster),
             container_port("http", l.http),
         ]),
-        readiness_probe: Some(http_probe("/ready", 5, 3)),
-        liveness_probe: Some(http_probe("/health", 10, 6)),
+        readiness_probe: Some(http_probe("/ready", 5, 3, https)),
+        liveness_probe: Some(http_probe("/health", 10, 6, https)),
         resources: s.resources.clone(),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
@@ -466,23 +697,16 @@ pub fn pod_template(c: &SpateCluster, founding: i32) -> Result<PodTemplateSpec, 
             run_as_non_root: Some(true),
             ..Default::default()
         }),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: "data".into(),
-                mount_path: DATA_MOUNT.into(),
-                ..Default::default()
-            },
-            VolumeMount {
-                name: "config".into(),
-                mount_path: "/etc/spate".into(),
-                read_only: Some(true),
-                ..Default::default()
-            },
-        ]),
+        volume_mounts: Some(volume_mounts),
         ..Default::default()
     };
+    // No hash of the Secret's content here: a rotated certificate reaches the mounted files
+    // and spate reloads them, so rotation restarts no pod.
     let mut annotations = BTreeMap::from([("spate.io/config-hash".to_string(), config_hash)]);
     annotations.insert("prometheus.io/port".into(), l.http.to_string());
+    if https {
+        annotations.insert("prometheus.io/scheme".into(), "https".into());
+    }
     Ok(PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels(&n.name)),
@@ -505,14 +729,7 @@ pub fn pod_template(c: &SpateCluster, founding: i32) -> Result<PodTemplateSpec, 
                 ..Default::default()
             }),
             topology_spread_constraints: spread,
-            volumes: Some(vec![Volume {
-                name: "config".into(),
-                config_map: Some(ConfigMapVolumeSource {
-                    name: n.config.clone(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }]),
+            volumes: Some(volumes),
             ..Default::default()
         }),
     })
@@ -646,7 +863,13 @@ pub(crate) mod tests {
 
     #[test]
     fn reserved_and_unknown_config_keys_are_refused() {
-        for key in ["node-id", "no-such-setting", "fsync"] {
+        for key in [
+            "node-id",
+            "no-such-setting",
+            "fsync",
+            "cluster-tls",
+            "http-tls",
+        ] {
             let mut c = cluster(3);
             c.spec.broker.config.insert(key.into(), "1".into());
             assert_eq!(
@@ -747,6 +970,10 @@ pub(crate) mod tests {
                 name: "s".into(),
                 key: "k".into(),
             },
+            tls: None,
+            kafka_protocol: None,
+            sasl: None,
+            authorizer: None,
         });
         let t = pod_template(&c, 3).expect("t");
         let env = t.spec.expect("pod").containers[0].env.clone().expect("env");
@@ -811,6 +1038,303 @@ pub(crate) mod tests {
         c.spec.broker.fsync = Some(Fsync::Never);
         let d = config_map(&c).expect("cm");
         assert_ne!(a.metadata.annotations, d.metadata.annotations);
+    }
+
+    fn with_security(security: serde_json::Value) -> SpateCluster {
+        let mut c = cluster(3);
+        c.spec.security = Some(serde_json::from_value(security).expect("security"));
+        c
+    }
+
+    /// Every security field set: SASL_SSL with HTTPS, users from a Secret and ACLs.
+    fn secured() -> SpateCluster {
+        with_security(serde_json::json!({
+            "adminTokenSecret": {"name": "admin", "key": "token"},
+            "tls": {"secretName": "demo-tls", "http": true},
+            "kafkaProtocol": "SASL_SSL",
+            "sasl": {
+                "mechanisms": ["SCRAM-SHA-512"],
+                "bootstrapUsersSecret": {"name": "demo-users", "key": "users"},
+            },
+            "authorizer": {"superUsers": ["User:admin", "User:CN=spate-node"]},
+        }))
+    }
+
+    fn container(c: &SpateCluster) -> Container {
+        pod_template(c, 3)
+            .expect("template")
+            .spec
+            .expect("pod")
+            .containers[0]
+            .clone()
+    }
+
+    fn desired_hashes(c: &SpateCluster) -> [String; 3] {
+        let hash =
+            |m: &ObjectMeta| m.annotations.as_ref().expect("annotations")[DESIRED_HASH].clone();
+        [
+            hash(&statefulset(c, 3, 3, 0, "10Gi").expect("sts").metadata),
+            hash(&config_map(c).expect("cm").metadata),
+            service_monitor(c).expect("sm")["metadata"]["annotations"][DESIRED_HASH]
+                .as_str()
+                .expect("sm hash")
+                .to_string(),
+        ]
+    }
+
+    #[test]
+    fn specs_without_the_new_security_fields_render_what_older_operators_rendered() {
+        // Hashes of the StatefulSet, ConfigMap and ServiceMonitor the operator wrote before
+        // spec.security.tls existed. A change here rolls every pod of every existing cluster
+        // when the operator is upgraded: keep them unless that is intended.
+        let mut plain = cluster(3);
+        plain.spec.metrics.service_monitor = true;
+        assert_eq!(
+            desired_hashes(&plain),
+            ["c87eded447528c11", "251ccc8bba57f5d5", "84945fde4cdd2d6b"]
+        );
+        let token_only =
+            with_security(serde_json::json!({"adminTokenSecret": {"name": "s", "key": "k"}}));
+        assert_eq!(
+            desired_hashes(&token_only),
+            ["f0cc47dc69055e68", "251ccc8bba57f5d5", "84945fde4cdd2d6b"]
+        );
+        let toml = config_toml(&token_only).expect("toml");
+        assert!(toml.contains("listen = \"0.0.0.0:9092\"\n"));
+        assert!(!toml.contains("listeners"));
+        assert!(!toml.contains("ssl-"));
+    }
+
+    #[test]
+    fn a_secured_spec_writes_listeners_ssl_paths_cluster_tls_and_acls_to_the_config() {
+        let toml = config_toml(&secured()).expect("toml");
+        for line in [
+            "listeners = \"SASL_SSL://0.0.0.0:9092\"",
+            "ssl-cert = \"/etc/spate-tls/tls.crt\"",
+            "ssl-key = \"/etc/spate-tls/tls.key\"",
+            "ssl-ca = \"/etc/spate-tls/ca.crt\"",
+            "ssl-client-auth = \"none\"",
+            "cluster-tls = \"true\"",
+            "http-tls = \"true\"",
+            "sasl-mechanisms = \"SCRAM-SHA-512\"",
+            "authorizer = \"acl\"",
+            "super-users = \"User:admin,User:CN=spate-node\"",
+            "allow-everyone-if-no-acl-found = \"false\"",
+        ] {
+            assert!(
+                toml.contains(&format!("{line}\n")),
+                "{line} missing from\n{toml}"
+            );
+        }
+        // `listeners` replaces the shorthand (spate refuses neither, but would bind twice).
+        assert!(!toml.lines().any(|l| l.starts_with("listen ")), "{toml}");
+        // Passwords and per-pod names never reach the shared ConfigMap.
+        assert!(!toml.contains("demo-users"));
+        assert!(!toml.contains("advertised"));
+    }
+
+    #[test]
+    fn tls_alone_keeps_plaintext_clients_and_turns_on_inter_node_tls() {
+        let c = with_security(serde_json::json!({
+            "adminTokenSecret": {"name": "s", "key": "k"},
+            "tls": {"secretName": "demo-tls"},
+        }));
+        let toml = config_toml(&c).expect("toml");
+        assert!(toml.contains("listeners = \"PLAINTEXT://0.0.0.0:9092\"\n"));
+        assert!(toml.contains("cluster-tls = \"true\"\n"));
+        assert!(!toml.contains("http-tls"));
+        let off = with_security(serde_json::json!({
+            "adminTokenSecret": {"name": "s", "key": "k"},
+            "tls": {"secretName": "demo-tls", "interNode": false},
+        }));
+        assert!(!config_toml(&off).expect("toml").contains("cluster-tls"));
+    }
+
+    #[test]
+    fn a_secured_pod_advertises_its_dns_name_under_the_listeners_protocol() {
+        let c = container(&secured());
+        let envs = c.env.expect("env");
+        let protocol = envs
+            .iter()
+            .find(|e| e.name == "SPATE_KAFKA_PROTOCOL")
+            .and_then(|e| e.value.clone());
+        assert_eq!(protocol.as_deref(), Some("SASL_SSL"));
+        // Run the entrypoint with spate swapped for a print of what it would be given.
+        let script = c.command.expect("command")[2].replace(
+            "exec /usr/local/bin/spate --config /etc/spate/spate.toml",
+            "echo \"$SPATE_ADVERTISED_LISTENERS $SPATE_ADVERTISED_ADDRESS\"",
+        );
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", &script])
+            .env("POD_NAME", "demo-1")
+            .env("POD_NAMESPACE", "ns")
+            .envs(
+                envs.iter()
+                    .filter_map(|e| Some((e.name.clone(), e.value.clone()?))),
+            )
+            .output()
+            .expect("sh");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "SASL_SSL://demo-1.demo-nodes.ns.svc:9092 demo-1.demo-nodes.ns.svc:9092\n"
+        );
+    }
+
+    #[test]
+    fn the_bootstrap_users_come_from_a_secret_key_ref() {
+        let envs = container(&secured()).env.expect("env");
+        let users = envs
+            .iter()
+            .find(|e| e.name == "SPATE_BOOTSTRAP_USERS")
+            .expect("users env");
+        assert!(users.value.is_none());
+        let sel = users
+            .value_from
+            .as_ref()
+            .and_then(|v| v.secret_key_ref.as_ref())
+            .expect("secretKeyRef");
+        assert_eq!(
+            (sel.name.as_str(), sel.key.as_str()),
+            ("demo-users", "users")
+        );
+    }
+
+    #[test]
+    fn the_tls_secret_is_mounted_read_only_and_not_hashed_into_the_pod() {
+        let t = pod_template(&secured(), 3).expect("template");
+        let pod = t.spec.expect("pod");
+        let volume = pod
+            .volumes
+            .as_ref()
+            .expect("volumes")
+            .iter()
+            .find(|v| v.name == "tls")
+            .expect("tls volume");
+        let secret = volume.secret.as_ref().expect("secret volume");
+        assert_eq!(secret.secret_name.as_deref(), Some("demo-tls"));
+        let mount = pod.containers[0]
+            .volume_mounts
+            .as_ref()
+            .expect("mounts")
+            .iter()
+            .find(|m| m.name == "tls")
+            .expect("tls mount");
+        assert_eq!(mount.mount_path, TLS_MOUNT);
+        assert_eq!(mount.read_only, Some(true));
+        // Rotation must not restart pods: nothing in the template follows the Secret's data.
+        let annotations = t.metadata.expect("meta").annotations.expect("annotations");
+        let keys: Vec<&str> = annotations.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "prometheus.io/port",
+                "prometheus.io/scheme",
+                "spate.io/config-hash"
+            ]
+        );
+    }
+
+    #[test]
+    fn http_tls_makes_the_probes_and_the_service_monitor_use_https() {
+        let scheme = |p: Option<Probe>| p.and_then(|p| p.http_get).and_then(|h| h.scheme);
+        let c = container(&secured());
+        assert_eq!(scheme(c.readiness_probe).as_deref(), Some("HTTPS"));
+        assert_eq!(scheme(c.liveness_probe).as_deref(), Some("HTTPS"));
+        let sm = service_monitor(&secured()).expect("sm");
+        let endpoint = &sm["spec"]["endpoints"][0];
+        assert_eq!(endpoint["scheme"], "https");
+        assert_eq!(endpoint["tlsConfig"]["ca"]["secret"]["name"], "demo-tls");
+        assert_eq!(endpoint["tlsConfig"]["serverName"], "demo.ns.svc");
+        let plain = container(&cluster(3));
+        assert_eq!(scheme(plain.readiness_probe), None);
+    }
+
+    #[test]
+    fn ssl_protocols_without_tls_are_refused() {
+        for (protocol, name) in [("SSL", "SSL"), ("SASL_SSL", "SASL_SSL")] {
+            let c = with_security(serde_json::json!({
+                "adminTokenSecret": {"name": "s", "key": "k"},
+                "kafkaProtocol": protocol,
+            }));
+            assert_eq!(validate(&c), Err(SpecError::ProtocolNeedsTls(name)));
+            assert!(config_toml(&c).is_err());
+            assert!(pod_template(&c, 3).is_err());
+        }
+        let sasl = with_security(serde_json::json!({
+            "adminTokenSecret": {"name": "s", "key": "k"},
+            "kafkaProtocol": "SASL_PLAINTEXT",
+        }));
+        assert_eq!(validate(&sasl), Ok(()));
+    }
+
+    #[test]
+    fn client_auth_without_the_ssl_protocol_is_refused() {
+        let c = with_security(serde_json::json!({
+            "adminTokenSecret": {"name": "s", "key": "k"},
+            "tls": {"secretName": "t", "clientAuth": "required"},
+            "kafkaProtocol": "SASL_SSL",
+        }));
+        assert_eq!(validate(&c), Err(SpecError::ClientAuthWithoutSsl));
+        let ssl = with_security(serde_json::json!({
+            "adminTokenSecret": {"name": "s", "key": "k"},
+            "tls": {"secretName": "t", "clientAuth": "required"},
+            "kafkaProtocol": "SSL",
+        }));
+        assert!(config_toml(&ssl)
+            .expect("toml")
+            .contains("ssl-client-auth = \"required\"\n"));
+    }
+
+    #[test]
+    fn a_broker_config_key_a_security_field_sets_is_refused() {
+        let mut c = secured();
+        c.spec
+            .broker
+            .config
+            .insert("super-users".into(), "User:x".into());
+        assert_eq!(
+            validate(&c),
+            Err(SpecError::ConfigKeySetBySecurity {
+                key: "super-users".into(),
+                field: "authorizer",
+            })
+        );
+        // Without the typed field the key stays settable, as before.
+        let mut old = cluster(3);
+        old.spec
+            .broker
+            .config
+            .insert("authorizer".into(), "acl".into());
+        assert_eq!(validate(&old), Ok(()));
+    }
+
+    #[test]
+    fn super_users_must_be_type_colon_name_without_commas() {
+        for bad in ["admin", "User:a,User:b", ":x"] {
+            let c = with_security(serde_json::json!({
+                "adminTokenSecret": {"name": "s", "key": "k"},
+                "authorizer": {"superUsers": [bad]},
+            }));
+            assert_eq!(validate(&c), Err(SpecError::InvalidSuperUser(bad.into())));
+        }
+    }
+
+    #[test]
+    fn the_crds_security_rules_cover_every_key_a_security_field_writes() {
+        let c = secured();
+        let sec = c.spec.security.as_ref().expect("security");
+        let mut written: Vec<&str> = security_config(sec, &c.spec.listeners)
+            .into_iter()
+            .map(|(k, _, _)| k)
+            .filter(|k| !crate::crd::RESERVED_CONFIG_KEYS.contains(k))
+            .collect();
+        written.sort();
+        let mut ruled: Vec<&str> = crate::crd::SECURITY_OWNED_CONFIG_KEYS
+            .iter()
+            .flat_map(|(_, _, keys)| keys.iter().copied())
+            .collect();
+        ruled.sort();
+        assert_eq!(written, ruled);
     }
 
     #[test]
