@@ -203,7 +203,7 @@ impl AclBinding {
 }
 
 /// A filter of DescribeAcls and DeleteAcls (`None` fields match anything).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AclFilter {
     /// Resource type, or Any.
     pub resource_type: ResourceType,

@@ -192,15 +192,30 @@ impl Broker {
                 clock.clone(),
             )?
         });
-        let credentials = Arc::new(crate::security::CredentialStore::open(
-            &config.data_dir,
-            &config.security.bootstrap_users,
-        )?);
-        let authorizer = Arc::new(crate::security::Authorizer::open(
-            &config.data_dir,
-            config.security.authorizer,
-            config.security.acl.clone(),
-        )?);
+        // A cluster keeps both in its replicated metadata (see `cluster::security`).
+        let (credentials, authorizer) = if config.cluster_mode {
+            (
+                crate::security::CredentialStore::replicated(&config.data_dir),
+                crate::security::Authorizer::replicated(
+                    &config.data_dir,
+                    config.security.authorizer,
+                    config.security.acl.clone(),
+                ),
+            )
+        } else {
+            (
+                crate::security::CredentialStore::open(
+                    &config.data_dir,
+                    &config.security.bootstrap_users,
+                )?,
+                crate::security::Authorizer::open(
+                    &config.data_dir,
+                    config.security.authorizer,
+                    config.security.acl.clone(),
+                )?,
+            )
+        };
+        let (credentials, authorizer) = (Arc::new(credentials), Arc::new(authorizer));
         let broker = Arc::new(Self {
             config,
             topics: Arc::new(topics),

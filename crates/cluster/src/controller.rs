@@ -485,6 +485,7 @@ pub(crate) mod tests {
             rack: None,
             http_addr: None,
             now_ms: 0,
+            listeners: vec![],
         }
     }
 

@@ -8,7 +8,9 @@
 //! - [`replication`]: the pure ISR core of one partition (high watermark, ISR changes,
 //!   acks=all, divergence after a leader change);
 //! - [`raft`]: the openraft type config and the on-disk log and state-machine storage;
-//! - [`network`]: the inter-node transport (length-prefixed frames over TCP);
+//! - [`network`]: the quorum's RPCs (length-prefixed frames) and their server;
+//! - [`transport`]: inter-node connections, plain or mutual TLS, shared by the quorum and
+//!   the Kafka requests brokers send each other;
 //! - [`node`]: [`node::MetadataNode`], which wires it all and is what a broker uses.
 
 pub mod controller;
@@ -21,3 +23,4 @@ pub mod pre_vote;
 pub mod raft;
 pub mod reassignment;
 pub mod replication;
+pub mod transport;

@@ -10,6 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use spate_auth::acl::{AclBinding, AclFilter};
+use spate_auth::CredentialRecord;
 use spate_quotas::{QuotaEntity, QuotaKey, QuotaTable, QuotaValue};
 use uuid::Uuid;
 
@@ -59,6 +61,32 @@ pub struct BrokerRegistration {
     /// routing); absent for brokers registered before it existed.
     #[serde(default)]
     pub http_addr: Option<String>,
+    /// Every advertised Kafka listener (`--advertised-listeners`), so each client is told
+    /// the addresses of the listener it connected to; empty for brokers registered before
+    /// they were recorded (their `kafka_host:kafka_port` stands for all).
+    #[serde(default)]
+    pub listeners: Vec<ListenerAddress>,
+}
+
+/// One advertised Kafka listener of a broker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenerAddress {
+    /// The listener's name: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+    pub name: String,
+    /// Advertised host.
+    pub host: String,
+    /// Advertised port.
+    pub port: u16,
+}
+
+impl BrokerRegistration {
+    /// The advertised address of the listener named `name`, if the broker has one.
+    pub fn listener(&self, name: &str) -> Option<(&str, u16)> {
+        self.listeners
+            .iter()
+            .find(|l| l.name == name)
+            .map(|l| (l.host.as_str(), l.port))
+    }
 }
 
 /// The replication state of one partition.
@@ -181,6 +209,31 @@ pub struct MetadataImage {
     next_producer_id: i64,
     /// Epoch the next registration gets; starts at 1 so that 0 never names a registration.
     next_broker_epoch: i64,
+    /// SCRAM credentials (`kafka-configs --entity-type users`), sorted by user then
+    /// mechanism: every node authenticates against the same ones.
+    #[serde(default)]
+    pub(crate) scram_credentials: Arc<Vec<CredentialRecord>>,
+    /// ACLs (`kafka-acls`), in the order they were created: every node authorizes with them.
+    #[serde(default)]
+    pub(crate) acls: Arc<Vec<AclBinding>>,
+}
+
+/// Refuses credentials a node could not use (bad mechanism, encoding or key length): every
+/// node would otherwise fail the same way when it loads them.
+fn check_credentials(records: &[CredentialRecord]) -> Result<(), CommandError> {
+    for r in records {
+        if r.user.is_empty() {
+            return Err(CommandError::InvalidRequest {
+                reason: "a SCRAM credential needs a user name".into(),
+            });
+        }
+        if let Err(e) = r.credential() {
+            return Err(CommandError::InvalidRequest {
+                reason: format!("SCRAM credential of {}: {e}", r.user),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A change to the metadata image, replicated through the Raft log.
@@ -205,6 +258,9 @@ pub enum MetadataCommand {
         http_addr: Option<String>,
         /// Time as given by the proposer.
         now_ms: u64,
+        /// Every advertised Kafka listener.
+        #[serde(default)]
+        listeners: Vec<ListenerAddress>,
     },
     /// A registered broker says it is alive.
     BrokerHeartbeat {
@@ -377,6 +433,31 @@ pub enum MetadataCommand {
         /// Keys to remove.
         remove: Vec<QuotaKey>,
     },
+    /// Set and remove SCRAM credentials (AlterUserScramCredentials, already checked per
+    /// user). Removing a credential that is not there is not an error: two nodes may race.
+    AlterScramCredentials {
+        /// Credentials to add or replace.
+        upserts: Vec<CredentialRecord>,
+        /// `(user, mechanism)` pairs to remove.
+        deletions: Vec<(String, String)>,
+    },
+    /// Give users that have no credential at all these ones (the bootstrap users of
+    /// `SPATE_BOOTSTRAP_USERS`): a user someone already changed keeps its credentials, so
+    /// every node may propose its bootstrap users at every start.
+    BootstrapScramUsers {
+        /// Credentials of the bootstrap users.
+        records: Vec<CredentialRecord>,
+    },
+    /// Add ACL bindings (CreateAcls); one already there is not added twice.
+    CreateAcls {
+        /// The bindings, each valid.
+        bindings: Vec<AclBinding>,
+    },
+    /// Remove the ACL bindings each filter matches (DeleteAcls).
+    DeleteAcls {
+        /// The filters, applied in order.
+        filters: Vec<AclFilter>,
+    },
     /// Several commands applied atomically: all or none.
     Batch(Vec<MetadataCommand>),
     /// Several independent commands in one entry, each applied or refused on its own (as
@@ -449,6 +530,12 @@ pub enum CommandOutcome {
     BrokerConfigsAltered,
     /// Client quotas changed.
     ClientQuotasAltered,
+    /// SCRAM credentials changed (or already as asked).
+    ScramCredentialsAltered,
+    /// ACL bindings added.
+    AclsCreated,
+    /// What each DeleteAcls filter removed, in order.
+    AclsDeleted(Vec<Vec<AclBinding>>),
     /// Outcomes of a batch, in order.
     Batch(Vec<CommandOutcome>),
     /// The result of each command of an `Each`, in order.
@@ -768,12 +855,26 @@ impl MetadataImage {
             client_quotas: QuotaTable::default(),
             next_producer_id: 0,
             next_broker_epoch: 1,
+            scram_credentials: Arc::new(Vec::new()),
+            acls: Arc::new(Vec::new()),
         }
     }
 
     /// The client quotas every node enforces.
     pub fn client_quotas(&self) -> &QuotaTable {
         &self.client_quotas
+    }
+
+    /// The SCRAM credentials every node authenticates with, sorted by user and mechanism.
+    /// The same `Arc` until a command changes them.
+    pub fn scram_credentials(&self) -> &Arc<Vec<CredentialRecord>> {
+        &self.scram_credentials
+    }
+
+    /// The ACL bindings every node authorizes with. The same `Arc` until a command changes
+    /// them.
+    pub fn acls(&self) -> &Arc<Vec<AclBinding>> {
+        &self.acls
     }
 
     /// All registered brokers, by id.
@@ -854,6 +955,7 @@ impl MetadataImage {
                 rack,
                 http_addr,
                 now_ms,
+                listeners,
             } => self.register_broker(
                 *broker_id,
                 *incarnation,
@@ -863,6 +965,7 @@ impl MetadataImage {
                 rack.as_deref(),
                 http_addr.as_deref(),
                 *now_ms,
+                listeners,
             ),
             MetadataCommand::BrokerHeartbeat {
                 broker_id,
@@ -997,6 +1100,69 @@ impl MetadataImage {
                 self.client_quotas.apply(entity, &ops);
                 Ok(CommandOutcome::ClientQuotasAltered)
             }
+            MetadataCommand::AlterScramCredentials { upserts, deletions } => {
+                check_credentials(upserts)?;
+                let mut all = (*self.scram_credentials).clone();
+                all.retain(|r| {
+                    !deletions
+                        .iter()
+                        .any(|(user, mechanism)| r.user == *user && r.mechanism == *mechanism)
+                        && !upserts
+                            .iter()
+                            .any(|u| u.user == r.user && u.mechanism == r.mechanism)
+                });
+                all.extend(upserts.iter().cloned());
+                all.sort_by(|a, b| (&a.user, &a.mechanism).cmp(&(&b.user, &b.mechanism)));
+                self.scram_credentials = Arc::new(all);
+                Ok(CommandOutcome::ScramCredentialsAltered)
+            }
+            MetadataCommand::BootstrapScramUsers { records } => {
+                check_credentials(records)?;
+                let fresh: Vec<&CredentialRecord> = records
+                    .iter()
+                    .filter(|r| !self.scram_credentials.iter().any(|c| c.user == r.user))
+                    .collect();
+                if !fresh.is_empty() {
+                    let mut all = (*self.scram_credentials).clone();
+                    all.extend(fresh.into_iter().cloned());
+                    all.sort_by(|a, b| (&a.user, &a.mechanism).cmp(&(&b.user, &b.mechanism)));
+                    self.scram_credentials = Arc::new(all);
+                }
+                Ok(CommandOutcome::ScramCredentialsAltered)
+            }
+            MetadataCommand::CreateAcls { bindings } => {
+                if let Some(e) = bindings.iter().find_map(|b| b.validate().err()) {
+                    return Err(CommandError::InvalidRequest {
+                        reason: format!("invalid ACL binding: {e}"),
+                    });
+                }
+                let mut all = (*self.acls).clone();
+                for b in bindings {
+                    if !all.contains(b) {
+                        all.push(b.clone());
+                    }
+                }
+                if all.len() != self.acls.len() {
+                    self.acls = Arc::new(all);
+                }
+                Ok(CommandOutcome::AclsCreated)
+            }
+            MetadataCommand::DeleteAcls { filters } => {
+                let mut all = (*self.acls).clone();
+                let removed: Vec<Vec<AclBinding>> = filters
+                    .iter()
+                    .map(|f| {
+                        let (gone, kept): (Vec<_>, Vec<_>) =
+                            all.drain(..).partition(|b| f.matches(b));
+                        all = kept;
+                        gone
+                    })
+                    .collect();
+                if all.len() != self.acls.len() {
+                    self.acls = Arc::new(all);
+                }
+                Ok(CommandOutcome::AclsDeleted(removed))
+            }
             MetadataCommand::Batch(cmds) => {
                 // All or nothing: work on a copy and keep it only if every command applied.
                 // Metadata images are small enough that the copy is cheap next to a Raft round.
@@ -1034,6 +1200,7 @@ impl MetadataImage {
         rack: Option<&str>,
         http_addr: Option<&str>,
         now_ms: u64,
+        listeners: &[ListenerAddress],
     ) -> CommandResult {
         if broker_id < 0 {
             return Err(invalid(format!("broker id {broker_id} is negative")));
@@ -1087,6 +1254,7 @@ impl MetadataImage {
                 heartbeat_count: 0,
                 decommissioning,
                 http_addr: http_addr.map(str::to_owned),
+                listeners: listeners.to_vec(),
             },
         );
         Ok(CommandOutcome::BrokerRegistered {
@@ -1574,6 +1742,7 @@ mod tests {
             rack: None,
             http_addr: None,
             now_ms: 1_000,
+            listeners: vec![],
         }
     }
 
@@ -1595,6 +1764,139 @@ mod tests {
                 e
             }
         }
+    }
+
+    fn credential(
+        user: &str,
+        alg: spate_auth::ScramAlgorithm,
+        password: &[u8],
+    ) -> CredentialRecord {
+        let c = spate_auth::ScramCredential::derive(alg, password, b"salt", 4096);
+        CredentialRecord::new(user, alg, &c)
+    }
+
+    #[test]
+    fn bootstrap_users_are_added_only_where_a_user_has_no_credential() {
+        use spate_auth::ScramAlgorithm::{Sha256, Sha512};
+        let mut image = MetadataImage::new();
+        ok(
+            &mut image,
+            MetadataCommand::AlterScramCredentials {
+                upserts: vec![credential("admin", Sha512, b"changed")],
+                deletions: vec![],
+            },
+        );
+        ok(
+            &mut image,
+            MetadataCommand::BootstrapScramUsers {
+                records: vec![
+                    credential("admin", Sha256, b"bootstrap"),
+                    credential("admin", Sha512, b"bootstrap"),
+                    credential("bob", Sha256, b"bootstrap"),
+                ],
+            },
+        );
+        let c = image.scram_credentials();
+        // admin keeps the one credential someone set; bob gets his.
+        assert_eq!(
+            c.iter()
+                .map(|r| (r.user.as_str(), r.mechanism.as_str()))
+                .collect::<Vec<_>>(),
+            [("admin", "SCRAM-SHA-512"), ("bob", "SCRAM-SHA-256")]
+        );
+        assert_eq!(c[0], credential("admin", Sha512, b"changed"));
+    }
+
+    #[test]
+    fn scram_credentials_are_replaced_removed_and_bad_ones_refused() {
+        use spate_auth::ScramAlgorithm::{Sha256, Sha512};
+        let mut image = MetadataImage::new();
+        ok(
+            &mut image,
+            MetadataCommand::AlterScramCredentials {
+                upserts: vec![
+                    credential("bob", Sha256, b"a"),
+                    credential("amy", Sha512, b"a"),
+                ],
+                deletions: vec![],
+            },
+        );
+        ok(
+            &mut image,
+            MetadataCommand::AlterScramCredentials {
+                upserts: vec![credential("bob", Sha256, b"b")],
+                deletions: vec![
+                    ("amy".into(), "SCRAM-SHA-512".into()),
+                    ("nobody".into(), "SCRAM-SHA-256".into()),
+                ],
+            },
+        );
+        assert_eq!(
+            *image.scram_credentials().as_ref(),
+            vec![credential("bob", Sha256, b"b")]
+        );
+        let mut bad = credential("bob", Sha256, b"c");
+        bad.stored_key = "AAAA".into();
+        let e = refused(
+            &mut image,
+            MetadataCommand::AlterScramCredentials {
+                upserts: vec![bad],
+                deletions: vec![],
+            },
+        );
+        assert!(e.to_string().contains("key length"), "{e}");
+    }
+
+    #[test]
+    fn acls_are_created_once_deleted_by_filter_and_invalid_ones_refused() {
+        use spate_auth::acl::{Operation, PatternType, Permission, ResourceType};
+        let read = AclBinding {
+            resource_type: ResourceType::Topic,
+            name: "t".into(),
+            pattern: PatternType::Literal,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: Operation::Read,
+            permission: Permission::Allow,
+        };
+        let write = AclBinding {
+            operation: Operation::Write,
+            ..read.clone()
+        };
+        let mut image = MetadataImage::new();
+        ok(
+            &mut image,
+            MetadataCommand::CreateAcls {
+                bindings: vec![read.clone(), write.clone(), read.clone()],
+            },
+        );
+        assert_eq!(*image.acls().as_ref(), vec![read.clone(), write.clone()]);
+        refused(
+            &mut image,
+            MetadataCommand::CreateAcls {
+                bindings: vec![AclBinding {
+                    principal: "alice".into(),
+                    ..read.clone()
+                }],
+            },
+        );
+        let filter = |op| AclFilter {
+            resource_type: ResourceType::Any,
+            name: None,
+            pattern: PatternType::Any,
+            principal: None,
+            host: None,
+            operation: op,
+            permission: Permission::Any,
+        };
+        let out = ok(
+            &mut image,
+            MetadataCommand::DeleteAcls {
+                filters: vec![filter(Operation::Write), filter(Operation::Describe)],
+            },
+        );
+        assert_eq!(out, CommandOutcome::AclsDeleted(vec![vec![write], vec![]]));
+        assert_eq!(*image.acls().as_ref(), vec![read]);
     }
 
     fn epoch_of(image: &MetadataImage, id: BrokerId) -> i64 {

@@ -29,8 +29,10 @@ use openraft::raft::{
 };
 use openraft::RPCTypes;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+#[cfg(test)]
+use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -38,6 +40,7 @@ use crate::heartbeat::{self, HeartbeatError};
 use crate::membership::{MembershipChange, MembershipError};
 use crate::metadata::MetadataCommand;
 use crate::raft::{MetadataRaft, NodeId, PeerNode, TypeConfig};
+use crate::transport::{BoxedStream, KafkaHandoff, Transport};
 
 /// Largest frame accepted or sent (the log's record limit: one entry must fit in a frame).
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
@@ -172,7 +175,10 @@ pub enum TransportError {
     },
 }
 
-async fn write_frame(stream: &mut TcpStream, body: &[u8]) -> io::Result<()> {
+async fn write_frame<S: AsyncWrite + Unpin + ?Sized>(
+    stream: &mut S,
+    body: &[u8],
+) -> io::Result<()> {
     // One buffer, one write: with TCP_NODELAY a separate length write would be its own packet.
     let len = u32::try_from(body.len()).map_err(io::Error::other)?;
     let mut frame = Vec::with_capacity(4 + body.len());
@@ -183,14 +189,28 @@ async fn write_frame(stream: &mut TcpStream, body: &[u8]) -> io::Result<()> {
 }
 
 /// Reads one frame; `Ok(None)` on a clean end of stream before a frame starts.
-async fn read_frame(stream: &mut TcpStream) -> io::Result<Option<Vec<u8>>> {
+async fn read_frame<S: AsyncRead + Unpin + ?Sized>(stream: &mut S) -> io::Result<Option<Vec<u8>>> {
+    match read_len(stream).await? {
+        Some(len) => read_body(stream, len).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Reads a frame's length; `Ok(None)` on a clean end of stream before it.
+async fn read_len<S: AsyncRead + Unpin + ?Sized>(stream: &mut S) -> io::Result<Option<usize>> {
     let mut len = [0u8; 4];
     match stream.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+        Ok(_) => Ok(Some(u32::from_be_bytes(len) as usize)),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e),
     }
-    let len = u32::from_be_bytes(len) as usize;
+}
+
+/// Reads a frame's body of `len` bytes.
+async fn read_body<S: AsyncRead + Unpin + ?Sized>(
+    stream: &mut S,
+    len: usize,
+) -> io::Result<Vec<u8>> {
     if len > MAX_FRAME_BYTES {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -199,7 +219,7 @@ async fn read_frame(stream: &mut TcpStream) -> io::Result<Option<Vec<u8>>> {
     }
     let mut body = vec![0u8; len];
     stream.read_exact(&mut body).await?;
-    Ok(Some(body))
+    Ok(body)
 }
 
 /// What this node's Raft connections say about each peer's process. A peer whose port
@@ -242,17 +262,20 @@ pub struct PeerClient {
     from: NodeId,
     target: NodeId,
     addr: String,
-    conn: Option<TcpStream>,
+    transport: Transport,
+    conn: Option<BoxedStream>,
     health: Option<Arc<PeerHealth>>,
 }
 
 impl PeerClient {
-    /// A client from node `from` to node `target` at `addr` (connects lazily).
-    pub fn new(from: NodeId, target: NodeId, addr: String) -> Self {
+    /// A client from node `from` to node `target` at `addr` over `transport` (connects
+    /// lazily).
+    pub fn new(from: NodeId, target: NodeId, addr: String, transport: &Transport) -> Self {
         Self {
             from,
             target,
             addr,
+            transport: transport.clone(),
             conn: None,
             health: None,
         }
@@ -308,33 +331,21 @@ impl PeerClient {
         };
         let mut stream = match self.conn.take() {
             Some(s) => s,
-            None => {
-                let connect = TcpStream::connect(&self.addr);
-                let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(source)) => {
-                        if source.kind() == io::ErrorKind::ConnectionRefused {
-                            if let Some(h) = &self.health {
-                                h.refused(self.target);
-                            }
+            None => match self.transport.connect(&self.addr, CONNECT_TIMEOUT).await {
+                Ok(s) => s,
+                Err(source) => {
+                    if source.kind() == io::ErrorKind::ConnectionRefused {
+                        if let Some(h) = &self.health {
+                            h.refused(self.target);
                         }
-                        return Err(TransportError::PeerDown {
-                            target: self.target,
-                            addr: self.addr.clone(),
-                            source,
-                        });
                     }
-                    Err(_) => {
-                        return Err(TransportError::PeerDown {
-                            target: self.target,
-                            addr: self.addr.clone(),
-                            source: io::Error::new(io::ErrorKind::TimedOut, "connect timed out"),
-                        })
-                    }
-                };
-                stream.set_nodelay(true).map_err(io_err)?;
-                stream
-            }
+                    return Err(TransportError::PeerDown {
+                        target: self.target,
+                        addr: self.addr.clone(),
+                        source,
+                    });
+                }
+            },
         };
         write_frame(&mut stream, frame).await.map_err(io_err)?;
         let body = read_frame(&mut stream)
@@ -474,17 +485,24 @@ pub struct NetworkFactory {
     from: NodeId,
     peers: Arc<BTreeMap<NodeId, String>>,
     health: Arc<PeerHealth>,
+    transport: Transport,
 }
 
 impl NetworkFactory {
     /// A factory for node `from`. Addresses come from `peers` (this node's configuration)
     /// first and from the Raft membership only for ids it does not list, so an address
     /// change in the configuration takes effect without a membership change.
-    pub fn new(from: NodeId, peers: BTreeMap<NodeId, String>, health: Arc<PeerHealth>) -> Self {
+    pub fn new(
+        from: NodeId,
+        peers: BTreeMap<NodeId, String>,
+        health: Arc<PeerHealth>,
+        transport: Transport,
+    ) -> Self {
         Self {
             from,
             peers: Arc::new(peers),
             health,
+            transport,
         }
     }
 }
@@ -498,7 +516,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             .get(&target)
             .cloned()
             .unwrap_or_else(|| node.addr.clone());
-        PeerClient::new(self.from, target, addr).with_health(self.health.clone())
+        PeerClient::new(self.from, target, addr, &self.transport).with_health(self.health.clone())
     }
 }
 
@@ -567,6 +585,10 @@ pub struct PeerServices {
     pub rejoining: Arc<std::sync::atomic::AtomicBool>,
     /// What this voter answers to pre-votes, and when it last heard from a leader.
     pub pre_vote: Arc<crate::pre_vote::PreVote>,
+    /// Plain or TLS.
+    pub transport: Transport,
+    /// Where connections carrying Kafka requests between brokers go (refused without one).
+    pub kafka: Option<KafkaHandoff>,
 }
 
 /// Serves Raft RPCs, forwarded client writes and hellos for `raft` on `listener` until the
@@ -605,26 +627,58 @@ pub async fn serve(
         let peers = peers.clone();
         let services = services.clone();
         connections.spawn(async move {
-            let _permit = permit;
-            if let Err(e) = serve_connection(stream, raft, node_id, peers, services).await {
-                tracing::debug!(%remote, error = %e, "metadata quorum: connection closed");
+            let stream = match services.transport.accept(stream).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(%remote, error = %e, "inter-node connection refused");
+                    return;
+                }
+            };
+            match serve_connection(stream, raft, node_id, peers, services.clone()).await {
+                Ok(Some(kafka)) => match &services.kafka {
+                    // The slot goes with the task: the broker bounds its own connections.
+                    Some(handoff) => handoff.take(kafka, remote),
+                    None => tracing::warn!(%remote, "a Kafka connection on the inter-node port, but no broker takes them"),
+                },
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(%remote, error = %e, "metadata quorum: connection closed")
+                }
             }
+            drop(permit);
         });
     }
 }
 
+/// Serves one connection's Raft frames; returns the stream when its first frame is the
+/// Kafka preface instead (a broker's connection for Kafka requests).
 async fn serve_connection(
-    mut stream: TcpStream,
+    mut stream: BoxedStream,
     raft: MetadataRaft,
     node_id: NodeId,
     peers: Arc<BTreeMap<NodeId, String>>,
     services: Arc<PeerServices>,
-) -> io::Result<()> {
-    stream.set_nodelay(true)?;
+) -> io::Result<Option<BoxedStream>> {
+    let mut first = true;
     loop {
-        let body = match tokio::time::timeout(IDLE_TIMEOUT, read_frame(&mut stream)).await {
-            Ok(Ok(Some(body))) => body,
-            Ok(Ok(None)) | Err(_) => return Ok(()),
+        let len = match tokio::time::timeout(IDLE_TIMEOUT, read_len(&mut stream)).await {
+            Ok(Ok(Some(len))) => len,
+            Ok(Ok(None)) | Err(_) => return Ok(None),
+            Ok(Err(e)) => return Err(e),
+        };
+        if len == 0 && first {
+            if crate::transport::rest_is_kafka_preface(&mut stream).await? {
+                return Ok(Some(stream));
+            }
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "an empty frame that is not the Kafka preface",
+            ));
+        }
+        first = false;
+        let body = match tokio::time::timeout(IDLE_TIMEOUT, read_body(&mut stream, len)).await {
+            Ok(Ok(body)) => body,
+            Err(_) => return Ok(None),
             Ok(Err(e)) => return Err(e),
         };
         let response = match serde_json::from_slice::<RequestEnvelope>(&body) {
@@ -724,7 +778,8 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         drop(listener);
         let health = Arc::new(PeerHealth::default());
-        let mut client = PeerClient::new(1, 2, addr.to_string()).with_health(health.clone());
+        let mut client = PeerClient::new(1, 2, addr.to_string(), &Transport::plain())
+            .with_health(health.clone());
         assert!(client.hello(Duration::from_secs(2)).await.is_err());
         assert_eq!(
             health
@@ -756,7 +811,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         drop(listener);
-        let mut client = PeerClient::new(1, 2, addr.clone());
+        let mut client = PeerClient::new(1, 2, addr.clone(), &Transport::plain());
         let err = client.hello(Duration::from_secs(2)).await.unwrap_err();
         assert!(
             matches!(err, TransportError::PeerDown { target: 2, .. }),
@@ -776,7 +831,7 @@ mod tests {
             let mut buf = vec![0u8; 1024];
             while s.read(&mut buf).await.unwrap_or(0) > 0 {}
         });
-        let mut client = PeerClient::new(1, 2, addr);
+        let mut client = PeerClient::new(1, 2, addr, &Transport::plain());
         let err = client.hello(Duration::from_millis(200)).await.unwrap_err();
         assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
         assert!(client.conn.is_none());

@@ -24,6 +24,7 @@ use crate::network::{
     serve, ClientWriteResult, NetworkFactory, PeerClient, PeerHealth, PeerServices,
 };
 use crate::raft::{open_storage, MetadataRaft, NodeId, PeerNode, StorageError};
+use crate::transport::{KafkaHandoff, Transport};
 
 /// A problem with the cluster configuration (peer list, node id).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -187,6 +188,10 @@ pub struct NodeConfig {
     /// voters in `peers`, which follows the metadata log and serves as a broker without
     /// voting.
     pub observer_addr: Option<String>,
+    /// Plain TCP or mutual TLS between nodes.
+    pub transport: Transport,
+    /// Where Kafka connections from other brokers on the inter-node port go.
+    pub kafka: Option<KafkaHandoff>,
 }
 
 impl NodeConfig {
@@ -234,6 +239,8 @@ impl NodeConfig {
             propose_timeout: Duration::from_secs(10),
             snapshot_every_entries: 1000,
             observer_addr: None,
+            transport: Transport::plain(),
+            kafka: None,
         }
     }
 
@@ -430,6 +437,8 @@ pub struct BrokerInfo {
     pub rack: Option<String>,
     /// Advertised HTTP address, for node-to-node HTTP.
     pub http_addr: Option<String>,
+    /// Every advertised Kafka listener.
+    pub listeners: Vec<crate::metadata::ListenerAddress>,
 }
 
 struct Inner {
@@ -447,6 +456,8 @@ struct Inner {
     heartbeats: heartbeat::Receiver,
     /// Idle connections to leaders, for forwarded proposals.
     forward_pool: Mutex<BTreeMap<NodeId, Vec<PeerClient>>>,
+    /// Plain or TLS, for every inter-node connection.
+    transport: Transport,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -507,8 +518,9 @@ impl MetadataNode {
         // answer in between: a voter that finds the cluster already formed with an empty
         // log of its own lost (or never had) what it may have acknowledged, and must not
         // vote until it has caught up.
-        let rejoining =
-            fresh && !config.is_observer() && formed_elsewhere(config.node_id, &config.peers).await;
+        let rejoining = fresh
+            && !config.is_observer()
+            && formed_elsewhere(config.node_id, &config.peers, &config.transport).await;
         if rejoining {
             tracing::warn!(
                 node_id = config.node_id,
@@ -535,7 +547,12 @@ impl MetadataNode {
         let raft = Raft::new(
             config.node_id,
             raft_config,
-            NetworkFactory::new(config.node_id, config.peers.clone(), health.clone()),
+            NetworkFactory::new(
+                config.node_id,
+                config.peers.clone(),
+                health.clone(),
+                config.transport.clone(),
+            ),
             log,
             sm,
         )
@@ -546,6 +563,7 @@ impl MetadataNode {
             raft.clone(),
             log_reader,
             Duration::from_millis(config.timings.election_min_ms),
+            config.transport.clone(),
         ));
         let heartbeats = heartbeat::Receiver {
             raft: raft.clone(),
@@ -564,6 +582,7 @@ impl MetadataNode {
             heartbeats: heartbeats.clone(),
             forward_pool: Mutex::new(BTreeMap::new()),
             tasks: Mutex::new(Vec::new()),
+            transport: config.transport.clone(),
         });
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(serve(
@@ -575,6 +594,8 @@ impl MetadataNode {
                 heartbeats: heartbeats.clone(),
                 rejoining: rejoining.clone(),
                 pre_vote: pre_vote.clone(),
+                transport: config.transport.clone(),
+                kafka: config.kafka.clone(),
             },
         )));
         let voters = {
@@ -595,6 +616,7 @@ impl MetadataNode {
                 config.node_id,
                 config.peers.clone(),
                 rejoining,
+                config.transport.clone(),
             )));
         }
         if lowest == Some(config.node_id) {
@@ -602,6 +624,7 @@ impl MetadataNode {
                 raft.clone(),
                 config.node_id,
                 config.peers.clone(),
+                config.transport.clone(),
             )));
         }
         tasks.push(tokio::spawn(run_controller(
@@ -619,6 +642,7 @@ impl MetadataNode {
                 config.node_id,
                 addr,
                 config.peers.clone(),
+                config.transport.clone(),
             )));
         }
         inner.tasks.lock().extend(tasks);
@@ -641,7 +665,12 @@ impl MetadataNode {
         self.inner.local_addr
     }
 
-    /// The voters as configured.
+    /// How this node connects to the others (plain or mutual TLS).
+    pub fn transport(&self) -> &Transport {
+        &self.inner.transport
+    }
+
+    /// The voters' inter-node addresses as configured (`--cluster-peers`).
     pub fn peers(&self) -> &BTreeMap<NodeId, String> {
         &self.inner.peers
     }
@@ -806,7 +835,8 @@ impl MetadataNode {
                     HeartbeatError::Failed(format!("leader {id} has no known address"))
                 })?;
                 let remaining = deadline.saturating_duration_since(Instant::now());
-                let mut client = PeerClient::new(self.inner.node_id, id, addr);
+                let mut client =
+                    PeerClient::new(self.inner.node_id, id, addr, &self.inner.transport);
                 let sent = tokio::select! {
                     r = client.broker_heartbeat(broker_id, broker_epoch, remaining) => r,
                     () = self.leader_moves_from(id) => {
@@ -850,7 +880,8 @@ impl MetadataNode {
                 }) if id != self.inner.node_id => {
                     let addr = self.inner.peers.get(&id).cloned().unwrap_or(addr);
                     let remaining = deadline.saturating_duration_since(Instant::now());
-                    let mut client = PeerClient::new(self.inner.node_id, id, addr);
+                    let mut client =
+                        PeerClient::new(self.inner.node_id, id, addr, &self.inner.transport);
                     match client.change_membership(change.clone(), remaining).await {
                         Ok(r) => r,
                         Err(e) => Err(MembershipError::Failed(e.to_string())),
@@ -898,8 +929,9 @@ impl MetadataNode {
         // The configured address wins over the one recorded in the membership (see
         // NetworkFactory::new).
         let addr = self.inner.peers.get(&leader).cloned().unwrap_or(addr);
-        let mut client =
-            pooled.unwrap_or_else(|| PeerClient::new(self.inner.node_id, leader, addr));
+        let mut client = pooled.unwrap_or_else(|| {
+            PeerClient::new(self.inner.node_id, leader, addr, &self.inner.transport)
+        });
         let result = client.client_write(cmd, timeout).await;
         if result.is_ok() {
             let mut pool = self.inner.forward_pool.lock();
@@ -1112,6 +1144,7 @@ async fn broker_session(
             rack: info.rack.clone(),
             http_addr: info.http_addr.clone(),
             now_ms: wall_clock_ms(),
+            listeners: info.listeners.clone(),
         };
         let sent = Instant::now();
         let proposal = node.propose(cmd);
@@ -1154,9 +1187,13 @@ fn peer_addr(peers: &BTreeMap<NodeId, String>, members: &Members, id: NodeId) ->
 
 /// Whether some peer's Raft already holds a membership: the cluster was formed without this
 /// node's current log.
-async fn formed_elsewhere(node_id: NodeId, peers: &BTreeMap<NodeId, String>) -> bool {
+async fn formed_elsewhere(
+    node_id: NodeId,
+    peers: &BTreeMap<NodeId, String>,
+    transport: &Transport,
+) -> bool {
     for (&id, addr) in peers.iter().filter(|(&id, _)| id != node_id) {
-        let mut client = PeerClient::new(node_id, id, addr.clone());
+        let mut client = PeerClient::new(node_id, id, addr.clone(), transport);
         if let Ok(hello) = client.hello(Duration::from_secs(1)).await {
             if hello.initialized {
                 return true;
@@ -1173,6 +1210,7 @@ async fn catch_up_before_voting(
     node_id: NodeId,
     peers: BTreeMap<NodeId, String>,
     rejoining: Arc<std::sync::atomic::AtomicBool>,
+    transport: Transport,
 ) {
     loop {
         let leader = raft.metrics().borrow().current_leader;
@@ -1181,7 +1219,7 @@ async fn catch_up_before_voting(
             Some(l) => {
                 let addr = peer_addr(&peers, &crate::membership::members(&raft), l);
                 if let Some(addr) = addr {
-                    let mut client = PeerClient::new(node_id, l, addr);
+                    let mut client = PeerClient::new(node_id, l, addr, &transport);
                     if let Ok(Ok(index)) = client.read_index(Duration::from_secs(5)).await {
                         let caught_up = match index {
                             None => true,
@@ -1215,6 +1253,7 @@ async fn join_as_observer(
     node_id: NodeId,
     addr: String,
     voters: BTreeMap<NodeId, String>,
+    transport: Transport,
 ) {
     let change = MembershipChange::Observe {
         node_id,
@@ -1241,7 +1280,7 @@ async fn join_as_observer(
             if asked > voters.len() + 2 {
                 break;
             }
-            let mut client = PeerClient::new(node_id, id, target);
+            let mut client = PeerClient::new(node_id, id, target, &transport);
             match client
                 .change_membership(change.clone(), Duration::from_secs(5))
                 .await
@@ -1278,7 +1317,12 @@ async fn join_as_observer(
 /// voters. Initializing an already initialized node is refused by openraft and ignored here,
 /// so restarts and races are harmless; a node restarted with an empty data dir sees its
 /// peers' formed cluster and joins it instead of forming a new one.
-async fn form_cluster(raft: MetadataRaft, node_id: NodeId, peers: BTreeMap<NodeId, String>) {
+async fn form_cluster(
+    raft: MetadataRaft,
+    node_id: NodeId,
+    peers: BTreeMap<NodeId, String>,
+    transport: Transport,
+) {
     let majority = peers.len() / 2 + 1;
     let mut warned_empty_restart = false;
     loop {
@@ -1291,7 +1335,7 @@ async fn form_cluster(raft: MetadataRaft, node_id: NodeId, peers: BTreeMap<NodeI
         let mut formed_elsewhere = None;
         let mut disagreeing = Vec::new();
         for (&id, addr) in peers.iter().filter(|(&id, _)| id != node_id) {
-            let mut client = PeerClient::new(node_id, id, addr.clone());
+            let mut client = PeerClient::new(node_id, id, addr.clone(), &transport);
             match client.hello(Duration::from_secs(1)).await {
                 Ok(hello) if hello.peers != peers => disagreeing.push((id, hello.peers)),
                 Ok(hello) => {
@@ -1642,6 +1686,7 @@ mod tests {
             rack: None,
             http_addr: None,
             now_ms: 0,
+            listeners: vec![],
         }
     }
 
@@ -1771,10 +1816,10 @@ mod tests {
             .await
             .unwrap();
         // A peer whose map says node 2 lives at node 1's address.
-        let mut client = PeerClient::new(3, 2, addr.to_string());
+        let mut client = PeerClient::new(3, 2, addr.to_string(), &Transport::plain());
         let err = client.hello(Duration::from_secs(5)).await.unwrap_err();
         assert!(err.to_string().contains("peer maps disagree"), "{err}");
-        let mut client = PeerClient::new(3, 1, addr.to_string());
+        let mut client = PeerClient::new(3, 1, addr.to_string(), &Transport::plain());
         let hello = client.hello(Duration::from_secs(5)).await.unwrap();
         assert_eq!(hello.node_id, 1);
         node.shutdown().await;

@@ -32,17 +32,25 @@ pub struct PreVote {
     leader_contact: Mutex<Option<Instant>>,
     /// A leader heard from within this long is still there (the shortest election timeout).
     quiet: Duration,
+    /// How pre-votes reach the other voters.
+    transport: crate::transport::Transport,
 }
 
 impl PreVote {
     /// The pre-vote state of a node whose log `log` reads; a leader silent for `quiet` is
     /// taken to be gone.
-    pub fn new(raft: MetadataRaft, log: LogReader, quiet: Duration) -> Self {
+    pub fn new(
+        raft: MetadataRaft,
+        log: LogReader,
+        quiet: Duration,
+        transport: crate::transport::Transport,
+    ) -> Self {
         Self {
             raft,
             log,
             leader_contact: Mutex::new(None),
             quiet,
+            transport,
         }
     }
 
@@ -110,7 +118,7 @@ impl PreVote {
             .iter()
             .filter(|(id, _)| *id != node_id)
             .map(|(id, addr)| {
-                let mut client = PeerClient::new(node_id, *id, addr.clone());
+                let mut client = PeerClient::new(node_id, *id, addr.clone(), &self.transport);
                 async move { client.pre_vote(last, ASK_TIMEOUT).await.unwrap_or(false) }
             });
         let granted = 1 + futures::future::join_all(asks)

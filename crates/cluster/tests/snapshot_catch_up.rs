@@ -40,6 +40,7 @@ async fn scenario() {
                 rack: None,
                 http_addr: None,
                 now_ms: 0,
+                listeners: vec![],
             })
             .await
             .unwrap();

@@ -10,6 +10,7 @@ pub mod ingest;
 mod metrics;
 pub mod peer;
 mod search;
+pub mod tls;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -42,6 +43,7 @@ pub struct HttpState {
     effective_config: serde_json::Value,
     search: OnceLock<Arc<spate_search::SearchService>>,
     ingest: Arc<ingest::Ingest>,
+    peer_tls: OnceLock<tls::PeerTls>,
 }
 
 impl HttpState {
@@ -64,12 +66,24 @@ impl HttpState {
             effective_config,
             search: OnceLock::new(),
             ingest: ingest::Ingest::new(ingest),
+            peer_tls: OnceLock::new(),
         })
     }
 
     /// Sets how HTTP clients authenticate (once, at start; without it: the admin token only).
     pub fn set_auth(&self, auth: HttpAuth) {
         let _ = self.auth.set(auth);
+    }
+
+    /// Sets how this node reaches other nodes' HTTP listeners (once, at start; without it:
+    /// plain HTTP).
+    pub fn set_peer_tls(&self, tls: tls::PeerTls) {
+        let _ = self.peer_tls.set(tls);
+    }
+
+    fn peer_tls(&self) -> &tls::PeerTls {
+        static PLAIN: tls::PeerTls = tls::PeerTls(None);
+        self.peer_tls.get().unwrap_or(&PLAIN)
     }
 
     /// HTTP ingest (for draining its queue at shutdown).
@@ -170,24 +184,37 @@ pub fn ingest_router(state: Arc<HttpState>) -> Router {
 pub async fn serve_ingest(
     listener: tokio::net::TcpListener,
     state: Arc<HttpState>,
+    https: Option<tokio_rustls::TlsAcceptor>,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        ingest_router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .await
+    serve_router(listener, ingest_router(state), https).await
+}
+
+/// Serves `app` on `listener`, over TLS when `https` is given.
+async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    https: Option<tokio_rustls::TlsAcceptor>,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    match https {
+        None => axum::serve(listener, app).await,
+        // `tap_io` only to get axum's client address for any listener whose address is a
+        // SocketAddr.
+        Some(acceptor) => {
+            let tls = tls::TlsListener::new(listener, acceptor)?.tap_io(|_| {});
+            axum::serve(tls, app).await
+        }
+    }
 }
 
 /// Serves HTTP on `listener` until the process ends.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<HttpState>,
+    https: Option<tokio_rustls::TlsAcceptor>,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .await
+    serve_router(listener, router(state), https).await
 }
 
 async fn health() -> Json<serde_json::Value> {

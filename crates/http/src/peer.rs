@@ -1,5 +1,6 @@
 //! Node-to-node HTTP: one HTTP/1.1 request per connection to another node's listener (search
-//! fan-out), bounded in time and in the size of the answer.
+//! fan-out), over HTTPS when the nodes serve it, bounded in time and in the size of the
+//! answer.
 
 use std::time::Duration;
 
@@ -8,6 +9,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::header;
 use hyper_util::rt::TokioIo;
 use thiserror::Error;
+
+use crate::tls::PeerTls;
 use tokio::net::TcpStream;
 
 /// Largest answer read from another node.
@@ -43,8 +46,10 @@ pub struct PeerAnswer {
     pub body: Bytes,
 }
 
-/// POSTs a JSON body to `path` on the node at `addr`, waiting at most `limit` in all.
+/// POSTs a JSON body to `path` on the node at `addr` (over `tls` when it is HTTPS),
+/// waiting at most `limit` in all.
 pub async fn post_json(
+    tls: &PeerTls,
     addr: &str,
     path: &str,
     body: Vec<u8>,
@@ -60,6 +65,46 @@ pub async fn post_json(
             .await
             .map_err(|e| unreachable(e.to_string()))?;
         let _ = stream.set_nodelay(true);
+        match &tls.0 {
+            None => post_on(stream, addr, path, body, token).await,
+            Some(connector) => {
+                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let name = rustls_pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(|e| unreachable(format!("'{host}' cannot be checked by TLS: {e}")))?;
+                let stream = connector
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| unreachable(format!("TLS: {e}")))?;
+                post_on(stream, addr, path, body, token).await
+            }
+        }
+    };
+    match tokio::time::timeout(limit, call).await {
+        Ok(r) => r,
+        Err(_) => Err(PeerError::Timeout {
+            addr: addr.to_owned(),
+            ms: limit.as_millis() as u64,
+        }),
+    }
+}
+
+/// One request and its answer on an open connection.
+async fn post_on<S>(
+    stream: S,
+    addr: &str,
+    path: &str,
+    body: Vec<u8>,
+    token: Option<&str>,
+) -> Result<PeerAnswer, PeerError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let unreachable = |reason: String| PeerError::Unreachable {
+        addr: addr.to_owned(),
+        reason,
+    };
+    {
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| unreachable(e.to_string()))?;
@@ -87,13 +132,6 @@ pub async fn post_json(
             .map_err(|e| unreachable(format!("reading the answer: {e}")))?
             .to_bytes();
         Ok(PeerAnswer { status, body })
-    };
-    match tokio::time::timeout(limit, call).await {
-        Ok(r) => r,
-        Err(_) => Err(PeerError::Timeout {
-            addr: addr.to_owned(),
-            ms: limit.as_millis() as u64,
-        }),
     }
 }
 
@@ -113,6 +151,7 @@ mod tests {
         );
         tokio::spawn(async move { axum::serve(listener, app).await });
         let answer = post_json(
+            &PeerTls::default(),
             &addr,
             "/echo",
             b"{\"a\":1}".to_vec(),
@@ -130,9 +169,16 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         drop(listener);
-        let e = post_json(&addr, "/x", Vec::new(), None, Duration::from_secs(5))
-            .await
-            .unwrap_err();
+        let e = post_json(
+            &PeerTls::default(),
+            &addr,
+            "/x",
+            Vec::new(),
+            None,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(e, PeerError::Unreachable { .. }), "{e}");
     }
 
@@ -146,9 +192,16 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(30)).await;
             drop(s);
         });
-        let e = post_json(&addr, "/x", Vec::new(), None, Duration::from_millis(200))
-            .await
-            .unwrap_err();
+        let e = post_json(
+            &PeerTls::default(),
+            &addr,
+            "/x",
+            Vec::new(),
+            None,
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(e, PeerError::Timeout { .. }), "{e}");
         hold.abort();
     }

@@ -178,7 +178,7 @@ async fn ask(
             })?;
             // A node needs up to its own time limit; allow for the trip on top.
             let limit = service.query_timeout() + Duration::from_secs(2);
-            let answer = peer::post_json(addr, PARTIAL_PATH, body, s.token(), limit)
+            let answer = peer::post_json(s.peer_tls(), addr, PARTIAL_PATH, body, s.token(), limit)
                 .await
                 .map_err(|e| SearchError::Index {
                     reason: e.to_string(),

@@ -93,6 +93,18 @@ pub struct Args {
     #[arg(long, env = "SPATE_HTTP_METRICS_AUTH", default_value = "false")]
     pub http_metrics_auth: String,
 
+    /// `true`: the HTTP listeners (--http-listen, --ingest-listen) serve HTTPS with
+    /// --ssl-cert and --ssl-key; node-to-node HTTP then uses HTTPS too, trusting --ssl-ca.
+    #[arg(long, env = "SPATE_HTTP_TLS", default_value = "false")]
+    pub http_tls: String,
+
+    /// `true`: every inter-node connection (the metadata quorum, replica fetches and other
+    /// Kafka requests between brokers) uses mutual TLS: each node presents --ssl-cert and
+    /// accepts only peers whose certificate --ssl-ca signed, and checks that a peer's
+    /// certificate names the host it was reached at (as in --cluster-peers).
+    #[arg(long, env = "SPATE_CLUSTER_TLS", default_value = "false")]
+    pub cluster_tls: String,
+
     /// `acl` enforces Kafka ACLs (managed with kafka-acls: CreateAcls, DescribeAcls,
     /// DeleteAcls); `none` (the default) allows every request.
     #[arg(long, env = "SPATE_AUTHORIZER", default_value = "none")]
@@ -769,6 +781,27 @@ impl Args {
                 Ok(b.clone())
             })
             .collect()
+    }
+
+    /// `--cluster-tls`, checked against what it needs.
+    pub fn cluster_tls(&self) -> anyhow::Result<bool> {
+        let on = parse_bool("--cluster-tls", &self.cluster_tls)?;
+        if on && (self.ssl_cert.is_none() || self.ssl_key.is_none() || self.ssl_ca.is_none()) {
+            bail!("--cluster-tls true needs --ssl-cert, --ssl-key (this node's certificate) and --ssl-ca (the CA that signs every node's)");
+        }
+        if on && self.cluster_peers.is_none() {
+            bail!("--cluster-tls true is for cluster mode (--node-id and --cluster-peers)");
+        }
+        Ok(on)
+    }
+
+    /// `--http-tls`, checked against what it needs.
+    pub fn http_tls(&self) -> anyhow::Result<bool> {
+        let on = parse_bool("--http-tls", &self.http_tls)?;
+        if on && (self.ssl_cert.is_none() || self.ssl_key.is_none()) {
+            bail!("--http-tls true needs --ssl-cert and --ssl-key");
+        }
+        Ok(on)
     }
 
     /// How HTTP clients authenticate.

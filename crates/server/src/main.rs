@@ -79,19 +79,39 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if args.listeners.is_some() {
         config.listeners = advertised.clone();
     }
-    let tls = match (&args.ssl_cert, &args.ssl_key) {
+    let server_cert = match (&args.ssl_cert, &args.ssl_key) {
         (Some(cert), Some(key)) => {
             let cert = tls::ServerCert::load(cert, key)?;
             cert.watch();
-            let client_auth = tls::ClientAuth::parse(&args.ssl_client_auth)?;
-            Some((
-                tls::acceptor(cert.clone(), args.ssl_ca.as_deref(), client_auth)?,
-                tls::acceptor(cert, None, tls::ClientAuth::None)?,
-            ))
+            Some(cert)
         }
         _ => None,
     };
+    let tls = match &server_cert {
+        Some(cert) => {
+            let client_auth = tls::ClientAuth::parse(&args.ssl_client_auth)?;
+            Some((
+                tls::acceptor(cert.clone(), args.ssl_ca.as_deref(), client_auth)?,
+                tls::acceptor(cert.clone(), None, tls::ClientAuth::None)?,
+            ))
+        }
+        None => None,
+    };
+    // HTTPS shares the Kafka listeners' certificate (and its reloading).
+    let https = match (&server_cert, args.http_tls()?) {
+        (Some(cert), true) => Some(tls::acceptor(cert.clone(), None, tls::ClientAuth::None)?),
+        _ => None,
+    };
     let mut cluster_args = args.cluster_args()?;
+    if let Some(c) = cluster_args.as_mut() {
+        if args.cluster_tls()? {
+            if let (Some(cert), Some(ca)) = (&server_cert, &args.ssl_ca) {
+                c.node.transport = tls::inter_node(cert.clone(), ca)?;
+            }
+        } else if args.authorizer.trim() == "acl" {
+            tracing::warn!("ACLs are on but inter-node traffic is plain TCP: whoever reaches --cluster-listen acts as a node; turn on --cluster-tls, or keep that port on a network only the nodes reach");
+        }
+    }
     let effective = args.effective_json();
     tracing::debug!(config = %effective, "effective configuration");
     // HTTP first, so /health answers and /ready says "not yet" while logs recover.
@@ -109,9 +129,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
         args.ingest_config()?,
     );
     http_state.set_auth(args.http_auth()?);
+    if https.is_some() && cluster_args.is_some() {
+        let Some(ca) = &args.ssl_ca else {
+            anyhow::bail!("--http-tls true in a cluster needs --ssl-ca: nodes call each other's HTTPS listeners (search fan-out) and check their certificates against it");
+        };
+        let client = tls::client_trusting(ca)?;
+        http_state.set_peer_tls(spate_http::tls::PeerTls(Some(
+            tokio_rustls::TlsConnector::from(Arc::new(client)),
+        )));
+    }
     let serving = http_state.clone();
+    let serving_https = https.clone();
     tokio::spawn(async move {
-        if let Err(e) = spate_http::serve(http, serving).await {
+        if let Err(e) = spate_http::serve(http, serving, serving_https).await {
             tracing::error!("HTTP listener failed: {e}");
         }
     });
@@ -123,7 +153,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let bound = l.local_addr().context("reading the ingest address")?;
             let serving = http_state.clone();
             tokio::spawn(async move {
-                if let Err(e) = spate_http::serve_ingest(l, serving).await {
+                if let Err(e) = spate_http::serve_ingest(l, serving, https).await {
                     tracing::error!("HTTP ingest listener failed: {e}");
                 }
             });
@@ -143,7 +173,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     broker.spawn_background();
     let cluster = match cluster_args {
-        Some(c) => {
+        Some(mut c) => {
+            c.node.kafka = Some(inter_node_kafka(broker.clone()));
             refuse_taken_node_id(&c.node).await?;
             let node = spate_cluster::node::MetadataNode::start(c.node)
                 .await
@@ -266,6 +297,21 @@ async fn refuse_taken_node_id(node: &spate_cluster::node::NodeConfig) -> anyhow:
         );
     }
     Ok(())
+}
+
+/// Serves Kafka requests other nodes send on the inter-node port (replica fetches, epoch
+/// lookups, forwarded produces, transaction markers) as the cluster's own traffic.
+fn inter_node_kafka(broker: Arc<spate_broker::Broker>) -> spate_cluster::transport::KafkaHandoff {
+    spate_cluster::transport::KafkaHandoff::new(move |stream, peer| {
+        let broker = broker.clone();
+        tokio::spawn(async move {
+            let session = Arc::new(spate_broker::security::Session::internal(Some(peer.ip())));
+            let (rd, wr) = tokio::io::split(stream);
+            if let Err(e) = connection::serve(broker, rd, wr, peer, session, None).await {
+                tracing::debug!(%peer, "inter-node Kafka connection closed: {e}");
+            }
+        });
+    })
 }
 
 /// What a listener does with the connections it accepts.

@@ -10,13 +10,14 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context};
 use parking_lot::RwLock;
+use rustls::client::ResolvesClientCert;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::RootCertStore;
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 /// How often the certificate files are checked for changes.
 const RELOAD_CHECK: Duration = Duration::from_secs(5);
@@ -151,6 +152,67 @@ impl ResolvesServerCert for ServerCert {
     }
 }
 
+/// The same certificate, presented by this node when it connects to another (inter-node
+/// mutual TLS).
+impl ResolvesClientCert for ServerCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.read().0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// The certificates of a PEM CA bundle.
+fn roots(ca: &Path) -> anyhow::Result<RootCertStore> {
+    let mut roots = RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca)
+        .with_context(|| format!("reading --ssl-ca {}", ca.display()))?
+    {
+        let c = c.with_context(|| format!("--ssl-ca {} is not PEM certificates", ca.display()))?;
+        roots
+            .add(c)
+            .with_context(|| format!("--ssl-ca {}: a certificate is invalid", ca.display()))?;
+    }
+    if roots.is_empty() {
+        bail!("--ssl-ca {} holds no certificate", ca.display());
+    }
+    Ok(roots)
+}
+
+/// Mutual TLS between nodes: the connector presents `cert` and checks the peer's
+/// certificate against `ca` and the address it was reached at; the acceptor requires a
+/// client certificate signed by `ca`.
+pub fn inter_node(
+    cert: Arc<ServerCert>,
+    ca: &Path,
+) -> anyhow::Result<spate_cluster::transport::Transport> {
+    let client = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_root_certificates(roots(ca)?)
+        .with_client_cert_resolver(cert.clone());
+    let acceptor = acceptor(cert, Some(ca), ClientAuth::Required)?;
+    Ok(spate_cluster::transport::Transport::tls(
+        TlsConnector::from(Arc::new(client)),
+        acceptor,
+    ))
+}
+
+/// A client configuration trusting `ca`, for HTTPS calls between nodes.
+pub fn client_trusting(ca: &Path) -> anyhow::Result<rustls::ClientConfig> {
+    Ok(rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_root_certificates(roots(ca)?)
+        .with_no_client_auth())
+}
+
 /// An acceptor with `cert`, asking for client certificates as `auth` says (trusting `ca`).
 pub fn acceptor(
     cert: Arc<ServerCert>,
@@ -163,18 +225,8 @@ pub fn acceptor(
             let Some(ca) = ca else {
                 bail!("--ssl-client-auth {auth:?} needs --ssl-ca (the CA client certificates are checked against)");
             };
-            let mut roots = RootCertStore::empty();
-            for c in CertificateDer::pem_file_iter(ca)
-                .with_context(|| format!("reading --ssl-ca {}", ca.display()))?
-            {
-                let c = c.with_context(|| {
-                    format!("--ssl-ca {} is not PEM certificates", ca.display())
-                })?;
-                roots.add(c).with_context(|| {
-                    format!("--ssl-ca {}: a certificate is invalid", ca.display())
-                })?;
-            }
-            let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+            let builder =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider());
             let builder = if auth == ClientAuth::Requested {
                 builder.allow_unauthenticated()
             } else {

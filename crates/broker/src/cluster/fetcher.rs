@@ -380,9 +380,12 @@ async fn run(cluster: Weak<Cluster>, leader: BrokerId, wake: Arc<Notify>) {
                 tokio::time::sleep(backoff).await;
                 continue;
             };
-            let addr = format!("{}:{}", reg.kafka_host, reg.kafka_port);
+            let addr = reg.inter_node_addr.clone();
             let client_id = format!("spate-replica-{}", cluster.broker_id);
-            match PeerConnection::connect(&addr, client_id, Duration::from_secs(3)).await {
+            let transport = cluster.transport().clone();
+            match PeerConnection::connect(&transport, &addr, client_id, Duration::from_secs(3))
+                .await
+            {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
                     note(&mut last_error, leader, &e.to_string());

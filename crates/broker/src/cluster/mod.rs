@@ -15,6 +15,7 @@ mod fetcher;
 mod operations;
 mod peer;
 mod reconcile;
+mod security;
 mod throttle;
 mod txn;
 
@@ -40,6 +41,7 @@ pub use operations::{
     standalone_reassignments, Move, OperationError,
 };
 pub use peer::{PeerConnection, PeerError, PeerPool};
+pub use spate_cluster::transport::Transport;
 pub(crate) use txn::{ask_coordinator, write_marker};
 
 use crate::groups::OFFSETS_LOG;
@@ -130,6 +132,8 @@ pub(crate) struct Local {
     pub(crate) offsets_segment_bytes: u64,
     /// Transaction coordinators of the `__transaction_state` partitions this node leads.
     pub(crate) txns: Arc<crate::transactions::TxnService>,
+    /// Where the cluster's credentials and ACLs are copied to.
+    pub(crate) security: security::SecurityTables,
 }
 
 /// This node's part in the cluster; lives inside [`Broker`] once joined.
@@ -382,6 +386,19 @@ impl Cluster {
         Some((reg.id, reg.kafka_host.clone(), i32::from(reg.kafka_port)))
     }
 
+    /// How this node connects to the others (plain or mutual TLS).
+    pub fn transport(&self) -> &spate_cluster::transport::Transport {
+        self.node.transport()
+    }
+
+    /// The inter-node address of live broker `id`, where Kafka requests between brokers go.
+    pub fn node_addr(&self, id: BrokerId) -> Option<String> {
+        self.image()
+            .broker(id)
+            .filter(|r| !r.fenced)
+            .map(|r| r.inter_node_addr.clone())
+    }
+
     /// Each followed partition's fetch state, for status pages.
     pub fn follower_status(&self) -> Vec<FollowerStatus> {
         self.follows.status()
@@ -469,6 +486,11 @@ impl Broker {
             offsets_partitions: self.config.groups.offsets_partitions,
             offsets_segment_bytes: self.config.groups.offsets_segment_bytes,
             txns: self.txns.clone(),
+            security: security::SecurityTables {
+                credentials: self.credentials.clone(),
+                authorizer: self.authorizer.clone(),
+                bootstrap_users: self.config.security.bootstrap_users.clone(),
+            },
         };
         let cluster = Arc::new_cyclic(|me| Cluster {
             me: me.clone(),
@@ -503,6 +525,16 @@ impl Broker {
             kafka_port: u16::try_from(self.config.advertised_port).unwrap_or(0),
             rack: None,
             http_addr: cluster.settings.advertised_http.clone(),
+            listeners: self
+                .config
+                .listeners
+                .iter()
+                .map(|l| spate_cluster::metadata::ListenerAddress {
+                    name: l.protocol.name().to_owned(),
+                    host: l.host.clone(),
+                    port: l.port,
+                })
+                .collect(),
         };
         self.groups.set_clustered();
         self.txns.set_clustered();
@@ -511,6 +543,7 @@ impl Broker {
             .start_broker_session(info, cluster.settings.heartbeat_interval);
         *cluster.session.lock() = Some(session);
         tokio::spawn(reconcile_loop(Arc::downgrade(&cluster)));
+        tokio::spawn(security::sync_loop(Arc::downgrade(&cluster)));
         tokio::spawn(watch_lease(Arc::downgrade(&cluster)));
         if let Some(rx) = cluster.isr_rx.lock().take() {
             tokio::spawn(propose_isr_changes(Arc::downgrade(&cluster), rx));
@@ -997,6 +1030,7 @@ pub(crate) mod test_image {
                 rack: None,
                 http_addr: None,
                 now_ms: 0,
+                listeners: vec![],
             })
             .expect("register");
     }

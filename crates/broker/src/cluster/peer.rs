@@ -1,5 +1,8 @@
 //! A Kafka client connection to another broker, for replica fetches, epoch lookups, forwarded
-//! produces and transaction markers, and a pool of idle ones.
+//! produces and transaction markers, and a pool of idle ones. They go to the broker's
+//! inter-node address (after the Kafka preface, over the cluster's TLS when it has it), not
+//! to a client listener: clients' listeners may ask for SASL or certificates, and this
+//! traffic is the cluster's own.
 //!
 //! One request at a time: a follower's fetcher waits for each answer before it sends the
 //! next request, so there is nothing to pipeline.
@@ -9,11 +12,11 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use parking_lot::Mutex;
+use spate_cluster::transport::{BoxedStream, Transport};
 use spate_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use spate_protocol::{Decodable, Encodable, StrBytes};
 use thiserror::Error;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// Largest response accepted from a peer: a fetch of `replica.fetch.response.max.bytes` plus
 /// room for headers.
@@ -72,13 +75,14 @@ impl PeerPool {
     /// `timeout`).
     pub async fn connection(
         &self,
+        transport: &Transport,
         addr: &str,
         timeout: Duration,
     ) -> Result<PeerConnection, PeerError> {
         if let Some(c) = self.take(addr) {
             return Ok(c);
         }
-        PeerConnection::connect(addr, self.client_id.clone(), timeout).await
+        PeerConnection::connect(transport, addr, self.client_id.clone(), timeout).await
     }
 
     /// Keeps `conn` for the next request to its address. Only after a whole exchange: a call
@@ -95,7 +99,7 @@ impl PeerPool {
         let mut idle = self.idle.lock();
         let list = idle.get_mut(addr)?;
         // A peer that restarted closed its end: such connections are dropped here.
-        while let Some(c) = list.pop() {
+        while let Some(mut c) = list.pop() {
             if c.is_open_and_idle() {
                 return Some(c);
             }
@@ -104,35 +108,41 @@ impl PeerPool {
     }
 }
 
-/// An open connection to a broker's Kafka port.
+/// An open connection for Kafka requests to another broker's inter-node port.
 pub struct PeerConnection {
     addr: String,
-    stream: TcpStream,
+    stream: BoxedStream,
+    /// Something arrived unasked, or the stream ended: never to be used again.
+    broken: bool,
     client_id: StrBytes,
     correlation_id: i32,
 }
 
 impl PeerConnection {
-    /// Connects to `addr` ("host:port").
+    /// Connects to the inter-node address `addr` ("host:port") over `transport`.
     pub async fn connect(
+        transport: &Transport,
         addr: &str,
         client_id: String,
         timeout: Duration,
     ) -> Result<Self, PeerError> {
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        let stream = transport
+            .connect_kafka(addr, timeout)
             .await
-            .map_err(|_| PeerError::Timeout {
-                addr: addr.to_owned(),
-                timeout,
-            })?
-            .map_err(|source| PeerError::Io {
-                addr: addr.to_owned(),
-                source,
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::TimedOut => PeerError::Timeout {
+                    addr: addr.to_owned(),
+                    timeout,
+                },
+                _ => PeerError::Io {
+                    addr: addr.to_owned(),
+                    source,
+                },
             })?;
-        let _ = stream.set_nodelay(true);
         Ok(Self {
             addr: addr.to_owned(),
             stream,
+            broken: false,
             client_id: StrBytes::from_string(client_id),
             correlation_id: 0,
         })
@@ -145,12 +155,21 @@ impl PeerConnection {
 
     /// Whether the connection can carry another request: the peer has not closed it and no
     /// unread bytes wait on it (a connection kept idle for reuse checks this first).
-    pub fn is_open_and_idle(&self) -> bool {
-        // A peek, so the check takes nothing from the stream; pending means open and idle.
+    pub fn is_open_and_idle(&mut self) -> bool {
+        // A read that must not complete: pending means open and idle. Anything read makes the
+        // connection unusable anyway (an answer nobody asked for, or the end of the stream).
+        // Under TLS this also takes in records meant for the TLS layer (session tickets).
+        if self.broken {
+            return false;
+        }
         let mut probe = [0u8; 1];
         let mut buf = tokio::io::ReadBuf::new(&mut probe);
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        self.stream.poll_peek(&mut cx, &mut buf).is_pending()
+        let idle = std::pin::Pin::new(&mut self.stream)
+            .poll_read(&mut cx, &mut buf)
+            .is_pending();
+        self.broken = !idle;
+        idle
     }
 
     /// Sends one request and waits (at most `timeout`) for its response.
@@ -265,10 +284,14 @@ mod tests {
         let addr = listener.local_addr().expect("addr").to_string();
         let timeout = Duration::from_secs(5);
 
-        let conn = PeerConnection::connect(&addr, "t".into(), timeout)
+        let plain = Transport::plain();
+        let mut conn = PeerConnection::connect(&plain, &addr, "t".into(), timeout)
             .await
             .expect("connect");
         let (mut server, _) = listener.accept().await.expect("accept");
+        let mut preface = [0u8; 8];
+        server.read_exact(&mut preface).await.expect("preface");
+        assert_eq!(preface, spate_cluster::transport::KAFKA_PREFACE);
         assert!(conn.is_open_and_idle(), "a fresh connection is reusable");
         server.write_all(&[0]).await.expect("write");
         let deadline = tokio::time::Instant::now() + timeout;
@@ -277,7 +300,7 @@ mod tests {
         }
         assert!(!conn.is_open_and_idle(), "unread bytes make it unusable");
 
-        let conn = PeerConnection::connect(&addr, "t".into(), timeout)
+        let mut conn = PeerConnection::connect(&plain, &addr, "t".into(), timeout)
             .await
             .expect("connect");
         let (server, _) = listener.accept().await.expect("accept");

@@ -48,7 +48,7 @@ pub(crate) async fn write_marker(
     let addr = image
         .broker(leader)
         .filter(|r| !r.fenced)
-        .map(|r| format!("{}:{}", r.kafka_host, r.kafka_port))
+        .map(|r| r.inter_node_addr.clone())
         .ok_or(ResponseError::LeaderNotAvailable)?;
     let mut t = WritableTxnMarkerTopic::default();
     t.name = spate_protocol::messages::TopicName(spate_protocol::StrBytes::from_string(
@@ -65,7 +65,7 @@ pub(crate) async fn write_marker(
     req.markers = vec![m];
     let mut conn = c
         .txn_peers
-        .connection(&addr, Duration::from_secs(3))
+        .connection(c.transport(), &addr, Duration::from_secs(3))
         .await
         .map_err(|_| ResponseError::NetworkException)?;
     let resp: WriteTxnMarkersResponse = conn
@@ -97,12 +97,16 @@ pub(crate) async fn ask_coordinator(
     asks: &[(String, i32, i64, i16)],
     verify_only: bool,
 ) -> Result<std::collections::HashMap<(String, i32), Option<ResponseError>>, ResponseError> {
-    let (_, host, port) = c
+    let (id, _, _) = c
         .txn_coordinator(txn_id)
+        .ok_or(ResponseError::CoordinatorNotAvailable)?;
+    let addr = c
+        .node_addr(id)
         .ok_or(ResponseError::CoordinatorNotAvailable)?;
     ask_txn_partitions(
         &c.txn_peers,
-        &format!("{host}:{port}"),
+        c.transport(),
+        &addr,
         txn_id,
         asks,
         verify_only,
@@ -112,6 +116,7 @@ pub(crate) async fn ask_coordinator(
 
 async fn ask_txn_partitions(
     peers: &PeerPool,
+    transport: &spate_cluster::transport::Transport,
     addr: &str,
     txn_id: &str,
     asks: &[(String, i32, i64, i16)],
@@ -148,7 +153,7 @@ async fn ask_txn_partitions(
     let mut req = AddPartitionsToTxnRequest::default();
     req.transactions = vec![txn];
     let mut conn = peers
-        .connection(addr, Duration::from_secs(3))
+        .connection(transport, addr, Duration::from_secs(3))
         .await
         .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
     let resp: AddPartitionsToTxnResponse = conn

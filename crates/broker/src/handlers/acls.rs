@@ -32,12 +32,6 @@ fn refusal(
             "no authorizer is configured on the broker (start it with --authorizer acl)".into(),
         ));
     }
-    if b.cluster().is_some() {
-        return Some((
-            ResponseError::InvalidRequest,
-            "ACLs of a cluster are not replicated yet".into(),
-        ));
-    }
     if !b
         .authorizer
         .allows(session, operation, ResourceType::Cluster, CLUSTER_NAME)
@@ -172,7 +166,12 @@ pub fn create(b: &Broker, session: Option<&Session>, req: CreateAclsRequest) -> 
         .iter()
         .filter_map(|p| p.as_ref().ok().cloned())
         .collect();
-    let outcomes = match b.authorizer.create(valid) {
+    // A cluster keeps ACLs in its replicated metadata, a lone broker in a file.
+    let created = match b.cluster() {
+        Some(c) => c.create_acls(valid),
+        None => b.authorizer.create(valid),
+    };
+    let outcomes = match created {
         Ok(o) => o,
         Err(e) => {
             tracing::error!(error = %e, "saving ACLs failed");
@@ -221,7 +220,10 @@ pub fn delete(b: &Broker, session: Option<&Session>, req: DeleteAclsRequest) -> 
         .collect();
     let removed = match &refused {
         Some(_) => Ok(Vec::new()),
-        None => b.authorizer.delete(&valid),
+        None => match b.cluster() {
+            Some(c) => c.delete_acls(&valid),
+            None => b.authorizer.delete(&valid),
+        },
     };
     let mut removed = match removed {
         Ok(r) => r.into_iter(),

@@ -135,10 +135,14 @@ async fn forward(
         .broker(leader)
         .cloned()
         .ok_or_else(|| format!("the quorum leader {leader} has no broker registration"))?;
-    let addr = format!("{}:{}", reg.kafka_host, reg.kafka_port);
-    let mut conn = PeerConnection::connect(&addr, "spate-describe-quorum".into(), FORWARD_TIMEOUT)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut conn = PeerConnection::connect(
+        cluster.transport(),
+        &reg.inter_node_addr,
+        "spate-describe-quorum".into(),
+        FORWARD_TIMEOUT,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     conn.call(ApiKey::DescribeQuorum, version, req, FORWARD_TIMEOUT)
         .await
         .map_err(|e| e.to_string())

@@ -175,29 +175,26 @@ pub fn alter(
             }
         }
     }
-    if b.cluster().is_some() {
-        // Until credentials are replicated, a change on one node would hold there only.
-        for user in &order {
-            note(
-                user,
-                (
-                    ResponseError::InvalidRequest,
-                    "SCRAM credentials of a cluster are not replicated yet: give every node the same SPATE_BOOTSTRAP_USERS".into(),
-                ),
-            );
-        }
-    }
     let apply: Vec<Change> = changes
         .into_iter()
         .filter(|(user, _)| !errors.contains_key(user))
         .flat_map(|(_, c)| c)
         .collect();
-    if let Err(e) = b.credentials.alter(apply) {
+    // A cluster keeps credentials in its replicated metadata, a lone broker in a file.
+    let saved = match b.cluster() {
+        Some(c) => c
+            .alter_scram_credentials(apply)
+            .map_err(|e| (ResponseError::RequestTimedOut, e)),
+        None => b
+            .credentials
+            .alter(apply)
+            .map(|_| ())
+            .map_err(|e| (ResponseError::KafkaStorageError, e)),
+    };
+    if let Err((code, e)) = saved {
         tracing::error!(error = %e, "saving SCRAM credentials failed");
         for user in &order {
-            errors
-                .entry(user.clone())
-                .or_insert((ResponseError::KafkaStorageError, e.to_string()));
+            errors.entry(user.clone()).or_insert((code, e.to_string()));
         }
     }
     let mut resp = AlterUserScramCredentialsResponse::default();

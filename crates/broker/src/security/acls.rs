@@ -63,6 +63,25 @@ impl Authorizer {
         })
     }
 
+    /// An authorizer whose bindings come from the cluster's metadata
+    /// ([`Authorizer::replace_replicated`]), nothing on this node's disk.
+    pub fn replicated(data_dir: &Path, enabled: bool, config: AuthorizerConfig) -> Self {
+        let old = data_dir.join("security").join("acls.json");
+        if old.exists() {
+            tracing::warn!(path = %old.display(), "this node is in a cluster: its ACLs are the cluster's, the local file is not used");
+        }
+        Self {
+            enabled,
+            config,
+            ..Self::disabled()
+        }
+    }
+
+    /// Replaces every binding with the cluster's.
+    pub fn replace_replicated(&self, bindings: Arc<Vec<AclBinding>>) {
+        *self.bindings.write() = bindings;
+    }
+
     /// An authorizer that allows everything and stores nothing (tests).
     pub fn disabled() -> Self {
         Self {
@@ -92,7 +111,7 @@ impl Authorizer {
         if !self.enabled {
             return true;
         }
-        let Some(s) = session else {
+        let Some(s) = session.filter(|s| !s.is_internal()) else {
             return true;
         };
         let principal = s.principal().to_string();

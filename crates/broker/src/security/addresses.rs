@@ -17,13 +17,15 @@ pub fn listener_address(
     node_id: i32,
     protocol: SecurityProtocol,
 ) -> Option<(String, i32)> {
-    if b.config.listeners.is_empty() {
-        return None;
-    }
     if node_id != b.config.node_id {
-        // Other nodes' listeners are not in the cluster's registrations yet: their default
-        // address stands.
-        return None;
+        // Other nodes' listeners are in their registrations (none for a broker registered by
+        // a spate from before they were: its default address stands).
+        let cluster = b.cluster()?;
+        let image = cluster.image();
+        let reg = image.broker(node_id)?;
+        return reg
+            .listener(protocol.name())
+            .map(|(host, port)| (host.to_owned(), i32::from(port)));
     }
     b.config
         .listeners

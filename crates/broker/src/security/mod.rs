@@ -11,6 +11,7 @@ mod store;
 pub use acls::Authorizer;
 pub use listeners::{parse_listeners, Listener, SecurityProtocol};
 pub use session::{Gate, Session};
+pub(crate) use store::BOOTSTRAP_ITERATIONS;
 pub use store::{Change, CredentialStore, SecuritySettings};
 
 /// Metrics of authentication.

@@ -48,6 +48,9 @@ pub struct Session {
     principal: RwLock<Principal>,
     /// Set after a failed authentication: the connection closes once its answer is out.
     close: AtomicBool,
+    /// Another node of the cluster, on the inter-node port (mutual TLS when the cluster
+    /// uses it): replica fetches and the like, allowed whatever the ACLs say.
+    internal: bool,
 }
 
 impl std::fmt::Debug for Session {
@@ -81,7 +84,22 @@ impl Session {
             state: Mutex::new(state),
             principal: RwLock::new(tls_principal.unwrap_or_else(Principal::anonymous)),
             close: AtomicBool::new(false),
+            internal: false,
         }
+    }
+
+    /// Another node's connection on the inter-node port (see [`Session::is_internal`]).
+    pub fn internal(peer: Option<IpAddr>) -> Self {
+        Self {
+            internal: true,
+            ..Self::new(SecurityProtocol::Plaintext, peer, None)
+        }
+    }
+
+    /// Whether this is another node of the cluster: the authorizer allows it everything,
+    /// as Kafka's brokers are super users of each other.
+    pub fn is_internal(&self) -> bool {
+        self.internal
     }
 
     /// The listener's protocol.

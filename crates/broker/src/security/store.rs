@@ -15,7 +15,7 @@ use spate_auth::{
 use crate::error::BrokerError;
 
 /// Iterations of the credentials made for bootstrap users.
-const BOOTSTRAP_ITERATIONS: u32 = 4096;
+pub(crate) const BOOTSTRAP_ITERATIONS: u32 = 4096;
 /// Addresses remembered for rate-limiting failure logs before the table is cleared.
 const MAX_LOGGED_ADDRESSES: usize = 10_000;
 
@@ -111,6 +111,24 @@ impl CredentialStore {
         };
         store.bootstrap(bootstrap)?;
         Ok(store)
+    }
+
+    /// A store whose contents come from the cluster's metadata ([`CredentialStore::replace`]):
+    /// nothing on this node's disk, and the bootstrap users are proposed to the quorum.
+    pub fn replicated(data_dir: &Path) -> Self {
+        let old = data_dir.join("security").join("scram-credentials.json");
+        if old.exists() {
+            tracing::warn!(path = %old.display(), "this node is in a cluster: its credentials are the cluster's, the local file is not used");
+        }
+        Self::in_memory()
+    }
+
+    /// Replaces every credential with `records` (the cluster's, from a metadata image).
+    pub fn replace(&self, records: &[CredentialRecord]) -> Result<(), CredentialsError> {
+        let fresh = Credentials::from_records(records)?;
+        *self.credentials.write() = fresh;
+        self.verified.lock().clear();
+        Ok(())
     }
 
     /// Gives each of `users` without any credential SCRAM-SHA-256 and -512 credentials.

@@ -184,5 +184,6 @@ fn register(id: BrokerId, incarnation: Uuid, now: u64) -> MetadataCommand {
         rack: None,
         http_addr: None,
         now_ms: now,
+        listeners: vec![],
     }
 }

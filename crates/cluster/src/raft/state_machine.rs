@@ -419,6 +419,7 @@ mod tests {
                 rack: None,
                 http_addr: None,
                 now_ms: 0,
+                listeners: vec![],
             }),
         }
     }
@@ -596,6 +597,7 @@ mod tests {
             rack: rack.map(str::to_owned),
             http_addr: (id <= 3).then(|| format!("10.0.0.{id}:8080")),
             now_ms: 1_700_000_000_000,
+            listeners: vec![],
         }
     }
 
@@ -773,6 +775,29 @@ mod tests {
                 set: vec![(QuotaKey::ConnectionCreationRate, QuotaValue(30.0))],
                 remove: vec![],
             },
+            MetadataCommand::BootstrapScramUsers {
+                records: vec![spate_auth::CredentialRecord::new(
+                    "admin",
+                    spate_auth::ScramAlgorithm::Sha512,
+                    &spate_auth::ScramCredential::derive(
+                        spate_auth::ScramAlgorithm::Sha512,
+                        b"secret",
+                        b"salt",
+                        4096,
+                    ),
+                )],
+            },
+            MetadataCommand::CreateAcls {
+                bindings: vec![spate_auth::acl::AclBinding {
+                    resource_type: spate_auth::acl::ResourceType::Topic,
+                    name: "orders-".into(),
+                    pattern: spate_auth::acl::PatternType::Prefixed,
+                    principal: "User:alice".into(),
+                    host: "*".into(),
+                    operation: spate_auth::acl::Operation::Read,
+                    permission: spate_auth::acl::Permission::Allow,
+                }],
+            },
         ];
         for cmd in cmds {
             apply_ok(&mut image, cmd);
@@ -794,6 +819,8 @@ mod tests {
         assert!(image.broker(5).unwrap().decommissioning);
         assert!(image.retired.contains(&6));
         assert_eq!(image.client_quotas().entries().count(), 3);
+        assert_eq!(image.scram_credentials().len(), 1);
+        assert_eq!(image.acls().len(), 1);
         assert_eq!(image.next_producer_id(), 2000);
         assert!(image.cluster_id().is_some());
 

@@ -77,6 +77,7 @@ impl Cluster {
                     kafka_port: 19092 + id as u16,
                     rack: None,
                     http_addr: None,
+                    listeners: vec![],
                 },
                 HEARTBEAT,
             )

@@ -47,6 +47,7 @@ impl LeaderConnections {
     /// connection for the next call when the exchange completed.
     async fn produce(
         &self,
+        transport: &spate_broker::cluster::Transport,
         addr: &str,
         client_id: &str,
         req: &ProduceRequest,
@@ -56,7 +57,7 @@ impl LeaderConnections {
         // records can be retried elsewhere within the request's timeout.
         let mut conn = self
             .pool
-            .connection(addr, limit.min(CONNECT_TIMEOUT))
+            .connection(transport, addr, limit.min(CONNECT_TIMEOUT))
             .await
             .map_err(ForwardError::Unreachable)?;
         // Under the HTTP client's id: the leader counts the bytes against its quota.
@@ -284,8 +285,9 @@ async fn attempt(
         let addr = image
             .broker(leader)
             .filter(|r| !r.fenced)
-            .map(|r| format!("{}:{}", r.kafka_host, r.kafka_port));
+            .map(|r| r.inter_node_addr.clone());
         let b = b.clone();
+        let transport = cluster.transport().clone();
         async move {
             let n = idx.len();
             if leader == me {
@@ -305,7 +307,10 @@ async fn attempt(
             };
             // Waits for the leader's acks, plus the time to reach it.
             let limit = Duration::from_millis(timeout_ms.max(0) as u64) + Duration::from_secs(5);
-            let d = match leaders.produce(&addr, to.client_id, &req, limit).await {
+            let d = match leaders
+                .produce(&transport, &addr, to.client_id, &req, limit)
+                .await
+            {
                 Ok(resp) => outcomes(&resp, n),
                 Err(ForwardError::Unreachable(e)) => {
                     let why = format!("the leader, node {leader}, is not reachable ({e}); retry");
