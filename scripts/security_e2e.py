@@ -2,8 +2,9 @@
 Kafka's own kafka-configs / console producer and consumer (the Java client).
 
   security_e2e.py certs DIR     writes a CA, a server certificate for 127.0.0.1/localhost,
-                                client certificates (CN=alice; expired; from another CA) and a
-                                second CA into DIR
+                                client certificates (CN=alice; expired; from another CA), node
+                                certificates (server and client, from the CA and from another)
+                                and a second CA into DIR
   security_e2e.py check DIR     runs the checks against the broker whose listeners are in
                                 SPATE_LISTENERS (NAME://host:port,...), started with DIR's
                                 certificates, --ssl-client-auth requested and
@@ -59,7 +60,7 @@ def certs(d):
         write(name, k, cert)
         return k, cert
 
-    def leaf(name, cn, issuer, server, days=(-1, 2)):
+    def leaf(name, cn, issuer, server, days=(-1, 2), client=False):
         k = key()
         ik, icert = issuer
         b = (x509.CertificateBuilder()
@@ -72,7 +73,8 @@ def certs(d):
             b = b.add_extension(x509.SubjectAlternativeName(
                 [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
                 critical=False)
-            b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            usages = [ExtendedKeyUsageOID.SERVER_AUTH] + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
+            b = b.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         else:
             b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         write(name, k, b.sign(ik, hashes.SHA256()))
@@ -83,6 +85,9 @@ def certs(d):
     leaf("alice", "alice", root, False)
     leaf("expired", "old", root, False, days=(-10, -1))
     leaf("stranger", "stranger", other, False)
+    # A cluster node's: it serves and it connects to the other nodes (mutual TLS between nodes).
+    leaf("node", "spate-node", root, True, client=True)
+    leaf("other-node", "spate-node", other, True, client=True)
 
 
 @contextlib.contextmanager

@@ -42,3 +42,6 @@ scripts/connect-cluster-e2e.sh
 # TLS and SASL (PLAIN, SCRAM-SHA-256/512) with librdkafka, kafka-configs and Kafka's console
 # clients, and the logins, mechanisms and certificates that must be refused.
 scripts/security-e2e.sh
+# The same on a 3-node cluster: SASL_SSL clients, mutual TLS and HTTPS between the nodes,
+# credentials and ACLs through the quorum, Metadata per listener, kill -9 of a leader.
+scripts/security-cluster-e2e.sh
