@@ -829,6 +829,14 @@ impl Broker {
                     handlers::producer_ids::init(b, r)
                 })))
             }
+            // v4+ is sent by brokers only (KIP-890's verification).
+            Request::AddPartitionsToTxn(_) if version >= 4 && cluster_denied(Op::ClusterAction) => {
+                ctx.now(
+                    &charge,
+                    spate_protocol::messages::AddPartitionsToTxnResponse::default()
+                        .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+                )
+            }
             Request::AddPartitionsToTxn(r) => {
                 ctx.later(handlers::transactions::add_partitions(self, version, r))
             }
@@ -838,6 +846,12 @@ impl Broker {
             Request::EndTxn(r) => ctx.later(handlers::transactions::end_txn(self, version, r)),
             Request::TxnOffsetCommit(r) => {
                 ctx.later(handlers::transactions::txn_offset_commit(self, version, r))
+            }
+            // Its answer has no throttle field, so it goes out as a ready future.
+            Request::WriteTxnMarkers(r) if cluster_denied(Op::ClusterAction) => {
+                ctx.later(std::future::ready(
+                    crate::security::enforce_cluster::write_txn_markers_refused(&r),
+                ))
             }
             Request::WriteTxnMarkers(r) => {
                 ctx.later(handlers::transactions::write_txn_markers(self, r))
@@ -1020,6 +1034,16 @@ impl Broker {
             Request::SyncGroup(r) => ctx.later(handlers::groups::sync(self, version, r)),
             Request::Heartbeat(r) => ctx.now(&charge, handlers::groups::heartbeat(self, r)),
             Request::LeaveGroup(r) => ctx.now(&charge, handlers::groups::leave(self, version, r)),
+            Request::OffsetCommit(mut r) if self.authorizer.enabled() => {
+                use crate::security::enforce_cluster as ec;
+                let denied = ec::offset_commit_request(self, who, &mut r);
+                let commit = handlers::offsets::commit(self, version, r);
+                ctx.later(async move {
+                    let mut resp = commit.await;
+                    ec::offset_commit_response(denied, &mut resp);
+                    resp
+                })
+            }
             Request::OffsetCommit(r) => ctx.later(handlers::offsets::commit(self, version, r)),
             Request::OffsetFetch(r) => ctx.now(&charge, handlers::offsets::fetch(self, version, r)),
             Request::DescribeGroups(r) => {
@@ -1050,6 +1074,13 @@ impl Broker {
                 }
                 ctx.now(&charge, resp)
             }
+            Request::OffsetForLeaderEpoch(mut r) if self.authorizer.enabled() => {
+                use crate::security::enforce_cluster as ec;
+                let denied = ec::offset_for_leader_epoch_request(self, who, &mut r);
+                let mut resp = handlers::leader_epochs::handle(self, version, r);
+                ec::offset_for_leader_epoch_response(denied, &mut resp);
+                ctx.now(&charge, resp)
+            }
             Request::OffsetForLeaderEpoch(r) => {
                 ctx.now(&charge, handlers::leader_epochs::handle(self, version, r))
             }
@@ -1066,6 +1097,10 @@ impl Broker {
                 spate_protocol::newer::DescribeLogDirsV5(handlers::log_dirs::handle(self, r)),
             ),
             Request::DescribeLogDirs(r) => ctx.now(&charge, handlers::log_dirs::handle(self, r)),
+            Request::AlterReplicaLogDirs(r) if cluster_denied(Op::Alter) => ctx.now(
+                &charge,
+                crate::security::enforce_cluster::alter_replica_log_dirs_refused(&r),
+            ),
             Request::AlterReplicaLogDirs(r) => ctx.now(&charge, handlers::log_dirs::alter(self, r)),
             Request::DeleteRecords(r) => {
                 ctx.work(self, &charge, self.topology().delete_records(self, r))
@@ -1149,28 +1184,21 @@ impl Broker {
                 Ok(ctx.serial(self, move |b| handlers::acls::delete(b, s.as_deref(), r)))
             }
             Request::SaslHandshake(r) => {
-                let anonymous = Arc::new(crate::security::Session::new(
-                    crate::security::SecurityProtocol::Plaintext,
-                    None,
-                    None,
-                ));
-                let s = rc.session.unwrap_or(&anonymous);
-                ctx.now(&charge, handlers::sasl::handshake(self, s, version, r))
+                let s = session_or_plaintext(rc.session);
+                ctx.now(&charge, handlers::sasl::handshake(self, &s, version, r))
             }
             Request::SaslAuthenticate(r) => {
                 // PBKDF2 for PLAIN, HMACs for SCRAM: CPU work for the blocking pool; the
                 // connection reads nothing further until it is answered.
-                let s = rc.session.cloned().unwrap_or_else(|| {
-                    Arc::new(crate::security::Session::new(
-                        crate::security::SecurityProtocol::Plaintext,
-                        None,
-                        None,
-                    ))
-                });
+                let s = session_or_plaintext(rc.session);
                 Ok(ctx.serial(self, move |b| {
                     handlers::sasl::authenticate(b, &s, version, r)
                 }))
             }
+            Request::AlterClientQuotas(r) if cluster_denied(Op::AlterConfigs) => ctx.now(
+                &charge,
+                crate::security::enforce_cluster::alter_client_quotas_refused(&r),
+            ),
             Request::AlterClientQuotas(r) => {
                 Ok(ctx.serial(self, move |b| handlers::client_quotas::alter(b, r)))
             }
@@ -1238,6 +1266,20 @@ impl Default for CleanerMetrics {
 const TELEMETRY_MAX_BYTES: u32 = 1 << 20;
 
 /// A throttle time as the protocol's i32 milliseconds.
+/// The connection's session, or (for callers without one: tests, internal calls) that of an
+/// unauthenticated PLAINTEXT connection, on which SASL requests are refused.
+fn session_or_plaintext(
+    session: Option<&Arc<crate::security::Session>>,
+) -> Arc<crate::security::Session> {
+    session.cloned().unwrap_or_else(|| {
+        Arc::new(crate::security::Session::new(
+            crate::security::SecurityProtocol::Plaintext,
+            None,
+            None,
+        ))
+    })
+}
+
 fn clamp_ms(ms: u64) -> i32 {
     i32::try_from(ms).unwrap_or(i32::MAX)
 }

@@ -4,6 +4,7 @@
 mod acls;
 pub mod addresses;
 pub mod enforce;
+pub mod enforce_cluster;
 mod listeners;
 mod session;
 mod store;

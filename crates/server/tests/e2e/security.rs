@@ -296,3 +296,157 @@ fn http_basic_users_and_acls_guard_the_http_side_and_the_probes_stay_open() {
         "the super user: every topic operation"
     );
 }
+
+#[test]
+fn cluster_actions_quotas_log_dirs_and_commits_need_their_acls() {
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    use kafka_protocol::messages::alter_replica_log_dirs_request::{
+        AlterReplicaLogDir, AlterReplicaLogDirTopic,
+    };
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    use kafka_protocol::messages::write_txn_markers_request::{
+        WritableTxnMarker, WritableTxnMarkerTopic,
+    };
+    use kafka_protocol::messages::*;
+    let spate = Spate::start_with_env(
+        &[
+            "--listeners",
+            "SASL_PLAINTEXT://127.0.0.1:0",
+            "--authorizer",
+            "acl",
+            "--super-users",
+            "User:admin",
+        ],
+        &[(
+            "SPATE_BOOTSTRAP_USERS",
+            "admin:admin-secret,alice:alice-secret",
+        )],
+    );
+    let as_user = |user: &str| {
+        let mut raw = Raw::connect(&spate.addr);
+        assert_eq!(handshake(&mut raw, 1, "PLAIN").error_code, 0);
+        let token = format!("\0{user}\0{user}-secret");
+        assert_eq!(authenticate(&mut raw, token.as_bytes()).error_code, 0);
+        raw
+    };
+    let mut admin = as_user("admin");
+    let mut alice = as_user("alice");
+    // A topic to name, and Read on alice's group (not on the topic).
+    let mut t = kafka_protocol::messages::create_topics_request::CreatableTopic::default();
+    t.name = TopicName(StrBytes::from_static_str("ledger"));
+    t.num_partitions = 1;
+    t.replication_factor = 1;
+    let mut ct = CreateTopicsRequest::default();
+    ct.topics = vec![t];
+    ct.timeout_ms = 10_000;
+    let r: CreateTopicsResponse = admin.call(ApiKey::CreateTopics, 5, &ct);
+    assert_eq!(r.topics[0].error_code, 0);
+    let mut acl = AclCreation::default();
+    acl.resource_type = 3; // group
+    acl.resource_name = StrBytes::from_static_str("alice-group");
+    acl.resource_pattern_type = 3;
+    acl.principal = StrBytes::from_static_str("User:alice");
+    acl.host = StrBytes::from_static_str("*");
+    acl.operation = 3; // read
+    acl.permission_type = 3;
+    let mut ca = CreateAclsRequest::default();
+    ca.creations = vec![acl];
+    let r: CreateAclsResponse = admin.call(ApiKey::CreateAcls, 3, &ca);
+    assert_eq!(r.results[0].error_code, 0);
+
+    let cluster_denied = ResponseError::ClusterAuthorizationFailed.code();
+    let topic_denied = ResponseError::TopicAuthorizationFailed.code();
+
+    let mut tm = WritableTxnMarkerTopic::default();
+    tm.name = TopicName(StrBytes::from_static_str("ledger"));
+    tm.partition_indexes = vec![0];
+    let mut m = WritableTxnMarker::default();
+    m.producer_id = 7.into();
+    m.topics = vec![tm];
+    let mut wtm = WriteTxnMarkersRequest::default();
+    wtm.markers = vec![m];
+    let r: WriteTxnMarkersResponse = alice.call(ApiKey::WriteTxnMarkers, 1, &wtm);
+    assert_eq!(
+        r.markers[0].topics[0].partitions[0].error_code,
+        cluster_denied
+    );
+
+    let epoch_request = |replica: i32| {
+        let mut p = OffsetForLeaderPartition::default();
+        p.partition = 0;
+        p.current_leader_epoch = -1;
+        p.leader_epoch = 0;
+        let mut t = OffsetForLeaderTopic::default();
+        t.topic = TopicName(StrBytes::from_static_str("ledger"));
+        t.partitions = vec![p];
+        let mut r = OffsetForLeaderEpochRequest::default();
+        r.replica_id = replica.into();
+        r.topics = vec![t];
+        r
+    };
+    let r: OffsetForLeaderEpochResponse =
+        alice.call(ApiKey::OffsetForLeaderEpoch, 4, &epoch_request(-1));
+    assert_eq!(r.topics[0].partitions[0].error_code, topic_denied);
+    let r: OffsetForLeaderEpochResponse =
+        alice.call(ApiKey::OffsetForLeaderEpoch, 4, &epoch_request(1));
+    assert_eq!(r.topics[0].partitions[0].error_code, cluster_denied);
+    let r: OffsetForLeaderEpochResponse =
+        admin.call(ApiKey::OffsetForLeaderEpoch, 4, &epoch_request(-1));
+    assert_eq!(
+        r.topics[0].partitions[0].error_code, 0,
+        "the super user may"
+    );
+
+    let mut ent = EntityData::default();
+    ent.entity_type = StrBytes::from_static_str("user");
+    ent.entity_name = Some(StrBytes::from_static_str("alice"));
+    let mut op = OpData::default();
+    op.key = StrBytes::from_static_str("producer_byte_rate");
+    op.value = 1024.0;
+    let mut entry = EntryData::default();
+    entry.entity = vec![ent];
+    entry.ops = vec![op];
+    let mut acq = AlterClientQuotasRequest::default();
+    acq.entries = vec![entry];
+    let r: AlterClientQuotasResponse = alice.call(ApiKey::AlterClientQuotas, 1, &acq);
+    assert_eq!(r.entries[0].error_code, cluster_denied);
+    assert_eq!(r.entries[0].entity[0].entity_name.as_deref(), Some("alice"));
+
+    let mut lt = AlterReplicaLogDirTopic::default();
+    lt.name = TopicName(StrBytes::from_static_str("ledger"));
+    lt.partitions = vec![0];
+    let mut ld = AlterReplicaLogDir::default();
+    ld.path = StrBytes::from_static_str("/elsewhere");
+    ld.topics = vec![lt];
+    let mut ard = AlterReplicaLogDirsRequest::default();
+    ard.dirs = vec![ld];
+    let r: AlterReplicaLogDirsResponse = alice.call(ApiKey::AlterReplicaLogDirs, 2, &ard);
+    assert_eq!(r.results[0].partitions[0].error_code, cluster_denied);
+
+    let commit = || {
+        let mut p = OffsetCommitRequestPartition::default();
+        p.partition_index = 0;
+        p.committed_offset = 0;
+        let mut t = OffsetCommitRequestTopic::default();
+        t.name = TopicName(StrBytes::from_static_str("ledger"));
+        t.partitions = vec![p];
+        let mut r = OffsetCommitRequest::default();
+        r.group_id = StrBytes::from_static_str("alice-group").into();
+        r.generation_id_or_member_epoch = -1;
+        r.topics = vec![t];
+        r
+    };
+    let r: OffsetCommitResponse = alice.call(ApiKey::OffsetCommit, 8, &commit());
+    assert_eq!(
+        r.topics[0].partitions[0].error_code, topic_denied,
+        "Read on the group is not Read on the topic"
+    );
+    let r: OffsetCommitResponse = admin.call(ApiKey::OffsetCommit, 8, &commit());
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+}
