@@ -6,6 +6,7 @@
 
 mod admin;
 mod cluster_admin;
+mod elastic;
 pub mod ingest;
 mod metrics;
 pub mod peer;
@@ -160,7 +161,9 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .merge(admin::routes())
         .merge(cluster_admin::routes())
         .merge(search::routes())
+        .merge(elastic::routes())
         .merge(ingest::routes())
+        .layer(middleware::from_fn(elastic::product_header))
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such endpoint")
@@ -270,7 +273,43 @@ async fn metrics_text(State(s): State<Arc<HttpState>>) -> Response {
 
 /// Mutating admin calls need the bearer token when one is configured; with `--http-auth
 /// basic` every call but the probes needs a user (or the token), and ACLs apply.
-async fn require_token(State(s): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
+/// The SASL user an HTTP Basic request authenticated as, for handlers that check ACLs per
+/// item (an `_msearch` names its topics in its body).
+#[derive(Clone)]
+pub(crate) struct Caller(Arc<spate_broker::security::Session>);
+
+impl Caller {
+    /// The error answer of a search of `expr` this caller may not read, if it may not: Read
+    /// on each named topic, or Describe on the cluster for wildcards and `_all` (as `/_search`).
+    pub(crate) fn refuses_read(&self, s: &HttpState, expr: &str) -> Option<serde_json::Value> {
+        use spate_auth::acl::{Operation, ResourceType, CLUSTER_NAME};
+        let b = s.broker().ok()?;
+        let names: Vec<&str> = expr.split(',').map(str::trim).collect();
+        let allowed = names.iter().all(|n| {
+            if *n == "_all" || n.contains('*') {
+                b.authorizer.allows(
+                    Some(&self.0),
+                    Operation::Describe,
+                    ResourceType::Cluster,
+                    CLUSTER_NAME,
+                )
+            } else {
+                b.authorizer
+                    .allows(Some(&self.0), Operation::Read, ResourceType::Topic, n)
+            }
+        });
+        (!allowed).then(|| {
+            let reason = format!("{} may not read [{expr}]", self.0.principal());
+            serde_json::json!({
+                "error": {"root_cause": [{"type": "security_exception", "reason": reason}],
+                          "type": "security_exception", "reason": reason},
+                "status": 403,
+            })
+        })
+    }
+}
+
+async fn require_token(State(s): State<Arc<HttpState>>, mut req: Request, next: Next) -> Response {
     let auth = s.auth.get().copied().unwrap_or_default();
     let path = req.uri().path();
     let open = path == "/health" || path == "/ready" || (path == "/metrics" && !auth.metrics);
@@ -282,13 +321,18 @@ async fn require_token(State(s): State<Arc<HttpState>>, req: Request, next: Next
     let token_ok = s.token.is_some() && bearer == s.token.as_deref();
     if auth.basic && !open && !token_ok {
         // The admin token is a super user; anyone else shows a SASL user's password.
-        if let Err(refused) = basic_user(&s, &req) {
-            return *refused;
+        match basic_user(&s, &req) {
+            Err(refused) => return *refused,
+            Ok(Some(session)) => {
+                req.extensions_mut().insert(Caller(Arc::new(session)));
+            }
+            Ok(None) => {}
         }
         return next.run(req).await;
     }
     let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
         && !search::is_search_path(req.uri().path())
+        && !elastic::is_read_path(req.uri().path())
         && !ingest::is_ingest_path(req.uri().path());
     if let (true, Some(token)) = (mutating, &s.token) {
         let given = req
@@ -318,8 +362,11 @@ fn unauthorized(why: &str) -> Response {
 }
 
 /// Checks a request's HTTP Basic credentials against the SASL credential store, then the
-/// ACL its route needs (`Ok` to serve it).
-fn basic_user(s: &HttpState, req: &Request) -> Result<(), Box<Response>> {
+/// ACL its route needs (`Ok` to serve it, with the user's session when ACLs are on).
+fn basic_user(
+    s: &HttpState,
+    req: &Request,
+) -> Result<Option<spate_broker::security::Session>, Box<Response>> {
     use base64::Engine;
     let b = s.broker().map_err(|e| Box::new(e.into_response()))?;
     let peer = req
@@ -355,7 +402,7 @@ fn basic_user(s: &HttpState, req: &Request) -> Result<(), Box<Response>> {
         return Err(Box::new(unauthorized("invalid credentials")));
     }
     if !b.authorizer.enabled() {
-        return Ok(());
+        return Ok(None);
     }
     let session = spate_broker::security::Session::new(
         spate_broker::security::SecurityProtocol::Plaintext,
@@ -375,7 +422,7 @@ fn basic_user(s: &HttpState, req: &Request) -> Result<(), Box<Response>> {
             ));
         }
     }
-    Ok(())
+    Ok(Some(session))
 }
 
 /// What a route needs, in ACL terms: ingest writes its topic, search reads its topics, the
@@ -390,6 +437,23 @@ fn http_acl(
     use spate_auth::acl::{Operation, ResourceType, CLUSTER_NAME};
     let path = req.uri().path();
     let cluster = |op| (op, ResourceType::Cluster, vec![CLUSTER_NAME.to_string()]);
+    // Any authenticated user: they say nothing about topics. An `_msearch` names its topics
+    // in its body and is checked search by search (see `Caller`).
+    if elastic::is_open_to_users(path) || path == "/_msearch" {
+        return (Operation::Describe, ResourceType::Cluster, Vec::new());
+    }
+    if path.ends_with("/_msearch") || path.ends_with("/_mapping") || path.ends_with("/_field_caps")
+    {
+        let index = path.trim_start_matches('/').split('/').next().unwrap_or("");
+        if index.starts_with('_') || index.is_empty() {
+            return cluster(Operation::Describe);
+        }
+        return (
+            Operation::Read,
+            ResourceType::Topic,
+            index.split(',').map(str::to_string).collect(),
+        );
+    }
     if ingest::is_ingest_path(path) {
         let from_path = path
             .strip_prefix("/topics/")

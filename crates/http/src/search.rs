@@ -105,7 +105,7 @@ fn request(params: &HashMap<String, String>, body: &Bytes) -> Result<SearchReque
 
 /// What a search endpoint answers.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Answer {
+pub(crate) enum Answer {
     Hits,
     Count,
 }
@@ -314,7 +314,7 @@ async fn run(
         Err(r) => return *r,
     };
     let started = Instant::now();
-    let result = search_everywhere(&s, &service, topics, params, &body, answer).await;
+    let result = search_value(&s, &service, topics, params, &body, answer).await;
     service.observe(started, result.is_err());
     match result {
         Ok(mut v) => {
@@ -327,7 +327,9 @@ async fn run(
     }
 }
 
-async fn search_everywhere(
+/// Runs one search (or count) over the topics `topics` names, on whichever nodes answer
+/// each partition, and merges: the answer's JSON (without `took`).
+pub(crate) async fn search_value(
     s: &HttpState,
     service: &SearchService,
     topics: &str,

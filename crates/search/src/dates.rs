@@ -30,6 +30,22 @@ fn parse_date_str(s: &str, now_ms: i64) -> Option<i64> {
     OffsetDateTime::parse(&day, &Rfc3339).ok().and_then(millis)
 }
 
+/// Epoch milliseconds as RFC 3339 in UTC with milliseconds (`2023-11-14T22:13:20.000Z`), as
+/// Elasticsearch renders a date field's value.
+pub fn rfc3339_millis(ms: i64) -> Option<String> {
+    let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()?;
+    Some(format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
+    ))
+}
+
 fn millis(t: OffsetDateTime) -> Option<i64> {
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
 }

@@ -4,6 +4,7 @@
 //!
 //! * [`record`]: decoding stored batches (every codec) and the `_source` of a hit.
 //! * [`schema`] / [`document`]: the index's fields and how a record fills them.
+//! * [`mapping`]: a topic's fields in Elasticsearch's terms (`_mapping`, `_field_caps`).
 //! * [`dsl`]: the query DSL, parsed and compiled to tantivy queries (pure).
 //! * [`request`]: the rest of a search request (from/size, sort, search_after, _source,
 //!   highlight, aggregations).
@@ -17,6 +18,7 @@ pub mod dsl;
 pub mod error;
 pub mod index;
 pub mod indexer;
+pub mod mapping;
 pub mod metrics;
 mod priority;
 pub mod record;

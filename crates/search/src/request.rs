@@ -79,6 +79,8 @@ pub struct SearchRequest {
     pub highlight: Option<Highlight>,
     /// Aggregations (Elasticsearch syntax; field names not yet mapped).
     pub aggs: Option<Map<String, Value>>,
+    /// Fields whose values each hit lists under `fields` (`fields` and `docvalue_fields`).
+    pub fields: Vec<String>,
 }
 
 impl Default for SearchRequest {
@@ -92,6 +94,7 @@ impl Default for SearchRequest {
                 direction: Direction::Desc,
             },
             search_after: None,
+            fields: Vec::new(),
             source: SourceFilter::default(),
             highlight: None,
             aggs: None,
@@ -139,6 +142,38 @@ pub fn parse_request(body: Option<&Value>) -> Result<SearchRequest, SearchError>
                         .ok_or_else(|| SearchError::parsing("[aggs] must be an object"))?,
                 )
             }
+            "fields" | "docvalue_fields" => {
+                for f in v.as_array().ok_or_else(|| {
+                    SearchError::parsing(format!("[{k}] must be a list of fields"))
+                })? {
+                    let name = match f {
+                        Value::String(s) => s.clone(),
+                        Value::Object(o) => o
+                            .get("field")
+                            .and_then(Value::as_str)
+                            .map(str::to_string)
+                            .ok_or_else(|| {
+                                SearchError::parsing(format!("[{k}] entry {f} has no [field]"))
+                            })?,
+                        other => {
+                            return Err(SearchError::parsing(format!(
+                                "[{k}] entry {other} is not a field name"
+                            )))
+                        }
+                    };
+                    if !req.fields.contains(&name) {
+                        req.fields.push(name);
+                    }
+                }
+            }
+            // Scripts do not run here; an empty list (what Grafana sends) asks for nothing.
+            "script_fields" => {
+                if v.as_object().is_none_or(|o| !o.is_empty()) {
+                    return Err(SearchError::illegal(
+                        "[script_fields] are not supported: spate runs no scripts",
+                    ));
+                }
+            }
             // Accepted and ignored: spate always counts hits exactly and never times out early.
             "track_total_hits"
             | "timeout"
@@ -184,8 +219,25 @@ pub fn check_window(req: &SearchRequest) -> Result<(), SearchError> {
 /// Parses `sort`: `"field"`, `{"field": "desc"}`, `{"field": {"order": "desc"}}` or a list
 /// whose first entry is the key (a trailing `offset` / `_id` / `_doc` tiebreaker is implied).
 pub fn parse_sort(v: &Value) -> Result<Sort, SearchError> {
+    // An object of several keys (Grafana's `{"@timestamp": ..., "_doc": ...}`) is a list of
+    // one-key objects; tiebreakers go last (the JSON map does not keep the keys' order).
+    let split: Vec<Value>;
     let entries: Vec<&Value> = match v {
         Value::Array(a) => a.iter().collect(),
+        Value::Object(m) if m.len() > 1 => {
+            let tiebreak = |k: &str| matches!(k, "_doc" | "_id" | "offset");
+            let mut keys: Vec<(&String, &Value)> = m.iter().collect();
+            keys.sort_by_key(|(k, _)| tiebreak(k));
+            split = keys
+                .into_iter()
+                .map(|(k, v)| {
+                    let mut one = Map::new();
+                    one.insert(k.clone(), v.clone());
+                    Value::Object(one)
+                })
+                .collect();
+            split.iter().collect()
+        }
         one => vec![one],
     };
     let parsed = entries

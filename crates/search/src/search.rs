@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use spate_broker::search_config::ValueFormat;
 use spate_broker::Partition;
 use tantivy::aggregation::agg_req::Aggregations;
 use tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults;
@@ -162,8 +163,105 @@ const ALLOWED_AGGS: &[&str] = &[
     "max",
     "sum",
     "stats",
+    "extended_stats",
     "value_count",
+    "percentiles",
+    "cardinality",
+    "top_hits",
+    "top_metrics",
 ];
+
+/// The buckets of a `filters` aggregation: named (`{"errors": query}`) or a list (named by
+/// position, as Elasticsearch answers an anonymous list).
+fn filter_buckets(name: &str, body: &Value) -> Result<Vec<(String, Value)>, SearchError> {
+    let filters = body.get("filters").unwrap_or(body);
+    match filters {
+        Value::Object(m) => Ok(m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+        Value::Array(list) => Ok(list
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i.to_string(), v.clone()))
+            .collect()),
+        _ => Err(SearchError::parsing(format!(
+            "[aggs] [{name}] [filters] must name its filters in an object or a list"
+        ))),
+    }
+}
+
+/// A `filters` bucket's query as tantivy's query string: `query_string` and `match_all`,
+/// which is what Grafana's filters send; anything else is refused by name.
+fn filter_query_string(
+    name: &str,
+    query: &Value,
+    schema: &IndexSchema,
+) -> Result<String, SearchError> {
+    if query.get("match_all").is_some() {
+        return Ok("*".into());
+    }
+    match query.get("query_string").and_then(|q| q.get("query")) {
+        Some(Value::String(q)) if q.trim().is_empty() || q.trim() == "*" => Ok("*".into()),
+        Some(Value::String(q)) => Ok(crate::dsl::compile::index_query_string(schema, q)),
+        _ => Err(SearchError::illegal(format!(
+            "[aggs] [{name}] [filters]: only query_string and match_all filters are supported, got {query}"
+        ))),
+    }
+}
+
+/// `top_metrics` as a `top_hits` of the index's fields, in the same order as the metrics (so
+/// the answer can be named back in `es_shape_aggs`).
+fn top_metrics_as_top_hits(
+    name: &str,
+    body: &Map<String, Value>,
+    schema: &IndexSchema,
+) -> Result<Value, SearchError> {
+    let field = |f: &str| {
+        schema
+            .resolve(f)
+            .map(|r| r.name)
+            .unwrap_or_else(|| format!("unmapped_{f}"))
+    };
+    let metrics: Vec<String> = match body.get("metrics") {
+        Some(Value::Array(list)) => list
+            .iter()
+            .filter_map(|m| m.get("field").and_then(Value::as_str))
+            .map(field)
+            .collect(),
+        Some(Value::Object(m)) => m
+            .get("field")
+            .and_then(Value::as_str)
+            .map(field)
+            .into_iter()
+            .collect(),
+        _ => Vec::new(),
+    };
+    if metrics.is_empty() {
+        return Err(SearchError::parsing(format!(
+            "[aggs] [{name}] [top_metrics] needs [metrics] with a [field]"
+        )));
+    }
+    let size = match body.get("size") {
+        None => 1,
+        Some(Value::Number(n)) => n.as_u64().unwrap_or(1),
+        Some(Value::String(s)) => s.trim().parse().unwrap_or(1),
+        Some(_) => 1,
+    };
+    let sort: Vec<Value> = match body.get("sort") {
+        Some(Value::Array(list)) => list.clone(),
+        Some(one @ Value::Object(_)) => vec![one.clone()],
+        _ => Vec::new(),
+    }
+    .into_iter()
+    .filter_map(|s| {
+        let (f, order) = s.as_object()?.iter().next()?;
+        let order = order
+            .as_str()
+            .or_else(|| order.get("order").and_then(Value::as_str))
+            .unwrap_or("asc");
+        Some(json!({ field(f): order }))
+    })
+    .collect();
+    Ok(json!({"sort": sort, "size": size, "docvalue_fields": metrics}))
+}
 
 /// Maps field names in an aggregation request to the index's names and checks the types.
 fn map_aggs(
@@ -175,6 +273,32 @@ fn map_aggs(
         let spec_obj = spec
             .as_object()
             .ok_or_else(|| SearchError::parsing(format!("[aggs] [{name}] must be an object")))?;
+        if let Some(filters) = spec_obj.get("filters") {
+            // One tantivy `filter` aggregation per bucket, named `<name>\u{1f}<bucket>`;
+            // the answer is put back into Elasticsearch's `filters` shape (`es_shape_aggs`).
+            let sub = match spec_obj
+                .get("aggs")
+                .or_else(|| spec_obj.get("aggregations"))
+            {
+                Some(Value::Object(s)) => Some(Value::Object(map_aggs(s, schema)?)),
+                Some(_) => {
+                    return Err(SearchError::parsing(format!(
+                        "[aggs] [{name}] sub-aggregations must be an object"
+                    )))
+                }
+                None => None,
+            };
+            for (bucket, query) in filter_buckets(name, filters)? {
+                let q = filter_query_string(name, &query, schema)?;
+                let mut f = Map::new();
+                f.insert("filter".into(), Value::from(q));
+                if let Some(s) = &sub {
+                    f.insert("aggs".into(), s.clone());
+                }
+                out.insert(format!("{name}\u{1f}{bucket}"), Value::Object(f));
+            }
+            continue;
+        }
         let mut mapped = Map::new();
         for (kind, body) in spec_obj {
             if kind == "aggs" || kind == "aggregations" {
@@ -221,12 +345,190 @@ fn map_aggs(
                     body.insert("fixed_interval".into(), Value::from(fixed));
                 }
                 body.remove("time_zone");
+                // Keys are epoch milliseconds either way (what Grafana's `epoch_millis` asks
+                // for); `key_as_string` stays RFC 3339 whatever format is named.
+                body.remove("format");
+            }
+            if kind == "top_metrics" {
+                // top_hits holds the same: the metrics of the first hits in an order.
+                mapped.insert(
+                    "top_hits".into(),
+                    top_metrics_as_top_hits(name, &body, schema)?,
+                );
+                continue;
+            }
+            if kind == "percentiles" {
+                // Grafana sends percents as strings ("95"); Elasticsearch reads them as numbers.
+                if let Some(Value::Array(list)) = body.get_mut("percents") {
+                    for p in list.iter_mut() {
+                        if let Some(n) = p.as_str().and_then(|s| s.trim().parse::<f64>().ok()) {
+                            *p = Value::from(n);
+                        }
+                    }
+                }
             }
             mapped.insert(kind.clone(), Value::Object(body));
         }
         out.insert(name.clone(), Value::Object(mapped));
     }
     Ok(out)
+}
+
+/// A hit's `fields`: each asked-for field's values, as Elasticsearch lists them (always a
+/// list; dates as RFC 3339). `@timestamp` is the document's own when it has one, else the
+/// record's timestamp; fields a record does not have are left out.
+fn field_values(r: &LogRecord, format: ValueFormat, names: &[String]) -> Value {
+    let doc = r.value.as_ref().and_then(|v| parse_value(v, format));
+    let mut out = Map::new();
+    for name in names {
+        let own: Vec<Value> = doc
+            .as_ref()
+            .map(|d| values_at(d, name).into_iter().cloned().collect())
+            .unwrap_or_default();
+        let values = match name.as_str() {
+            "@timestamp" | "timestamp" | "_timestamp" => {
+                let ms = own
+                    .first()
+                    .filter(|_| name == "@timestamp")
+                    .and_then(|v| crate::dates::parse_date(v, r.timestamp))
+                    .unwrap_or(r.timestamp);
+                crate::dates::rfc3339_millis(ms)
+                    .map(|s| vec![Value::from(s)])
+                    .unwrap_or_default()
+            }
+            _ => own,
+        };
+        if !values.is_empty() {
+            out.insert(name.clone(), Value::Array(values));
+        }
+    }
+    Value::Object(out)
+}
+
+/// Brings tantivy's aggregation answer to Elasticsearch's shape where clients notice:
+/// date_histogram keys are integers (epoch milliseconds), not floats.
+fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &mut Value) {
+    let sub_of = |m: Option<&Value>, name: &str| -> Option<Value> {
+        let a = m?.get(name)?;
+        a.get("aggs").or_else(|| a.get("aggregations")).cloned()
+    };
+    for (name, spec) in request {
+        let Some(spec) = spec.as_object() else {
+            continue;
+        };
+        if let (Some(filters), Some(all)) = (spec.get("filters"), result.as_object_mut()) {
+            let Ok(buckets) = filter_buckets(name, filters) else {
+                continue;
+            };
+            let keyed = filters.get("filters").unwrap_or(filters).is_object();
+            let mut named = Map::new();
+            let mut listed = Vec::new();
+            for (bucket, _) in buckets {
+                let mut b = all
+                    .remove(&format!("{name}\u{1f}{bucket}"))
+                    .unwrap_or_else(|| json!({"doc_count": 0}));
+                if let Some(sub) = spec
+                    .get("aggs")
+                    .or_else(|| spec.get("aggregations"))
+                    .and_then(Value::as_object)
+                {
+                    let m = sub_of(mapped, &format!("{name}\u{1f}{bucket}"));
+                    es_shape_aggs(sub, m.as_ref(), &mut b);
+                }
+                if keyed {
+                    named.insert(bucket, b);
+                } else {
+                    listed.push(b);
+                }
+            }
+            let buckets = if keyed {
+                Value::Object(named)
+            } else {
+                Value::Array(listed)
+            };
+            all.insert(name.clone(), json!({ "buckets": buckets }));
+            continue;
+        }
+        let Some(out) = result.get_mut(name) else {
+            continue;
+        };
+        if let Some(tm) = spec.get("top_metrics") {
+            // top_hits answered `hits: [{sort, docvalue_fields: {index name: value}}]`, the
+            // fields in the order of the metrics.
+            let names: Vec<String> = match tm.get("metrics") {
+                Some(Value::Array(list)) => list
+                    .iter()
+                    .filter_map(|m| m.get("field").and_then(Value::as_str))
+                    .map(str::to_string)
+                    .collect(),
+                Some(Value::Object(m)) => m
+                    .get("field")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .into_iter()
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let index_names: Vec<String> = mapped
+                .and_then(|m| m.get(name))
+                .and_then(|a| a["top_hits"]["docvalue_fields"].as_array())
+                .map(|l| {
+                    l.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let top: Vec<Value> = out
+                .get("hits")
+                .and_then(Value::as_array)
+                .map(|hits| {
+                    hits.iter()
+                        .map(|h| {
+                            let fields = &h["docvalue_fields"];
+                            let metrics: Map<String, Value> = names
+                                .iter()
+                                .zip(&index_names)
+                                .map(|(n, i)| (n.clone(), first_value(&fields[i.as_str()])))
+                                .collect();
+                            json!({"sort": h.get("sort").cloned().unwrap_or(json!([])), "metrics": metrics})
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            *out = json!({ "top": top });
+            continue;
+        }
+        let sub = spec
+            .get("aggs")
+            .or_else(|| spec.get("aggregations"))
+            .and_then(Value::as_object);
+        let date = spec.contains_key("date_histogram");
+        let buckets = match out.get_mut("buckets") {
+            Some(Value::Array(list)) => list.iter_mut().collect::<Vec<_>>(),
+            // Keyed buckets (ranges, filters) are an object of buckets.
+            Some(Value::Object(map)) => map.values_mut().collect(),
+            _ => Vec::new(),
+        };
+        for b in buckets {
+            if date {
+                if let Some(k) = b.get("key").and_then(Value::as_f64) {
+                    b["key"] = Value::from(k as i64);
+                }
+            }
+            if let Some(sub) = sub {
+                es_shape_aggs(sub, sub_of(mapped, name).as_ref(), b);
+            }
+        }
+    }
+}
+
+/// A doc value as one value: tantivy lists a field's values, top_metrics names one.
+fn first_value(v: &Value) -> Value {
+    match v {
+        Value::Array(list) => list.first().cloned().unwrap_or(Value::Null),
+        other => other.clone(),
+    }
 }
 
 fn parse_aggs(v: Map<String, Value>) -> Result<Aggregations, SearchError> {
@@ -579,7 +881,7 @@ pub fn partial(
         let c = &part.hits[ci];
         let t = &targets[c.target];
         // Without _source or highlights the record itself is not needed.
-        let record = if req.source.disabled && req.highlight.is_none() {
+        let record = if req.source.disabled && req.highlight.is_none() && req.fields.is_empty() {
             None
         } else {
             fetch_record(t, part, c, &mut cache)
@@ -607,6 +909,10 @@ pub fn partial(
                 .and_then(|h| highlight(t, part, r, h))
             {
                 hit.insert("highlight".into(), hl);
+            }
+            if !req.fields.is_empty() {
+                let values = field_values(r, t.index.settings.format, &req.fields);
+                hit.insert("fields".into(), values);
             }
         }
         if field_sort {
@@ -683,6 +989,7 @@ pub fn merge(partials: Vec<Partial>, req: &SearchRequest) -> Result<Value, Searc
         },
     });
     if let Some(a) = &req.aggs {
+        let mapped_request = aggs_request.clone();
         let request = match aggs_request {
             Some(Value::Object(m)) => parse_aggs(m)?,
             _ => parse_aggs(a.clone())?,
@@ -700,6 +1007,8 @@ pub fn merge(partials: Vec<Partial>, req: &SearchRequest) -> Result<Value, Searc
             })?,
             None => json!({}),
         };
+        let mut result = result;
+        es_shape_aggs(a, mapped_request.as_ref(), &mut result);
         body["aggregations"] = result;
     }
     Ok(body)

@@ -18,6 +18,7 @@ use crate::dsl::Limits;
 use crate::error::SearchError;
 use crate::index::PartitionIndex;
 use crate::indexer::{Indexer, IndexerSettings};
+use crate::mapping::TopicMapping;
 use crate::metrics::{IndexMetrics, SearchMetrics};
 use crate::request::{parse_request, SearchRequest};
 use crate::search::{self, Partial, Target};
@@ -391,6 +392,26 @@ impl SearchService {
         Ok(topics)
     }
 
+    /// The fields of each topic `expr` names, by topic name (`_mapping`, `_field_caps`).
+    pub fn mappings(&self, expr: &str) -> Result<Vec<(String, TopicMapping)>, SearchError> {
+        Ok(self
+            .resolve(expr)?
+            .into_iter()
+            .map(|t| {
+                let m = TopicMapping::declared(&t.with_config(|c| c.search()));
+                (t.name.clone(), m)
+            })
+            .collect())
+    }
+
+    /// Searchable partitions `expr` covers and how many of them have a search source: the
+    /// figures of `_cluster/health` (a partition without one is an unassigned shard).
+    pub fn coverage(&self, expr: &str) -> Result<(usize, usize), SearchError> {
+        let plan = self.plan(expr, Preference::Leader)?;
+        let answered = plan.iter().filter(|p| !p.sources.is_empty()).count();
+        Ok((plan.len(), answered))
+    }
+
     /// Which partitions a search over `expr` covers, each once, and where each can be
     /// answered, best first. Standalone, that is this node's indexes. In a cluster each
     /// replica indexes its own log up to its high watermark, so a partition is answered by
@@ -404,16 +425,20 @@ impl SearchService {
         let entries = self.entries.lock();
         let indexed = |t: &Topic, p: i32| entries.contains_key(&(t.id, p));
         let Some(cluster) = self.broker.cluster() else {
+            // A partition whose index is not open yet is still planned, with no source: the
+            // answer counts it as a failed shard instead of leaving it out unseen.
             return Ok(topics
                 .iter()
                 .flat_map(|t| {
-                    (0..t.partition_count())
-                        .filter(|p| indexed(t, *p))
-                        .map(|p| PlannedPartition {
-                            topic: t.name.clone(),
-                            partition: p,
-                            sources: vec![Source::Local],
-                        })
+                    (0..t.partition_count()).map(|p| PlannedPartition {
+                        topic: t.name.clone(),
+                        partition: p,
+                        sources: if indexed(t, p) {
+                            vec![Source::Local]
+                        } else {
+                            Vec::new()
+                        },
+                    })
                 })
                 .collect());
         };

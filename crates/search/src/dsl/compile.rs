@@ -36,11 +36,46 @@ pub fn compile(
     .query(q)
 }
 
+/// A query string with field names replaced by the index's (for tantivy's own parser, as in
+/// the `filter` aggregation).
+pub fn index_query_string(schema: &IndexSchema, query: &str) -> String {
+    Compiler {
+        schema,
+        limits: &Limits::default(),
+        now_ms: 0,
+        tokenizers: TokenizerManager::default(),
+    }
+    .rewrite_field_names(query)
+}
+
 struct Compiler<'a> {
     schema: &'a IndexSchema,
     limits: &'a Limits,
     now_ms: i64,
     tokenizers: TokenizerManager,
+}
+
+/// Gives every group made only of exclusions an "everything" clause, so `NOT a`,
+/// `NOT a AND NOT b` and `x AND (NOT y)` mean what they mean in Lucene.
+fn with_all(ast: tantivy::query_grammar::UserInputAst) -> tantivy::query_grammar::UserInputAst {
+    use tantivy::query_grammar::{Occur, UserInputAst, UserInputLeaf};
+    match ast {
+        UserInputAst::Clause(items) => {
+            let mut items: Vec<(Option<Occur>, UserInputAst)> = items
+                .into_iter()
+                .map(|(occur, sub)| (occur, with_all(sub)))
+                .collect();
+            if !items.is_empty() && items.iter().all(|(o, _)| *o == Some(Occur::MustNot)) {
+                items.push((
+                    Some(Occur::Must),
+                    UserInputAst::Leaf(Box::new(UserInputLeaf::All)),
+                ));
+            }
+            UserInputAst::Clause(items)
+        }
+        UserInputAst::Boost(inner, boost) => UserInputAst::Boost(Box::new(with_all(*inner)), boost),
+        leaf => leaf,
+    }
 }
 
 fn none() -> Boxed {
@@ -481,7 +516,18 @@ impl Compiler<'_> {
             parser.set_conjunction_by_default();
         }
         let rewritten = self.rewrite_field_names(query);
-        parser.parse_query(&rewritten).map_err(|e| {
+        let parsed = match parser.parse_query(&rewritten) {
+            // Lucene reads a query of exclusions only (`NOT level:debug`, Grafana's filters)
+            // as everything but them; tantivy wants the "everything" said.
+            Err(tantivy::query::QueryParserError::AllButQueryForbidden) => {
+                match tantivy::query_grammar::parse_query(&rewritten) {
+                    Ok(ast) => parser.build_query_from_user_input_ast(with_all(ast)),
+                    Err(_) => Err(tantivy::query::QueryParserError::AllButQueryForbidden),
+                }
+            }
+            other => other,
+        };
+        parsed.map_err(|e| {
             SearchError::parsing(format!(
                 "[query_string] failed to parse query [{query}]: {e}"
             ))
@@ -489,6 +535,7 @@ impl Compiler<'_> {
     }
 
     /// Replaces `path:` of configured JSON fields with their index names in a query string.
+    /// (See [`with_all`] for queries of exclusions only.)
     fn rewrite_field_names(&self, query: &str) -> String {
         let mut out = String::with_capacity(query.len());
         let mut rest = query;
@@ -521,5 +568,67 @@ impl Compiler<'_> {
             rest = &rest[c.len_utf8()..];
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spate_broker::search_config::{SearchField, SearchSettings, ValueFormat};
+    use tantivy::collector::Count;
+
+    /// An in-memory index of JSON records with a keyword `level`.
+    fn index(levels: &[&str]) -> (IndexSchema, tantivy::Index) {
+        let settings = SearchSettings {
+            enabled: true,
+            format: ValueFormat::Json,
+            fields: vec![SearchField {
+                path: "level".into(),
+                kind: FieldKind::Keyword,
+            }],
+            store_value: false,
+        };
+        let schema = IndexSchema::build(&settings);
+        let index = tantivy::Index::create_in_ram(schema.schema.clone());
+        let mut w: tantivy::IndexWriter = index.writer(15_000_000).unwrap();
+        for (i, l) in levels.iter().enumerate() {
+            let r = crate::record::LogRecord {
+                offset: i as i64,
+                timestamp: 0,
+                key: None,
+                value: Some(bytes::Bytes::from(format!("{{\"level\":\"{l}\"}}"))),
+                headers: vec![],
+            };
+            w.add_document(crate::document::build(&schema, &settings, 0, &r))
+                .unwrap();
+        }
+        w.commit().unwrap();
+        (schema, index)
+    }
+
+    fn count(schema: &IndexSchema, index: &tantivy::Index, q: &str) -> usize {
+        let query = Query::QueryString {
+            query: q.into(),
+            fields: vec![],
+            operator: Operator::Or,
+        };
+        let compiled = compile(&query, schema, &Limits::default(), 0).unwrap();
+        index
+            .reader()
+            .unwrap()
+            .searcher()
+            .search(&compiled, &Count)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_query_string_of_exclusions_only_matches_everything_else() {
+        let (schema, index) = index(&["debug", "info", "warn", "debug"]);
+        assert_eq!(count(&schema, &index, "NOT level:debug"), 2);
+        assert_eq!(
+            count(&schema, &index, "NOT level:debug AND NOT level:info"),
+            1
+        );
+        assert_eq!(count(&schema, &index, "level:debug"), 2);
     }
 }

@@ -15,6 +15,7 @@ mod compression;
 mod consumer_groups;
 mod durability;
 mod fetch;
+mod grafana;
 mod groups;
 mod harness;
 mod ingest;
