@@ -155,7 +155,12 @@ pub struct SearchSettings {
     /// `search.store.value`: keep key, value and headers in the index instead of reading them
     /// back from the log for `_source`.
     pub store_value: bool,
+    /// `search.max.fields`: most JSON fields one partition maps dynamically.
+    pub max_fields: usize,
 }
+
+/// `search.max.fields` when unset (Elasticsearch's default total fields limit).
+pub const DEFAULT_MAX_FIELDS: usize = 1000;
 
 impl SearchSettings {
     /// Everything that shapes the index's contents, as one line: an index built under another
@@ -166,11 +171,13 @@ impl SearchSettings {
             .iter()
             .map(|f| format!("{}:{}", f.path, f.kind.as_str()))
             .collect();
+        // v2: every JSON field is indexed by its path (dynamic mapping).
         format!(
-            "v1 format={} store={} fields={}",
+            "v2 format={} store={} fields={} max_fields={}",
             self.format.as_str(),
             self.store_value,
-            fields.join(",")
+            fields.join(","),
+            self.max_fields
         )
     }
 }

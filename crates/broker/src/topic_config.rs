@@ -203,6 +203,13 @@ pub const DEFS: &[ConfigDef] = &[
         validate: |v| search_config::parse_fields(v).map(|_| ()),
     },
     ConfigDef {
+        name: "search.max.fields",
+        default: "1000",
+        kind: ConfigType::Int,
+        doc: "Most distinct JSON fields a searchable topic's partitions map on their own (dynamic mapping, as Elasticsearch's index.mapping.total_fields.limit); fields past it are not indexed and counted in spate_search_unmapped_fields_total.",
+        validate: |v| int_at_least(1)(v),
+    },
+    ConfigDef {
         name: "search.store.value",
         default: "false",
         kind: ConfigType::Boolean,
@@ -381,6 +388,10 @@ impl TopicConfig {
                 .unwrap_or(search_config::ValueFormat::Auto),
             fields: search_config::parse_fields(value("search.fields")).unwrap_or_default(),
             store_value: search_config::parse_bool(value("search.store.value")).unwrap_or(false),
+            max_fields: value("search.max.fields")
+                .trim()
+                .parse::<usize>()
+                .unwrap_or(search_config::DEFAULT_MAX_FIELDS),
         }
     }
 

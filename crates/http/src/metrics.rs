@@ -801,7 +801,7 @@ type Family = (
 pub fn render_search(s: &spate_search::SearchService) -> String {
     let mut w = Writer::default();
     let stats = s.stats();
-    let families: [Family; 4] = [
+    let families: [Family; 7] = [
         (
             "spate_search_indexed_records_total",
             "counter",
@@ -825,6 +825,24 @@ pub fn render_search(s: &spate_search::SearchService) -> String {
             "gauge",
             "Bytes a partition's search index takes on disk.",
             |p| p.size_bytes as f64,
+        ),
+        (
+            "spate_search_undecodable_batches_total",
+            "counter",
+            "Batches the indexer could not decode; their records are not searchable.",
+            |p| p.undecodable_batches as f64,
+        ),
+        (
+            "spate_search_unmapped_fields_total",
+            "counter",
+            "JSON values of new fields not indexed because the partition's mapping reached search.max.fields.",
+            |p| p.unmapped_fields as f64,
+        ),
+        (
+            "spate_search_mapping_conflicts_total",
+            "counter",
+            "JSON values not indexed because they did not fit their field's mapped type.",
+            |p| p.mapping_conflicts as f64,
         ),
     ];
     for (name, kind, help, value) in families {

@@ -8,14 +8,35 @@ use crate::dates::parse_date;
 use crate::record::{encode_stored, lossy, parse_value, values_at, LogRecord};
 use crate::schema::IndexSchema;
 
+/// What indexing a document left out under dynamic mapping, for the metrics.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Skipped {
+    /// Values of new fields past `search.max.fields`.
+    pub unmapped: u64,
+    /// Values that did not fit their field's type.
+    pub conflicts: u64,
+}
+
 /// Builds the document of one record. Values that are not UTF-8 are indexed as far as they
-/// decode; a JSON field whose value has the wrong type is left out of that record.
+/// decode; a JSON field whose value has the wrong type is left out of that record. Every
+/// field of a JSON object is indexed by its path, typed by dynamic mapping.
 pub fn build(
     schema: &IndexSchema,
     settings: &SearchSettings,
     partition: i32,
     r: &LogRecord,
 ) -> TantivyDocument {
+    build_counted(schema, settings, partition, r).0
+}
+
+/// [`build`], also saying what dynamic mapping left out.
+pub fn build_counted(
+    schema: &IndexSchema,
+    settings: &SearchSettings,
+    partition: i32,
+    r: &LogRecord,
+) -> (TantivyDocument, Skipped) {
+    let mut skipped = Skipped::default();
     let mut doc = TantivyDocument::default();
     doc.add_i64(schema.offset, r.offset);
     doc.add_i64(schema.partition, partition as i64);
@@ -32,19 +53,43 @@ pub fn build(
         doc.add_text(schema.headers, format!("{name}={v}"));
         doc.add_text(schema.present, format!("headers.{name}"));
     }
+    let mut event_ms = r.timestamp;
     if let Some(v) = &r.value {
         doc.add_text(schema.value, lossy(v));
         doc.add_text(schema.present, "value");
-        if !schema.json.is_empty() {
-            if let Some(json) = parse_value(v, settings.format) {
+        if let Some(json) = parse_value(v, settings.format) {
+            if !schema.json.is_empty() {
                 add_json_fields(&mut doc, schema, &json, r.timestamp);
+            }
+            let indexed =
+                schema
+                    .dynamic
+                    .write()
+                    .index_document(&json, schema.max_fields, r.timestamp);
+            if let Some(exact) = &indexed.exact {
+                doc.add_field_value(schema.doc_kw, exact);
+            }
+            if let Some(text) = &indexed.text {
+                doc.add_field_value(schema.doc, text);
+            }
+            for p in &indexed.paths {
+                doc.add_text(schema.present, p);
+            }
+            skipped.unmapped = indexed.unmapped;
+            skipped.conflicts = indexed.conflicts;
+            if let Some(ms) = json
+                .get("@timestamp")
+                .and_then(|t| parse_date(t, r.timestamp))
+            {
+                event_ms = ms;
             }
         }
     }
+    doc.add_date(schema.event_time, DateTime::from_timestamp_millis(event_ms));
     if let Some(f) = schema.stored_record {
         doc.add_bytes(f, &encode_stored(r));
     }
-    doc
+    (doc, skipped)
 }
 
 fn add_json_fields(doc: &mut TantivyDocument, schema: &IndexSchema, json: &Value, ts: i64) {

@@ -24,6 +24,9 @@ pub struct Progress {
     pub next_offset: i64,
     /// The settings the index was built under; another fingerprint means rebuild.
     pub fingerprint: String,
+    /// The dynamic mapping of the documents committed (path -> type).
+    #[serde(default)]
+    pub mapping: std::collections::BTreeMap<String, String>,
 }
 
 /// A partition index: the searchable side (reader, schema) shared with queries.
@@ -108,7 +111,10 @@ impl PartitionIndex {
             })?;
         }
         let (index, resume_at) = match existing {
-            Some((index, p)) => (index, Some(p.next_offset)),
+            Some((index, p)) => {
+                *schema.dynamic.write() = crate::mapping::TopicMapping::from_stored(&p.mapping);
+                (index, Some(p.next_offset))
+            }
             None => {
                 std::fs::create_dir_all(dir).map_err(|e| SearchError::Index {
                     reason: format!("creating {}: {e}", dir.display()),
@@ -159,6 +165,7 @@ impl PartitionIndex {
         let payload = serde_json::to_string(&Progress {
             next_offset,
             fingerprint: self.settings.fingerprint(),
+            mapping: self.schema.dynamic.read().to_stored(),
         })
         .map_err(|e| SearchError::Index {
             reason: e.to_string(),

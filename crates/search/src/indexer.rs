@@ -225,12 +225,14 @@ impl Run {
             }
             let mut added = 0u64;
             for r in decoded.records.iter().filter(|r| r.offset < hw) {
-                let doc = document::build(
+                let (doc, skipped) = document::build_counted(
                     &self.index.schema,
                     &self.index.settings,
                     self.index.partition,
                     r,
                 );
+                self.metrics.unmapped_fields.add(skipped.unmapped);
+                self.metrics.mapping_conflicts.add(skipped.conflicts);
                 self.index.add(&self.writer, doc)?;
                 added += 1;
             }

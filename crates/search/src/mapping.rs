@@ -6,6 +6,14 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 use spate_broker::search_config::{FieldKind, SearchSettings};
+use tantivy::schema::OwnedValue;
+use tantivy::DateTime;
+
+use crate::dates::parse_date;
+
+/// Longest string also indexed as an exact term (Elasticsearch's `ignore_above` of the
+/// keyword sub-field it maps strings with).
+pub const KEYWORD_IGNORE_ABOVE: usize = 256;
 
 /// A field type as Elasticsearch names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -63,7 +71,225 @@ pub struct TopicMapping {
     pub fields: BTreeMap<String, FieldMapping>,
 }
 
+/// What one document adds to the index under dynamic mapping.
+#[derive(Debug, Default)]
+pub struct Indexed {
+    /// The exact values by path (keyword, number, date, boolean; strings of text fields too).
+    pub exact: Option<OwnedValue>,
+    /// The text of text fields by path.
+    pub text: Option<OwnedValue>,
+    /// Paths that got a value (for `exists`).
+    pub paths: Vec<String>,
+    /// Values left out because the mapping was full.
+    pub unmapped: u64,
+    /// Values left out because they did not fit their path's type.
+    pub conflicts: u64,
+}
+
+/// Whether a string is a date to dynamic mapping: an ISO 8601 / RFC 3339 date with or
+/// without a time (Elasticsearch's `strict_date_optional_time`), not digits.
+fn looks_like_date(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 10
+        && b[..4].iter().all(u8::is_ascii_digit)
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && parse_date(&Value::from(s), 0).is_some()
+}
+
+/// Whether a number at `path` is taken for epoch milliseconds: a time-like name and a value
+/// between 2000 and 2100.
+fn epoch_millis_at(path: &str, n: f64) -> bool {
+    let leaf = path.rsplit('.').next().unwrap_or(path);
+    let named = matches!(leaf, "@timestamp" | "timestamp" | "time" | "ts")
+        || leaf.ends_with("_at")
+        || leaf.ends_with("_time")
+        || leaf.ends_with("_ts");
+    named && (946_684_800_000.0..=4_102_444_800_000.0).contains(&n)
+}
+
+/// The type dynamic mapping gives a first value (`None` for nulls, objects and arrays).
+fn infer(path: &str, v: &Value) -> Option<FieldMapping> {
+    let plain = |ty| FieldMapping { ty, keyword: false };
+    Some(match v {
+        Value::String(s) if looks_like_date(s) => plain(EsType::Date),
+        Value::String(_) => FieldMapping {
+            ty: EsType::Text,
+            keyword: true,
+        },
+        Value::Bool(_) => plain(EsType::Boolean),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if epoch_millis_at(path, f) => plain(EsType::Date),
+            _ if n.is_i64() || n.is_u64() => plain(EsType::Long),
+            _ => plain(EsType::Double),
+        },
+        _ => return None,
+    })
+}
+
 impl TopicMapping {
+    /// Maps and converts a JSON document for indexing: each leaf path keeps the type its
+    /// first value gave it; new paths are added while the mapping has fewer than
+    /// `max_fields`. `record_ms` anchors `now` in date strings.
+    pub fn index_document(&mut self, doc: &Value, max_fields: usize, record_ms: i64) -> Indexed {
+        let mut out = Indexed::default();
+        if let Value::Object(_) = doc {
+            let (exact, text) = self.typed("", doc, max_fields, record_ms, &mut out);
+            out.exact = exact;
+            out.text = text;
+        }
+        out
+    }
+
+    fn typed(
+        &mut self,
+        path: &str,
+        v: &Value,
+        max: usize,
+        now: i64,
+        out: &mut Indexed,
+    ) -> (Option<OwnedValue>, Option<OwnedValue>) {
+        match v {
+            Value::Null => (None, None),
+            Value::Object(m) => {
+                let (mut exact, mut text) = (Vec::new(), Vec::new());
+                for (k, child) in m {
+                    if k.is_empty() {
+                        continue;
+                    }
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    let (e, t) = self.typed(&p, child, max, now, out);
+                    if let Some(e) = e {
+                        exact.push((k.clone(), e));
+                    }
+                    if let Some(t) = t {
+                        text.push((k.clone(), t));
+                    }
+                }
+                let obj =
+                    |v: Vec<(String, OwnedValue)>| (!v.is_empty()).then_some(OwnedValue::Object(v));
+                (obj(exact), obj(text))
+            }
+            Value::Array(items) => {
+                let (mut exact, mut text) = (Vec::new(), Vec::new());
+                for item in items {
+                    let (e, t) = self.typed(path, item, max, now, out);
+                    exact.extend(e);
+                    text.extend(t);
+                }
+                let arr = |v: Vec<OwnedValue>| (!v.is_empty()).then_some(OwnedValue::Array(v));
+                (arr(exact), arr(text))
+            }
+            leaf => {
+                let f = match self.fields.get(path) {
+                    Some(f) => *f,
+                    None if self.fields.len() >= max => {
+                        out.unmapped += 1;
+                        return (None, None);
+                    }
+                    None => match infer(path, leaf) {
+                        Some(f) => {
+                            self.fields.insert(path.to_string(), f);
+                            f
+                        }
+                        None => return (None, None),
+                    },
+                };
+                let as_text = || match leaf {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                let converted = match f.ty {
+                    EsType::Text => {
+                        let s = as_text();
+                        let exact =
+                            (s.len() <= KEYWORD_IGNORE_ABOVE).then(|| OwnedValue::Str(s.clone()));
+                        Some((exact, Some(OwnedValue::Str(s))))
+                    }
+                    EsType::Keyword => Some((Some(OwnedValue::Str(as_text())), None)),
+                    EsType::Boolean => match leaf {
+                        Value::Bool(b) => Some((Some(OwnedValue::Str(b.to_string())), None)),
+                        Value::String(s) if s == "true" || s == "false" => {
+                            Some((Some(OwnedValue::Str(s.clone())), None))
+                        }
+                        _ => None,
+                    },
+                    EsType::Long | EsType::Integer | EsType::Double => {
+                        let n = match leaf {
+                            Value::Number(n) => n.as_f64(),
+                            Value::String(s) => s.trim().parse::<f64>().ok(),
+                            _ => None,
+                        };
+                        n.filter(|n| n.is_finite())
+                            .map(|n| (Some(OwnedValue::F64(n)), None))
+                    }
+                    EsType::Date => parse_date(leaf, now).map(|ms| {
+                        (
+                            Some(OwnedValue::Date(DateTime::from_timestamp_millis(ms))),
+                            None,
+                        )
+                    }),
+                };
+                match converted {
+                    Some(pair) => {
+                        out.paths.push(path.to_string());
+                        pair
+                    }
+                    None => {
+                        out.conflicts += 1;
+                        (None, None)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The mapping as stored in an index's commit: path -> type name (`text+keyword` for a
+    /// text field with its keyword sub-field).
+    pub fn to_stored(&self) -> BTreeMap<String, String> {
+        self.fields
+            .iter()
+            .map(|(p, f)| {
+                let t = if f.keyword {
+                    format!("{}+keyword", f.ty.name())
+                } else {
+                    f.ty.name().to_string()
+                };
+                (p.clone(), t)
+            })
+            .collect()
+    }
+
+    /// Reads back [`TopicMapping::to_stored`]; unknown type names are left out.
+    pub fn from_stored(stored: &BTreeMap<String, String>) -> Self {
+        let fields = stored
+            .iter()
+            .filter_map(|(p, t)| {
+                let (name, keyword) = match t.strip_suffix("+keyword") {
+                    Some(n) => (n, true),
+                    None => (t.as_str(), false),
+                };
+                let ty = [
+                    EsType::Text,
+                    EsType::Keyword,
+                    EsType::Long,
+                    EsType::Integer,
+                    EsType::Double,
+                    EsType::Date,
+                    EsType::Boolean,
+                ]
+                .into_iter()
+                .find(|ty| ty.name() == name)?;
+                Some((p.clone(), FieldMapping { ty, keyword }))
+            })
+            .collect();
+        Self { fields }
+    }
+
     /// The fields every searchable topic has (the record's own), and those its settings
     /// declare (`search.fields`), which win over anything else of the same path.
     pub fn declared(settings: &SearchSettings) -> Self {
@@ -207,7 +433,71 @@ mod tests {
                 })
                 .collect(),
             store_value: false,
+            max_fields: 1000,
         }
+    }
+
+    #[test]
+    fn dynamic_mapping_types_fields_from_their_first_values() {
+        let mut m = TopicMapping::default();
+        let doc = json!({
+            "@timestamp": "2024-05-01T10:00:00.123Z",
+            "message": "GET /x",
+            "status": 200,
+            "took": 1.5,
+            "ok": true,
+            "created_at": 1_700_000_000_000i64,
+            "count_at_start": 12,
+            "http": {"method": "GET", "tags": ["a", "b"]},
+            "nothing": null,
+            "day": "2024-05-01",
+            "version": "2024",
+        });
+        let out = m.index_document(&doc, 1000, 0);
+        let ty = |p: &str| m.fields.get(p).map(|f| (f.ty, f.keyword));
+        assert_eq!(ty("@timestamp"), Some((EsType::Date, false)));
+        assert_eq!(ty("message"), Some((EsType::Text, true)));
+        assert_eq!(ty("status"), Some((EsType::Long, false)));
+        assert_eq!(ty("took"), Some((EsType::Double, false)));
+        assert_eq!(ty("ok"), Some((EsType::Boolean, false)));
+        assert_eq!(
+            ty("created_at"),
+            Some((EsType::Date, false)),
+            "epoch ms at a time-like name"
+        );
+        assert_eq!(
+            ty("count_at_start"),
+            Some((EsType::Long, false)),
+            "a small number stays one"
+        );
+        assert_eq!(ty("http.method"), Some((EsType::Text, true)));
+        assert_eq!(ty("http.tags"), Some((EsType::Text, true)));
+        assert_eq!(ty("day"), Some((EsType::Date, false)));
+        assert_eq!(
+            ty("version"),
+            Some((EsType::Text, true)),
+            "digits are not a date"
+        );
+        assert_eq!(ty("nothing"), None);
+        assert_eq!(out.conflicts, 0);
+        assert!(out.paths.contains(&"http.tags".to_string()));
+        // A later value of another type is left out of that document, counted; the type stays.
+        let out = m.index_document(&json!({"status": "not a number", "ok": "yes"}), 1000, 0);
+        assert_eq!(out.conflicts, 2);
+        assert_eq!(m.fields.get("status").map(|f| f.ty), Some(EsType::Long));
+        let stored = m.to_stored();
+        assert_eq!(TopicMapping::from_stored(&stored), m);
+    }
+
+    #[test]
+    fn fields_past_the_limit_are_not_mapped_and_are_counted() {
+        let mut m = TopicMapping::default();
+        let out = m.index_document(&json!({"a": 1, "b": 2, "c": 3}), 2, 0);
+        assert_eq!(m.fields.len(), 2);
+        assert_eq!(out.unmapped, 1);
+        // Known fields keep being indexed at the limit.
+        let out = m.index_document(&json!({"a": 4, "z": 5}), 2, 0);
+        assert_eq!((out.paths.len(), out.unmapped), (1, 1));
     }
 
     #[test]

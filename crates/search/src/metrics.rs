@@ -15,6 +15,10 @@ pub struct IndexMetrics {
     pub caught_up_at_ms: AtomicI64,
     /// Batches that could not be decoded (their records are skipped).
     pub undecodable_batches: Counter,
+    /// JSON values of new fields left out because the mapping reached `search.max.fields`.
+    pub unmapped_fields: Counter,
+    /// JSON values left out because they did not fit their field's mapped type.
+    pub mapping_conflicts: Counter,
 }
 
 impl IndexMetrics {

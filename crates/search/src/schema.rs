@@ -1,10 +1,15 @@
 //! The tantivy schema of a searchable partition and the names queries use for its fields.
 
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 use spate_broker::search_config::{FieldKind, SearchSettings};
 use tantivy::schema::{
-    DateOptions, DateTimePrecision, Field, IndexRecordOption, NumericOptions, Schema,
-    TextFieldIndexing, TextOptions, FAST, INDEXED, STORED, STRING,
+    DateOptions, DateTimePrecision, Field, IndexRecordOption, JsonObjectOptions, NumericOptions,
+    Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STORED, STRING,
 };
+
+use crate::mapping::{EsType, TopicMapping};
 
 /// Tokenizer for analysed text: split on non-alphanumerics, lowercase, drop very long tokens.
 pub const TEXT_TOKENIZER: &str = "default";
@@ -26,6 +31,9 @@ pub enum FieldRole {
     Header,
     /// A configured JSON field.
     Json(FieldKind),
+    /// A JSON field mapped from the documents (dynamic mapping), with the path in
+    /// [`Resolved::path`].
+    Dynamic(FieldKind),
 }
 
 /// A query field resolved against the schema.
@@ -39,6 +47,8 @@ pub struct Resolved {
     pub role: FieldRole,
     /// For headers: the header name (terms are `name=value`).
     pub header: Option<String>,
+    /// For dynamic fields: the JSON path inside `doc` / `doc_kw`.
+    pub path: Option<String>,
 }
 
 /// The fields of a partition index.
@@ -65,6 +75,17 @@ pub struct IndexSchema {
     pub stored_record: Option<Field>,
     /// Configured JSON fields: (path, kind, field, tantivy name).
     pub json: Vec<(String, FieldKind, Field, String)>,
+    /// Every JSON field's text, analysed, by path (dynamic mapping).
+    pub doc: Field,
+    /// Every JSON field's exact value (keyword, number, date, boolean) by path: indexed and
+    /// fast, for term queries, ranges, sorts and aggregations.
+    pub doc_kw: Field,
+    /// The event's time: the document's own `@timestamp`, else the record's timestamp.
+    pub event_time: Field,
+    /// The type each JSON path got from its first value, shared with queries.
+    pub dynamic: Arc<RwLock<TopicMapping>>,
+    /// `search.max.fields`.
+    pub max_fields: usize,
 }
 
 fn text_options(tokenizer: &str, positions: bool) -> TextOptions {
@@ -106,6 +127,29 @@ impl IndexSchema {
         let stored_record = settings
             .store_value
             .then(|| b.add_bytes_field("record", STORED));
+        // Dots in a key are paths, as Elasticsearch reads `{"http.status": 200}`.
+        let doc = b.add_json_field(
+            "doc",
+            JsonObjectOptions::default()
+                .set_expand_dots_enabled()
+                .set_indexing_options(
+                    TextFieldIndexing::default()
+                        .set_tokenizer(TEXT_TOKENIZER)
+                        .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+                ),
+        );
+        let doc_kw = b.add_json_field(
+            "doc_kw",
+            JsonObjectOptions::default()
+                .set_expand_dots_enabled()
+                .set_indexing_options(
+                    TextFieldIndexing::default()
+                        .set_tokenizer("raw")
+                        .set_index_option(IndexRecordOption::Basic),
+                )
+                .set_fast("raw"),
+        );
+        let event_time = b.add_date_field("event_time", date_options());
         let mut json = Vec::new();
         for (i, f) in settings.fields.iter().enumerate() {
             let name = format!("json_{i}");
@@ -128,6 +172,11 @@ impl IndexSchema {
             present,
             stored_record,
             json,
+            doc,
+            doc_kw,
+            event_time,
+            dynamic: Arc::new(RwLock::new(TopicMapping::default())),
+            max_fields: settings.max_fields,
         }
     }
 
@@ -141,6 +190,7 @@ impl IndexSchema {
                 name: n.to_string(),
                 role,
                 header: None,
+                path: None,
             })
         };
         match name {
@@ -148,9 +198,11 @@ impl IndexSchema {
             "partition" | "_partition" => {
                 return fixed(self.partition, "partition", FieldRole::Partition)
             }
-            "timestamp" | "@timestamp" | "_timestamp" => {
+            "timestamp" | "_timestamp" => {
                 return fixed(self.timestamp, "timestamp", FieldRole::Timestamp)
             }
+            // The document's own time when it has one (see `event_time`).
+            "@timestamp" => return fixed(self.event_time, "event_time", FieldRole::Timestamp),
             "key" | "key.keyword" => return fixed(self.key, "key", FieldRole::Key),
             "value" | "_all" | "*" => return fixed(self.value, "value", FieldRole::Value),
             _ => {}
@@ -161,19 +213,56 @@ impl IndexSchema {
                 name: "headers".into(),
                 role: FieldRole::Header,
                 header: Some(header.to_string()),
+                path: None,
             });
         }
         // `path.keyword` is how Elasticsearch users address the exact form of a field.
-        let path = name.strip_suffix(".keyword").unwrap_or(name);
-        self.json
-            .iter()
-            .find(|(p, ..)| p == name || p == path)
-            .map(|(_, kind, field, n)| Resolved {
-                field: *field,
-                name: n.clone(),
-                role: FieldRole::Json(*kind),
-                header: None,
-            })
+        let keyword = name.strip_suffix(".keyword");
+        let path = keyword.unwrap_or(name);
+        if let Some(r) =
+            self.json
+                .iter()
+                .find(|(p, ..)| p == name || p == path)
+                .map(|(_, kind, field, n)| Resolved {
+                    field: *field,
+                    name: n.clone(),
+                    role: FieldRole::Json(*kind),
+                    header: None,
+                    path: None,
+                })
+        {
+            return Some(r);
+        }
+        // A field the documents brought (dynamic mapping); `.keyword` of a text field is its
+        // exact form.
+        let mapping = self.dynamic.read();
+        let (path, f) = match mapping.fields.get(name) {
+            Some(f) => (name, *f),
+            None => match (keyword, mapping.fields.get(path)) {
+                (Some(_), Some(f)) if f.keyword => (path, *f),
+                _ => return None,
+            },
+        };
+        let exact = keyword.is_some() && path != name;
+        let kind = match f.ty {
+            EsType::Text if exact => FieldKind::Keyword,
+            EsType::Text => FieldKind::Text,
+            EsType::Keyword | EsType::Boolean => FieldKind::Keyword,
+            EsType::Long | EsType::Integer | EsType::Double => FieldKind::Number,
+            EsType::Date => FieldKind::Date,
+        };
+        Some(Resolved {
+            field: if kind == FieldKind::Text {
+                self.doc
+            } else {
+                self.doc_kw
+            },
+            // Aggregations and sorts read the exact column, text fields included.
+            name: format!("doc_kw.{path}"),
+            role: FieldRole::Dynamic(kind),
+            header: None,
+            path: Some(path.to_string()),
+        })
     }
 
     /// Fields `query_string` and `multi_match` search when none are named: the value and

@@ -71,6 +71,8 @@ fn sort_field(schema: &IndexSchema, name: &str) -> Result<Option<String>, Search
     match r.role {
         FieldRole::Offset | FieldRole::Partition | FieldRole::Timestamp | FieldRole::Key => Ok(Some(r.name)),
         FieldRole::Json(k) if k != spate_broker::search_config::FieldKind::Text => Ok(Some(r.name)),
+        // A mapped field sorts on its exact column (text fields by their keyword form).
+        FieldRole::Dynamic(_) => Ok(Some(r.name)),
         _ => Err(SearchError::illegal(format!(
             "[sort] cannot sort on [{name}]: text fields are not sortable; use a keyword, number or date field"
         ))),

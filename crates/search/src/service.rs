@@ -91,6 +91,12 @@ pub struct PartitionStats {
     pub lag_seconds: f64,
     /// Bytes on disk.
     pub size_bytes: u64,
+    /// Batches that could not be decoded.
+    pub undecodable_batches: u64,
+    /// JSON values left out: the mapping was full.
+    pub unmapped_fields: u64,
+    /// JSON values left out: they did not fit their field's type.
+    pub mapping_conflicts: u64,
 }
 
 /// Where one partition's part of a search can run.
@@ -352,6 +358,9 @@ impl SearchService {
                 lag_records: e.metrics.lag_records.get(),
                 lag_seconds: e.metrics.lag_seconds(now),
                 size_bytes: e.index.size_bytes(),
+                undecodable_batches: e.metrics.undecodable_batches.get(),
+                unmapped_fields: e.metrics.unmapped_fields.get(),
+                mapping_conflicts: e.metrics.mapping_conflicts.get(),
             })
             .collect();
         v.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
@@ -398,7 +407,15 @@ impl SearchService {
             .resolve(expr)?
             .into_iter()
             .map(|t| {
-                let m = TopicMapping::declared(&t.with_config(|c| c.search()));
+                // Declared fields win; then what this node's partitions mapped from the
+                // documents (each partition maps on its own; the first type seen stays).
+                let mut m = TopicMapping::declared(&t.with_config(|c| c.search()));
+                let entries = self.entries.lock();
+                for p in 0..t.partition_count() {
+                    if let Some(e) = entries.get(&(t.id, p)) {
+                        m.merge(&e.index.schema.dynamic.read());
+                    }
+                }
                 (t.name.clone(), m)
             })
             .collect())

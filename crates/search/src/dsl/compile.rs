@@ -132,6 +132,7 @@ impl Compiler<'_> {
                                 name: String::new(),
                                 role: FieldRole::Value,
                                 header: None,
+                                path: None,
                             })
                             .collect()
                     } else {
@@ -313,6 +314,7 @@ impl Compiler<'_> {
             FieldRole::Key => "key".into(),
             FieldRole::Value => "value".into(),
             FieldRole::Header => format!("headers.{}", r.header.as_deref().unwrap_or("")),
+            FieldRole::Dynamic(_) => r.path.clone().unwrap_or_else(|| asked.to_string()),
             _ => self
                 .schema
                 .json
@@ -336,7 +338,24 @@ impl Compiler<'_> {
     }
 
     fn analysed(r: &Resolved) -> bool {
-        matches!(r.role, FieldRole::Value | FieldRole::Json(FieldKind::Text))
+        matches!(
+            r.role,
+            FieldRole::Value
+                | FieldRole::Json(FieldKind::Text)
+                | FieldRole::Dynamic(FieldKind::Text)
+        )
+    }
+
+    /// The term of one token (or exact string) in `r`: at its path for a dynamic field.
+    fn text_term(r: &Resolved, text: &str) -> Term {
+        match &r.path {
+            Some(path) => {
+                let mut t = Term::from_field_json_path(r.field, path, true);
+                t.append_type_and_str(text);
+                t
+            }
+            None => Term::from_field_text(r.field, text),
+        }
     }
 
     fn match_field(
@@ -357,7 +376,7 @@ impl Compiler<'_> {
             .into_iter()
             .map(|(_, t)| {
                 Box::new(TermQuery::new(
-                    Term::from_field_text(r.field, &t),
+                    Self::text_term(r, &t),
                     IndexRecordOption::WithFreqs,
                 )) as Boxed
             })
@@ -391,7 +410,7 @@ impl Compiler<'_> {
         let terms: Vec<(usize, Term)> = self
             .tokens(text)
             .into_iter()
-            .map(|(p, t)| (p, Term::from_field_text(r.field, &t)))
+            .map(|(p, t)| (p, Self::text_term(r, &t)))
             .collect();
         Ok(match terms.len() {
             0 => none(),
@@ -436,6 +455,25 @@ impl Compiler<'_> {
             ),
             FieldRole::Key | FieldRole::Value | FieldRole::Json(_) => {
                 Term::from_field_text(r.field, &text)
+            }
+            FieldRole::Dynamic(kind) => {
+                let path = r.path.as_deref().unwrap_or_default();
+                let mut t = Term::from_field_json_path(r.field, path, true);
+                match kind {
+                    FieldKind::Date => {
+                        let ms = parse_date(v, self.now_ms).ok_or_else(|| bad("a date"))?;
+                        t.append_type_and_fast_value(DateTime::from_timestamp_millis(ms));
+                    }
+                    FieldKind::Number => {
+                        let n = match v {
+                            Value::Number(n) => n.as_f64(),
+                            _ => text.trim().parse().ok(),
+                        };
+                        t.append_type_and_fast_value(n.ok_or_else(|| bad("a number"))?);
+                    }
+                    FieldKind::Text | FieldKind::Keyword => t.append_type_and_str(&text),
+                }
+                t
             }
         }))
     }
@@ -553,11 +591,24 @@ impl Compiler<'_> {
                         .json
                         .iter()
                         .find(|(p, ..)| p == name || format!("{p}.keyword") == name)
-                        .map(|(_, _, _, n)| n.as_str());
-                    out.push_str(mapped.unwrap_or(match name {
-                        "@timestamp" => "timestamp",
-                        other => other,
-                    }));
+                        .map(|(_, _, _, n)| n.clone());
+                    // A field the documents brought: its text at `doc.<path>`, its exact
+                    // value at `doc_kw.<path>`.
+                    let dynamic = || {
+                        let r = self.schema.resolve(name)?;
+                        let path = r.path?;
+                        Some(match r.role {
+                            FieldRole::Dynamic(FieldKind::Text) => format!("doc.{path}"),
+                            _ => format!("doc_kw.{path}"),
+                        })
+                    };
+                    let fixed = match name {
+                        "@timestamp" => Some("event_time".to_string()),
+                        "_timestamp" => Some("timestamp".to_string()),
+                        _ => None,
+                    };
+                    let replaced = mapped.or(fixed).or_else(dynamic);
+                    out.push_str(replaced.as_deref().unwrap_or(name));
                     rest = after;
                     at_boundary = false;
                     continue;
@@ -587,6 +638,7 @@ mod tests {
                 kind: FieldKind::Keyword,
             }],
             store_value: false,
+            max_fields: 1000,
         };
         let schema = IndexSchema::build(&settings);
         let index = tantivy::Index::create_in_ram(schema.schema.clone());

@@ -36,11 +36,7 @@ fn fixture(name: &str) -> String {
 async fn logs_topic(spate: &Spate) -> Vec<Line> {
     let t = NewTopic::new("logs", 2, TopicReplication::Fixed(1))
         .set("search.enabled", "true")
-        .set("search.value.format", "json")
-        .set(
-            "search.fields",
-            "level:keyword,latency_ms:number,message:text",
-        );
+        .set("search.value.format", "json");
     let r = admin(&spate.addr)
         .create_topics(&[t], &AdminOptions::new())
         .await
@@ -179,8 +175,15 @@ async fn grafanas_health_check_field_list_and_queries_answer_what_a_scan_says() 
     let mapping: Value = serde_json::from_str(&text).unwrap();
     let props = &mapping["logs"]["mappings"]["properties"];
     assert_eq!(props["@timestamp"]["type"], "date", "{mapping}");
-    assert_eq!(props["level"]["type"], "keyword", "{mapping}");
+    // Nothing was declared: every field is mapped from the documents, strings as text
+    // with a keyword sub-field, numbers as numbers.
+    assert_eq!(props["level"]["type"], "text", "{mapping}");
+    assert_eq!(
+        props["level"]["fields"]["keyword"]["type"], "keyword",
+        "{mapping}"
+    );
     assert_eq!(props["message"]["type"], "text", "{mapping}");
+    assert_eq!(props["latency_ms"]["type"], "double", "{mapping}");
     let (status, text) = http(
         &spate.http,
         "GET",
