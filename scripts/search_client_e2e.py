@@ -60,7 +60,7 @@ while True:
     page = client.search(index=topic, body=body)["hits"]["hits"]
     if not page:
         break
-    seen += [h["_source"]["value"]["code"] for h in page]
+    seen += [h["_source"]["code"] for h in page]
     after = page[-1]["sort"]
 assert seen == list(range(200)), seen[:10]
 

@@ -125,13 +125,23 @@ pub fn values_at<'a>(doc: &'a Value, path: &str) -> Vec<&'a Value> {
         .collect()
 }
 
-/// The `_source` of a hit: key, value (parsed JSON when the format reads it as JSON, text
-/// otherwise), headers, timestamp, partition and offset.
-pub fn source(r: &LogRecord, partition: i32, format: ValueFormat) -> Value {
-    let value = match &r.value {
-        None => Value::Null,
-        Some(v) => parse_value(v, format).unwrap_or_else(|| Value::String(lossy(v))),
-    };
+/// The `_source` of a hit: the document as its producer wrote it when the value is a JSON
+/// object (as Elasticsearch returns a document); otherwise `{"value": ...}` with the JSON or
+/// text. The record's own fields are in [`kafka_meta`].
+pub fn source(r: &LogRecord, format: ValueFormat) -> Value {
+    match &r.value {
+        None => Value::Object(Map::new()),
+        Some(v) => match parse_value(v, format) {
+            Some(doc @ Value::Object(_)) => doc,
+            Some(other) => serde_json::json!({ "value": other }),
+            None => serde_json::json!({ "value": lossy(v) }),
+        },
+    }
+}
+
+/// A hit's `_kafka`: where the document lives and the record's own fields (topic,
+/// partition, offset, timestamp, key, headers).
+pub fn kafka_meta(r: &LogRecord, topic: &str, partition: i32) -> Value {
     let headers: Map<String, Value> = r
         .headers
         .iter()
@@ -152,9 +162,9 @@ pub fn source(r: &LogRecord, partition: i32, format: ValueFormat) -> Value {
             .map(|k| Value::String(lossy(k)))
             .unwrap_or(Value::Null),
     );
-    m.insert("value".into(), value);
     m.insert("headers".into(), Value::Object(headers));
     m.insert("timestamp".into(), Value::from(r.timestamp));
+    m.insert("topic".into(), Value::from(topic));
     m.insert("partition".into(), Value::from(partition));
     m.insert("offset".into(), Value::from(r.offset));
     Value::Object(m)

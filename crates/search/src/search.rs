@@ -26,7 +26,7 @@ use crate::dsl::{compile, Bound, Limits, Query};
 use crate::error::SearchError;
 use crate::index::PartitionIndex;
 use crate::record::{
-    decode_batches, decode_stored, lossy, parse_value, source, values_at, LogRecord,
+    decode_batches, decode_stored, kafka_meta, lossy, parse_value, source, values_at, LogRecord,
 };
 use crate::request::{filter_source, Direction, SearchRequest, SortKey};
 use crate::schema::{FieldRole, IndexSchema};
@@ -901,9 +901,10 @@ pub fn partial(
                 .unwrap_or(Value::Null),
         );
         if let Some(r) = &record {
-            let src = source(r, c.partition, t.index.settings.format);
+            let src = source(r, t.index.settings.format);
             if let Some(s) = filter_source(src, &req.source) {
                 hit.insert("_source".into(), s);
+                hit.insert("_kafka".into(), kafka_meta(r, &t.index.topic, c.partition));
             }
             if let Some(hl) = req
                 .highlight

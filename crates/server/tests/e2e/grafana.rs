@@ -266,6 +266,20 @@ async fn grafanas_health_check_field_list_and_queries_answer_what_a_scan_says() 
     );
     for (h, l) in hits.iter().zip(&want) {
         assert_eq!(h["sort"][0].as_i64(), Some(l.at), "{h}");
+        // The document as written (what the logs view lists), its time as written, and the
+        // time field Grafana asked for as RFC 3339.
+        assert_eq!(h["_source"]["message"], l.message.as_str(), "{h}");
+        assert_eq!(
+            h["_source"]["@timestamp"],
+            chrono_rfc3339(l.at).as_str(),
+            "{h}"
+        );
+        assert_eq!(
+            h["fields"]["@timestamp"][0],
+            chrono_rfc3339(l.at).as_str(),
+            "{h}"
+        );
+        assert_eq!(h["_kafka"]["topic"], "logs", "{h}");
     }
 
     // Filters of query strings, and per 2 s bucket the sum, max and the latest value.

@@ -398,7 +398,7 @@ async fn sort_search_after_source_highlight_and_aggregations_answer_in_elasticse
             break;
         }
         for h in &hits {
-            seen.push(h["_source"]["value"]["amount"].as_f64().unwrap());
+            seen.push(h["_source"]["amount"].as_f64().unwrap());
         }
         after = Some(hits.last().unwrap()["sort"].clone());
     }
@@ -414,7 +414,7 @@ async fn sort_search_after_source_highlight_and_aggregations_answer_in_elasticse
         "/shape/_search",
         &json!({
             "query": {"match": {"msg": "gamma"}},
-            "_source": ["key", "value.user"],
+            "_source": ["user"],
             "highlight": {"fields": {"msg": {}}},
             "aggs": {"users": {"terms": {"field": "user"}}, "per_hour": {"date_histogram": {"field": "timestamp", "fixed_interval": "1h"}}},
             "size": 1
@@ -422,11 +422,14 @@ async fn sort_search_after_source_highlight_and_aggregations_answer_in_elasticse
     );
     let hit = &v["hits"]["hits"][0];
     assert_eq!(hit["_index"], "shape");
+    // _source is the document as produced, filtered; the record's own fields are in _kafka.
+    assert!(hit["_source"]["user"].is_string(), "{hit}");
+    assert!(hit["_source"].get("msg").is_none(), "{hit}");
     assert!(
-        hit["_source"]["key"].is_string() && hit["_source"]["value"]["user"].is_string(),
+        hit["_kafka"]["key"].is_string() && hit["_kafka"]["offset"].is_i64(),
         "{hit}"
     );
-    assert!(hit["_source"].get("offset").is_none(), "{hit}");
+    assert_eq!(hit["_kafka"]["topic"], "shape");
     assert!(
         hit["highlight"]["msg"][0]
             .as_str()
@@ -654,7 +657,7 @@ async fn retention_removes_the_hits_of_deleted_segments() {
                 &json!({"size": 1, "sort": ["offset"]}),
             );
             assert_eq!(
-                first["hits"]["hits"][0]["_source"]["offset"].as_i64(),
+                first["hits"]["hits"][0]["_kafka"]["offset"].as_i64(),
                 Some(start)
             );
             break;
@@ -907,13 +910,13 @@ async fn in_a_cluster_any_node_answers_for_every_partition_once_by_fanning_out()
         let (_, v) = search(
             node,
             "/spread/_search",
-            &json!({"from": 100, "size": 10, "sort": [{"n": "desc"}], "_source": ["value.n"]}),
+            &json!({"from": 100, "size": 10, "sort": [{"n": "desc"}], "_source": ["n"]}),
         );
         let got: Vec<u64> = v["hits"]["hits"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|h| h["_source"]["value"]["n"].as_u64().unwrap())
+            .map(|h| h["_source"]["n"].as_u64().unwrap())
             .collect();
         let want: Vec<u64> = (0..n as u64).rev().skip(100).take(10).collect();
         assert_eq!(got, want, "node {id}: from/size over every node");
