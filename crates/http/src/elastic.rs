@@ -48,7 +48,7 @@ pub fn routes() -> Router<Arc<HttpState>> {
 
 /// Paths of this module a client may POST without the admin token (they only read).
 pub fn is_read_path(path: &str) -> bool {
-    path.ends_with("/_msearch") || path.ends_with("/_field_caps")
+    !path.starts_with("/admin/") && (path.ends_with("/_msearch") || path.ends_with("/_field_caps"))
 }
 
 /// Paths that only need an authenticated user, no ACL: they tell nothing about topics.

@@ -39,7 +39,9 @@ pub fn routes() -> Router<Arc<HttpState>> {
 /// True for paths a search client may POST to without the admin token (they read, like a
 /// GET; the internal call answers what `_search` would).
 pub fn is_search_path(path: &str) -> bool {
-    path.ends_with("/_search") || path.ends_with("/_count") || path == PARTIAL_PATH
+    // The admin API is never a search, whatever its last segment (a topic named `_search`).
+    !path.starts_with("/admin/")
+        && (path.ends_with("/_search") || path.ends_with("/_count") || path == PARTIAL_PATH)
 }
 
 fn error(e: SearchError) -> Response {

@@ -254,3 +254,21 @@ async fn metrics_render_as_openmetrics_text() {
         );
     }
 }
+
+#[tokio::test]
+async fn admin_paths_ending_like_search_paths_still_need_the_token() {
+    let (state, _dir) = ready_state(Some("secret"));
+    // A topic or group named like a search endpoint must not open the admin API.
+    for (method, uri) in [
+        ("DELETE", "/admin/topics/_search"),
+        ("DELETE", "/admin/groups/_count"),
+        ("POST", "/admin/topics/_msearch"),
+        ("DELETE", "/admin/topics/_field_caps"),
+    ] {
+        let (status, _) = call(&state, method, uri, "", None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {uri}");
+    }
+    // Searches themselves stay open to POST without the token.
+    let (status, _) = call(&state, "POST", "/_msearch", "{}\n{}\n", None).await;
+    assert_ne!(status, StatusCode::UNAUTHORIZED);
+}

@@ -43,8 +43,29 @@ impl Default for IndexerSettings {
 
 /// A running indexer; dropping it does not stop it, [`Indexer::stop`] does.
 pub struct Indexer {
-    stop: Arc<AtomicBool>,
+    stop: Arc<Stop>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The stop request of an indexer: a flag, and a wake-up for an indexer waiting for records
+/// (or pausing after a failure), so stopping never waits out a poll interval.
+#[derive(Default)]
+struct Stop {
+    flag: AtomicBool,
+    wake: tokio::sync::Notify,
+}
+
+impl Stop {
+    fn requested(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    /// Waits up to `d`, returning early on a stop request.
+    fn pause(&self, rt: &tokio::runtime::Handle, d: Duration) {
+        if !self.requested() {
+            let _ = rt.block_on(async { tokio::time::timeout(d, self.wake.notified()).await });
+        }
+    }
 }
 
 impl Indexer {
@@ -60,7 +81,7 @@ impl Indexer {
         shared: Arc<SearchMetrics>,
         runtime: tokio::runtime::Handle,
     ) -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(Stop::default());
         let flag = stop.clone();
         let name = format!("search-{}-{}", index.topic, index.partition);
         let thread = std::thread::Builder::new().name(name).spawn(move || {
@@ -88,8 +109,21 @@ impl Indexer {
     }
 
     /// Stops the indexer and waits for its thread (it finishes its current step first).
-    pub fn stop(mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+    pub fn stop(self) {
+        self.request_stop();
+        self.join();
+    }
+
+    /// Asks the indexer to stop (after its current step and last commit) without waiting;
+    /// many can be asked at once and then joined.
+    pub fn request_stop(&self) {
+        self.stop.flag.store(true, Ordering::SeqCst);
+        // A permit for a wait that has not started yet, or the wake of one that has.
+        self.stop.wake.notify_one();
+    }
+
+    /// Waits for the indexer's thread to end.
+    pub fn join(mut self) {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -119,13 +153,13 @@ fn now_ms() -> i64 {
 }
 
 impl Run {
-    fn run(&mut self, stop: &AtomicBool, rt: &tokio::runtime::Handle) -> Result<(), SearchError> {
+    fn run(&mut self, stop: &Stop, rt: &tokio::runtime::Handle) -> Result<(), SearchError> {
         let mut hw_watch = self.partition.watch_high_watermark();
         self.metrics
             .caught_up_at_ms
             .store(now_ms(), Ordering::Relaxed);
         let mut failures = 0u32;
-        while !stop.load(Ordering::SeqCst) {
+        while !stop.requested() {
             // Moves of the high watermark from here on wake the wait below.
             hw_watch.borrow_and_update();
             match self.step() {
@@ -140,7 +174,7 @@ impl Run {
                     if failures == 1 || failures % 60 == 0 {
                         tracing::warn!(topic = %self.index.topic, partition = self.index.partition, error = %e, "search indexing step failed; retrying");
                     }
-                    std::thread::sleep(Duration::from_millis(500));
+                    stop.pause(rt, Duration::from_millis(500));
                     continue;
                 }
             }
@@ -157,9 +191,17 @@ impl Run {
                 // append. Each wake-up cost a context switch here and a wake on the
                 // appending thread, per indexer, per produce request (in a cluster 3 nodes x
                 // the partitions' indexers, on the producers' cores).
-                std::thread::sleep(wait.min(self.settings.step_delay));
-            } else {
-                let _ = rt.block_on(async { tokio::time::timeout(wait, hw_watch.changed()).await });
+                stop.pause(rt, wait.min(self.settings.step_delay));
+            } else if !stop.requested() {
+                let _ = rt.block_on(async {
+                    tokio::time::timeout(wait, async {
+                        tokio::select! {
+                            _ = hw_watch.changed() => {}
+                            _ = stop.wake.notified() => {}
+                        }
+                    })
+                    .await
+                });
             }
         }
         if self.dirty {
