@@ -38,6 +38,10 @@ pub struct SearchConfig {
     pub reconcile_interval: Duration,
     /// Niceness of indexing threads (0 = the broker's priority) when not under SCHED_IDLE.
     pub indexer_nice: i32,
+    /// Searches that run at once on this node; more wait for a slot within their time
+    /// limit. A search past its limit is answered with an error but keeps its slot until
+    /// its thread finishes, so abandoned searches cannot pile up on the blocking pool.
+    pub max_concurrent_searches: usize,
     /// Run indexing threads under SCHED_IDLE (Linux): CPU only when nothing else wants it.
     pub indexer_idle: bool,
 }
@@ -53,6 +57,9 @@ impl SearchConfig {
             reconcile_interval: Duration::from_millis(250),
             indexer_nice: 10,
             indexer_idle: true,
+            max_concurrent_searches: std::thread::available_parallelism()
+                .map(|n| n.get() * 2)
+                .unwrap_or(4),
         }
     }
 }
@@ -158,6 +165,8 @@ pub struct SearchService {
     limits: Limits,
     stopping: AtomicBool,
     runtime: tokio::runtime::Handle,
+    /// Slots for searches running at once (see `SearchConfig::max_concurrent_searches`).
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 fn now_ms() -> i64 {
@@ -173,12 +182,15 @@ impl SearchService {
         std::fs::create_dir_all(&config.root)?;
         let service = Arc::new(Self {
             broker,
-            config,
             entries: Mutex::new(HashMap::new()),
             metrics: Arc::new(SearchMetrics::default()),
             limits: Limits::default(),
             stopping: AtomicBool::new(false),
             runtime: tokio::runtime::Handle::current(),
+            slots: Arc::new(tokio::sync::Semaphore::new(
+                config.max_concurrent_searches.max(1),
+            )),
+            config,
         });
         service.remove_orphans();
         let weak = Arc::downgrade(&service);
@@ -551,11 +563,27 @@ impl SearchService {
         f: impl FnOnce() -> Result<T, SearchError> + Send + 'static,
     ) -> Result<T, SearchError> {
         let limit = self.config.query_timeout;
-        match tokio::time::timeout(limit, tokio::task::spawn_blocking(f)).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => Err(SearchError::Index {
+        let slots = self.slots.clone();
+        let run = async move {
+            let permit = slots
+                .acquire_owned()
+                .await
+                .map_err(|_| SearchError::Index {
+                    reason: "search is shutting down".into(),
+                })?;
+            // The slot is held by the thread, not by this future: a search answered as timed
+            // out still counts until it really ends.
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                f()
+            })
+            .await
+            .map_err(|e| SearchError::Index {
                 reason: format!("search task failed: {e}"),
-            }),
+            })?
+        };
+        match tokio::time::timeout(limit, run).await {
+            Ok(r) => r,
             Err(_) => Err(SearchError::Timeout(limit.as_millis() as u64)),
         }
     }
@@ -604,6 +632,51 @@ fn glob(p: &str, s: &str) -> bool {
 mod tests {
     use super::*;
     use spate_broker::TopicConfig;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_timed_out_search_keeps_its_slot_until_it_ends() {
+        use std::sync::atomic::AtomicUsize;
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, _) = Broker::open(spate_broker::BrokerConfig::new(
+            dir.path().join("data"),
+            "127.0.0.1",
+            9092,
+        ))
+        .unwrap();
+        let mut config = SearchConfig::new(&broker.config.data_dir);
+        config.max_concurrent_searches = 1;
+        config.query_timeout = Duration::from_millis(50);
+        let service = SearchService::start(broker, config).unwrap();
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let search = |wait: Option<std::sync::mpsc::Receiver<()>>| {
+            let (running, most) = (running.clone(), most.clone());
+            move || {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                if let Some(w) = wait {
+                    let _ = w.recv();
+                }
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            }
+        };
+        // The first search outlives its limit and is answered as timed out...
+        let first = service.run_limited(search(Some(held))).await;
+        assert!(matches!(first, Err(SearchError::Timeout(_))), "{first:?}");
+        // ...and the next one cannot start while it still runs.
+        let second = service.run_limited(search(None)).await;
+        assert!(matches!(second, Err(SearchError::Timeout(_))), "{second:?}");
+        release.send(()).unwrap();
+        while service.slots.available_permits() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let third = service.run_limited(search(None)).await;
+        assert!(third.is_ok(), "{third:?}");
+        assert_eq!(most.load(Ordering::SeqCst), 1, "never two at once");
+        service.shutdown();
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn shutdown_wakes_idle_indexers_instead_of_waiting_out_their_poll() {
