@@ -79,10 +79,13 @@ fn sort_field(schema: &IndexSchema, name: &str) -> Result<Option<String>, Search
     }
 }
 
-/// The query narrowed to hits after `search_after` in this partition.
+/// The query narrowed to hits after `search_after` in this partition of `topic`. Ties on
+/// the sort value are broken by partition, offset, then topic (the hit's `sort` array carries
+/// all four), so paging over several topics skips nothing.
 fn after_query(
     req: &SearchRequest,
     field: &str,
+    topic: &str,
     partition: i32,
 ) -> Result<Option<Query>, SearchError> {
     let Some(after) = &req.search_after else {
@@ -126,13 +129,42 @@ fn after_query(
                     value: primary,
                 })
             } else if partition == p {
+                // Same partition and offset in a later topic is still after.
+                let topic_after = after.get(3).and_then(Value::as_str).is_some_and(|t| {
+                    if asc {
+                        topic > t
+                    } else {
+                        topic < t
+                    }
+                });
+                let offset = if topic_after {
+                    let b = Some(Bound {
+                        value: Value::from(o),
+                        inclusive: true,
+                    });
+                    if asc {
+                        Query::Range {
+                            field: "offset".into(),
+                            lower: b,
+                            upper: None,
+                        }
+                    } else {
+                        Query::Range {
+                            field: "offset".into(),
+                            lower: None,
+                            upper: b,
+                        }
+                    }
+                } else {
+                    strictly("offset", Value::from(o))
+                };
                 Some(Query::Bool {
                     must: vec![
                         Query::Term {
                             field: field.into(),
                             value: primary,
                         },
-                        strictly("offset", Value::from(o)),
+                        offset,
                     ],
                     should: vec![],
                     must_not: vec![],
@@ -573,7 +605,7 @@ fn search_one(
         },
     };
     if let (Some(_), SortKey::Field(f)) = (&req.search_after, &req.sort.key) {
-        if let Some(after) = after_query(req, f, t.index.partition)? {
+        if let Some(after) = after_query(req, f, &t.index.topic, t.index.partition)? {
             let narrowed = compile(&after, schema, limits, now_ms)?;
             query = Box::new(tantivy::query::BooleanQuery::intersection(vec![
                 query, narrowed,
@@ -919,7 +951,10 @@ pub fn partial(
             }
         }
         if field_sort {
-            hit.insert("sort".into(), json!([h.key.clone(), c.partition, c.offset]));
+            hit.insert(
+                "sort".into(),
+                json!([h.key.clone(), c.partition, c.offset, t.index.topic]),
+            );
         }
         h.hit = Value::Object(hit);
         hits.push(h);

@@ -996,3 +996,41 @@ async fn in_a_cluster_any_node_answers_for_every_partition_once_by_fanning_out()
         "every record of the partitions that answered"
     );
 }
+
+#[tokio::test]
+async fn search_after_over_two_topics_with_equal_sort_values_skips_nothing() {
+    let spate = Spate::start(&[]);
+    for t in ["tie-a", "tie-b"] {
+        create(&spate, t, 1, &[("search.enabled", "true")]).await;
+    }
+    let p = producer(&spate.addr, &[]);
+    // The same offsets in both topics, and the same sort value for every record.
+    for t in ["tie-a", "tie-b"] {
+        for i in 0..3 {
+            send(&p, t, 0, &format!("k{i}"), b"{\"level\":\"same\"}", "h").await;
+        }
+    }
+    wait_for_count_at(&spate, "/tie-a,tie-b/_count", 6);
+    for sort in [
+        json!([{"level.keyword": "asc"}]),
+        json!([{"offset": "desc"}]),
+    ] {
+        let mut seen = Vec::new();
+        let mut after: Option<Value> = None;
+        for _ in 0..10 {
+            let mut body = json!({"size": 1, "sort": sort});
+            if let Some(a) = &after {
+                body["search_after"] = a.clone();
+            }
+            let (status, v) = search(&spate, "/tie-a,tie-b/_search", &body);
+            assert_eq!(status, 200, "{v}");
+            let hits = v["hits"]["hits"].as_array().cloned().unwrap_or_default();
+            let Some(last) = hits.last() else { break };
+            seen.push(format!("{}/{}", last["_index"], last["_id"]));
+            after = Some(last["sort"].clone());
+        }
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 6, "sort {sort}: {seen:?}");
+    }
+}
