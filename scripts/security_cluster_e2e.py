@@ -22,21 +22,11 @@ import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("SPATE_BIN", os.path.join(ROOT, "target", "debug", "spate"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from security_e2e import FAILED, check  # noqa: E402 - the same reporting as the standalone checks
+
 RUN = uuid.uuid4().hex[:8]
-FAILED = []
 ADMIN = ("admin", "admin-secret")
-
-
-def check(name):
-    def wrap(f):
-        try:
-            f()
-            print(f"ok    {name}", flush=True)
-        except Exception as e:  # noqa: BLE001 - every failure is reported the same way
-            FAILED.append(name)
-            print(f"FAIL  {name}: {e}", flush=True)
-        return f
-    return wrap
 
 
 class Cluster:

@@ -442,18 +442,6 @@ fn http_acl(
     if elastic::is_open_to_users(path) || path == "/_msearch" {
         return (Operation::Describe, ResourceType::Cluster, Vec::new());
     }
-    if path.ends_with("/_msearch") || path.ends_with("/_mapping") || path.ends_with("/_field_caps")
-    {
-        let index = path.trim_start_matches('/').split('/').next().unwrap_or("");
-        if index.starts_with('_') || index.is_empty() {
-            return cluster(Operation::Describe);
-        }
-        return (
-            Operation::Read,
-            ResourceType::Topic,
-            index.split(',').map(str::to_string).collect(),
-        );
-    }
     if ingest::is_ingest_path(path) {
         let from_path = path
             .strip_prefix("/topics/")
@@ -472,7 +460,13 @@ fn http_acl(
             None => cluster(Operation::Alter),
         };
     }
-    if search::is_search_path(path) {
+    // Searches and what describes a topic's fields read the topics their path names.
+    let reads = search::is_search_path(path)
+        || (!path.starts_with("/admin/")
+            && ["/_msearch", "/_mapping", "/_field_caps"]
+                .iter()
+                .any(|e| path.ends_with(e)));
+    if reads {
         let index = path.trim_start_matches('/').split('/').next().unwrap_or("");
         if index.starts_with('_') || index.is_empty() {
             return cluster(Operation::Describe);

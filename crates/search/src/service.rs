@@ -633,16 +633,21 @@ mod tests {
     use super::*;
     use spate_broker::TopicConfig;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_timed_out_search_keeps_its_slot_until_it_ends() {
-        use std::sync::atomic::AtomicUsize;
-        let dir = tempfile::tempdir().unwrap();
-        let (broker, _) = Broker::open(spate_broker::BrokerConfig::new(
+    fn broker(dir: &tempfile::TempDir) -> Arc<Broker> {
+        Broker::open(spate_broker::BrokerConfig::new(
             dir.path().join("data"),
             "127.0.0.1",
             9092,
         ))
-        .unwrap();
+        .unwrap()
+        .0
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_timed_out_search_keeps_its_slot_until_it_ends() {
+        use std::sync::atomic::AtomicUsize;
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker(&dir);
         let mut config = SearchConfig::new(&broker.config.data_dir);
         config.max_concurrent_searches = 1;
         config.query_timeout = Duration::from_millis(50);
@@ -681,12 +686,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn shutdown_wakes_idle_indexers_instead_of_waiting_out_their_poll() {
         let dir = tempfile::tempdir().unwrap();
-        let (broker, _) = Broker::open(spate_broker::BrokerConfig::new(
-            dir.path().join("data"),
-            "127.0.0.1",
-            9092,
-        ))
-        .unwrap();
+        let broker = broker(&dir);
         let mut config = TopicConfig::default();
         config.set("search.enabled", "true").unwrap();
         broker.topics.create("idle", 8, config, false).unwrap();
