@@ -84,6 +84,10 @@ pub struct Partition {
     high_watermark: watch::Sender<i64>,
     /// The log end, for replica fetches that long-poll for new batches.
     log_end: watch::Sender<i64>,
+    /// The lowest offset the log was cut back to since the search indexer last asked
+    /// (`i64::MAX`: not cut): a cut between two of its steps, refilled past where it was,
+    /// would otherwise leave documents of records that no longer exist.
+    lowest_cut: AtomicI64,
     leader_epoch: AtomicI32,
     role: AtomicU8,
     /// The leader's view of its followers; `Some` only while this broker leads in a cluster.
@@ -137,6 +141,7 @@ impl Partition {
                 }),
                 high_watermark: watch::Sender::new(end),
                 log_end: watch::Sender::new(end),
+                lowest_cut: AtomicI64::new(i64::MAX),
                 leader_epoch: AtomicI32::new(0),
                 role: AtomicU8::new(Role::Standalone as u8),
                 replication: Mutex::new(None),
@@ -599,6 +604,14 @@ impl Partition {
         self.truncate_locked(&mut st, offset).map(Some)
     }
 
+    /// The lowest offset the log was cut back to (a divergent tail truncated, or the log
+    /// reset) since the last call; `None` when it was not. The search indexer is its one
+    /// reader: each cut is reported once.
+    pub fn take_lowest_cut(&self) -> Option<i64> {
+        let cut = self.lowest_cut.swap(i64::MAX, Ordering::SeqCst);
+        (cut != i64::MAX).then_some(cut)
+    }
+
     /// Empties a follower's log and starts it at the leader's first offset, when the leader
     /// no longer holds what this replica lacks; `false` when the partition moved on to
     /// another epoch or role meanwhile.
@@ -608,6 +621,7 @@ impl Partition {
             return Ok(false);
         }
         st.log.reset_to(offset, now_ms())?;
+        self.lowest_cut.fetch_min(offset, Ordering::SeqCst);
         let _ = std::fs::remove_file(&self.snapshot_path);
         self.snapshot_offset.store(offset, Ordering::Relaxed);
         st.producers = ProducerStates::default();
@@ -625,6 +639,7 @@ impl Partition {
             self.index
         );
         let end = st.log.truncate_to(offset, now_ms())?;
+        self.lowest_cut.fetch_min(end, Ordering::SeqCst);
         if self.snapshot_offset.load(Ordering::Relaxed) > end {
             // The snapshot describes offsets that no longer exist.
             let _ = std::fs::remove_file(&self.snapshot_path);

@@ -231,6 +231,15 @@ impl Run {
         let start = self.partition.log_start_offset();
         let end = self.partition.log_end_offset();
         let mut next = self.next.unwrap_or(start);
+        if let Some(cut) = self.partition.take_lowest_cut() {
+            if cut < next {
+                // The log lost records this index holds, and may have new ones at their
+                // offsets already: drop everything from the cut and index again from there.
+                self.index.delete_from(&self.writer, cut)?;
+                next = cut.max(start);
+                self.dirty = true;
+            }
+        }
         if start > self.applied_start {
             // Retention removed segments: their records leave the index too.
             if self.applied_start != i64::MIN || next > start {

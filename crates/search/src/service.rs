@@ -194,6 +194,10 @@ impl SearchService {
         });
         service.remove_orphans();
         let weak = Arc::downgrade(&service);
+        // The first pass is waited for, so every index is open (and cut back to its log)
+        // before the broker takes clients; it runs on the reconciler's thread so indexing
+        // threads inherit its priority.
+        let (first_pass, first_done) = std::sync::mpsc::channel::<()>();
         let interval = service.config.reconcile_interval;
         let nice = service.config.indexer_nice;
         let idle = service.config.indexer_idle;
@@ -210,9 +214,11 @@ impl SearchService {
                     }
                     s.reconcile();
                     drop(s);
+                    let _ = first_pass.send(());
                     std::thread::sleep(interval);
                 }
             })?;
+        let _ = first_done.recv();
         Ok(service)
     }
 
@@ -330,6 +336,22 @@ impl SearchService {
             };
             if let Some(why) = &opened.rebuilt {
                 tracing::warn!(%topic, partition = p, "search index rebuilt from the log: {why}");
+            }
+            let mut opened = opened;
+            let end = partition.log_end_offset();
+            if let Some(at) = opened.resume_at.filter(|at| *at > end) {
+                // The log lost its tail since the last commit (an OS crash before an fsync):
+                // drop those documents now, before producers can refill the offsets.
+                tracing::warn!(%topic, partition = p, indexed_to = at, log_end = end, "search index was ahead of its log; dropping the documents past the log end");
+                let cut = opened
+                    .index
+                    .delete_from(&opened.writer, end)
+                    .and_then(|_| opened.index.commit(&mut opened.writer, end));
+                if let Err(e) = cut {
+                    tracing::error!(%topic, partition = p, error = %e, "cannot drop documents past the log end; retrying");
+                    continue;
+                }
+                opened.resume_at = Some(end);
             }
             let index = Arc::new(opened.index);
             let metrics = Arc::new(IndexMetrics::default());
@@ -641,6 +663,76 @@ mod tests {
         ))
         .unwrap()
         .0
+    }
+
+    /// Appends one batch of these values to `p`.
+    fn append(p: &Partition, values: &[&str]) {
+        let records: Vec<spate_protocol::batch::NewRecord> = values
+            .iter()
+            .map(|v| spate_protocol::batch::NewRecord {
+                value: Some(bytes::Bytes::copy_from_slice(v.as_bytes())),
+                ..Default::default()
+            })
+            .collect();
+        let batch = spate_protocol::batch::build(
+            &records,
+            None,
+            spate_protocol::records::Compression::None,
+        )
+        .unwrap();
+        let h = spate_protocol::batch::BatchHeader::parse(&batch).unwrap();
+        p.append(&batch, &h, None).unwrap();
+    }
+
+    async fn hits(service: &SearchService, word: &str) -> usize {
+        let body = format!("{{\"query\":{{\"match\":{{\"value\":\"{word}\"}}}}}}");
+        let req = SearchService::parse_body(body.as_bytes()).unwrap();
+        let (partial, _) = service
+            .partial(vec![("cut".into(), 0)], req, true)
+            .await
+            .unwrap();
+        partial.total
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_log_cut_and_refilled_between_indexer_steps_leaves_no_ghost_documents() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker(&dir);
+        let mut config = TopicConfig::default();
+        config.set("search.enabled", "true").unwrap();
+        let topic = broker
+            .topics
+            .create("cut", 1, config, false)
+            .unwrap()
+            .unwrap();
+        let p = topic.partition(0).unwrap();
+        let service =
+            SearchService::start(broker.clone(), SearchConfig::new(&broker.config.data_dir))
+                .unwrap();
+        // Two batches: a cut at offset 1 keeps the first.
+        append(&p, &["ghost a"]);
+        append(&p, &["ghost b", "ghost c", "ghost d"]);
+        while hits(&service, "ghost").await < 4 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // A follower's divergent tail cut, then refilled past where it was, at once.
+        p.truncate_to(1).unwrap();
+        append(&p, &["fresh b", "fresh c", "fresh d", "fresh e"]);
+        // Generous: the records at the refilled offsets must be indexed at all.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while hits(&service, "fresh").await < 4 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the records at the cut offsets were never indexed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            hits(&service, "ghost").await,
+            1,
+            "only the record below the cut"
+        );
+        service.shutdown();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
