@@ -59,6 +59,16 @@ pub struct Opened {
     pub rebuilt: Option<String>,
 }
 
+/// Whether an error opening an index says the index itself is damaged (rebuild it) rather
+/// than that it could not be read now (keep it, try again).
+fn is_damage(e: &tantivy::TantivyError) -> bool {
+    use tantivy::TantivyError as E;
+    matches!(
+        e,
+        E::DataCorruption(_) | E::SchemaError(_) | E::IncompatibleIndex(_)
+    )
+}
+
 fn progress_of(index: &Index) -> Option<Progress> {
     let metas = index.load_metas().ok()?;
     serde_json::from_str(metas.payload.as_deref()?).ok()
@@ -96,7 +106,14 @@ impl PartitionIndex {
                     }
                     None => rebuilt = Some("its progress record is missing".into()),
                 },
-                Err(e) => rebuilt = Some(format!("it cannot be opened ({e})")),
+                // Damage is rebuilt from the log; a failure to read (too many open files, an
+                // I/O error) is not damage: the index stays, and opening is tried again later.
+                Err(e) if is_damage(&e) => rebuilt = Some(format!("it cannot be opened ({e})")),
+                Err(e) => {
+                    return Err(SearchError::Index {
+                        reason: format!("opening {}: {e}", dir.display()),
+                    })
+                }
             }
         } else if dir.exists()
             && std::fs::read_dir(dir)
@@ -215,5 +232,43 @@ impl PartitionIndex {
                     .sum()
             })
             .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> SearchSettings {
+        SearchSettings {
+            enabled: true,
+            format: spate_broker::search_config::ValueFormat::Json,
+            fields: Vec::new(),
+            store_value: false,
+            max_fields: 1000,
+        }
+    }
+
+    #[test]
+    fn an_index_that_cannot_be_read_now_is_kept_and_a_damaged_one_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path().join("p0");
+        // An I/O failure opening it (here: meta.json is a directory, EISDIR; in life EMFILE
+        // or EIO): an error, and nothing deleted.
+        std::fs::create_dir_all(at.join("meta.json")).unwrap();
+        std::fs::write(at.join("keep"), b"x").unwrap();
+        let err = PartitionIndex::open(&at, "t", 0, &settings(), MIN_WRITER_MEMORY_BYTES)
+            .err()
+            .expect("an error");
+        assert!(err.to_string().contains("opening"), "{err}");
+        assert!(at.join("keep").exists(), "the index directory was deleted");
+        // Damage (meta.json that is not an index's): rebuilt empty.
+        std::fs::remove_dir_all(&at).unwrap();
+        std::fs::create_dir_all(&at).unwrap();
+        std::fs::write(at.join("meta.json"), b"{not json").unwrap();
+        let opened = PartitionIndex::open(&at, "t", 0, &settings(), MIN_WRITER_MEMORY_BYTES)
+            .expect("rebuilt");
+        assert!(opened.rebuilt.is_some());
+        assert_eq!(opened.resume_at, None);
     }
 }
