@@ -9,11 +9,16 @@
 pub(crate) fn lower(idle: bool, nice: i32) {
     #[cfg(target_os = "linux")]
     {
+        let mut nice = nice;
         if idle {
-            if set_policy(libc::SCHED_IDLE) {
+            // Only where a SCHED_IDLE thread can be raised again while it holds a partition's
+            // lock ([`Boost`]): without CAP_SYS_NICE (a container running as a plain user) it
+            // could not, and producers would wait behind a thread that gets no CPU.
+            if idle_can_be_boosted() && set_policy(libc::SCHED_IDLE) {
                 return;
             }
-            tracing::warn!(error = %std::io::Error::last_os_error(), "cannot run the search indexers under SCHED_IDLE; nicing them instead");
+            tracing::warn!("search indexers cannot run under SCHED_IDLE here (a SCHED_IDLE thread could not be raised back while it holds a partition's lock, which needs CAP_SYS_NICE); nicing them instead");
+            nice = nice.max(10);
         }
         if nice <= 0 {
             return;
@@ -63,6 +68,15 @@ impl Drop for Boost {
     }
 }
 
+/// Whether a thread here can go to SCHED_IDLE and back to SCHED_OTHER, tried on a throwaway
+/// thread.
+#[cfg(target_os = "linux")]
+fn idle_can_be_boosted() -> bool {
+    std::thread::spawn(|| set_policy(libc::SCHED_IDLE) && set_policy(libc::SCHED_OTHER))
+        .join()
+        .unwrap_or(false)
+}
+
 #[cfg(target_os = "linux")]
 fn set_policy(policy: libc::c_int) -> bool {
     let param = libc::sched_param { sched_priority: 0 };
@@ -77,6 +91,66 @@ mod tests {
     fn policy() -> libc::c_int {
         // SAFETY: queries the calling thread's own policy.
         unsafe { libc::sched_getscheduler(0) }
+    }
+
+    /// Run in a child process that dropped root (see the test below): an indexing thread must
+    /// never sit under SCHED_IDLE while holding a boost it could not get.
+    #[test]
+    fn child_without_cap_sys_nice_never_holds_a_lock_at_idle_priority() {
+        if std::env::var_os("SPATE_PRIORITY_CHILD").is_some() {
+            no_boosted_section_at_idle_priority();
+        }
+    }
+
+    #[test]
+    fn without_cap_sys_nice_indexers_are_niced_not_idle() {
+        // SAFETY: reads the process's own uid.
+        if unsafe { libc::geteuid() } != 0 {
+            // Only root can drop to a plain user here; as a plain user this test process is
+            // already the case the child checks.
+            no_boosted_section_at_idle_priority();
+            return;
+        }
+        use std::os::unix::process::CommandExt;
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = std::process::Command::new(exe);
+        cmd.args([
+            "--exact",
+            "priority::tests::child_without_cap_sys_nice_never_holds_a_lock_at_idle_priority",
+            "--test-threads=1",
+        ])
+        .env("SPATE_PRIORITY_CHILD", "1");
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// An indexing thread, lowered as indexers are, holding a boost as around a lock.
+    fn no_boosted_section_at_idle_priority() {
+        std::thread::spawn(|| {
+            lower(true, 10);
+            let _b = Boost::new();
+            assert_ne!(
+                policy(),
+                libc::SCHED_IDLE,
+                "a boosted section at idle priority"
+            );
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
