@@ -91,7 +91,7 @@ done
 grep -q "Clearing broker-level throttles" "$WORK/verified" || { cat "$WORK/verified" >&2; fail "--verify did not clear the throttles"; }
 pass "kafka-reassign-partitions --verify: completed, throttles cleared"
 desc=$(tool topics --bootstrap-server "$B1" --describe --topic rf2)
-echo "$desc" | grep -qE "Partition: 0	Leader: [13]	Replicas: 3,1	Isr: (3,1|1,3)" || { echo "$desc"; fail "rf2-0 is not on [3,1] after the move"; }
+grep -qE "Partition: 0	Leader: [13]	Replicas: 3,1	Isr: (3,1|1,3)" <<<"$desc" || { echo "$desc"; fail "rf2-0 is not on [3,1] after the move"; }
 pass "kafka-topics --describe shows rf2-0 on [3,1] in sync"
 klass kafka.admin.ConfigCommand --bootstrap-server "$B1" --describe --entity-type brokers --entity-name 1 > "$WORK/brokercfg" \
   || fail "kafka-configs --describe broker 1"
@@ -103,10 +103,10 @@ klass org.apache.kafka.tools.LeaderElectionCommand --bootstrap-server "$B1" --el
   > "$WORK/elected" 2>&1 || grep -q "already elected" "$WORK/elected" || { cat "$WORK/elected" "$WORK/tool.err" >&2; fail "kafka-leader-election --election-type PREFERRED"; }
 for _ in $(seq 1 30); do
   desc=$(tool topics --bootstrap-server "$B1" --describe --topic rf2)
-  echo "$desc" | grep -qE "Partition: 0	Leader: 3	" && break
+  grep -qE "Partition: 0	Leader: 3	" <<<"$desc" && break
   sleep 0.5
 done
-echo "$desc" | grep -qE "Partition: 0	Leader: 3	" || { echo "$desc"; fail "rf2-0 is not led by its preferred replica 3"; }
+grep -qE "Partition: 0	Leader: 3	" <<<"$desc" || { echo "$desc"; fail "rf2-0 is not led by its preferred replica 3"; }
 pass "kafka-leader-election PREFERRED: rf2-0 led by 3"
 klass org.apache.kafka.tools.LeaderElectionCommand --bootstrap-server "$B2" --election-type PREFERRED --all-topic-partitions > "$WORK/elected" 2>&1 \
   || { cat "$WORK/elected" >&2; fail "kafka-leader-election --all-topic-partitions"; }

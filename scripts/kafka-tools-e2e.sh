@@ -100,7 +100,7 @@ pass "kafka-consumer-groups --delete"
 # Producer perf test with default settings.
 out=$(tool producer --bootstrap-server "$B" --topic cli-perf --num-records 100000 --record-size 256 --throughput -1)
 echo "$out" | tail -1
-echo "$out" | grep -q "^100000 records sent" || fail "producer perf test"
+grep -q "^100000 records sent" <<<"$out" || fail "producer perf test"
 n=$(klass org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$B" --topic cli-perf | awk -F: '{s+=$3} END{print s}')
 [[ "$n" == 100000 ]] || fail "perf topic holds $n records, expected 100000"
 pass "producer perf test: 100000 records acknowledged and stored"
@@ -153,8 +153,8 @@ pass "kafka-configs --entity-type clients|users: quotas set, described, refused 
 # kafka-features (ApiVersions v3+ features): metadata.version finalized at Kafka 4.3's level,
 # group.version at 1 (KIP-848 consumer groups).
 features=$(klass org.apache.kafka.tools.FeatureCommand --bootstrap-server "$B" describe)
-echo "$features" | grep -q "metadata.version.*FinalizedVersionLevel: 4.3-IV0" || fail "kafka-features describe"
-echo "$features" | grep -Eq "Feature: group.version.*FinalizedVersionLevel: 1" || { echo "$features"; fail "group.version not finalized at 1"; }
+grep -q "metadata.version.*FinalizedVersionLevel: 4.3-IV0" <<<"$features" || fail "kafka-features describe"
+grep -Eq "Feature: group.version.*FinalizedVersionLevel: 1" <<<"$features" || { echo "$features"; fail "group.version not finalized at 1"; }
 pass "kafka-features describe: metadata.version 4.3-IV0, group.version 1"
 
 # Delete

@@ -72,7 +72,7 @@ echo "$desc"
 echo "$desc" | awk -v g="$GROUP" '$1==g && $6 > 0' | wc -l | grep -qx 3 || fail "members without a member epoch"
 pass "three Java consumers (group.protocol=consumer) joined; kafka-consumer-groups shows epochs and assignments"
 state=$(groups --describe --group "$GROUP" --state | awk -v g="$GROUP" '$1==g {print $4, $5, $6}')
-echo "$state" | grep -q "^uniform " || fail "state line: $state"
+grep -q "^uniform " <<<"$state" || fail "state line: $state"
 pass "kafka-consumer-groups --state: assignor uniform ($state)"
 
 kill -TERM "$M1"
@@ -115,8 +115,8 @@ pass "no partition was ever owned twice and no committed offset went back ($(tai
 klass org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" --topic "$TOPIC" --group kip848-classic \
   --from-beginning --max-messages 10 --timeout-ms 30000 >/dev/null || fail "classic console consumer"
 list=$(groups --list --type)
-echo "$list" | grep -Eq "^$GROUP +Consumer" || { echo "$list"; fail "--list --type does not show $GROUP as Consumer"; }
-echo "$list" | grep -Eq "^kip848-classic +Classic" || { echo "$list"; fail "--list --type does not show the classic group"; }
+grep -Eq "^$GROUP +Consumer" <<<"$list" || { echo "$list"; fail "--list --type does not show $GROUP as Consumer"; }
+grep -Eq "^kip848-classic +Classic" <<<"$list" || { echo "$list"; fail "--list --type does not show the classic group"; }
 pass "kafka-consumer-groups --list --type: consumer and classic groups side by side"
 all=$(groups --describe --all-groups)
 for g in "$GROUP" kip848-classic; do
