@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../fuzz"
 secs="${1:-60}"
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 for target in request_decoder record_batch sasl; do
   mkdir -p "corpus/$target"
   cargo +nightly fuzz run "$target" "corpus/$target" -- -max_total_time="$secs" -max_len=65536
