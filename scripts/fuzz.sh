@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../fuzz"
 secs="${1:-60}"
-rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+grep -q '^nightly' <<<"$(rustup toolchain list)" || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 for target in request_decoder record_batch sasl; do
   mkdir -p "corpus/$target"
