@@ -203,6 +203,7 @@ const ALLOWED_AGGS: &[&str] = &[
     "cardinality",
     "top_hits",
     "top_metrics",
+    "composite",
 ];
 
 /// The buckets of a `filters` aggregation: named (`{"errors": query}`) or a list (named by
@@ -353,13 +354,30 @@ fn map_aggs(
             let mut body = body.as_object().cloned().ok_or_else(|| {
                 SearchError::parsing(format!("[aggs] [{name}] [{kind}] must be an object"))
             })?;
-            if let Some(field) = body.get("field").and_then(Value::as_str) {
-                // An unknown field aggregates nothing; tantivy answers empty for a missing column.
-                let mapped_name = schema
+            // An unknown field aggregates nothing; tantivy answers empty for a missing column.
+            let index_name = |field: &str| {
+                schema
                     .resolve(field)
                     .map(|r| r.name)
-                    .unwrap_or_else(|| format!("unmapped_{field}"));
-                body.insert("field".into(), Value::from(mapped_name));
+                    .unwrap_or_else(|| format!("unmapped_{field}"))
+            };
+            if let Some(field) = body.get("field").and_then(Value::as_str) {
+                body.insert("field".into(), Value::from(index_name(field)));
+            }
+            if kind == "composite" {
+                // Each source names its own field: `sources: [{"name": {"terms": {"field"}}}]`.
+                if let Some(Value::Array(sources)) = body.get_mut("sources") {
+                    for source in sources.iter_mut().filter_map(Value::as_object_mut) {
+                        for inner in source.values_mut().filter_map(Value::as_object_mut) {
+                            for spec in inner.values_mut().filter_map(Value::as_object_mut) {
+                                if let Some(f) = spec.get("field").and_then(Value::as_str) {
+                                    let mapped = index_name(f);
+                                    spec.insert("field".into(), Value::from(mapped));
+                                }
+                            }
+                        }
+                    }
+                }
             }
             if kind == "date_histogram" {
                 // Fixed lengths for the calendar units that have one.

@@ -313,6 +313,40 @@ async fn grafanas_health_check_field_list_and_queries_answer_what_a_scan_says() 
         }
     }
 
+    // composite (paging through every level) over mapped fields, as dashboards' variables do.
+    let (status, text) = http(
+        &spate.http,
+        "POST",
+        "/logs/_search",
+        &[("Content-Type", "application/json")],
+        r#"{"size":0,"aggs":{"c":{"composite":{"size":10,"sources":[{"level":{"terms":{"field":"level.keyword"}}}]}}}}"#,
+    );
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let got: Vec<(String, u64)> = v["aggregations"]["c"]["buckets"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|b| {
+            (
+                b["key"]["level"].as_str().unwrap_or_default().to_string(),
+                b["doc_count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let mut want: Vec<(String, u64)> = LEVELS
+        .iter()
+        .map(|l| {
+            (
+                l.to_string(),
+                lines.iter().filter(|x| x.level == *l).count() as u64,
+            )
+        })
+        .collect();
+    want.sort();
+    assert_eq!(got, want, "{v}");
+
     // The other panels' shapes answer (status 200 each, checked in `msearch`).
     for name in [
         "msearch_logs_volume.ndjson",
