@@ -983,9 +983,18 @@ async fn delete_records_on_the_leader_moves_every_replicas_start_and_holds_after
     });
     // The new leader serves from 30 and still holds every record after it.
     let cons = consumer(&c.bootstrap(), "trimmed", &[0], 30);
-    let (low, high) = cons
-        .fetch_watermarks("trimmed", 0, Duration::from_secs(10))
-        .expect("watermarks");
+    // A node that has not applied the new leadership yet answers NOT_LEADER: a client asks
+    // again once its metadata is fresh, and so does this check.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (low, high) = loop {
+        match cons.fetch_watermarks("trimmed", 0, Duration::from_secs(10)) {
+            Ok(w) => break w,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "watermarks: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    };
     assert_eq!((low, high), (30, 40));
     assert_eq!(read_values(&cons, 10), (30..40).collect::<Vec<_>>());
 }
