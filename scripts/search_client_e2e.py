@@ -9,7 +9,7 @@ import time
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from opensearchpy import OpenSearch
-from opensearchpy.exceptions import RequestError
+from opensearchpy.exceptions import RequestError, TransportError
 
 bootstrap, http = os.environ["SPATE_BOOTSTRAP"], os.environ["SPATE_HTTP"]
 host, port = http.rsplit(":", 1)
@@ -30,7 +30,18 @@ assert len(records) == 200, len(records)
 
 client = OpenSearch(hosts=[{"host": host, "port": int(port)}], use_ssl=False, timeout=30)
 deadline = time.time() + 60
-while client.count(index=topic)["count"] != 200:
+
+
+def count():
+    # 503 while the topic's indexes open (all shards failed), as Elasticsearch while shards start.
+    try:
+        return client.count(index=topic)["count"]
+    except TransportError as e:
+        assert e.status_code == 503, e
+        return -1
+
+
+while count() != 200:
     assert time.time() < deadline, "records never became searchable"
     time.sleep(0.05)
 

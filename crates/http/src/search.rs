@@ -357,9 +357,7 @@ pub(crate) async fn search_value(
             .iter()
             .map(|f| format!("{}[{}]: {}", f.topic, f.partition, f.reason))
             .collect();
-        return Err(SearchError::Index {
-            reason: format!("all shards failed: {}", reasons.join("; ")),
-        });
+        return Err(SearchError::Unavailable(reasons.join("; ")));
     }
     let shard_info = json!({
         "total": shards,

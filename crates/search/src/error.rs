@@ -22,6 +22,10 @@ pub enum SearchError {
     /// The query ran past its time budget.
     #[error("the search took longer than {0} ms and was stopped; narrow the query")]
     Timeout(u64),
+    /// No partition of the search could be answered (indexes not open yet, replicas down):
+    /// 503, which clients retry, as Elasticsearch answers while shards start.
+    #[error("all shards failed: {0}")]
+    Unavailable(String),
     /// The index could not be read or written.
     #[error("index error: {reason}")]
     Index {
@@ -52,6 +56,7 @@ impl SearchError {
         match self {
             Self::BadRequest { .. } | Self::NotSearchable(_) | Self::Timeout(_) => 400,
             Self::NoSuchTopic(_) => 404,
+            Self::Unavailable(_) => 503,
             Self::Index { .. } => 500,
         }
     }
@@ -63,7 +68,7 @@ impl SearchError {
             Self::NoSuchTopic(_) => "index_not_found_exception",
             Self::NotSearchable(_) => "illegal_argument_exception",
             Self::Timeout(_) => "search_timeout_exception",
-            Self::Index { .. } => "search_phase_execution_exception",
+            Self::Unavailable(_) | Self::Index { .. } => "search_phase_execution_exception",
         }
     }
 
