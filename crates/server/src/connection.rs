@@ -5,6 +5,9 @@
 //! sends every response in request order, as the protocol requires. Before reading a frame's
 //! body the reader takes that many bytes from the broker's memory budget; when the budget is
 //! spent it stops reading (the client feels TCP back-pressure and sees throttle_time_ms).
+//! While a large frame is under way the socket's low-water mark asks for the rest of it, so a
+//! frame that comes in many pieces (a TLS client writes a record of at most 16 KiB at a time)
+//! wakes the reader once or twice instead of once a piece.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +22,81 @@ use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+
+/// A connection's read half, told how many more bytes the frame being read still needs, so
+/// that it need not be woken for every piece of it (the socket's low-water mark, SO_RCVLOWAT).
+pub trait FrameHint {
+    /// At least `bytes` more bytes must arrive before the frame is whole (0: no frame under
+    /// way, wake for anything).
+    fn expect(&mut self, _bytes: usize) {}
+}
+
+impl<T> FrameHint for tokio::io::ReadHalf<T> {}
+
+impl FrameHint for tokio::net::tcp::OwnedReadHalf {
+    fn expect(&mut self, bytes: usize) {
+        set_low_water(self.as_ref(), bytes);
+    }
+}
+
+/// Sets `socket`'s receive low-water mark: readiness is reported once `bytes` are queued
+/// (also when the receive buffer fills, or on FIN/error).
+pub fn set_low_water(socket: &tokio::net::TcpStream, bytes: usize) {
+    // The asm-generic values of SOL_SOCKET and SO_RCVLOWAT (other architectures number them
+    // differently and go without).
+    #[cfg(all(
+        target_os = "linux",
+        any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64",
+            target_arch = "x86",
+            target_arch = "arm"
+        )
+    ))]
+    {
+        use std::os::fd::AsRawFd;
+        extern "C" {
+            fn setsockopt(
+                fd: i32,
+                level: i32,
+                name: i32,
+                value: *const std::ffi::c_void,
+                len: u32,
+            ) -> i32;
+        }
+        const SOL_SOCKET: i32 = 1;
+        const SO_RCVLOWAT: i32 = 18;
+        let value: i32 = bytes.clamp(1, i32::MAX as usize) as i32;
+        // SAFETY: the descriptor is the open socket `socket` borrows; the value is a live i32
+        // and the length passed is its size. A failure leaves the mark as it was.
+        unsafe {
+            setsockopt(
+                socket.as_raw_fd(),
+                SOL_SOCKET,
+                SO_RCVLOWAT,
+                (&value as *const i32).cast(),
+                std::mem::size_of::<i32>() as u32,
+            );
+        }
+    }
+    #[cfg(not(all(
+        target_os = "linux",
+        any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64",
+            target_arch = "x86",
+            target_arch = "arm"
+        )
+    )))]
+    let _ = (socket, bytes);
+}
+
+/// Below this many bytes still to come, a frame is read as it arrives.
+const LOW_WATER_FROM: usize = 32 << 10;
+/// The highest low-water mark asked for.
+const LOW_WATER_MAX: usize = 256 << 10;
 
 /// Requests a connection may have in flight before the broker stops reading from it.
 const MAX_IN_FLIGHT: usize = 64;
@@ -75,7 +153,7 @@ pub async fn serve<R, W>(
     mut auth_deadline: Option<tokio::time::Instant>,
 ) -> Result<(), ConnectionError>
 where
-    R: AsyncRead + Unpin + Send,
+    R: AsyncRead + FrameHint + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     // Kafka reports client hosts as "/address".
@@ -89,6 +167,7 @@ where
     let mut permit: Option<Permit> = None;
     let mut throttle_ms = 0i32;
     let mute = Mute::new();
+    let mut low_water = 0;
     let result = async {
         loop {
             // Every frame takes its size from the budget before it is handled (and, when it is
@@ -199,6 +278,17 @@ where
             // is bounded by the session's expiry instead).
             if auth_deadline.is_some() && session.is_authenticated() {
                 auth_deadline = None;
+            }
+            // A large frame under way: wake when the rest of it (or a good part) is here.
+            let rest = next.map_or(0, |n| (n + 4).saturating_sub(buf.len()));
+            let mark = if rest >= LOW_WATER_FROM {
+                rest.min(LOW_WATER_MAX)
+            } else {
+                0
+            };
+            if mark != low_water {
+                rd.expect(mark);
+                low_water = mark;
             }
             let read = match auth_deadline {
                 Some(at) => match tokio::time::timeout_at(at, rd.read_buf(&mut buf)).await {

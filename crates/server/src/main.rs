@@ -390,7 +390,8 @@ async fn accepted(
         let (rd, wr) = stream.into_split();
         return connection::serve(broker, rd, wr, peer, session, deadline).await;
     };
-    let tls = match tokio::time::timeout(how.auth_timeout, acceptor.accept(stream)).await {
+    let handshake = tls::accept(acceptor.config().clone(), stream);
+    let tls = match tokio::time::timeout(how.auth_timeout, handshake).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(connection::ConnectionError::Tls(e.to_string())),
         Err(_) => {
@@ -400,15 +401,12 @@ async fn accepted(
         }
     };
     let principal = tls
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|c| c.first())
+        .client_certificate
+        .as_ref()
         .and_then(|c| tls::certificate_principal(c))
         .map(spate_auth::Principal::user);
     let session = Arc::new(Session::new(how.protocol, Some(peer.ip()), principal));
-    let (rd, wr) = tokio::io::split(tls);
-    connection::serve(broker, rd, wr, peer, session, deadline).await
+    connection::serve(broker, tls.reader, tls.writer, peer, session, deadline).await
 }
 
 async fn shutdown_signal() {
