@@ -442,6 +442,10 @@ fn http_acl(
     if elastic::is_open_to_users(path) || path == "/_msearch" {
         return (Operation::Describe, ResourceType::Cluster, Vec::new());
     }
+    // Node to node: they read any topic's records, as the nodes themselves may.
+    if search::is_internal_path(path) {
+        return cluster(Operation::ClusterAction);
+    }
     if ingest::is_ingest_path(path) {
         let from_path = path
             .strip_prefix("/topics/")

@@ -801,7 +801,7 @@ type Family = (
 pub fn render_search(s: &spate_search::SearchService) -> String {
     let mut w = Writer::default();
     let stats = s.stats();
-    let families: [Family; 7] = [
+    let families: [Family; 8] = [
         (
             "spate_search_indexed_records_total",
             "counter",
@@ -843,6 +843,12 @@ pub fn render_search(s: &spate_search::SearchService) -> String {
             "counter",
             "JSON values not indexed because they did not fit their field's mapped type.",
             |p| p.mapping_conflicts as f64,
+        ),
+        (
+            "spate_search_writer_recoveries_total",
+            "counter",
+            "Times a partition's index writer failed (a full disk, an I/O error) and indexing went back to its last commit.",
+            |p| p.writer_recoveries as f64,
         ),
     ];
     for (name, kind, help, value) in families {
@@ -887,6 +893,16 @@ pub fn render_search(s: &spate_search::SearchService) -> String {
         "spate_search_query_errors_total",
         &[],
         s.metrics.query_errors.get() as f64,
+    );
+    w.family(
+        "spate_search_records_rendered_total",
+        "counter",
+        "Records read to render search hits (_source, highlights, fields): a page's, not every node's from + size.",
+    );
+    w.sample(
+        "spate_search_records_rendered_total",
+        &[],
+        s.metrics.records_rendered.get() as f64,
     );
     w.finish()
 }

@@ -5,7 +5,10 @@
 //!
 //! In a cluster the node asked plans which node answers each partition (its leader, else
 //! another in-sync replica), asks them in parallel over [`PARTIAL_PATH`], retries a
-//! partition on its next replica when a node fails, and merges: every partition once.
+//! partition on its next replica when a node fails, and merges: every partition once. As
+//! Elasticsearch's query and fetch phases, the nodes first answer only what the hits sort by;
+//! the records of the final page alone are then read and rendered, each by the node that
+//! found it ([`FETCH_PATH`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use spate_search::dsl::{Operator, Query as DslQuery};
 use spate_search::request::{check_window, parse_sort, SearchRequest};
-use spate_search::search::{self, Partial};
+use spate_search::search::{self, Partial, PartialHit};
 use spate_search::service::{PlannedPartition, Preference, Source};
 use spate_search::{SearchError, SearchService};
 
@@ -34,6 +37,12 @@ pub fn routes() -> Router<Arc<HttpState>> {
         .route("/{topics}/_search", get(search).post(search))
         .route("/{topics}/_count", get(count).post(count))
         .route(PARTIAL_PATH, post(partial_call))
+        .route(FETCH_PATH, post(fetch_call))
+}
+
+/// The node-to-node paths of a search (answered to other nodes only).
+pub fn is_internal_path(path: &str) -> bool {
+    path == PARTIAL_PATH || path == FETCH_PATH
 }
 
 /// True for paths a search client may POST to without the admin token (they read, like a
@@ -41,7 +50,7 @@ pub fn routes() -> Router<Arc<HttpState>> {
 pub fn is_search_path(path: &str) -> bool {
     // The admin API is never a search, whatever its last segment (a topic named `_search`).
     !path.starts_with("/admin/")
-        && (path.ends_with("/_search") || path.ends_with("/_count") || path == PARTIAL_PATH)
+        && (path.ends_with("/_search") || path.ends_with("/_count") || is_internal_path(path))
 }
 
 fn error(e: SearchError) -> Response {
@@ -123,6 +132,21 @@ struct PartialCall {
     body: String,
     /// `_count` rather than `_search`.
     count: bool,
+    /// The caller fetches the final page's records afterwards ([`FETCH_PATH`]): answer hits
+    /// unrendered. Callers from before the fetch phase leave it out and get them rendered.
+    #[serde(default)]
+    fetch_later: bool,
+}
+
+/// The internal call a node makes to have another render the hits of the final page it found.
+#[derive(Serialize, Deserialize)]
+struct FetchCall {
+    /// The client's URL parameters.
+    params: HashMap<String, String>,
+    /// The client's body, as sent.
+    body: String,
+    /// The hits to render.
+    hits: Vec<PartialHit>,
 }
 
 /// What a node answers to a [`PartialCall`].
@@ -148,9 +172,11 @@ struct Attempt {
     last: Option<(Option<i32>, String)>,
 }
 
-/// What a search gathered: answers, and partitions no source could answer.
+/// What a search gathered: answers (with who gave each), and partitions no source could
+/// answer.
 struct Gathered {
     partials: Vec<Partial>,
+    sources: Vec<Source>,
     failures: Vec<Failure>,
 }
 
@@ -165,7 +191,9 @@ async fn ask(
 ) -> Result<PartialAnswer, SearchError> {
     match source {
         Source::Local => {
-            let (partial, missing) = service.partial(partitions, req.clone(), call.count).await?;
+            let (partial, missing) = service
+                .partial(partitions, req.clone(), call.count, !call.fetch_later)
+                .await?;
             Ok(PartialAnswer { partial, missing })
         }
         Source::Node { addr, .. } => {
@@ -174,6 +202,7 @@ async fn ask(
                 params: call.params.clone(),
                 body: call.body.clone(),
                 count: call.count,
+                fetch_later: call.fetch_later,
             })
             .map_err(|e| SearchError::Index {
                 reason: e.to_string(),
@@ -222,6 +251,7 @@ async fn gather(
 ) -> Result<Gathered, SearchError> {
     let mut gathered = Gathered {
         partials: Vec::new(),
+        sources: Vec::new(),
         failures: Vec::new(),
     };
     let mut pending: Vec<Attempt> = plan
@@ -268,8 +298,13 @@ async fn gather(
                 Source::Node { id, .. } => Some(*id),
             };
             match result {
-                Ok(answer) => {
+                Ok(mut answer) => {
+                    let at = gathered.partials.len();
+                    for h in &mut answer.partial.hits {
+                        h.answer = at;
+                    }
                     gathered.partials.push(answer.partial);
+                    gathered.sources.push(source.clone());
                     for a in parts {
                         let p = &a.partition;
                         if answer
@@ -348,6 +383,7 @@ pub(crate) async fn search_value(
         params,
         body: String::from_utf8_lossy(body).into_owned(),
         count: answer == Answer::Count,
+        fetch_later: answer == Answer::Hits,
     };
     let gathered = gather(s, service, plan, &call, &req).await?;
     let failed = gathered.failures.len();
@@ -375,7 +411,11 @@ pub(crate) async fn search_value(
         Answer::Count => json!({
             "count": gathered.partials.iter().map(|p| p.total).sum::<usize>(),
         }),
-        Answer::Hits => search::merge(gathered.partials, &req)?,
+        Answer::Hits => {
+            let mut merged = search::merge_page(gathered.partials, &req)?;
+            fetch(s, service, &gathered.sources, &call, &req, &mut merged.page).await?;
+            search::answer(merged, &req)
+        }
     };
     if failed == 0 {
         // Elasticsearch lists failures only when there are some.
@@ -386,8 +426,108 @@ pub(crate) async fn search_value(
     Ok(v)
 }
 
+/// The fetch phase: each hit of the final `page` is rendered by the source that found it
+/// (this node, or another over [`FETCH_PATH`]). A node that fails now leaves its hits with
+/// only their ids and sort values, as Elasticsearch answers hits whose fetch failed.
+async fn fetch(
+    s: &HttpState,
+    service: &SearchService,
+    sources: &[Source],
+    call: &PartialCall,
+    req: &SearchRequest,
+    page: &mut [PartialHit],
+) -> Result<(), SearchError> {
+    let mut by_answer: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (i, h) in page.iter().enumerate() {
+        match by_answer.iter_mut().find(|(a, _)| *a == h.answer) {
+            Some((_, v)) => v.push(i),
+            None => by_answer.push((h.answer, vec![i])),
+        }
+    }
+    let calls = by_answer.into_iter().map(|(answer, at)| {
+        let hits: Vec<PartialHit> = at.iter().map(|i| page[*i].clone()).collect();
+        async move {
+            let rendered = match sources.get(answer) {
+                Some(Source::Local) => service.render(hits, req.clone()).await,
+                Some(Source::Node { addr, .. }) => fetch_from(s, service, addr, call, hits).await,
+                None => Err(SearchError::Index {
+                    reason: "a hit of no answer".into(),
+                }),
+            };
+            (at, rendered)
+        }
+    });
+    for (at, rendered) in futures::future::join_all(calls).await {
+        match rendered {
+            Ok(hits) if hits.len() == at.len() => {
+                for (i, h) in at.into_iter().zip(hits) {
+                    page[i].hit = h.hit;
+                }
+            }
+            Ok(_) => tracing::warn!("a node rendered another number of hits than asked"),
+            Err(e @ SearchError::Timeout(_)) => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "rendering hits failed; they are answered without their records")
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Asks the node at `addr` to render `hits` (its own partitions').
+async fn fetch_from(
+    s: &HttpState,
+    service: &SearchService,
+    addr: &str,
+    call: &PartialCall,
+    hits: Vec<PartialHit>,
+) -> Result<Vec<PartialHit>, SearchError> {
+    let body = serde_json::to_vec(&FetchCall {
+        params: call.params.clone(),
+        body: call.body.clone(),
+        hits,
+    })
+    .map_err(|e| SearchError::Index {
+        reason: e.to_string(),
+    })?;
+    let limit = service.query_timeout() + Duration::from_secs(2);
+    let answer = peer::post_json(s.peer_tls(), addr, FETCH_PATH, body, s.token(), limit)
+        .await
+        .map_err(|e| SearchError::Index {
+            reason: e.to_string(),
+        })?;
+    if answer.status != 200 {
+        return Err(remote_error(answer.status, &answer.body));
+    }
+    serde_json::from_slice(&answer.body).map_err(|e| SearchError::Index {
+        reason: format!("node at {addr} answered something unreadable: {e}"),
+    })
+}
+
+/// Another node's [`FetchCall`]: renders the hits of this node's partitions.
+async fn fetch_call(State(s): State<Arc<HttpState>>, body: Bytes) -> Response {
+    let service = match service(&s) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let call: FetchCall = match serde_json::from_slice(&body) {
+        Ok(c) => c,
+        Err(e) => return error(SearchError::parsing(format!("not a fetch call: {e}"))),
+    };
+    let req = match request(&call.params, &Bytes::from(call.body.into_bytes())) {
+        Ok(r) => r,
+        Err(e) => return error(e),
+    };
+    match service.render(call.hits, req).await {
+        Ok(hits) => Json(hits).into_response(),
+        Err(e) => error(e),
+    }
+}
+
 /// Where a node asks another to search some of its partitions.
 pub const PARTIAL_PATH: &str = "/_internal/search/partial";
+/// Where a node asks another to render the hits of a final page that it found.
+pub const FETCH_PATH: &str = "/_internal/search/fetch";
 
 /// Another node's [`PartialCall`]: searches the partitions named, never forwards further.
 async fn partial_call(State(s): State<Arc<HttpState>>, body: Bytes) -> Response {
@@ -407,7 +547,11 @@ async fn partial_call(State(s): State<Arc<HttpState>>, body: Bytes) -> Response 
         Ok(r) => r,
         Err(e) => return error(e),
     };
-    match service.partial(call.partitions, req, call.count).await {
+    let render = !call.fetch_later;
+    match service
+        .partial(call.partitions, req, call.count, render)
+        .await
+    {
         Ok((partial, missing)) => Json(PartialAnswer { partial, missing }).into_response(),
         Err(e) => error(e),
     }

@@ -8,8 +8,11 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use spate_broker::search_config::SearchSettings;
+use tantivy::directory::MmapDirectory;
 use tantivy::query::RangeQuery;
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{
+    Directory, Index, IndexReader, IndexSettings, IndexWriter, ReloadPolicy, TantivyDocument, Term,
+};
 
 use crate::error::SearchError;
 use crate::schema::IndexSchema;
@@ -45,6 +48,8 @@ pub struct PartitionIndex {
     reader: IndexReader,
     /// Offset after the last committed (searchable) record.
     committed_offset: AtomicI64,
+    /// Indexing memory of a writer (for one made anew after a failure).
+    writer_memory_bytes: usize,
 }
 
 /// How an index was opened.
@@ -85,12 +90,26 @@ impl PartitionIndex {
         settings: &SearchSettings,
         writer_memory_bytes: usize,
     ) -> Result<Opened, SearchError> {
+        Self::open_on(dir, topic, partition, settings, writer_memory_bytes, &|d| {
+            Ok(Box::new(MmapDirectory::open(d)?))
+        })
+    }
+
+    /// [`PartitionIndex::open`] with the files behind `directory` (tests put faults there).
+    pub(crate) fn open_on(
+        dir: &Path,
+        topic: &str,
+        partition: i32,
+        settings: &SearchSettings,
+        writer_memory_bytes: usize,
+        directory: &dyn Fn(&Path) -> tantivy::Result<Box<dyn Directory>>,
+    ) -> Result<Opened, SearchError> {
         let schema = IndexSchema::build(settings);
         let fingerprint = settings.fingerprint();
         let mut rebuilt = None;
         let mut existing = None;
         if dir.join("meta.json").exists() {
-            match Index::open_in_dir(dir) {
+            match directory(dir).and_then(Index::open) {
                 Ok(index) if index.schema() != schema.schema => {
                     rebuilt = Some("its schema differs from the topic's settings".to_string())
                 }
@@ -136,7 +155,12 @@ impl PartitionIndex {
                 std::fs::create_dir_all(dir).map_err(|e| SearchError::Index {
                     reason: format!("creating {}: {e}", dir.display()),
                 })?;
-                (Index::create_in_dir(dir, schema.schema.clone())?, None)
+                let index = Index::create(
+                    directory(dir)?,
+                    schema.schema.clone(),
+                    IndexSettings::default(),
+                )?;
+                (index, None)
             }
         };
         let writer =
@@ -155,6 +179,7 @@ impl PartitionIndex {
                 index,
                 reader,
                 committed_offset: AtomicI64::new(resume_at.unwrap_or(-1)),
+                writer_memory_bytes,
             },
             writer,
             resume_at,
@@ -193,6 +218,45 @@ impl PartitionIndex {
         self.reader.reload()?;
         self.committed_offset.store(next_offset, Ordering::Release);
         Ok(())
+    }
+
+    /// After `writer` failed (a full disk, an I/O error, a killed indexing thread): drops
+    /// everything it held since the last commit, making a new writer if it cannot roll back,
+    /// and answers the progress of the last commit on disk (`None`: nothing committed), from
+    /// which indexing must go on. It reads the progress back from the disk rather than trusting
+    /// [`PartitionIndex::committed_offset`]: a commit that failed after writing its metadata
+    /// did commit.
+    /// `None` in `writer` (a writer that could not be made last time) is made here.
+    pub fn recover(&self, writer: &mut Option<IndexWriter>) -> Result<Option<i64>, SearchError> {
+        // tantivy's rollback makes a new writer from the old one's directory lock. When that
+        // fails the lock is gone with it: the writer is dropped (rolling it back again would
+        // find no lock and panic) and a new one made.
+        if let Some(w) = writer.as_mut() {
+            if w.rollback().is_err() {
+                *writer = None;
+            }
+        }
+        if writer.is_none() {
+            *writer = Some(self.index.writer_with_num_threads(
+                1,
+                self.writer_memory_bytes.max(MIN_WRITER_MEMORY_BYTES),
+            )?);
+        }
+        let metas = self.index.load_metas()?;
+        let progress = match metas.payload.as_deref() {
+            Some(p) => Some(
+                serde_json::from_str::<Progress>(p)
+                    .map_err(|e| SearchError::Index {
+                        reason: format!("reading the last commit's progress: {e}"),
+                    })?
+                    .next_offset,
+            ),
+            None => None,
+        };
+        self.reader.reload()?;
+        self.committed_offset
+            .store(progress.unwrap_or(-1), Ordering::Release);
+        Ok(progress)
     }
 
     /// Queues the deletion of every document with an offset below `offset` (retention).

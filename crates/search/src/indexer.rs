@@ -1,7 +1,10 @@
 //! The background indexer of one searchable partition: a thread that reads the log from the
 //! index's progress up to the high watermark (never above it, never on the produce path),
 //! adds the records to the index and commits at least every `commit_interval`. Under
-//! overload it falls behind (the lag metrics show it); producers never wait for it.
+//! overload it falls behind (the lag metrics show it); producers never wait for it. When the
+//! index's writer fails (a full disk, an I/O error) everything since the last commit is
+//! dropped and indexing goes on from that commit's progress once the writer works again:
+//! progress never passes a record that is not committed.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -88,9 +91,12 @@ impl Indexer {
             let mut run = Run {
                 partition,
                 index,
-                writer,
+                writer: Some(writer),
                 next: resume_at,
                 applied_start: i64::MIN,
+                uncommitted_cut: None,
+                lost_cut: None,
+                failed: false,
                 settings,
                 metrics,
                 shared,
@@ -133,9 +139,16 @@ impl Indexer {
 struct Run {
     partition: Arc<Partition>,
     index: Arc<PartitionIndex>,
-    writer: IndexWriter,
+    /// `None` only while a failed writer could not be replaced yet.
+    writer: Option<IndexWriter>,
     next: Option<i64>,
     applied_start: i64,
+    /// The lowest log cut whose deletions are queued but not committed yet.
+    uncommitted_cut: Option<i64>,
+    /// A cut whose queued deletions a failure dropped: queued again by the next step.
+    lost_cut: Option<i64>,
+    /// The last step failed: the writer is recovered before the next one.
+    failed: bool,
     settings: IndexerSettings,
     metrics: Arc<IndexMetrics>,
     shared: Arc<SearchMetrics>,
@@ -152,6 +165,14 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The lower of two optional cuts.
+fn min_cut(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 impl Run {
     fn run(&mut self, stop: &Stop, rt: &tokio::runtime::Handle) -> Result<(), SearchError> {
         let mut hw_watch = self.partition.watch_high_watermark();
@@ -162,6 +183,19 @@ impl Run {
         while !stop.requested() {
             // Moves of the high watermark from here on wake the wait below.
             hw_watch.borrow_and_update();
+            if self.failed {
+                match self.recover() {
+                    Ok(()) => self.failed = false,
+                    Err(e) => {
+                        failures += 1;
+                        if failures == 1 || failures % 60 == 0 {
+                            tracing::warn!(topic = %self.index.topic, partition = self.index.partition, error = %e, "search index writer cannot recover yet; retrying");
+                        }
+                        stop.pause(rt, Duration::from_millis(500));
+                        continue;
+                    }
+                }
+            }
             match self.step() {
                 Ok(true) => {
                     failures = 0;
@@ -169,7 +203,9 @@ impl Run {
                 }
                 Ok(false) => failures = 0,
                 Err(e) => {
-                    // A failed read or write is retried after a pause, never in a hot loop.
+                    // A failed read or write is retried after a pause, never in a hot loop,
+                    // from the last commit (what the writer held since may be lost).
+                    self.failed = true;
                     failures += 1;
                     if failures == 1 || failures % 60 == 0 {
                         tracing::warn!(topic = %self.index.topic, partition = self.index.partition, error = %e, "search indexing step failed; retrying");
@@ -204,7 +240,7 @@ impl Run {
                 });
             }
         }
-        if self.dirty {
+        if self.dirty && !self.failed {
             if let Some(next) = self.next {
                 self.commit(next)?;
             }
@@ -212,13 +248,36 @@ impl Run {
         Ok(())
     }
 
+    fn writer(&mut self) -> Result<&mut IndexWriter, SearchError> {
+        self.writer.as_mut().ok_or_else(|| SearchError::Index {
+            reason: "the index writer failed and is not recovered".into(),
+        })
+    }
+
     fn commit(&mut self, next: i64) -> Result<(), SearchError> {
         let started = Instant::now();
-        self.index.commit(&mut self.writer, next)?;
+        let index = self.index.clone();
+        index.commit(self.writer()?, next)?;
         self.shared
             .commit_latency_us
             .observe(started.elapsed().as_micros() as u64);
         self.dirty = false;
+        self.uncommitted_cut = None;
+        self.last_commit = Instant::now();
+        Ok(())
+    }
+
+    /// Drops what the writer held since the last commit and goes back to that commit's
+    /// progress; deletions queued since (retention, log cuts) are queued again by the next
+    /// step.
+    fn recover(&mut self) -> Result<(), SearchError> {
+        let committed = self.index.recover(&mut self.writer)?;
+        self.metrics.writer_recoveries.inc();
+        tracing::info!(topic = %self.index.topic, partition = self.index.partition, resume_at = ?committed, "search index writer recovered; indexing again from the last commit");
+        self.next = committed;
+        self.dirty = false;
+        self.applied_start = i64::MIN;
+        self.lost_cut = min_cut(self.lost_cut, self.uncommitted_cut.take());
         self.last_commit = Instant::now();
         Ok(())
     }
@@ -231,11 +290,13 @@ impl Run {
         let start = self.partition.log_start_offset();
         let end = self.partition.log_end_offset();
         let mut next = self.next.unwrap_or(start);
-        if let Some(cut) = self.partition.take_lowest_cut() {
+        let index = self.index.clone();
+        if let Some(cut) = min_cut(self.partition.take_lowest_cut(), self.lost_cut.take()) {
             if cut < next {
                 // The log lost records this index holds, and may have new ones at their
                 // offsets already: drop everything from the cut and index again from there.
-                self.index.delete_from(&self.writer, cut)?;
+                index.delete_from(self.writer()?, cut)?;
+                self.uncommitted_cut = min_cut(self.uncommitted_cut, Some(cut));
                 next = cut.max(start);
                 self.dirty = true;
             }
@@ -243,7 +304,7 @@ impl Run {
         if start > self.applied_start {
             // Retention removed segments: their records leave the index too.
             if self.applied_start != i64::MIN || next > start {
-                self.index.delete_below(&self.writer, start)?;
+                index.delete_below(self.writer()?, start)?;
                 self.dirty = true;
             }
             self.applied_start = start;
@@ -254,7 +315,8 @@ impl Run {
         }
         if next > end {
             // The log was cut below what was indexed (a replica's divergent tail).
-            self.index.delete_from(&self.writer, end)?;
+            index.delete_from(self.writer()?, end)?;
+            self.uncommitted_cut = min_cut(self.uncommitted_cut, Some(end));
             next = end;
             self.dirty = true;
         }
@@ -284,7 +346,7 @@ impl Run {
                 );
                 self.metrics.unmapped_fields.add(skipped.unmapped);
                 self.metrics.mapping_conflicts.add(skipped.conflicts);
-                self.index.add(&self.writer, doc)?;
+                index.add(self.writer()?, doc)?;
                 added += 1;
             }
             self.metrics.indexed_records.add(added);
@@ -307,5 +369,101 @@ impl Run {
                 .store(now_ms(), Ordering::Relaxed);
         }
         Ok(more)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use spate_broker::search_config::{SearchSettings, ValueFormat};
+    use spate_broker::TopicConfig;
+
+    use super::*;
+    use crate::index::MIN_WRITER_MEMORY_BYTES;
+    use crate::testing::{append, broker, FullDisk};
+
+    async fn until(what: &str, mut ok: impl FnMut() -> bool) {
+        // Generous: this bounds a hang, it measures nothing.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ok() {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_disk_neither_loses_nor_repeats_records_once_space_is_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker(&dir);
+        let topic = broker
+            .topics
+            .create("full", 1, TopicConfig::default(), false)
+            .unwrap()
+            .unwrap();
+        let p = topic.partition(0).unwrap();
+        let settings = SearchSettings {
+            enabled: true,
+            format: ValueFormat::Json,
+            fields: Vec::new(),
+            store_value: false,
+            max_fields: 1000,
+        };
+        let full = Arc::new(AtomicBool::new(false));
+        let disk = full.clone();
+        let opened = PartitionIndex::open_on(
+            &dir.path().join("index"),
+            "full",
+            0,
+            &settings,
+            MIN_WRITER_MEMORY_BYTES,
+            &move |d| Ok(Box::new(FullDisk::open(d, disk.clone())?)),
+        )
+        .unwrap();
+        let index = Arc::new(opened.index);
+        let metrics = Arc::new(IndexMetrics::default());
+        let indexer = Indexer::start(
+            p.clone(),
+            index.clone(),
+            opened.writer,
+            opened.resume_at,
+            IndexerSettings {
+                commit_interval: Duration::from_millis(20),
+                read_bytes: 1 << 20,
+                idle_poll: Duration::from_millis(50),
+                step_delay: Duration::from_millis(5),
+            },
+            metrics.clone(),
+            Arc::new(SearchMetrics::default()),
+            tokio::runtime::Handle::current(),
+        )
+        .unwrap();
+        append(&p, &["a1", "a2", "a3"]);
+        until("the first records are committed", || {
+            index.committed_offset() == 3
+        })
+        .await;
+
+        // The disk fills: commits fail, the writer loses what it held, and is recovered.
+        full.store(true, Ordering::SeqCst);
+        append(&p, &["b1", "b2", "b3"]);
+        until("a failed commit is recovered from", || {
+            metrics.writer_recoveries.get() >= 1
+        })
+        .await;
+        assert_eq!(
+            index.committed_offset(),
+            3,
+            "progress passed records that were never committed"
+        );
+
+        // Space is back: every record is searchable, each once.
+        full.store(false, Ordering::SeqCst);
+        until("the records written meanwhile are committed", || {
+            index.committed_offset() == 6
+        })
+        .await;
+        assert_eq!(index.searcher().num_docs(), 6, "records lost or repeated");
+        indexer.stop();
     }
 }

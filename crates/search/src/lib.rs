@@ -26,6 +26,8 @@ pub mod request;
 pub mod schema;
 pub mod search;
 pub mod service;
+#[cfg(test)]
+mod testing;
 
 pub use error::SearchError;
 pub use service::{SearchConfig, SearchService};

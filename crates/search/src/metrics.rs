@@ -19,6 +19,8 @@ pub struct IndexMetrics {
     pub unmapped_fields: Counter,
     /// JSON values left out because they did not fit their field's mapped type.
     pub mapping_conflicts: Counter,
+    /// Times the index writer failed and indexing went back to the last commit.
+    pub writer_recoveries: Counter,
 }
 
 impl IndexMetrics {
@@ -40,6 +42,8 @@ pub struct SearchMetrics {
     pub query_latency_us: Histogram,
     /// Searches answered with an error.
     pub query_errors: Counter,
+    /// Records read to render hits (`_source`, highlights, fields).
+    pub records_rendered: Counter,
 }
 
 impl Default for SearchMetrics {
@@ -48,6 +52,7 @@ impl Default for SearchMetrics {
             commit_latency_us: Histogram::latency(),
             query_latency_us: Histogram::latency(),
             query_errors: Counter::default(),
+            records_rendered: Counter::default(),
         }
     }
 }

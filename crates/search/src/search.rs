@@ -16,11 +16,11 @@ use tantivy::aggregation::{
     AggContextParams, AggregationLimitsGuard, DistributedAggregationCollector,
 };
 use tantivy::collector::sort_key::{SortByErasedType, SortByStaticFastValue};
-use tantivy::collector::{Count, TopDocs};
-use tantivy::query::Query as TQuery;
-use tantivy::schema::{OwnedValue, Value as _};
+use tantivy::collector::{Count, MultiCollector, TopDocs};
+use tantivy::query::{Query as TQuery, TermQuery};
+use tantivy::schema::{IndexRecordOption, OwnedValue, Value as _};
 use tantivy::snippet::SnippetGenerator;
-use tantivy::{DocAddress, Order, Searcher, TantivyDocument};
+use tantivy::{DocAddress, Order, Searcher, TantivyDocument, Term};
 
 use crate::dsl::{compile, Bound, Limits, Query};
 use crate::error::SearchError;
@@ -47,7 +47,6 @@ struct Candidate {
     offset: i64,
     score: Option<f32>,
     target: usize,
-    address: DocAddress,
 }
 
 fn owned_to_json(v: &OwnedValue) -> Value {
@@ -600,8 +599,15 @@ struct PartResult {
     total: usize,
     hits: Vec<Candidate>,
     aggs: Option<IntermediateAggregationResults>,
-    searcher: Searcher,
-    query: Box<dyn TQuery>,
+}
+
+/// Aggregation errors are the request's fault (a bad field or interval), answered as 400.
+fn aggregation_error(e: tantivy::TantivyError) -> SearchError {
+    match e {
+        tantivy::TantivyError::AggregationError(a) => SearchError::illegal(format!("[aggs] {a}")),
+        tantivy::TantivyError::InvalidArgument(a) => SearchError::illegal(format!("[aggs] {a}")),
+        other => other.into(),
+    }
 }
 
 fn search_one(
@@ -630,120 +636,141 @@ fn search_one(
             ]));
         }
     }
-    let total = searcher.search(&*query, &Count)?;
-    let window = req.from + req.size;
-    let mut hits = Vec::new();
+    let window = if count_only { 0 } else { req.from + req.size };
     let by_score_desc = sort_name.is_none() && req.sort.direction == Direction::Desc;
-    if !count_only && window > 0 && total > 0 && by_score_desc {
-        // Plain top-k by score lets tantivy skip blocks that cannot reach the top (block-max
-        // WAND); a tie-breaking order would score every match. Ties keep tantivy's order (the
-        // doc address), as Elasticsearch keeps its internal doc order; offsets are read after.
-        for (score, address) in
-            searcher.search(&*query, &TopDocs::with_limit(window).order_by_score())?
-        {
-            let offset = searcher
-                .segment_reader(address.segment_ord)
-                .fast_fields()
-                .i64("offset")
-                .ok()
-                .and_then(|c| c.first(address.doc_id))
-                .unwrap_or(-1);
-            hits.push(Candidate {
-                key: OwnedValue::F64(f64::from(score)),
-                partition: t.index.partition,
-                offset,
-                score: Some(score),
-                target: ti,
-                address,
-            });
-        }
-    } else if !count_only && window > 0 && total > 0 {
-        let order = match req.sort.direction {
-            Direction::Asc => Order::Asc,
-            Direction::Desc => Order::Desc,
-        };
-        let primary = match &sort_name {
-            None => SortByErasedType::for_score(),
-            // An unmapped sort field: every hit has no value; order by offset alone.
-            Some(n) if n.is_empty() => SortByErasedType::for_field("offset"),
-            Some(n) => SortByErasedType::for_field(n),
-        };
-        let collector = TopDocs::with_limit(window).order_by((
-            (primary, order),
-            (SortByStaticFastValue::<i64>::for_field("offset"), order),
-        ));
-        for ((key, offset), address) in searcher.search(&*query, &collector)? {
-            let score = match (&sort_name, &key) {
-                (None, OwnedValue::F64(f)) => Some(*f as f32),
-                _ => None,
-            };
-            hits.push(Candidate {
-                key,
-                partition: t.index.partition,
-                offset: offset.unwrap_or(-1),
-                score,
-                target: ti,
-                address,
-            });
-        }
-    }
-    let aggs = match (&req.aggs, count_only) {
-        (Some(a), false) => {
-            let mapped = parse_aggs(map_aggs(a, schema)?)?;
-            let collector = DistributedAggregationCollector::from_aggs(mapped, agg_context());
-            Some(searcher.search(&*query, &collector).map_err(|e| match e {
-                tantivy::TantivyError::AggregationError(a) => {
-                    SearchError::illegal(format!("[aggs] {a}"))
-                }
-                tantivy::TantivyError::InvalidArgument(a) => {
-                    SearchError::illegal(format!("[aggs] {a}"))
-                }
-                other => other.into(),
-            })?)
-        }
+    let aggregations = match (&req.aggs, count_only) {
+        (Some(a), false) => Some(DistributedAggregationCollector::from_aggs(
+            parse_aggs(map_aggs(a, schema)?)?,
+            agg_context(),
+        )),
         _ => None,
     };
-    Ok(PartResult {
-        total,
-        hits,
-        aggs,
-        searcher,
-        query,
-    })
+    let offset_of = |address: DocAddress| {
+        searcher
+            .segment_reader(address.segment_ord)
+            .fast_fields()
+            .i64("offset")
+            .ok()
+            .and_then(|c| c.first(address.doc_id))
+            .unwrap_or(-1)
+    };
+    let by_score = |score: f32, address: DocAddress| Candidate {
+        key: OwnedValue::F64(f64::from(score)),
+        partition: t.index.partition,
+        offset: offset_of(address),
+        score: Some(score),
+        target: ti,
+    };
+    let mut hits = Vec::new();
+    let mut aggs = None;
+    let total;
+    if count_only || (by_score_desc && aggregations.is_none()) {
+        // Counting alone takes tantivy's fast path (often no scan at all), and plain top-k by
+        // score lets it skip blocks that cannot reach the top (block-max WAND); a tie-breaking
+        // order would score every match. Ties keep tantivy's order (the doc address), as
+        // Elasticsearch keeps its internal doc order; offsets are read after.
+        total = searcher.search(&*query, &Count)?;
+        if window > 0 && total > 0 {
+            let top = TopDocs::with_limit(window).order_by_score();
+            for (score, address) in searcher.search(&*query, &top)? {
+                hits.push(by_score(score, address));
+            }
+        }
+    } else {
+        // Everything else visits every match anyway: the count, the top hits and the
+        // aggregations are collected in that one pass.
+        let mut pass = MultiCollector::new();
+        let counted = pass.add_collector(Count);
+        let aggregated = aggregations.map(|c| pass.add_collector(c));
+        let mut fruits;
+        if by_score_desc {
+            let top = (window > 0)
+                .then(|| pass.add_collector(TopDocs::with_limit(window).order_by_score()));
+            fruits = searcher.search(&*query, &pass).map_err(aggregation_error)?;
+            for (score, address) in top.map(|h| h.extract(&mut fruits)).unwrap_or_default() {
+                hits.push(by_score(score, address));
+            }
+        } else {
+            let order = match req.sort.direction {
+                Direction::Asc => Order::Asc,
+                Direction::Desc => Order::Desc,
+            };
+            let primary = match &sort_name {
+                None => SortByErasedType::for_score(),
+                // An unmapped sort field: every hit has no value; order by offset alone.
+                Some(n) if n.is_empty() => SortByErasedType::for_field("offset"),
+                Some(n) => SortByErasedType::for_field(n),
+            };
+            let top = (window > 0).then(|| {
+                pass.add_collector(TopDocs::with_limit(window).order_by((
+                    (primary, order),
+                    (SortByStaticFastValue::<i64>::for_field("offset"), order),
+                )))
+            });
+            fruits = searcher.search(&*query, &pass).map_err(aggregation_error)?;
+            for ((key, offset), _) in top.map(|h| h.extract(&mut fruits)).unwrap_or_default() {
+                let score = match (&sort_name, &key) {
+                    (None, OwnedValue::F64(f)) => Some(*f as f32),
+                    _ => None,
+                };
+                hits.push(Candidate {
+                    key,
+                    partition: t.index.partition,
+                    offset: offset.unwrap_or(-1),
+                    score,
+                    target: ti,
+                });
+            }
+        }
+        total = counted.extract(&mut fruits);
+        aggs = aggregated.map(|h| h.extract(&mut fruits));
+    }
+    Ok(PartResult { total, hits, aggs })
 }
 
-/// The record behind a hit: from the index when it stores records, else from the log. The
-/// last batch decoded per partition is kept in `cache`, as neighbouring hits often share it.
+/// The record at `offset` of target `ti`: from the index when it stores records, else from the
+/// log. The last batch decoded per partition is kept in `cache`, as neighbouring hits often
+/// share it.
 fn fetch_record(
     t: &Target,
-    part: &PartResult,
-    c: &Candidate,
+    ti: usize,
+    searcher: &Searcher,
+    offset: i64,
     cache: &mut std::collections::HashMap<usize, Vec<LogRecord>>,
 ) -> Option<LogRecord> {
     if let Some(f) = t.index.schema.stored_record {
-        let doc: TantivyDocument = part.searcher.doc(c.address).ok()?;
+        let exact = TermQuery::new(
+            Term::from_field_i64(t.index.schema.offset, offset),
+            IndexRecordOption::Basic,
+        );
+        let (_, address) = *searcher
+            .search(&exact, &TopDocs::with_limit(1).order_by_score())
+            .ok()?
+            .first()?;
+        let doc: TantivyDocument = searcher.doc(address).ok()?;
         let bytes = doc.get_first(f).and_then(|v| v.as_bytes())?.to_vec();
-        return decode_stored(c.offset, &bytes).ok();
+        return decode_stored(offset, &bytes).ok();
     }
     let find = |records: &Vec<LogRecord>| {
         records
-            .binary_search_by_key(&c.offset, |r| r.offset)
+            .binary_search_by_key(&offset, |r| r.offset)
             .ok()
             .map(|i| records[i].clone())
     };
-    if let Some(r) = cache.get(&c.target).and_then(find) {
+    if let Some(r) = cache.get(&ti).and_then(find) {
         return Some(r);
     }
-    let read = t.partition.read(c.offset, 64 * 1024, true).ok()?;
-    let records = decode_batches(&read.records, c.offset).records;
+    let read = t.partition.read(offset, 64 * 1024, true).ok()?;
+    let records = decode_batches(&read.records, offset).records;
     let found = find(&records);
-    cache.insert(c.target, records);
+    cache.insert(ti, records);
     found
 }
 
 fn highlight(
     t: &Target,
-    part: &PartResult,
+    searcher: &Searcher,
+    query: &dyn TQuery,
     r: &LogRecord,
     h: &crate::request::Highlight,
 ) -> Option<Value> {
@@ -780,8 +807,7 @@ fn highlight(
             }
             _ => Vec::new(),
         };
-        let Ok(mut generator) = SnippetGenerator::create(&part.searcher, &*part.query, res.field)
-        else {
+        let Ok(mut generator) = SnippetGenerator::create(searcher, query, res.field) else {
             continue;
         };
         generator.set_max_num_chars(h.fragment_size);
@@ -816,8 +842,12 @@ pub struct PartialHit {
     pub offset: i64,
     /// Score, when sorting by score.
     pub score: Option<f32>,
-    /// The hit in Elasticsearch's shape.
+    /// The hit in Elasticsearch's shape: `_index`, `_id`, `_score` and `sort` once searched,
+    /// the record's parts (`_source`, `_kafka`, `highlight`, `fields`) once [`render`]ed.
     pub hit: Value,
+    /// Which answer the hit came in (the merging node's bookkeeping: who renders it).
+    #[serde(skip)]
+    pub answer: usize,
 }
 
 /// What some partitions answer to a search before it is merged with the rest: the top
@@ -883,14 +913,17 @@ fn hit_order(req: &SearchRequest, x: &PartialHit, y: &PartialHit) -> Ordering {
     primary.then(if desc { tie.reverse() } else { tie })
 }
 
-/// Searches `targets` (partitions of this node) and keeps the best `from + size` hits,
-/// rendered, for [`merge`] to combine with other nodes' partials.
+/// Searches `targets` (partitions of this node) and keeps the best `from + size` hits for
+/// [`merge`] to combine with other nodes' partials; with `render` their records are read and
+/// rendered too, else only the final page's are, later, by [`render`] (as Elasticsearch's
+/// query and fetch phases: a deep page reads `size` records, not `from + size` per node).
 pub fn partial(
     targets: &[Target],
     req: &SearchRequest,
     limits: &Limits,
     now_ms: i64,
     count_only: bool,
+    render_hits: bool,
 ) -> Result<Partial, SearchError> {
     let parts = targets
         .iter()
@@ -920,26 +953,18 @@ pub fn partial(
                     offset: c.offset,
                     score: c.score,
                     hit: Value::Null,
+                    answer: 0,
                 },
             ));
         }
     }
     all.sort_by(|a, b| hit_order(req, &a.2, &b.2));
     all.truncate(req.from + req.size);
-    let mut cache = std::collections::HashMap::new();
     let mut hits = Vec::with_capacity(all.len());
     for (pi, ci, mut h) in all {
-        let part = &parts[pi];
-        let c = &part.hits[ci];
-        let t = &targets[c.target];
-        // Without _source or highlights the record itself is not needed.
-        let record = if req.source.disabled && req.highlight.is_none() && req.fields.is_empty() {
-            None
-        } else {
-            fetch_record(t, part, c, &mut cache)
-        };
+        let c = &parts[pi].hits[ci];
         let mut hit = Map::new();
-        hit.insert("_index".into(), Value::from(t.index.topic.as_str()));
+        hit.insert("_index".into(), Value::from(h.topic.as_str()));
         hit.insert(
             "_id".into(),
             Value::from(format!("{}-{}", c.partition, c.offset)),
@@ -950,32 +975,17 @@ pub fn partial(
                 .map(|s| Value::from(s as f64))
                 .unwrap_or(Value::Null),
         );
-        if let Some(r) = &record {
-            let src = source(r, t.index.settings.format);
-            if let Some(s) = filter_source(src, &req.source) {
-                hit.insert("_source".into(), s);
-                hit.insert("_kafka".into(), kafka_meta(r, &t.index.topic, c.partition));
-            }
-            if let Some(hl) = req
-                .highlight
-                .as_ref()
-                .and_then(|h| highlight(t, part, r, h))
-            {
-                hit.insert("highlight".into(), hl);
-            }
-            if !req.fields.is_empty() {
-                let values = field_values(r, t.index.settings.format, &req.fields);
-                hit.insert("fields".into(), values);
-            }
-        }
         if field_sort {
             hit.insert(
                 "sort".into(),
-                json!([h.key.clone(), c.partition, c.offset, t.index.topic]),
+                json!([h.key.clone(), c.partition, c.offset, h.topic]),
             );
         }
         h.hit = Value::Object(hit);
         hits.push(h);
+    }
+    if render_hits {
+        render(targets, req, limits, now_ms, &mut hits)?;
     }
     let (aggs, aggs_request) = match (&req.aggs, targets.first()) {
         (Some(a), Some(t)) => {
@@ -1002,11 +1012,106 @@ pub fn partial(
     })
 }
 
+/// Reads the records of `hits` that belong to `targets` and adds their parts to each hit
+/// (`_source` and `_kafka`, `highlight`, `fields`, as `req` asks); answers how many records
+/// were read. A record gone meanwhile (retention) leaves its hit without them.
+pub fn render(
+    targets: &[Target],
+    req: &SearchRequest,
+    limits: &Limits,
+    now_ms: i64,
+    hits: &mut [PartialHit],
+) -> Result<usize, SearchError> {
+    // Without _source, highlights or fields the record itself is not needed.
+    if req.source.disabled && req.highlight.is_none() && req.fields.is_empty() {
+        return Ok(0);
+    }
+    let mut cache = std::collections::HashMap::new();
+    let mut opened: std::collections::HashMap<usize, (Searcher, Option<Box<dyn TQuery>>)> =
+        std::collections::HashMap::new();
+    let mut read = 0;
+    for h in hits.iter_mut() {
+        let Some(ti) = targets
+            .iter()
+            .position(|t| t.index.topic == h.topic && t.index.partition == h.partition)
+        else {
+            continue;
+        };
+        let t = &targets[ti];
+        let (searcher, query) = match opened.entry(ti) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let query = match &req.highlight {
+                    Some(_) => Some(compile(&req.query, &t.index.schema, limits, now_ms)?),
+                    None => None,
+                };
+                v.insert((t.index.searcher(), query))
+            }
+        };
+        let Some(r) = fetch_record(t, ti, searcher, h.offset, &mut cache) else {
+            continue;
+        };
+        read += 1;
+        let Value::Object(hit) = &mut h.hit else {
+            continue;
+        };
+        let src = source(&r, t.index.settings.format);
+        if let Some(s) = filter_source(src, &req.source) {
+            hit.insert("_source".into(), s);
+            hit.insert("_kafka".into(), kafka_meta(&r, &t.index.topic, h.partition));
+        }
+        if let (Some(h), Some(q)) = (&req.highlight, query.as_deref()) {
+            if let Some(hl) = highlight(t, searcher, q, &r, h) {
+                hit.insert("highlight".into(), hl);
+            }
+        }
+        if !req.fields.is_empty() {
+            let values = field_values(&r, t.index.settings.format, &req.fields);
+            hit.insert("fields".into(), values);
+        }
+    }
+    Ok(read)
+}
+
+/// Partials merged: the total, the final page's hits (not rendered yet when the partials were
+/// not) and the finished aggregations.
+pub struct Merged {
+    /// Hits matched.
+    pub total: usize,
+    /// The hits of the page asked for, in order.
+    pub page: Vec<PartialHit>,
+    aggregations: Option<Value>,
+    max_score: Option<f32>,
+}
+
 /// Combines partials (of this node and others) into the answer in Elasticsearch's shape
 /// (without `took` and `_shards`).
 pub fn merge(partials: Vec<Partial>, req: &SearchRequest) -> Result<Value, SearchError> {
-    let total: usize = partials.iter().map(|p| p.total).sum();
+    Ok(answer(merge_page(partials, req)?, req))
+}
+
+/// The answer in Elasticsearch's shape (without `took` and `_shards`) of merged partials.
+pub fn answer(merged: Merged, req: &SearchRequest) -> Value {
     let field_sort = matches!(req.sort.key, SortKey::Field(_));
+    let hits: Vec<Value> = merged.page.into_iter().map(|h| h.hit).collect();
+    let mut body = json!({
+        "timed_out": false,
+        "hits": {
+            "total": {"value": merged.total, "relation": "eq"},
+            "max_score": if field_sort { Value::Null } else { merged.max_score.map(|s| Value::from(s as f64)).unwrap_or(Value::Null) },
+            "hits": hits,
+        },
+    });
+    if let Some(a) = merged.aggregations {
+        body["aggregations"] = a;
+    }
+    body
+}
+
+/// Combines partials: orders their hits and keeps the page `req` asks for, and finishes the
+/// aggregations.
+pub fn merge_page(partials: Vec<Partial>, req: &SearchRequest) -> Result<Merged, SearchError> {
+    let total: usize = partials.iter().map(|p| p.total).sum();
     let mut all: Vec<PartialHit> = Vec::new();
     let mut merged: Option<IntermediateAggregationResults> = None;
     let mut aggs_request = None;
@@ -1024,33 +1129,19 @@ pub fn merge(partials: Vec<Partial>, req: &SearchRequest) -> Result<Value, Searc
         }
     }
     all.sort_by(|a, b| hit_order(req, a, b));
-    let mut max_score: Option<f32> = None;
-    let hits: Vec<Value> = all
-        .into_iter()
-        .skip(req.from)
-        .take(req.size)
-        .map(|h| {
-            if let Some(s) = h.score {
-                max_score = Some(max_score.map_or(s, |m| m.max(s)));
-            }
-            h.hit
-        })
-        .collect();
-    let mut body = json!({
-        "timed_out": false,
-        "hits": {
-            "total": {"value": total, "relation": "eq"},
-            "max_score": if field_sort { Value::Null } else { max_score.map(|s| Value::from(s as f64)).unwrap_or(Value::Null) },
-            "hits": hits,
-        },
-    });
+    let page: Vec<PartialHit> = all.into_iter().skip(req.from).take(req.size).collect();
+    let max_score = page
+        .iter()
+        .filter_map(|h| h.score)
+        .fold(None, |m: Option<f32>, s| Some(m.map_or(s, |m| m.max(s))));
+    let mut aggregations = None;
     if let Some(a) = &req.aggs {
         let mapped_request = aggs_request.clone();
         let request = match aggs_request {
             Some(Value::Object(m)) => parse_aggs(m)?,
             _ => parse_aggs(a.clone())?,
         };
-        let result = match merged {
+        let mut result = match merged {
             Some(m) => serde_json::to_value(
                 m.into_final_result(
                     request,
@@ -1063,11 +1154,15 @@ pub fn merge(partials: Vec<Partial>, req: &SearchRequest) -> Result<Value, Searc
             })?,
             None => json!({}),
         };
-        let mut result = result;
         es_shape_aggs(a, mapped_request.as_ref(), &mut result);
-        body["aggregations"] = result;
+        aggregations = Some(result);
     }
-    Ok(body)
+    Ok(Merged {
+        total,
+        page,
+        aggregations,
+        max_score,
+    })
 }
 
 /// Runs `req` over `targets` of this node alone and answers in Elasticsearch's shape
@@ -1078,7 +1173,7 @@ pub fn run(
     limits: &Limits,
     now_ms: i64,
 ) -> Result<Value, SearchError> {
-    let p = partial(targets, req, limits, now_ms, false)?;
+    let p = partial(targets, req, limits, now_ms, false, true)?;
     let shards = p.shards;
     let mut body = merge(vec![p], req)?;
     body["_shards"] = json!({"total": shards, "successful": shards, "skipped": 0, "failed": 0});

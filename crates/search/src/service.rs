@@ -104,6 +104,8 @@ pub struct PartitionStats {
     pub unmapped_fields: u64,
     /// JSON values left out: they did not fit their field's type.
     pub mapping_conflicts: u64,
+    /// Times the index writer failed and indexing went back to the last commit.
+    pub writer_recoveries: u64,
 }
 
 /// Where one partition's part of a search can run.
@@ -402,6 +404,7 @@ impl SearchService {
                 undecodable_batches: e.metrics.undecodable_batches.get(),
                 unmapped_fields: e.metrics.unmapped_fields.get(),
                 mapping_conflicts: e.metrics.mapping_conflicts.get(),
+                writer_recoveries: e.metrics.writer_recoveries.get(),
             })
             .collect();
         v.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
@@ -547,13 +550,57 @@ impl SearchService {
     }
 
     /// Searches the named partitions of this node and keeps the best `from + size` hits
-    /// (see [`search::partial`]); also answers which of them this node has no index for.
+    /// (see [`search::partial`]; rendered only with `render`); also answers which of them
+    /// this node has no index for.
     pub async fn partial(
         &self,
         partitions: Vec<(String, i32)>,
         req: SearchRequest,
         count_only: bool,
+        render: bool,
     ) -> Result<(Partial, Vec<(String, i32)>), SearchError> {
+        let (targets, missing) = self.targets(partitions);
+        let limits = self.limits;
+        let metrics = self.metrics.clone();
+        let partial = self
+            .run_limited(move || {
+                let p = search::partial(&targets, &req, &limits, now_ms(), count_only, false)?;
+                if !render {
+                    return Ok(p);
+                }
+                let mut p = p;
+                let read = search::render(&targets, &req, &limits, now_ms(), &mut p.hits)?;
+                metrics.records_rendered.add(read as u64);
+                Ok(p)
+            })
+            .await?;
+        Ok((partial, missing))
+    }
+
+    /// Renders the hits (of a merged page) that are in this node's partitions: reads their
+    /// records and adds `_source`, `_kafka`, highlights and fields (see [`search::render`]).
+    pub async fn render(
+        &self,
+        mut hits: Vec<search::PartialHit>,
+        req: SearchRequest,
+    ) -> Result<Vec<search::PartialHit>, SearchError> {
+        let wanted = hits
+            .iter()
+            .map(|h| (h.topic.clone(), h.partition))
+            .collect::<std::collections::BTreeSet<_>>();
+        let (targets, _) = self.targets(wanted.into_iter().collect());
+        let limits = self.limits;
+        let metrics = self.metrics.clone();
+        self.run_limited(move || {
+            let read = search::render(&targets, &req, &limits, now_ms(), &mut hits)?;
+            metrics.records_rendered.add(read as u64);
+            Ok(hits)
+        })
+        .await
+    }
+
+    /// The indexes of the named partitions this node has, and the names of those it has not.
+    fn targets(&self, partitions: Vec<(String, i32)>) -> (Vec<Target>, Vec<(String, i32)>) {
         let mut targets = Vec::new();
         let mut missing = Vec::new();
         {
@@ -573,11 +620,7 @@ impl SearchService {
                 }
             }
         }
-        let limits = self.limits;
-        let partial = self
-            .run_limited(move || search::partial(&targets, &req, &limits, now_ms(), count_only))
-            .await?;
-        Ok((partial, missing))
+        (targets, missing)
     }
 
     async fn run_limited<T: Send + 'static>(
@@ -653,42 +696,14 @@ fn glob(p: &str, s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{append, broker};
     use spate_broker::TopicConfig;
-
-    fn broker(dir: &tempfile::TempDir) -> Arc<Broker> {
-        Broker::open(spate_broker::BrokerConfig::new(
-            dir.path().join("data"),
-            "127.0.0.1",
-            9092,
-        ))
-        .unwrap()
-        .0
-    }
-
-    /// Appends one batch of these values to `p`.
-    fn append(p: &Partition, values: &[&str]) {
-        let records: Vec<spate_protocol::batch::NewRecord> = values
-            .iter()
-            .map(|v| spate_protocol::batch::NewRecord {
-                value: Some(bytes::Bytes::copy_from_slice(v.as_bytes())),
-                ..Default::default()
-            })
-            .collect();
-        let batch = spate_protocol::batch::build(
-            &records,
-            None,
-            spate_protocol::records::Compression::None,
-        )
-        .unwrap();
-        let h = spate_protocol::batch::BatchHeader::parse(&batch).unwrap();
-        p.append(&batch, &h, None).unwrap();
-    }
 
     async fn hits(service: &SearchService, word: &str) -> usize {
         let body = format!("{{\"query\":{{\"match\":{{\"value\":\"{word}\"}}}}}}");
         let req = SearchService::parse_body(body.as_bytes()).unwrap();
         let (partial, _) = service
-            .partial(vec![("cut".into(), 0)], req, true)
+            .partial(vec![("cut".into(), 0)], req, true, false)
             .await
             .unwrap();
         partial.total

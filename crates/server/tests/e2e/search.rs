@@ -186,6 +186,15 @@ fn wait_for_count_at(spate: &Spate, path: &str, n: usize) -> Duration {
     }
 }
 
+/// Records a node read to render hits, from its /metrics.
+fn rendered(http_addr: &str) -> f64 {
+    let (_, text) = http(http_addr, "GET", "/metrics", &[], "");
+    text.lines()
+        .find_map(|l| l.strip_prefix("spate_search_records_rendered_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no spate_search_records_rendered_total in /metrics"))
+}
+
 fn expect(records: &[Produced], keep: impl Fn(&Produced) -> bool) -> BTreeSet<String> {
     records
         .iter()
@@ -878,6 +887,7 @@ async fn in_a_cluster_any_node_answers_for_every_partition_once_by_fanning_out()
         .collect();
     by_n.sort();
     let by_n: Vec<String> = by_n.into_iter().map(|(_, id)| id).collect();
+    let https: Vec<String> = (1..=3).map(|i| c.node(i).http.clone()).collect();
     for id in [1, 2, 3] {
         let node = c.node(id);
         wait_for_count(node, "spread", n);
@@ -907,10 +917,18 @@ async fn in_a_cluster_any_node_answers_for_every_partition_once_by_fanning_out()
             paged, by_n,
             "node {id}: search_after over every node in n order"
         );
+        let rendered_before: f64 = https.iter().map(|a| rendered(a)).sum();
         let (_, v) = search(
             node,
             "/spread/_search",
             &json!({"from": 100, "size": 10, "sort": [{"n": "desc"}], "_source": ["n"]}),
+        );
+        let rendered_after: f64 = https.iter().map(|a| rendered(a)).sum();
+        // Each node found its best 110; only the final page's 10 records are read.
+        assert_eq!(
+            rendered_after - rendered_before,
+            10.0,
+            "node {id}: records read to render a deep page"
         );
         let got: Vec<u64> = v["hits"]["hits"]
             .as_array()
