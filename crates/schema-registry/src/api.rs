@@ -1,0 +1,483 @@
+//! Confluent's Schema Registry REST API over a [`Registry`]: its paths, JSON bodies, error
+//! bodies (`{"error_code": ..., "message": ...}`) and content types.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::error::RegistryError;
+use crate::registry::{ConfigRequest, Registry, SchemaRequest};
+
+/// The content type of every answer.
+pub const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
+
+/// Content types request bodies may have (or none).
+const ACCEPTED: [&str; 4] = [
+    "application/vnd.schemaregistry.v1+json",
+    "application/vnd.schemaregistry+json",
+    "application/json",
+    "application/octet-stream",
+];
+
+type Reg = State<Arc<Registry>>;
+type Params = Query<HashMap<String, String>>;
+
+/// An error answer; the error code also travels in the response's extensions for metrics.
+struct ApiError(RegistryError);
+
+impl From<RegistryError> for ApiError {
+    fn from(e: RegistryError) -> Self {
+        ApiError(e)
+    }
+}
+
+/// The error code of an answer, for the metrics layer.
+#[derive(Clone, Copy)]
+struct ErrorCode(u32);
+
+fn error_response(status: u16, code: u32, message: String) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut r = json_response(status, &json!({"error_code": code, "message": message}));
+    r.extensions_mut().insert(ErrorCode(code));
+    r
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        error_response(
+            self.0.http_status(),
+            self.0.error_code(),
+            self.0.to_string(),
+        )
+    }
+}
+
+fn json_response(status: StatusCode, v: &impl Serialize) -> Response {
+    // Answers are plain data and always serialize.
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    let mut r = (status, body).into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    r
+}
+
+fn ok(v: impl Serialize) -> Result<Response, ApiError> {
+    Ok(json_response(StatusCode::OK, &v))
+}
+
+/// A boolean query parameter (`true`, any case); absent is false.
+fn flag(q: &HashMap<String, String>, name: &str) -> bool {
+    q.get(name).is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// A boolean query parameter that may be absent.
+fn maybe_flag(q: &HashMap<String, String>, name: &str) -> Option<bool> {
+    q.get(name).map(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// Reads a JSON body: the content type must be one the API takes, the size within the limit.
+async fn body<T: DeserializeOwned>(
+    reg: &Registry,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
+    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+        let ct = ct.to_str().unwrap_or("");
+        let media = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if !ACCEPTED.contains(&media.as_str()) {
+            return Err(RegistryError::UnsupportedMediaType(ct.to_string()).into());
+        }
+    }
+    let limit = reg.settings().max_body_bytes;
+    let bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| RegistryError::BodyTooLarge(limit))?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        RegistryError::BadRequest(format!("the body is not the JSON expected: {e}")).into()
+    })
+}
+
+fn schema_id(id: &str) -> Result<i32, ApiError> {
+    id.parse::<i32>()
+        .map_err(|_| RegistryError::SchemaNotFound(format!("schema {id} not found")).into())
+}
+
+/// The routes, at the root of the listener.
+pub fn router(registry: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/", get(root))
+        .route("/subjects", get(subjects))
+        .route("/subjects/{subject}", post(lookup).delete(delete_subject))
+        .route("/subjects/{subject}/versions", get(versions).post(register))
+        .route(
+            "/subjects/{subject}/versions/{version}",
+            get(version).delete(delete_version),
+        )
+        .route(
+            "/subjects/{subject}/versions/{version}/schema",
+            get(version_schema),
+        )
+        .route(
+            "/subjects/{subject}/versions/{version}/referencedby",
+            get(referenced_by),
+        )
+        .route("/schemas", get(schemas))
+        .route("/schemas/types", get(types))
+        .route("/schemas/ids/{id}", get(by_id))
+        .route("/schemas/ids/{id}/schema", get(by_id_schema))
+        .route("/schemas/ids/{id}/subjects", get(by_id_subjects))
+        .route("/schemas/ids/{id}/versions", get(by_id_versions))
+        .route(
+            "/config",
+            get(global_config)
+                .put(set_global_config)
+                .delete(delete_global_config),
+        )
+        .route(
+            "/config/{subject}",
+            get(subject_config)
+                .put(set_subject_config)
+                .delete(delete_subject_config),
+        )
+        .route("/mode", get(global_mode).put(set_global_mode))
+        .route(
+            "/mode/{subject}",
+            get(subject_mode)
+                .put(set_subject_mode)
+                .delete(delete_subject_mode),
+        )
+        .route(
+            "/compatibility/subjects/{subject}/versions/{version}",
+            post(compatible_with_version),
+        )
+        .route(
+            "/compatibility/subjects/{subject}/versions",
+            post(compatible_with_subject),
+        )
+        .route("/contexts", get(contexts))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(registry.clone(), observe))
+        .with_state(registry)
+}
+
+/// Serves the API on `listener` until the process ends.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    registry: Arc<Registry>,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(registry)).await
+}
+
+/// Counts requests, errors by code, and latency.
+async fn observe(State(reg): Reg, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let response = next.run(req).await;
+    reg.metrics.requests.inc();
+    reg.metrics
+        .latency_us
+        .observe(started.elapsed().as_micros() as u64);
+    if let Some(ErrorCode(code)) = response.extensions().get::<ErrorCode>() {
+        reg.metrics.error(*code);
+    }
+    response
+}
+
+async fn not_found() -> Response {
+    error_response(404, 404, "no such endpoint".into())
+}
+
+async fn method_not_allowed(method: Method) -> Response {
+    error_response(405, 405, format!("method {method} is not allowed here"))
+}
+
+async fn root() -> Result<Response, ApiError> {
+    ok(json!({}))
+}
+
+async fn subjects(State(reg): Reg, Query(q): Params) -> Result<Response, ApiError> {
+    ok(reg.subjects(
+        flag(&q, "deleted"),
+        q.get("subjectPrefix").map(String::as_str),
+    ))
+}
+
+async fn lookup(
+    State(reg): Reg,
+    Path(subject): Path<String>,
+    Query(q): Params,
+    headers: HeaderMap,
+    raw: Body,
+) -> Result<Response, ApiError> {
+    let req: SchemaRequest = body(&reg, &headers, raw).await?;
+    ok(reg.lookup(
+        &subject,
+        &req,
+        maybe_flag(&q, "normalize"),
+        flag(&q, "deleted"),
+    )?)
+}
+
+async fn delete_subject(
+    State(reg): Reg,
+    Path(subject): Path<String>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
+    ok(reg.delete_subject(&subject, flag(&q, "permanent")).await?)
+}
+
+async fn versions(
+    State(reg): Reg,
+    Path(subject): Path<String>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
+    ok(reg.versions(&subject, flag(&q, "deleted"))?)
+}
+
+async fn register(
+    State(reg): Reg,
+    Path(subject): Path<String>,
+    Query(q): Params,
+    headers: HeaderMap,
+    raw: Body,
+) -> Result<Response, ApiError> {
+    let req: SchemaRequest = body(&reg, &headers, raw).await?;
+    let id = reg
+        .register(&subject, req, maybe_flag(&q, "normalize"))
+        .await?;
+    ok(json!({ "id": id }))
+}
+
+async fn version(
+    State(reg): Reg,
+    Path((subject, version)): Path<(String, String)>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
+    ok(reg.version(&subject, &version, flag(&q, "deleted"))?)
+}
+
+async fn delete_version(
+    State(reg): Reg,
+    Path((subject, version)): Path<(String, String)>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
+    ok(reg
+        .delete_version(&subject, &version, flag(&q, "permanent"))
+        .await?)
+}
+
+/// The schema text itself, as the body.
+fn raw_schema(text: String) -> Result<Response, ApiError> {
+    let mut r = (StatusCode::OK, text).into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    Ok(r)
+}
+
+async fn version_schema(
+    State(reg): Reg,
+    Path((subject, version)): Path<(String, String)>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
+    raw_schema(reg.version(&subject, &version, flag(&q, "deleted"))?.schema)
+}
+
+async fn referenced_by(
+    State(reg): Reg,
+    Path((subject, version)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    ok(reg.referenced_by(&subject, &version)?)
+}
+
+async fn schemas(State(reg): Reg, Query(q): Params) -> Result<Response, ApiError> {
+    ok(reg.all_versions(
+        flag(&q, "deleted"),
+        flag(&q, "latestOnly"),
+        q.get("subjectPrefix").map(String::as_str),
+    ))
+}
+
+async fn types() -> Result<Response, ApiError> {
+    // PROTOBUF schemas cannot be registered yet, so they are not offered.
+    ok(["AVRO", "JSON"])
+}
+
+async fn by_id(State(reg): Reg, Path(id): Path<String>) -> Result<Response, ApiError> {
+    ok(reg.schema_by_id(schema_id(&id)?)?)
+}
+
+async fn by_id_schema(State(reg): Reg, Path(id): Path<String>) -> Result<Response, ApiError> {
+    raw_schema(reg.schema_by_id(schema_id(&id)?)?.schema)
+}
+
+async fn by_id_subjects(
+    State(reg): Reg,
+    Path(id): Path<String>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
+    let uses = reg.versions_of_id(schema_id(&id)?, flag(&q, "deleted"))?;
+    let mut subjects: Vec<String> = uses.into_iter().map(|u| u.subject).collect();
+    subjects.dedup();
+    ok(subjects)
+}
+
+async fn by_id_versions(
+    State(reg): Reg,
+    Path(id): Path<String>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
+    ok(reg.versions_of_id(schema_id(&id)?, flag(&q, "deleted"))?)
+}
+
+async fn global_config(State(reg): Reg) -> Result<Response, ApiError> {
+    ok(reg.config(None, true)?)
+}
+
+async fn set_global_config(
+    State(reg): Reg,
+    headers: HeaderMap,
+    raw: Body,
+) -> Result<Response, ApiError> {
+    let req: ConfigRequest = body(&reg, &headers, raw).await?;
+    ok(reg.set_config(None, req).await?)
+}
+
+async fn delete_global_config(State(reg): Reg) -> Result<Response, ApiError> {
+    ok(reg.delete_config(None).await?)
+}
+
+async fn subject_config(
+    State(reg): Reg,
+    Path(subject): Path<String>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
+    ok(reg.config(Some(&subject), flag(&q, "defaultToGlobal"))?)
+}
+
+async fn set_subject_config(
+    State(reg): Reg,
+    Path(subject): Path<String>,
+    headers: HeaderMap,
+    raw: Body,
+) -> Result<Response, ApiError> {
+    let req: ConfigRequest = body(&reg, &headers, raw).await?;
+    ok(reg.set_config(Some(&subject), req).await?)
+}
+
+async fn delete_subject_config(
+    State(reg): Reg,
+    Path(subject): Path<String>,
+) -> Result<Response, ApiError> {
+    ok(reg.delete_config(Some(&subject)).await?)
+}
+
+/// A mode change as clients send it.
+#[derive(serde::Deserialize)]
+struct ModeRequest {
+    mode: String,
+}
+
+fn mode_answer(m: crate::store::Mode) -> Result<Response, ApiError> {
+    ok(json!({ "mode": m.name() }))
+}
+
+async fn global_mode(State(reg): Reg) -> Result<Response, ApiError> {
+    mode_answer(reg.mode(None, true)?)
+}
+
+async fn set_global_mode(
+    State(reg): Reg,
+    Query(q): Params,
+    headers: HeaderMap,
+    raw: Body,
+) -> Result<Response, ApiError> {
+    let req: ModeRequest = body(&reg, &headers, raw).await?;
+    mode_answer(reg.set_mode(None, &req.mode, flag(&q, "force")).await?)
+}
+
+async fn subject_mode(
+    State(reg): Reg,
+    Path(subject): Path<String>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
+    mode_answer(reg.mode(Some(&subject), flag(&q, "defaultToGlobal"))?)
+}
+
+async fn set_subject_mode(
+    State(reg): Reg,
+    Path(subject): Path<String>,
+    Query(q): Params,
+    headers: HeaderMap,
+    raw: Body,
+) -> Result<Response, ApiError> {
+    let req: ModeRequest = body(&reg, &headers, raw).await?;
+    mode_answer(
+        reg.set_mode(Some(&subject), &req.mode, flag(&q, "force"))
+            .await?,
+    )
+}
+
+async fn delete_subject_mode(
+    State(reg): Reg,
+    Path(subject): Path<String>,
+) -> Result<Response, ApiError> {
+    mode_answer(reg.delete_mode(&subject).await?)
+}
+
+fn compatibility_answer(
+    ok_: bool,
+    messages: Vec<String>,
+    verbose: bool,
+) -> Result<Response, ApiError> {
+    if verbose {
+        ok(json!({ "is_compatible": ok_, "messages": messages }))
+    } else {
+        ok(json!({ "is_compatible": ok_ }))
+    }
+}
+
+async fn compatible_with_version(
+    State(reg): Reg,
+    Path((subject, version)): Path<(String, String)>,
+    Query(q): Params,
+    headers: HeaderMap,
+    raw: Body,
+) -> Result<Response, ApiError> {
+    let req: SchemaRequest = body(&reg, &headers, raw).await?;
+    let (is, msgs) =
+        reg.check_compatibility(&subject, Some(&version), &req, maybe_flag(&q, "normalize"))?;
+    compatibility_answer(is, msgs, flag(&q, "verbose"))
+}
+
+async fn compatible_with_subject(
+    State(reg): Reg,
+    Path(subject): Path<String>,
+    Query(q): Params,
+    headers: HeaderMap,
+    raw: Body,
+) -> Result<Response, ApiError> {
+    let req: SchemaRequest = body(&reg, &headers, raw).await?;
+    let (is, msgs) = reg.check_compatibility(&subject, None, &req, maybe_flag(&q, "normalize"))?;
+    compatibility_answer(is, msgs, flag(&q, "verbose"))
+}
+
+async fn contexts() -> Result<Response, ApiError> {
+    // One context, the default: subjects are not qualified by contexts yet.
+    ok(["."])
+}

@@ -1,0 +1,616 @@
+//! The API end to end over a log in memory (and one over a real broker): what clients see.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use crate::log::MemoryLog;
+use crate::registry::{Registry, Settings};
+use crate::RegistryError;
+
+const CT: &str = "application/vnd.schemaregistry.v1+json";
+
+struct Api {
+    reg: Arc<Registry>,
+    log: Arc<MemoryLog>,
+}
+
+impl Api {
+    async fn new() -> Self {
+        Self::over(MemoryLog::new(), Settings::default()).await
+    }
+
+    async fn over(log: Arc<MemoryLog>, settings: Settings) -> Self {
+        let reg = Registry::start(Arc::new(log.clone()), settings).await;
+        Self { reg, log }
+    }
+
+    /// A registry started again over the same records: what a restart rebuilds.
+    async fn restarted(&self) -> Self {
+        Self::over(self.log.clone(), Settings::default()).await
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let req = Request::builder().method(method).uri(path);
+        let req = match body {
+            Some(b) => req
+                .header("content-type", CT)
+                .body(Body::from(b.to_string())),
+            None => req.body(Body::empty()),
+        }
+        .unwrap();
+        self.send(req).await
+    }
+
+    async fn send(&self, req: Request<Body>) -> (StatusCode, Value) {
+        let resp = crate::router(self.reg.clone()).oneshot(req).await.unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let v = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (status, v)
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.call("GET", path, None).await
+    }
+
+    async fn register(&self, subject: &str, schema: &str) -> (StatusCode, Value) {
+        self.call(
+            "POST",
+            &format!("/subjects/{subject}/versions"),
+            Some(json!({ "schema": schema })),
+        )
+        .await
+    }
+
+    async fn register_json(&self, subject: &str, body: Value) -> (StatusCode, Value) {
+        self.call("POST", &format!("/subjects/{subject}/versions"), Some(body))
+            .await
+    }
+}
+
+fn code(v: &Value) -> i64 {
+    v["error_code"].as_i64().unwrap_or(0)
+}
+
+const USER_V1: &str = r#"{"type":"record","name":"User","namespace":"com.acme","fields":[{"name":"id","type":"long"}]}"#;
+const USER_V2: &str = r#"{"type":"record","name":"User","namespace":"com.acme","fields":[{"name":"id","type":"long"},{"name":"email","type":["null","string"],"default":null}]}"#;
+const USER_BAD: &str = r#"{"type":"record","name":"User","namespace":"com.acme","fields":[{"name":"id","type":"long"},{"name":"age","type":"int"}]}"#;
+
+#[tokio::test]
+async fn the_same_schema_gets_one_id_across_subjects_and_versions_count_per_subject() {
+    let api = Api::new().await;
+    let (s, v) = api.register("users-value", USER_V1).await;
+    assert_eq!((s, v["id"].as_i64()), (StatusCode::OK, Some(1)));
+    // Again, with other whitespace: the same id, no new version.
+    let spaced = USER_V1.replace(',', ", ");
+    let (_, v) = api.register("users-value", &spaced).await;
+    assert_eq!(v["id"], 1);
+    assert_eq!(
+        api.get("/subjects/users-value/versions").await.1,
+        json!([1])
+    );
+    // Another subject: the same id, its own version 1.
+    let (_, v) = api.register("audit-value", USER_V1).await;
+    assert_eq!(v["id"], 1);
+    let (_, v) = api.register("users-value", USER_V2).await;
+    assert_eq!(v["id"], 2);
+    assert_eq!(
+        api.get("/subjects/users-value/versions").await.1,
+        json!([1, 2])
+    );
+    assert_eq!(
+        api.get("/subjects").await.1,
+        json!(["audit-value", "users-value"])
+    );
+    let (_, latest) = api.get("/subjects/users-value/versions/latest").await;
+    assert_eq!(latest["version"], 2);
+    assert_eq!(latest["id"], 2);
+    assert_eq!(latest["subject"], "users-value");
+    assert!(latest.get("schemaType").is_none(), "AVRO is left out");
+    assert_eq!(api.get("/subjects/users-value/versions/-1").await.1, latest);
+    let (_, raw) = api.get("/subjects/users-value/versions/1/schema").await;
+    assert_eq!(raw["name"], "User", "the schema itself is the body");
+    let (_, by_id) = api.get("/schemas/ids/1").await;
+    assert_eq!(by_id["schema"], USER_V1);
+    assert_eq!(
+        api.get("/schemas/ids/1/subjects").await.1,
+        json!(["audit-value", "users-value"])
+    );
+    assert_eq!(
+        api.get("/schemas/ids/1/versions").await.1,
+        json!([{"subject":"audit-value","version":1},{"subject":"users-value","version":1}])
+    );
+    // Lookup finds the version holding a schema.
+    let (s, found) = api
+        .call(
+            "POST",
+            "/subjects/users-value",
+            Some(json!({"schema": USER_V2})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        (found["id"].as_i64(), found["version"].as_i64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(api.get("/schemas/types").await.1, json!(["AVRO", "JSON"]));
+    assert_eq!(api.get("/contexts").await.1, json!(["."]));
+}
+
+#[tokio::test]
+async fn an_incompatible_schema_is_refused_with_409_and_the_check_endpoint_says_why() {
+    let api = Api::new().await;
+    api.register("u", USER_V1).await;
+    let (s, v) = api.register("u", USER_BAD).await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    assert_eq!(code(&v), 409);
+    assert!(v["message"].as_str().unwrap().contains("age"), "{v}");
+    let (s, v) = api
+        .call(
+            "POST",
+            "/compatibility/subjects/u/versions/latest?verbose=true",
+            Some(json!({ "schema": USER_BAD })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["is_compatible"], false);
+    assert!(v["messages"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("READER_FIELD_MISSING_DEFAULT_VALUE"));
+    let (_, v) = api
+        .call(
+            "POST",
+            "/compatibility/subjects/u/versions/1",
+            Some(json!({ "schema": USER_V2 })),
+        )
+        .await;
+    assert_eq!(v, json!({"is_compatible": true}));
+    // With NONE for the subject it registers.
+    let (s, v) = api
+        .call("PUT", "/config/u", Some(json!({"compatibility": "NONE"})))
+        .await;
+    assert_eq!((s, v), (StatusCode::OK, json!({"compatibility": "NONE"})));
+    let (s, _) = api.register("u", USER_BAD).await;
+    assert_eq!(s, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn bad_input_gets_confluents_error_codes() {
+    let api = Api::new().await;
+    api.register("u", USER_V1).await;
+    let cases: Vec<(&str, &str, Option<Value>, u16, i64)> = vec![
+        ("GET", "/subjects/nope/versions", None, 404, 40401),
+        ("GET", "/subjects/nope/versions/1", None, 404, 40401),
+        ("GET", "/subjects/u/versions/9", None, 404, 40402),
+        ("GET", "/subjects/u/versions/zero", None, 422, 42202),
+        ("GET", "/subjects/u/versions/0", None, 422, 42202),
+        ("GET", "/schemas/ids/99", None, 404, 40403),
+        ("GET", "/schemas/ids/x", None, 404, 40403),
+        (
+            "POST",
+            "/subjects/u/versions",
+            Some(json!({"schema": "{\"type\":\"record\"}"})),
+            422,
+            42201,
+        ),
+        (
+            "POST",
+            "/subjects/u/versions",
+            Some(json!({"schema": "not json"})),
+            422,
+            42201,
+        ),
+        ("POST", "/subjects/u/versions", Some(json!({})), 422, 42201),
+        (
+            "POST",
+            "/subjects/u/versions",
+            Some(json!({"schema": "\"string\"", "schemaType": "PROTOBUF"})),
+            422,
+            42201,
+        ),
+        (
+            "POST",
+            "/subjects/r/versions",
+            Some(json!({
+                "schema": "{\"type\":\"record\",\"name\":\"A\",\"fields\":[{\"name\":\"b\",\"type\":\"B\"}]}",
+                "references": [{"name": "B", "subject": "missing", "version": 1}]
+            })),
+            422,
+            42201,
+        ),
+        (
+            "POST",
+            "/subjects/u",
+            Some(json!({"schema": "\"string\""})),
+            404,
+            40403,
+        ),
+        (
+            "PUT",
+            "/config",
+            Some(json!({"compatibility": "SIDEWAYS"})),
+            422,
+            42203,
+        ),
+        (
+            "PUT",
+            "/mode",
+            Some(json!({"mode": "SOMETIMES"})),
+            422,
+            42204,
+        ),
+        ("GET", "/config/u", None, 404, 40408),
+        ("GET", "/mode/u", None, 404, 40409),
+        ("GET", "/nowhere", None, 404, 404),
+        ("DELETE", "/schemas/types", None, 405, 405),
+    ];
+    for (method, path, body, status, want) in cases {
+        let (s, v) = api.call(method, path, body.clone()).await;
+        assert_eq!(
+            (s.as_u16(), code(&v)),
+            (status, want),
+            "{method} {path} {body:?}: {v}"
+        );
+    }
+    // Not JSON at all, a wrong content type, a body over the limit.
+    let req = Request::builder()
+        .method("POST")
+        .uri("/subjects/u/versions")
+        .header("content-type", CT)
+        .body(Body::from("{oops"))
+        .unwrap();
+    assert_eq!(code(&api.send(req).await.1), 400);
+    let req = Request::builder()
+        .method("POST")
+        .uri("/subjects/u/versions")
+        .header("content-type", "text/plain")
+        .body(Body::from("{}"))
+        .unwrap();
+    assert_eq!(code(&api.send(req).await.1), 415);
+    let small = Api::over(
+        MemoryLog::new(),
+        Settings {
+            max_body_bytes: 64,
+            ..Settings::default()
+        },
+    )
+    .await;
+    let (s, v) = small.register("u", &" ".repeat(100)).await;
+    assert_eq!((s.as_u16(), code(&v)), (413, 413));
+    // A schema over the schema limit is invalid.
+    let tight = Api::over(
+        MemoryLog::new(),
+        Settings {
+            max_schema_bytes: 16,
+            ..Settings::default()
+        },
+    )
+    .await;
+    let (s, v) = tight.register("u", USER_V1).await;
+    assert_eq!((s.as_u16(), code(&v)), (422, 42201));
+}
+
+#[tokio::test]
+async fn deletes_go_soft_then_permanent_and_say_when_out_of_order() {
+    let api = Api::new().await;
+    api.register("u", USER_V1).await;
+    api.register("u", USER_V2).await;
+    // Permanent before soft: refused.
+    let (_, v) = api
+        .call("DELETE", "/subjects/u/versions/1?permanent=true", None)
+        .await;
+    assert_eq!(code(&v), 40407);
+    let (_, v) = api.call("DELETE", "/subjects/u/versions/1", None).await;
+    assert_eq!(v, json!(1));
+    let (_, v) = api.call("DELETE", "/subjects/u/versions/1", None).await;
+    assert_eq!(code(&v), 40406);
+    assert_eq!(api.get("/subjects/u/versions").await.1, json!([2]));
+    assert_eq!(
+        api.get("/subjects/u/versions?deleted=true").await.1,
+        json!([1, 2])
+    );
+    assert_eq!(
+        api.get("/subjects/u/versions/1?deleted=true").await.1["id"],
+        1
+    );
+    assert_eq!(code(&api.get("/subjects/u/versions/1").await.1), 40402);
+    // Soft-deleted schemas keep their ids.
+    assert_eq!(api.get("/schemas/ids/1").await.0, StatusCode::OK);
+    let (_, v) = api
+        .call("DELETE", "/subjects/u/versions/1?permanent=true", None)
+        .await;
+    assert_eq!(v, json!(1));
+    assert_eq!(code(&api.get("/schemas/ids/1").await.1), 40403);
+    // The subject: permanent first is refused, soft then permanent works.
+    let (_, v) = api.call("DELETE", "/subjects/u?permanent=true", None).await;
+    assert_eq!(code(&v), 40405);
+    let (_, v) = api.call("DELETE", "/subjects/u", None).await;
+    assert_eq!(v, json!([2]));
+    let (_, v) = api.call("DELETE", "/subjects/u", None).await;
+    assert_eq!(code(&v), 40404);
+    assert_eq!(api.get("/subjects").await.1, json!([]));
+    assert_eq!(api.get("/subjects?deleted=true").await.1, json!(["u"]));
+    let (_, v) = api.call("DELETE", "/subjects/u?permanent=true", None).await;
+    assert_eq!(v, json!([2]));
+    assert_eq!(api.get("/subjects?deleted=true").await.1, json!([]));
+    assert_eq!(
+        code(&api.call("DELETE", "/subjects/u", None).await.1),
+        40401
+    );
+    // Registering again starts at version 1 with a new id: ids are not reused.
+    let (_, v) = api.register("u", USER_V1).await;
+    assert_eq!(v["id"], 3);
+    assert_eq!(api.get("/subjects/u/versions").await.1, json!([1]));
+}
+
+#[tokio::test]
+async fn references_resolve_and_a_referenced_version_cannot_be_deleted() {
+    let api = Api::new().await;
+    let address = r#"{"type":"record","name":"Address","namespace":"com.acme","fields":[{"name":"city","type":"string"}]}"#;
+    api.register("address", address).await;
+    let user = r#"{"type":"record","name":"User","namespace":"com.acme","fields":[{"name":"home","type":"Address"}]}"#;
+    let (s, v) = api
+        .register_json(
+            "user",
+            json!({"schema": user, "references": [{"name": "com.acme.Address", "subject": "address", "version": 1}]}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["id"], 2);
+    let (_, got) = api.get("/subjects/user/versions/1").await;
+    assert_eq!(
+        got["references"],
+        json!([{"name": "com.acme.Address", "subject": "address", "version": 1}])
+    );
+    assert_eq!(
+        api.get("/subjects/address/versions/1/referencedby").await.1,
+        json!([2])
+    );
+    let (_, v) = api
+        .call("DELETE", "/subjects/address/versions/1", None)
+        .await;
+    assert_eq!(code(&v), 42206);
+    let (_, v) = api.call("DELETE", "/subjects/address", None).await;
+    assert_eq!(code(&v), 42206);
+    // JSON Schema references by file name.
+    let (s, _) = api
+        .register_json(
+            "geo",
+            json!({"schemaType": "JSON", "schema": r#"{"type":"object","properties":{"lat":{"type":"number"}}}"#}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, v) = api
+        .register_json(
+            "place",
+            json!({"schemaType": "JSON",
+                   "schema": r#"{"type":"object","properties":{"at":{"$ref":"geo.json"}}}"#,
+                   "references": [{"name": "geo.json", "subject": "geo", "version": 1}]}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, got) = api.get(&format!("/schemas/ids/{}", v["id"])).await;
+    assert_eq!(got["schemaType"], "JSON");
+}
+
+#[tokio::test]
+async fn configs_and_modes_are_set_read_and_removed_per_subject_and_globally() {
+    let api = Api::new().await;
+    assert_eq!(
+        api.get("/config").await.1,
+        json!({"compatibilityLevel": "BACKWARD"})
+    );
+    api.call("PUT", "/config", Some(json!({"compatibility": "full"})))
+        .await;
+    assert_eq!(
+        api.get("/config").await.1,
+        json!({"compatibilityLevel": "FULL"})
+    );
+    assert_eq!(
+        api.get("/config/x?defaultToGlobal=true").await.1,
+        json!({"compatibilityLevel": "FULL"})
+    );
+    api.call(
+        "PUT",
+        "/config/x",
+        Some(json!({"compatibility": "FORWARD_TRANSITIVE"})),
+    )
+    .await;
+    assert_eq!(
+        api.get("/config/x").await.1,
+        json!({"compatibilityLevel": "FORWARD_TRANSITIVE"})
+    );
+    assert_eq!(
+        api.call("DELETE", "/config/x", None).await.1,
+        json!({"compatibilityLevel": "FORWARD_TRANSITIVE"})
+    );
+    assert_eq!(code(&api.get("/config/x").await.1), 40408);
+    assert_eq!(
+        api.call("DELETE", "/config", None).await.1,
+        json!({"compatibilityLevel": "FULL"})
+    );
+    assert_eq!(
+        api.get("/config").await.1,
+        json!({"compatibilityLevel": "BACKWARD"})
+    );
+    // Modes: READONLY refuses writes to its subject only.
+    assert_eq!(api.get("/mode").await.1, json!({"mode": "READWRITE"}));
+    api.call("PUT", "/mode/locked", Some(json!({"mode": "READONLY"})))
+        .await;
+    let (_, v) = api.register("locked", USER_V1).await;
+    assert_eq!(code(&v), 42205);
+    let (s, _) = api.register("open", USER_V1).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(api.get("/mode/locked").await.1, json!({"mode": "READONLY"}));
+    assert_eq!(
+        api.call("DELETE", "/mode/locked", None).await.1,
+        json!({"mode": "READONLY"})
+    );
+    assert_eq!(api.register("locked", USER_V1).await.0, StatusCode::OK);
+    // IMPORT needs an empty registry unless forced, then takes ids and versions as given.
+    let (_, v) = api
+        .call("PUT", "/mode", Some(json!({"mode": "IMPORT"})))
+        .await;
+    assert_eq!(code(&v), 42205);
+    let (_, v) = api
+        .register_json("imp", json!({"schema": USER_V2, "id": 50, "version": 7}))
+        .await;
+    assert_eq!(code(&v), 42205, "ids only in IMPORT mode");
+    let (s, _) = api
+        .call("PUT", "/mode?force=true", Some(json!({"mode": "IMPORT"})))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (_, v) = api
+        .register_json("imp", json!({"schema": USER_V2, "id": 50, "version": 7}))
+        .await;
+    assert_eq!(v, json!({"id": 50}));
+    assert_eq!(api.get("/subjects/imp/versions").await.1, json!([7]));
+    // An id given to a different schema is refused.
+    let (_, v) = api
+        .register_json("imp", json!({"schema": USER_BAD, "id": 50, "version": 8}))
+        .await;
+    assert_eq!(code(&v), 42207);
+    api.call("PUT", "/mode", Some(json!({"mode": "READWRITE"})))
+        .await;
+    // New ids continue above the imported one.
+    let (_, v) = api.register("after", USER_BAD).await;
+    assert_eq!(v["id"], 51);
+}
+
+#[tokio::test]
+async fn a_restart_rebuilds_ids_versions_configs_modes_and_deletes_from_the_log() {
+    let api = Api::new().await;
+    api.register("a", USER_V1).await;
+    api.register("a", USER_V2).await;
+    api.register("b", USER_V2).await;
+    api.call("PUT", "/config/a", Some(json!({"compatibility": "FULL"})))
+        .await;
+    api.call("PUT", "/mode/b", Some(json!({"mode": "READONLY"})))
+        .await;
+    api.call("DELETE", "/subjects/a/versions/1", None).await;
+    let paths = [
+        "/subjects",
+        "/subjects?deleted=true",
+        "/subjects/a/versions",
+        "/subjects/a/versions?deleted=true",
+        "/subjects/a/versions/2",
+        "/subjects/b/versions/latest",
+        "/schemas/ids/1",
+        "/schemas/ids/2/versions",
+        "/config/a",
+        "/mode/b",
+    ];
+    let mut before = Vec::new();
+    for p in paths {
+        before.push(api.get(p).await);
+    }
+    let again = api.restarted().await;
+    for (p, want) in paths.iter().zip(before) {
+        assert_eq!(again.get(p).await, want, "{p}");
+    }
+    // The next id continues after the highest one.
+    again.call("DELETE", "/mode/b", None).await;
+    let (_, v) = again.register("c", USER_BAD).await;
+    assert_eq!(v["id"], 3);
+}
+
+#[tokio::test]
+async fn a_failed_write_changes_nothing() {
+    let api = Api::new().await;
+    api.register("a", USER_V1).await;
+    *api.log.fail_appends.lock() = Some(RegistryError::Store("disk full".into()));
+    let (s, v) = api.register("a", USER_V2).await;
+    assert_eq!((s.as_u16(), code(&v)), (500, 50001));
+    *api.log.fail_appends.lock() = None;
+    assert_eq!(api.get("/subjects/a/versions").await.1, json!([1]));
+    let (_, v) = api.register("a", USER_V2).await;
+    assert_eq!(v["id"], 2);
+}
+
+#[tokio::test]
+async fn requests_and_errors_are_counted() {
+    let api = Api::new().await;
+    api.register("a", USER_V1).await;
+    api.get("/subjects/nope/versions").await;
+    let text = api.reg.metrics.render();
+    assert!(
+        text.contains("spate_schema_registry_requests_total 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"spate_schema_registry_errors_total{error_code="40401"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains("spate_schema_registry_schemas 1"), "{text}");
+    assert!(text.contains("spate_schema_registry_subjects 1"), "{text}");
+    assert!(
+        text.contains("spate_schema_registry_registrations_total 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_a_real_broker_schemas_land_in_a_compacted_topic_and_survive_a_reopen() {
+    use spate_broker::{Broker, BrokerConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let open = || {
+        Broker::open(BrokerConfig::new(
+            dir.path().join("data"),
+            "127.0.0.1",
+            9092,
+        ))
+        .unwrap()
+        .0
+    };
+    let broker = open();
+    let timeout = std::time::Duration::from_secs(10);
+    let log = Arc::new(crate::BrokerLog::new(broker.clone(), timeout));
+    let reg = Registry::start(log, Settings::default()).await;
+    let topic = broker.topics.get(crate::records::TOPIC).expect("created");
+    assert_eq!(
+        topic.with_config(|c| c.get("cleanup.policy").map(|(v, _)| v.to_string())),
+        Some("compact".to_string())
+    );
+    let id = reg
+        .register(
+            "u",
+            crate::registry::SchemaRequest {
+                schema: Some(USER_V1.into()),
+                ..Default::default()
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(id, 1);
+    reg.set_config(
+        Some("u"),
+        crate::registry::ConfigRequest {
+            compatibility: Some("NONE".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    drop(reg);
+    broker.shutdown();
+    drop(topic);
+    drop(broker);
+    let broker = open();
+    let log = Arc::new(crate::BrokerLog::new(broker.clone(), timeout));
+    let reg = Registry::start(log, Settings::default()).await;
+    assert_eq!(reg.version("u", "latest", false).unwrap().id, 1);
+    assert_eq!(
+        reg.config(Some("u"), false).unwrap().compatibility_level,
+        "NONE"
+    );
+    broker.shutdown();
+}
