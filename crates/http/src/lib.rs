@@ -45,7 +45,12 @@ pub struct HttpState {
     search: OnceLock<Arc<spate_search::SearchService>>,
     ingest: Arc<ingest::Ingest>,
     peer_tls: OnceLock<tls::PeerTls>,
+    /// More metrics families for `/metrics`, from services outside this crate.
+    extra_metrics: parking_lot::Mutex<Vec<MetricsSource>>,
 }
+
+/// Writes OpenMetrics families (without the final `# EOF`) at scrape time.
+pub type MetricsSource = Box<dyn Fn() -> String + Send + Sync>;
 
 impl HttpState {
     /// State for a broker still starting up.
@@ -68,7 +73,14 @@ impl HttpState {
             search: OnceLock::new(),
             ingest: ingest::Ingest::new(ingest),
             peer_tls: OnceLock::new(),
+            extra_metrics: parking_lot::Mutex::new(Vec::new()),
         })
+    }
+
+    /// Adds metrics families to `/metrics` (a service this crate does not know, such as the
+    /// schema registry).
+    pub fn add_metrics(&self, source: MetricsSource) {
+        self.extra_metrics.lock().push(source);
     }
 
     /// Sets how HTTP clients authenticate (once, at start; without it: the admin token only).
@@ -258,6 +270,9 @@ async fn metrics_text(State(s): State<Arc<HttpState>>) -> Response {
                 text.push_str(&metrics::render_search(&search));
             }
             text.push_str(&ingest::render_metrics(&s.ingest));
+            for source in s.extra_metrics.lock().iter() {
+                text.push_str(&source());
+            }
             text
         }
         None => metrics::render_process_only(),

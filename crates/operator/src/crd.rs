@@ -27,6 +27,8 @@ pub const RESERVED_CONFIG_KEYS: &[&str] = &[
     "http-listen",
     // A separate ingest listener needs a container port the StatefulSet does not declare.
     "ingest-listen",
+    // So does the schema registry's listener.
+    "schema-registry-listen",
     "advertised-address",
     "advertised-http-address",
     "data-dir",

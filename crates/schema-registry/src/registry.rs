@@ -24,6 +24,8 @@ use crate::records::{
 use crate::schema::{prepare, Parsed, Prepared, SchemaType};
 use crate::store::{Identity, Mode, Store, Version, VersionSpec};
 
+/// Longest a start waits for the `_schemas` topic before going on without it.
+const START_PREPARE_WAIT: Duration = Duration::from_secs(5);
 /// Parsed schemas kept for compatibility checks, at most; the cache is emptied when full.
 const PARSED_CACHE_ENTRIES: usize = 1_024;
 
@@ -173,10 +175,17 @@ impl Registry {
     /// dropped.
     pub async fn start(log: Arc<dyn SchemaLog>, settings: Settings) -> Arc<Self> {
         let me = Self::new(log, settings);
-        let prepared = match me.log.prepare().await {
-            Ok(()) => true,
-            Err(e) => {
+        // In a cluster the topic is created through the metadata quorum, which may not answer
+        // yet while the node starts: the start does not wait long for it.
+        let first = tokio::time::timeout(START_PREPARE_WAIT, me.log.prepare()).await;
+        let prepared = match first {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, "schema registry: the _schemas topic is not ready yet; retrying in the background");
+                false
+            }
+            Err(_) => {
+                tracing::warn!("schema registry: the _schemas topic is not ready yet; retrying in the background");
                 false
             }
         };

@@ -435,6 +435,12 @@ pub struct Args {
     #[arg(long, env = "SPATE_INGEST_LISTEN")]
     pub ingest_listen: Option<String>,
 
+    /// HOST:PORT of the built-in Schema Registry: Confluent's Schema Registry REST API at the
+    /// root of this listener, schemas kept in the compacted topic `_schemas`. Unset: no
+    /// registry.
+    #[arg(long, env = "SPATE_SCHEMA_REGISTRY_LISTEN")]
+    pub schema_registry_listen: Option<String>,
+
     /// Largest HTTP ingest request body, in bytes; larger ones are answered 413.
     #[arg(long, env = "SPATE_INGEST_MAX_BODY_BYTES", default_value_t = 32 << 20)]
     pub ingest_max_body_bytes: usize,

@@ -161,6 +161,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // Bound before recovery so a taken port fails the start at once; served once the
+    // registry has read `_schemas`.
+    let registry_listener = match &args.schema_registry_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for the schema registry on {addr}"))?,
+        ),
+        None => None,
+    };
     let data_dir = config.data_dir.clone();
     let clock = spate_broker::time::SystemClock::shared();
     let (broker, notes) =
@@ -194,6 +204,28 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .context("starting the search indexers")?;
     http_state.set_search(search.clone());
     http_state.set_ready(broker.clone());
+    let registry_note = match registry_listener {
+        Some(l) => {
+            let bound = l
+                .local_addr()
+                .context("reading the schema registry address")?;
+            let log = spate_schema_registry::BrokerLog::new(
+                broker.clone(),
+                std::time::Duration::from_secs(30),
+            );
+            let registry =
+                spate_schema_registry::Registry::start(Arc::new(log), Default::default()).await;
+            let counters = registry.clone();
+            http_state.add_metrics(Box::new(move || counters.metrics.render()));
+            tokio::spawn(async move {
+                if let Err(e) = spate_schema_registry::serve(l, registry).await {
+                    tracing::error!("schema registry listener failed: {e}");
+                }
+            });
+            format!(", schema registry on {bound}")
+        }
+        None => String::new(),
+    };
     let ingest_note = ingest_bound
         .map(|a| format!(", ingest on {a}"))
         .unwrap_or_default();
@@ -204,7 +236,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         String::new()
     };
     println!(
-        "spate listening on {bound} (advertised as {}:{}), http on {http_bound}, data in {}, fsync {}{ingest_note}{listeners_note}",
+        "spate listening on {bound} (advertised as {}:{}), http on {http_bound}, data in {}, fsync {}{ingest_note}{registry_note}{listeners_note}",
         broker.config.advertised_host,
         broker.config.advertised_port,
         data_dir.display(),
