@@ -28,6 +28,9 @@ scripts/search-client-e2e.sh
 scripts/rest-client-e2e.sh
 # kafka-python's admin client: delete_records, log dirs, topic partitions, features.
 scripts/kafka-python-admin-e2e.sh
+# The built-in schema registry with confluent-kafka's SchemaRegistryClient and its Avro and
+# JSON Schema serializers, through a kill -9 and restart.
+scripts/schema-registry-e2e.sh
 # Transactions: librdkafka (commits, aborts, fencing, consume-transform-produce, timeouts,
 # read_committed offsets), Kafka's Java producer and kafka-transactions, exactly-once Kafka
 # Streams killed mid-run, and all of it again on a 3-node cluster with the coordinator killed.

@@ -105,6 +105,14 @@ async fn body<T: DeserializeOwned>(
         }
     }
     let limit = reg.settings().max_body_bytes;
+    // A declared length over the limit is refused before anything is read.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(RegistryError::BodyTooLarge(limit).into());
+    }
     let bytes = axum::body::to_bytes(body, limit)
         .await
         .map_err(|_| RegistryError::BodyTooLarge(limit))?;

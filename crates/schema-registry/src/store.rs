@@ -789,6 +789,42 @@ mod tests {
     }
 
     #[test]
+    fn a_cycle_of_references_read_from_the_log_makes_a_schema_invalid() {
+        // The API cannot build a cycle (references must exist first), but records moved in
+        // from elsewhere can hold one.
+        let mut s = Store::default();
+        for (subject, other, id) in [("a", "b", 1), ("b", "a", 2)] {
+            let v = SchemaValue {
+                subject: subject.into(),
+                version: 1,
+                id,
+                schema_type: None,
+                references: vec![Reference {
+                    name: other.into(),
+                    subject: other.into(),
+                    version: 1,
+                }],
+                schema: format!(r#"{{"type":"fixed","name":"{subject}","size":1}}"#),
+                deleted: false,
+            };
+            let key = Key::Schema {
+                subject: subject.into(),
+                version: 1,
+            };
+            apply(&mut s, &Record::new(&key, &v));
+        }
+        let e = s
+            .resolve(&[Reference {
+                name: "a".into(),
+                subject: "a".into(),
+                version: 1,
+            }])
+            .unwrap_err();
+        assert_eq!(e.error_code(), 42201);
+        assert!(e.to_string().contains("cyclic"), "{e}");
+    }
+
+    #[test]
     fn versions_are_parsed_as_latest_or_positive_numbers() {
         assert_eq!(VersionSpec::parse("latest").unwrap(), VersionSpec::Latest);
         assert_eq!(VersionSpec::parse("-1").unwrap(), VersionSpec::Latest);
