@@ -55,7 +55,10 @@ pub trait SchemaLog: Send + Sync + 'static {
     fn append(&self, records: Vec<Record>) -> BoxFuture<'static, Result<i64, RegistryError>>;
     /// Records from `from` on, as far as one step reads and no further than what is readable.
     fn read(&self, from: i64) -> Result<Chunk, RegistryError>;
-    /// The offset below which records are readable now.
+    /// The end of the log here: every record below it is readable now or will be (a new
+    /// leader's tail from its predecessor becomes readable once its high watermark catches
+    /// up). A write is decided only once the registry has applied everything below it, so no
+    /// id or version a predecessor handed out is handed out again.
     fn end(&self) -> i64;
     /// Resolves when more may be readable, or after `limit`.
     fn changed(&self, limit: Duration) -> BoxFuture<'static, ()>;
@@ -243,7 +246,8 @@ impl SchemaLog for BrokerLog {
     }
 
     fn end(&self) -> i64 {
-        self.partition().map_or(0, |p| p.high_watermark())
+        self.partition()
+            .map_or(0, |p| p.log_end_offset().max(p.high_watermark()))
     }
 
     fn changed(&self, limit: Duration) -> BoxFuture<'static, ()> {
