@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use spate_broker::search_config::SearchSettings;
-use tantivy::directory::MmapDirectory;
+use tantivy::indexer::IndexWriterOptions;
 use tantivy::query::RangeQuery;
 use tantivy::{
     Directory, Index, IndexReader, IndexSettings, IndexWriter, ReloadPolicy, TantivyDocument, Term,
 };
 
+use crate::directory::IndexDirectory;
 use crate::error::SearchError;
 use crate::schema::IndexSchema;
 
@@ -48,7 +49,7 @@ pub struct PartitionIndex {
     reader: IndexReader,
     /// Offset after the last committed (searchable) record.
     committed_offset: AtomicI64,
-    /// Indexing memory of a writer (for one made anew after a failure).
+    /// Indexing memory of each writer made for it.
     writer_memory_bytes: usize,
 }
 
@@ -56,8 +57,6 @@ pub struct PartitionIndex {
 pub struct Opened {
     /// The index.
     pub index: PartitionIndex,
-    /// Its writer, for the indexer.
-    pub writer: IndexWriter,
     /// Where indexing resumes; `None` for a new index (start at the log start).
     pub resume_at: Option<i64>,
     /// Why it was rebuilt, if it was.
@@ -74,6 +73,24 @@ fn is_damage(e: &tantivy::TantivyError) -> bool {
     )
 }
 
+/// Whether an index's last commit is whole: every file it names opens and passes its
+/// checksum; what is wrong if not.
+fn torn(index: &Index) -> Option<String> {
+    match index.validate_checksum() {
+        Ok(bad) if !bad.is_empty() => {
+            return Some(format!("{} files fail their checksums", bad.len()))
+        }
+        Ok(_) => {}
+        Err(e) => return Some(e.to_string()),
+    }
+    // Opening a searcher opens every component file of every segment.
+    let reader: tantivy::Result<IndexReader> = index
+        .reader_builder()
+        .reload_policy(ReloadPolicy::Manual)
+        .try_into();
+    reader.err().map(|e| e.to_string())
+}
+
 fn progress_of(index: &Index) -> Option<Progress> {
     let metas = index.load_metas().ok()?;
     serde_json::from_str(metas.payload.as_deref()?).ok()
@@ -83,16 +100,26 @@ impl PartitionIndex {
     /// Opens the index in `dir`, or creates it; an index that cannot be opened, has another
     /// schema or was built under other settings is deleted and created empty (the indexer then
     /// rebuilds it from the log).
+    /// With `verify` (the broker did not stop cleanly: unsynced index files may be torn) an
+    /// existing index is checked first: every file of its last commit must open and pass its
+    /// checksum, else it is rebuilt.
     pub fn open(
         dir: &Path,
         topic: &str,
         partition: i32,
         settings: &SearchSettings,
         writer_memory_bytes: usize,
+        verify: bool,
     ) -> Result<Opened, SearchError> {
-        Self::open_on(dir, topic, partition, settings, writer_memory_bytes, &|d| {
-            Ok(Box::new(MmapDirectory::open(d)?))
-        })
+        Self::open_on(
+            dir,
+            topic,
+            partition,
+            settings,
+            writer_memory_bytes,
+            verify,
+            &|d| Ok(Box::new(IndexDirectory::open(d)?)),
+        )
     }
 
     /// [`PartitionIndex::open`] with the files behind `directory` (tests put faults there).
@@ -102,6 +129,7 @@ impl PartitionIndex {
         partition: i32,
         settings: &SearchSettings,
         writer_memory_bytes: usize,
+        verify: bool,
         directory: &dyn Fn(&Path) -> tantivy::Result<Box<dyn Directory>>,
     ) -> Result<Opened, SearchError> {
         let schema = IndexSchema::build(settings);
@@ -112,6 +140,10 @@ impl PartitionIndex {
             match directory(dir).and_then(Index::open) {
                 Ok(index) if index.schema() != schema.schema => {
                     rebuilt = Some("its schema differs from the topic's settings".to_string())
+                }
+                Ok(index) if verify && torn(&index).is_some() => {
+                    let why = torn(&index).unwrap_or_default();
+                    rebuilt = Some(format!("it is damaged after an unclean stop ({why})"))
                 }
                 Ok(index) => match progress_of(&index) {
                     Some(p) if p.fingerprint == fingerprint => existing = Some((index, p)),
@@ -163,8 +195,6 @@ impl PartitionIndex {
                 (index, None)
             }
         };
-        let writer =
-            index.writer_with_num_threads(1, writer_memory_bytes.max(MIN_WRITER_MEMORY_BYTES))?;
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -181,7 +211,6 @@ impl PartitionIndex {
                 committed_offset: AtomicI64::new(resume_at.unwrap_or(-1)),
                 writer_memory_bytes,
             },
-            writer,
             resume_at,
             rebuilt,
         })
@@ -220,28 +249,23 @@ impl PartitionIndex {
         Ok(())
     }
 
-    /// After `writer` failed (a full disk, an I/O error, a killed indexing thread): drops
-    /// everything it held since the last commit, making a new writer if it cannot roll back,
-    /// and answers the progress of the last commit on disk (`None`: nothing committed), from
-    /// which indexing must go on. It reads the progress back from the disk rather than trusting
+    /// A writer for the indexer: one indexing thread and one merge thread (tantivy's default
+    /// of four merge threads per writer does not scale to many partitions).
+    pub fn new_writer(&self) -> Result<IndexWriter, SearchError> {
+        let options = IndexWriterOptions::builder()
+            .memory_budget_per_thread(self.writer_memory_bytes.max(MIN_WRITER_MEMORY_BYTES))
+            .num_worker_threads(1)
+            .num_merge_threads(1)
+            .build();
+        Ok(self.index.writer_with_options(options)?)
+    }
+
+    /// After a writer failed and was rolled back: the progress of the last commit on disk
+    /// (`None`: nothing committed), from which indexing must go on, made the searchable state
+    /// again. It is read back from the disk rather than trusted from
     /// [`PartitionIndex::committed_offset`]: a commit that failed after writing its metadata
     /// did commit.
-    /// `None` in `writer` (a writer that could not be made last time) is made here.
-    pub fn recover(&self, writer: &mut Option<IndexWriter>) -> Result<Option<i64>, SearchError> {
-        // tantivy's rollback makes a new writer from the old one's directory lock. When that
-        // fails the lock is gone with it: the writer is dropped (rolling it back again would
-        // find no lock and panic) and a new one made.
-        if let Some(w) = writer.as_mut() {
-            if w.rollback().is_err() {
-                *writer = None;
-            }
-        }
-        if writer.is_none() {
-            *writer = Some(self.index.writer_with_num_threads(
-                1,
-                self.writer_memory_bytes.max(MIN_WRITER_MEMORY_BYTES),
-            )?);
-        }
+    pub fn reload_progress(&self) -> Result<Option<i64>, SearchError> {
         let metas = self.index.load_metas()?;
         let progress = match metas.payload.as_deref() {
             Some(p) => Some(
@@ -314,6 +338,58 @@ mod tests {
     }
 
     #[test]
+    fn after_an_unclean_stop_a_torn_index_file_is_found_and_the_index_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path().join("p0");
+        let open = |verify| {
+            PartitionIndex::open(&at, "t", 0, &settings(), MIN_WRITER_MEMORY_BYTES, verify).unwrap()
+        };
+        let opened = open(false);
+        let mut w = opened.index.new_writer().unwrap();
+        for i in 0..50 {
+            let r = crate::record::LogRecord {
+                offset: i,
+                timestamp: 0,
+                key: None,
+                value: Some(bytes::Bytes::from(format!(
+                    "{{\"n\": {i}, \"msg\": \"word{i}\"}}"
+                ))),
+                headers: Vec::new(),
+            };
+            let doc = crate::document::build(&opened.index.schema, &settings(), 0, &r);
+            opened.index.add(&w, doc).unwrap();
+        }
+        opened.index.commit(&mut w, 50).unwrap();
+        drop(w);
+        drop(opened);
+        // What an OS crash can leave of unsynced writes: a file of the last commit with other
+        // bytes than were written.
+        let victim = std::fs::read_dir(&at)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "idx" || x == "term"))
+            .max_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+            .expect("a segment file");
+        let mut bytes = std::fs::read(&victim).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0xff;
+        std::fs::write(&victim, &bytes).unwrap();
+        // After a clean stop nothing is checked; after an unclean one the damage is found.
+        assert!(open(false).rebuilt.is_none());
+        let reopened = open(true);
+        assert!(
+            reopened
+                .rebuilt
+                .as_deref()
+                .is_some_and(|w| w.contains("unclean")),
+            "{:?}",
+            reopened.rebuilt
+        );
+        assert_eq!(reopened.resume_at, None, "indexed again from the log start");
+    }
+
+    #[test]
     fn an_index_that_cannot_be_read_now_is_kept_and_a_damaged_one_rebuilt() {
         let dir = tempfile::tempdir().unwrap();
         let at = dir.path().join("p0");
@@ -321,7 +397,7 @@ mod tests {
         // or EIO): an error, and nothing deleted.
         std::fs::create_dir_all(at.join("meta.json")).unwrap();
         std::fs::write(at.join("keep"), b"x").unwrap();
-        let err = PartitionIndex::open(&at, "t", 0, &settings(), MIN_WRITER_MEMORY_BYTES)
+        let err = PartitionIndex::open(&at, "t", 0, &settings(), MIN_WRITER_MEMORY_BYTES, false)
             .err()
             .expect("an error");
         assert!(err.to_string().contains("opening"), "{err}");
@@ -330,7 +406,7 @@ mod tests {
         std::fs::remove_dir_all(&at).unwrap();
         std::fs::create_dir_all(&at).unwrap();
         std::fs::write(at.join("meta.json"), b"{not json").unwrap();
-        let opened = PartitionIndex::open(&at, "t", 0, &settings(), MIN_WRITER_MEMORY_BYTES)
+        let opened = PartitionIndex::open(&at, "t", 0, &settings(), MIN_WRITER_MEMORY_BYTES, false)
             .expect("rebuilt");
         assert!(opened.rebuilt.is_some());
         assert_eq!(opened.resume_at, None);

@@ -1,10 +1,11 @@
-//! The background indexer of one searchable partition: a thread that reads the log from the
-//! index's progress up to the high watermark (never above it, never on the produce path),
-//! adds the records to the index and commits at least every `commit_interval`. Under
-//! overload it falls behind (the lag metrics show it); producers never wait for it. When the
-//! index's writer fails (a full disk, an I/O error) everything since the last commit is
-//! dropped and indexing goes on from that commit's progress once the writer works again:
-//! progress never passes a record that is not committed.
+//! The background indexer of one searchable partition: it reads the log from the index's
+//! progress up to the high watermark (never above it, never on the produce path), adds the
+//! records to the index and commits at least every `commit_interval`. Its steps run on the
+//! shared [`IndexingPool`] and it holds an index writer only while it has something to write
+//! (see [`crate::pool`]). Under overload it falls behind (the lag metrics show it); producers
+//! never wait for it. When the index's writer fails (a full disk, an I/O error) everything
+//! since the last commit is dropped and indexing goes on from that commit's progress once the
+//! writer works again: progress never passes a record that is not committed.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use crate::document;
 use crate::error::SearchError;
 use crate::index::PartitionIndex;
 use crate::metrics::{IndexMetrics, SearchMetrics};
+use crate::pool::{IndexingPool, Waiting, WriterSlot};
 use crate::record::decode_batches;
 
 /// How an indexer runs.
@@ -31,6 +33,8 @@ pub struct IndexerSettings {
     /// While records keep arriving, the pause between steps once caught up: the indexer
     /// takes what arrived meanwhile in one step instead of waking on every append.
     pub step_delay: Duration,
+    /// A writer unused this long (everything committed) is given back.
+    pub writer_idle: Duration,
 }
 
 impl Default for IndexerSettings {
@@ -40,14 +44,20 @@ impl Default for IndexerSettings {
             read_bytes: 1 << 20,
             idle_poll: Duration::from_millis(500),
             step_delay: Duration::from_millis(50),
+            writer_idle: Duration::from_secs(5),
         }
     }
 }
 
+/// Pause after a failed step before the next try (never a hot loop).
+const FAILURE_PAUSE: Duration = Duration::from_millis(500);
+/// Longest wait for a writer slot before looking again (a release may be missed).
+const SLOT_RECHECK: Duration = Duration::from_millis(50);
+
 /// A running indexer; dropping it does not stop it, [`Indexer::stop`] does.
 pub struct Indexer {
     stop: Arc<Stop>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    done: std::sync::mpsc::Receiver<()>,
 }
 
 /// The stop request of an indexer: a flag, and a wake-up for an indexer waiting for records
@@ -64,57 +74,52 @@ impl Stop {
     }
 
     /// Waits up to `d`, returning early on a stop request.
-    fn pause(&self, rt: &tokio::runtime::Handle, d: Duration) {
+    async fn pause(&self, d: Duration) {
         if !self.requested() {
-            let _ = rt.block_on(async { tokio::time::timeout(d, self.wake.notified()).await });
+            let _ = tokio::time::timeout(d, self.wake.notified()).await;
         }
     }
 }
 
 impl Indexer {
-    /// Starts indexing `partition` into `index` from `resume_at` (the log start when `None`).
+    /// Starts indexing `partition` into `index` from `resume_at` (the log start when `None`),
+    /// its steps on `pool`, its waits on `runtime`.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         partition: Arc<Partition>,
         index: Arc<PartitionIndex>,
-        writer: IndexWriter,
         resume_at: Option<i64>,
         settings: IndexerSettings,
         metrics: Arc<IndexMetrics>,
         shared: Arc<SearchMetrics>,
-        runtime: tokio::runtime::Handle,
-    ) -> std::io::Result<Self> {
+        pool: Arc<IndexingPool>,
+        runtime: &tokio::runtime::Handle,
+    ) -> Self {
         let stop = Arc::new(Stop::default());
-        let flag = stop.clone();
-        let name = format!("search-{}-{}", index.topic, index.partition);
-        let thread = std::thread::Builder::new().name(name).spawn(move || {
-            let mut run = Run {
-                partition,
-                index,
-                writer: Some(writer),
-                next: resume_at,
-                applied_start: i64::MIN,
-                uncommitted_cut: None,
-                lost_cut: None,
-                failed: false,
-                settings,
-                metrics,
-                shared,
-                dirty: false,
-                last_commit: Instant::now(),
-                indexed_last_step: false,
-            };
-            if let Err(e) = run.run(&flag, &runtime) {
-                tracing::error!(topic = %run.index.topic, partition = run.index.partition, error = %e, "search indexer stopped");
-            }
-        })?;
-        Ok(Self {
-            stop,
-            thread: Some(thread),
-        })
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let run = Run {
+            partition,
+            index,
+            writer: None,
+            pool: pool.clone(),
+            next: resume_at,
+            applied_start: i64::MIN,
+            uncommitted_cut: None,
+            lost_cut: None,
+            failed: false,
+            settings,
+            metrics,
+            shared,
+            dirty: false,
+            last_commit: Instant::now(),
+            last_write: Instant::now(),
+            indexed_last_step: false,
+        };
+        runtime.spawn(drive(run, stop.clone(), pool, done_tx));
+        Self { stop, done }
     }
 
-    /// Stops the indexer and waits for its thread (it finishes its current step first).
+    /// Stops the indexer and waits for it (it finishes its current step and commits first).
     pub fn stop(self) {
         self.request_stop();
         self.join();
@@ -128,24 +133,125 @@ impl Indexer {
         self.stop.wake.notify_one();
     }
 
-    /// Waits for the indexer's thread to end.
-    pub fn join(mut self) {
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+    /// Waits for the indexer to end (call from outside the runtime's threads, or from a
+    /// blocking task).
+    pub fn join(self) {
+        // The sender goes with the driving task, also when the runtime drops it.
+        let _ = self.done.recv();
+    }
+}
+
+/// What one turn on the pool came to.
+enum Turn {
+    /// There may be more to index at once.
+    More,
+    /// Caught up: wait for records, the commit deadline or the idle poll.
+    Wait,
+    /// Work waits for a writer slot.
+    NoWriter,
+    /// The step failed; tried again after a pause, from the last commit.
+    Failed(SearchError),
+    /// Stopped: last commit made, writer given back.
+    Stopped,
+}
+
+/// Takes the indexer's turns on the pool, and waits between them on the runtime.
+async fn drive(
+    mut run: Run,
+    stop: Arc<Stop>,
+    pool: Arc<IndexingPool>,
+    _done: std::sync::mpsc::Sender<()>,
+) {
+    let mut hw_watch = run.partition.watch_high_watermark();
+    run.metrics
+        .caught_up_at_ms
+        .store(now_ms(), Ordering::Relaxed);
+    let mut failures = 0u32;
+    // Counted as waiting for a writer slot from a turn that found none to one that found one.
+    let mut waiting: Option<Waiting> = None;
+    loop {
+        // Moves of the high watermark from here on wake the wait below.
+        hw_watch.borrow_and_update();
+        let stopping = stop.requested();
+        let Some((back, turn)) = pool
+            .run(move || {
+                let turn = run.turn(stopping);
+                (run, turn)
+            })
+            .await
+        else {
+            // The pool closed under us: nothing more can be written.
+            return;
+        };
+        run = back;
+        if !matches!(turn, Turn::NoWriter) {
+            waiting = None;
+        }
+        match turn {
+            Turn::Stopped => return,
+            Turn::More => failures = 0,
+            Turn::NoWriter => {
+                let slots = pool.writers.clone();
+                waiting.get_or_insert_with(|| slots.wait_guard());
+                let released = slots.released.notified();
+                tokio::select! {
+                    _ = released => {}
+                    _ = tokio::time::sleep(SLOT_RECHECK) => {}
+                    _ = stop.wake.notified() => {}
+                }
+            }
+            Turn::Failed(e) => {
+                failures += 1;
+                if failures == 1 || failures % 60 == 0 {
+                    tracing::warn!(topic = %run.index.topic, partition = run.index.partition, error = %e, "search indexing step failed; retrying from the last commit");
+                }
+                stop.pause(FAILURE_PAUSE).await;
+            }
+            Turn::Wait => {
+                failures = 0;
+                let wait = if run.dirty {
+                    run.settings
+                        .commit_interval
+                        .saturating_sub(run.last_commit.elapsed())
+                } else {
+                    run.settings.idle_poll
+                };
+                if run.indexed_last_step {
+                    // Records are flowing: gather them for a while rather than waking on
+                    // each append. Each wake-up cost a context switch here and a wake on the
+                    // appending thread, per indexer, per produce request.
+                    stop.pause(wait.min(run.settings.step_delay)).await;
+                } else if !stop.requested() {
+                    let _ = tokio::time::timeout(wait, async {
+                        tokio::select! {
+                            _ = hw_watch.changed() => {}
+                            _ = stop.wake.notified() => {}
+                        }
+                    })
+                    .await;
+                }
+            }
         }
     }
+}
+
+/// An open writer and its slot (the slot is given back after the writer is closed).
+struct OpenWriter {
+    writer: IndexWriter,
+    _slot: WriterSlot,
 }
 
 struct Run {
     partition: Arc<Partition>,
     index: Arc<PartitionIndex>,
-    /// `None` only while a failed writer could not be replaced yet.
-    writer: Option<IndexWriter>,
+    /// Held only while there is something to write.
+    writer: Option<OpenWriter>,
+    pool: Arc<IndexingPool>,
     next: Option<i64>,
     applied_start: i64,
     /// The lowest log cut whose deletions are queued but not committed yet.
     uncommitted_cut: Option<i64>,
-    /// A cut whose queued deletions a failure dropped: queued again by the next step.
+    /// A cut not applied yet: taken from the partition, or dropped by a failure.
     lost_cut: Option<i64>,
     /// The last step failed: the writer is recovered before the next one.
     failed: bool,
@@ -154,6 +260,8 @@ struct Run {
     shared: Arc<SearchMetrics>,
     dirty: bool,
     last_commit: Instant,
+    /// When the writer last took a document or a deletion.
+    last_write: Instant,
     /// The last step indexed at least one record.
     indexed_last_step: bool,
 }
@@ -173,85 +281,60 @@ fn min_cut(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     }
 }
 
+/// What a step came to, short of failing.
+enum Step {
+    More,
+    CaughtUp,
+    NoWriter,
+}
+
 impl Run {
-    fn run(&mut self, stop: &Stop, rt: &tokio::runtime::Handle) -> Result<(), SearchError> {
-        let mut hw_watch = self.partition.watch_high_watermark();
-        self.metrics
-            .caught_up_at_ms
-            .store(now_ms(), Ordering::Relaxed);
-        let mut failures = 0u32;
-        while !stop.requested() {
-            // Moves of the high watermark from here on wake the wait below.
-            hw_watch.borrow_and_update();
-            if self.failed {
-                match self.recover() {
-                    Ok(()) => self.failed = false,
-                    Err(e) => {
-                        failures += 1;
-                        if failures == 1 || failures % 60 == 0 {
-                            tracing::warn!(topic = %self.index.topic, partition = self.index.partition, error = %e, "search index writer cannot recover yet; retrying");
-                        }
-                        stop.pause(rt, Duration::from_millis(500));
-                        continue;
+    /// One turn on a pool thread.
+    fn turn(&mut self, stopping: bool) -> Turn {
+        if stopping {
+            if self.dirty && !self.failed {
+                if let Some(next) = self.next {
+                    if let Err(e) = self.commit(next) {
+                        tracing::error!(topic = %self.index.topic, partition = self.index.partition, error = %e, "search index: the last commit failed; indexing resumes from the one before");
                     }
                 }
             }
-            match self.step() {
-                Ok(true) => {
-                    failures = 0;
-                    continue;
-                }
-                Ok(false) => failures = 0,
-                Err(e) => {
-                    // A failed read or write is retried after a pause, never in a hot loop,
-                    // from the last commit (what the writer held since may be lost).
-                    self.failed = true;
-                    failures += 1;
-                    if failures == 1 || failures % 60 == 0 {
-                        tracing::warn!(topic = %self.index.topic, partition = self.index.partition, error = %e, "search indexing step failed; retrying");
-                    }
-                    stop.pause(rt, Duration::from_millis(500));
-                    continue;
-                }
+            self.writer = None;
+            return Turn::Stopped;
+        }
+        if self.failed {
+            if let Err(e) = self.recover() {
+                return Turn::Failed(e);
             }
-            // Caught up: wait for new records, or the commit deadline, or the idle poll.
-            let wait = if self.dirty {
-                self.settings
-                    .commit_interval
-                    .saturating_sub(self.last_commit.elapsed())
-            } else {
-                self.settings.idle_poll
-            };
-            if self.indexed_last_step {
-                // Records are flowing: gather them for a while rather than waking on each
-                // append. Each wake-up cost a context switch here and a wake on the
-                // appending thread, per indexer, per produce request (in a cluster 3 nodes x
-                // the partitions' indexers, on the producers' cores).
-                stop.pause(rt, wait.min(self.settings.step_delay));
-            } else if !stop.requested() {
-                let _ = rt.block_on(async {
-                    tokio::time::timeout(wait, async {
-                        tokio::select! {
-                            _ = hw_watch.changed() => {}
-                            _ = stop.wake.notified() => {}
-                        }
-                    })
-                    .await
-                });
+            self.failed = false;
+        }
+        match self.step() {
+            Ok(Step::More) => Turn::More,
+            Ok(Step::NoWriter) => Turn::NoWriter,
+            Ok(Step::CaughtUp) => {
+                // Everything written is committed: the writer goes back when another
+                // partition waits for one, or once unused a while.
+                let idle = self.last_write.elapsed() >= self.settings.writer_idle;
+                if !self.dirty && (idle || self.pool.writers.contended()) {
+                    self.writer = None;
+                }
+                Turn::Wait
+            }
+            Err(e) => {
+                self.failed = true;
+                Turn::Failed(e)
             }
         }
-        if self.dirty && !self.failed {
-            if let Some(next) = self.next {
-                self.commit(next)?;
-            }
-        }
-        Ok(())
     }
 
     fn writer(&mut self) -> Result<&mut IndexWriter, SearchError> {
-        self.writer.as_mut().ok_or_else(|| SearchError::Index {
-            reason: "the index writer failed and is not recovered".into(),
-        })
+        self.last_write = Instant::now();
+        self.writer
+            .as_mut()
+            .map(|w| &mut w.writer)
+            .ok_or_else(|| SearchError::Index {
+                reason: "no index writer".into(),
+            })
     }
 
     fn commit(&mut self, next: i64) -> Result<(), SearchError> {
@@ -271,7 +354,15 @@ impl Run {
     /// progress; deletions queued since (retention, log cuts) are queued again by the next
     /// step.
     fn recover(&mut self) -> Result<(), SearchError> {
-        let committed = self.index.recover(&mut self.writer)?;
+        if let Some(w) = self.writer.as_mut() {
+            // tantivy's rollback makes a new writer from the old one's directory lock. When
+            // that fails the lock is gone with it: the writer is dropped (rolling it back again
+            // would find no lock and panic) and a new one made when there is work.
+            if w.writer.rollback().is_err() {
+                self.writer = None;
+            }
+        }
+        let committed = self.index.reload_progress()?;
         self.metrics.writer_recoveries.inc();
         tracing::info!(topic = %self.index.topic, partition = self.index.partition, resume_at = ?committed, "search index writer recovered; indexing again from the last commit");
         self.next = committed;
@@ -282,16 +373,48 @@ impl Run {
         Ok(())
     }
 
-    /// One step; true when there may be more to index at once.
-    fn step(&mut self) -> Result<bool, SearchError> {
+    /// One step; the caller waits when it answers `CaughtUp`.
+    fn step(&mut self) -> Result<Step, SearchError> {
         // Normal priority while the partition's lock may be held (the reads below).
         let mut boost = Some(crate::priority::Boost::new());
         let hw = self.partition.high_watermark();
         let start = self.partition.log_start_offset();
         let end = self.partition.log_end_offset();
+        self.lost_cut = min_cut(self.lost_cut, self.partition.take_lowest_cut());
         let mut next = self.next.unwrap_or(start);
+        // Retention removed segments: their records leave the index too.
+        let retention =
+            start > self.applied_start && (self.applied_start != i64::MIN || next > start);
+        let work = self.dirty
+            || next < hw
+            || next > end
+            || retention
+            || self.lost_cut.is_some_and(|c| c < next);
+        if !work {
+            drop(boost);
+            self.applied_start = self.applied_start.max(start);
+            self.indexed_last_step = false;
+            self.metrics.lag_records.set(0.max(hw - next));
+            self.metrics
+                .caught_up_at_ms
+                .store(now_ms(), Ordering::Relaxed);
+            return Ok(Step::CaughtUp);
+        }
+        if self.writer.is_none() {
+            drop(boost.take());
+            let Some(slot) = self.pool.writers.try_take() else {
+                return Ok(Step::NoWriter);
+            };
+            // Made outside the boost: tantivy's threads inherit the indexing priority.
+            let writer = self.index.new_writer()?;
+            self.writer = Some(OpenWriter {
+                writer,
+                _slot: slot,
+            });
+            boost = Some(crate::priority::Boost::new());
+        }
         let index = self.index.clone();
-        if let Some(cut) = min_cut(self.partition.take_lowest_cut(), self.lost_cut.take()) {
+        if let Some(cut) = self.lost_cut.take() {
             if cut < next {
                 // The log lost records this index holds, and may have new ones at their
                 // offsets already: drop everything from the cut and index again from there.
@@ -302,8 +425,7 @@ impl Run {
             }
         }
         if start > self.applied_start {
-            // Retention removed segments: their records leave the index too.
-            if self.applied_start != i64::MIN || next > start {
+            if retention {
                 index.delete_below(self.writer()?, start)?;
                 self.dirty = true;
             }
@@ -360,7 +482,11 @@ impl Run {
         }
         drop(boost);
         self.metrics.lag_records.set((hw - next).max(0));
-        if self.dirty && self.last_commit.elapsed() >= self.settings.commit_interval {
+        // Caught up while another partition waits for a writer: commit now and let it go
+        // rather than hold it until the commit interval is over.
+        let hand_over = !more && self.pool.writers.contended();
+        if self.dirty && (hand_over || self.last_commit.elapsed() >= self.settings.commit_interval)
+        {
             self.commit(next)?;
         }
         if next >= hw && !self.dirty {
@@ -368,7 +494,7 @@ impl Run {
                 .caught_up_at_ms
                 .store(now_ms(), Ordering::Relaxed);
         }
-        Ok(more)
+        Ok(if more { Step::More } else { Step::CaughtUp })
     }
 }
 
@@ -417,27 +543,36 @@ mod tests {
             0,
             &settings,
             MIN_WRITER_MEMORY_BYTES,
+            false,
             &move |d| Ok(Box::new(FullDisk::open(d, disk.clone())?)),
         )
         .unwrap();
         let index = Arc::new(opened.index);
         let metrics = Arc::new(IndexMetrics::default());
+        let pool = IndexingPool::start(
+            crate::pool::PoolSettings {
+                threads: 1,
+                max_open_writers: 1,
+            },
+            || {},
+        )
+        .unwrap();
         let indexer = Indexer::start(
             p.clone(),
             index.clone(),
-            opened.writer,
             opened.resume_at,
             IndexerSettings {
                 commit_interval: Duration::from_millis(20),
                 read_bytes: 1 << 20,
                 idle_poll: Duration::from_millis(50),
                 step_delay: Duration::from_millis(5),
+                writer_idle: Duration::from_secs(5),
             },
             metrics.clone(),
             Arc::new(SearchMetrics::default()),
-            tokio::runtime::Handle::current(),
-        )
-        .unwrap();
+            pool.clone(),
+            &tokio::runtime::Handle::current(),
+        );
         append(&p, &["a1", "a2", "a3"]);
         until("the first records are committed", || {
             index.committed_offset() == 3
@@ -464,6 +599,9 @@ mod tests {
         })
         .await;
         assert_eq!(index.searcher().num_docs(), 6, "records lost or repeated");
-        indexer.stop();
+        tokio::task::spawn_blocking(move || indexer.stop())
+            .await
+            .unwrap();
+        pool.close();
     }
 }

@@ -9,10 +9,13 @@
 //! * [`request`]: the rest of a search request (from/size, sort, search_after, _source,
 //!   highlight, aggregations).
 //! * [`index`]: one partition's index on disk, with its progress in the commit payload.
+//! * [`directory`]: the index files, written without fsync (the log is their source).
 //! * [`indexer`]: the background task that keeps an index up to date with its partition.
+//! * [`pool`]: the threads every indexer takes its steps on, and the bound on open writers.
 //! * [`service`]: every searchable partition of the broker, and searches across them.
 
 pub mod dates;
+pub mod directory;
 pub mod document;
 pub mod dsl;
 pub mod error;
@@ -20,6 +23,7 @@ pub mod index;
 pub mod indexer;
 pub mod mapping;
 pub mod metrics;
+pub mod pool;
 mod priority;
 pub mod record;
 pub mod request;

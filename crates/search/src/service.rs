@@ -20,6 +20,7 @@ use crate::index::PartitionIndex;
 use crate::indexer::{Indexer, IndexerSettings};
 use crate::mapping::TopicMapping;
 use crate::metrics::{IndexMetrics, SearchMetrics};
+use crate::pool::{IndexingPool, PoolSettings};
 use crate::request::{parse_request, SearchRequest};
 use crate::search::{self, Partial, Target};
 
@@ -28,8 +29,14 @@ use crate::search::{self, Partial, Target};
 pub struct SearchConfig {
     /// Where indexes live (`<data dir>/search`).
     pub root: PathBuf,
-    /// Indexing memory of each partition's writer (at least tantivy's 15 MB minimum).
+    /// Indexing memory of each open writer (at least tantivy's 15 MB minimum); at most
+    /// `max_open_writers` are open, which bounds indexing memory as a whole.
     pub writer_memory_bytes: usize,
+    /// Threads taking indexing steps for every searchable partition.
+    pub indexer_threads: usize,
+    /// Index writers open at once over every partition (each is three threads: its indexing
+    /// worker, segment updater and merge thread).
+    pub max_open_writers: usize,
     /// How indexers run.
     pub indexer: IndexerSettings,
     /// Longest a search may run before it is answered with an error.
@@ -52,6 +59,11 @@ impl SearchConfig {
         Self {
             root: data_dir.join("search"),
             writer_memory_bytes: 32 << 20,
+            indexer_threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+                .clamp(1, 8),
+            max_open_writers: 16,
             indexer: IndexerSettings::default(),
             query_timeout: Duration::from_secs(10),
             reconcile_interval: Duration::from_millis(250),
@@ -167,9 +179,17 @@ pub struct SearchService {
     limits: Limits,
     stopping: AtomicBool,
     runtime: tokio::runtime::Handle,
+    /// The last stop was not clean: indexes found are checked before use (see
+    /// [`crate::directory`]).
+    verify: bool,
+    /// Where every indexer takes its steps.
+    pool: Arc<IndexingPool>,
     /// Slots for searches running at once (see `SearchConfig::max_concurrent_searches`).
     slots: Arc<tokio::sync::Semaphore>,
 }
+
+/// In the search root after a clean stop: every index was synced.
+const CLEAN_MARKER: &str = "clean_shutdown";
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -182,7 +202,27 @@ impl SearchService {
     /// Starts the service and its reconciler; call from within a tokio runtime.
     pub fn start(broker: Arc<Broker>, config: SearchConfig) -> std::io::Result<Arc<Self>> {
         std::fs::create_dir_all(&config.root)?;
+        // From here on index files are written without fsync: the marker goes first, and
+        // durably, so that a crash from now on is known as one at the next start.
+        let marker = config.root.join(CLEAN_MARKER);
+        let clean = marker.exists();
+        if clean {
+            std::fs::remove_file(&marker)?;
+            std::fs::File::open(&config.root)?.sync_all()?;
+        }
+        let (idle, nice) = (config.indexer_idle, config.indexer_nice);
+        let pool = IndexingPool::start(
+            PoolSettings {
+                threads: config.indexer_threads,
+                max_open_writers: config.max_open_writers,
+            },
+            // Every indexing thread (the pool's, and tantivy's writer and merge threads, which
+            // the pool's threads start) runs at a lower priority.
+            move || crate::priority::lower(idle, nice),
+        )?;
         let service = Arc::new(Self {
+            pool,
+            verify: !clean,
             broker,
             entries: Mutex::new(HashMap::new()),
             metrics: Arc::new(SearchMetrics::default()),
@@ -197,28 +237,20 @@ impl SearchService {
         service.remove_orphans();
         let weak = Arc::downgrade(&service);
         // The first pass is waited for, so every index is open (and cut back to its log)
-        // before the broker takes clients; it runs on the reconciler's thread so indexing
-        // threads inherit its priority.
+        // before the broker takes clients.
         let (first_pass, first_done) = std::sync::mpsc::channel::<()>();
         let interval = service.config.reconcile_interval;
-        let nice = service.config.indexer_nice;
-        let idle = service.config.indexer_idle;
         std::thread::Builder::new()
             .name("search-reconcile".into())
-            .spawn(move || {
-                // Every indexing thread (ours, and tantivy's writer and merge threads) is
-                // started from this one and inherits its lower priority.
-                crate::priority::lower(idle, nice);
-                loop {
-                    let Some(s) = weak.upgrade() else { return };
-                    if s.stopping.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    s.reconcile();
-                    drop(s);
-                    let _ = first_pass.send(());
-                    std::thread::sleep(interval);
+            .spawn(move || loop {
+                let Some(s) = weak.upgrade() else { return };
+                if s.stopping.load(Ordering::SeqCst) {
+                    return;
                 }
+                s.reconcile();
+                drop(s);
+                let _ = first_pass.send(());
+                std::thread::sleep(interval);
             })?;
         let _ = first_done.recv();
         Ok(service)
@@ -240,6 +272,25 @@ impl SearchService {
         for i in indexers {
             i.join();
         }
+        self.pool.close();
+        // Every index committed its last state: made durable, then marked clean.
+        let marked = crate::directory::sync_all(&self.config.root).and_then(|_| {
+            let marker = self.config.root.join(CLEAN_MARKER);
+            std::fs::File::create(&marker)?.sync_all()?;
+            std::fs::File::open(&self.config.root)?.sync_all()
+        });
+        if let Err(e) = marked {
+            tracing::warn!(error = %e, "search indexes not marked cleanly stopped; they are checked at the next start");
+        }
+    }
+
+    /// Threads indexing (the pool's) and index writers open now, with their bound.
+    pub fn indexing_threads(&self) -> (usize, usize, usize) {
+        (
+            self.pool.threads(),
+            self.pool.writers.open(),
+            self.pool.writers.max(),
+        )
     }
 
     fn dir_of(&self, id: &Uuid, partition: i32) -> PathBuf {
@@ -329,6 +380,7 @@ impl SearchService {
                 p,
                 &settings,
                 self.config.writer_memory_bytes,
+                self.verify,
             ) {
                 Ok(o) => o,
                 Err(e) => {
@@ -345,10 +397,10 @@ impl SearchService {
                 // The log lost its tail since the last commit (an OS crash before an fsync):
                 // drop those documents now, before producers can refill the offsets.
                 tracing::warn!(%topic, partition = p, indexed_to = at, log_end = end, "search index was ahead of its log; dropping the documents past the log end");
-                let cut = opened
-                    .index
-                    .delete_from(&opened.writer, end)
-                    .and_then(|_| opened.index.commit(&mut opened.writer, end));
+                let cut = opened.index.new_writer().and_then(|mut w| {
+                    opened.index.delete_from(&w, end)?;
+                    opened.index.commit(&mut w, end)
+                });
                 if let Err(e) = cut {
                     tracing::error!(%topic, partition = p, error = %e, "cannot drop documents past the log end; retrying");
                     continue;
@@ -357,22 +409,16 @@ impl SearchService {
             }
             let index = Arc::new(opened.index);
             let metrics = Arc::new(IndexMetrics::default());
-            let indexer = match Indexer::start(
+            let indexer = Indexer::start(
                 partition.clone(),
                 index.clone(),
-                opened.writer,
                 opened.resume_at,
                 self.config.indexer,
                 metrics.clone(),
                 self.metrics.clone(),
-                self.runtime.clone(),
-            ) {
-                Ok(i) => i,
-                Err(e) => {
-                    tracing::error!(%topic, partition = p, error = %e, "cannot start search indexer");
-                    continue;
-                }
-            };
+                self.pool.clone(),
+                &self.runtime,
+            );
             self.entries.lock().insert(
                 (id, p),
                 Entry {

@@ -197,14 +197,24 @@ pub struct Args {
     )]
     pub max_producer_ids_per_partition: usize,
 
-    /// Indexing memory of each searchable partition's index writer, in bytes (at least
-    /// 15000000, tantivy's minimum).
+    /// Indexing memory of each open search index writer, in bytes (at least 15000000,
+    /// tantivy's minimum); with --search-max-open-writers it bounds indexing memory.
     #[arg(
         long,
         env = "SPATE_SEARCH_INDEXER_MEMORY_BYTES",
         default_value_t = 32 << 20
     )]
     pub search_indexer_memory_bytes: usize,
+
+    /// Threads that index every searchable partition (0: one per core, at most 8).
+    #[arg(long, env = "SPATE_SEARCH_INDEXER_THREADS", default_value_t = 0)]
+    pub search_indexer_threads: usize,
+
+    /// Search index writers open at once over every partition (1-256); a partition holds one
+    /// only while it has records to index. Each is three threads and up to
+    /// --search-indexer-memory-bytes of memory.
+    #[arg(long, env = "SPATE_SEARCH_MAX_OPEN_WRITERS", default_value_t = 16)]
+    pub search_max_open_writers: usize,
 
     /// Longest time indexed records wait for a search index commit, in milliseconds (how
     /// soon a produced record becomes searchable).

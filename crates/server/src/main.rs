@@ -198,6 +198,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     search_config.indexer.commit_interval =
         std::time::Duration::from_millis(args.search_commit_interval_ms.clamp(10, 500));
     search_config.indexer_nice = args.search_indexer_nice.clamp(0, 19);
+    if args.search_indexer_threads > 0 {
+        search_config.indexer_threads = args.search_indexer_threads.min(64);
+    }
+    search_config.max_open_writers = args.search_max_open_writers.clamp(1, 256);
     search_config.indexer_idle = args.search_indexer_idle;
     search_config.query_timeout = std::time::Duration::from_millis(args.search_timeout_ms.max(1));
     let search = spate_search::SearchService::start(broker.clone(), search_config)
@@ -297,7 +301,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         c.leave(true).await;
         c.node().clone().shutdown().await;
     }
-    search.shutdown();
+    // Indexers take their last turns on the runtime while this waits for them.
+    let _ = tokio::task::spawn_blocking(move || search.shutdown()).await;
     broker.shutdown();
     Ok(())
 }

@@ -1052,3 +1052,109 @@ async fn search_after_over_two_topics_with_equal_sort_values_skips_nothing() {
         assert_eq!(seen.len(), 6, "sort {sort}: {seen:?}");
     }
 }
+
+/// Threads of process `pid` whose names say they index (the pool's, tantivy's writer, segment
+/// updater and merge threads, the reconciler).
+fn indexing_threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the broker's threads")
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .filter(|name| {
+            ["search-", "thrd-tantivy", "segment_update", "merge_thread"]
+                .iter()
+                .any(|p| name.starts_with(p))
+        })
+        .count()
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn a_thousand_searchable_partitions_index_on_a_bounded_set_of_threads() {
+    let mut spate = Spate::start(&[]);
+    let pid = spate.pid().expect("running");
+    let partitions = 1000;
+    create(&spate, "many", partitions, &[("search.enabled", "true")]).await;
+    let p = producer(&spate.addr, &[]);
+    let values: Vec<String> = (0..partitions)
+        .map(|i| json!({"n": i, "msg": format!("record of partition {i}")}).to_string())
+        .collect();
+    let sends: Vec<_> = values
+        .iter()
+        .zip(0..partitions)
+        .map(|(value, i)| {
+            p.send(
+                FutureRecord::<(), _>::to("many")
+                    .partition(i)
+                    .payload(value),
+                Duration::from_secs(30),
+            )
+        })
+        .collect();
+    for s in futures::future::join_all(sends).await {
+        s.expect("acknowledged");
+    }
+    // The most indexing threads seen while the records are indexed.
+    let started = Instant::now();
+    let mut threads = 0;
+    loop {
+        threads = threads.max(indexing_threads(pid));
+        let (status, v) = search(&spate, "/many/_count", &json!({}));
+        if status == 200 && v["count"].as_u64() == Some(partitions as u64) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "not every record searchable: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = started.elapsed();
+    let (_, metrics) = http(&spate.http, "GET", "/metrics", &[], "");
+    let figure = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let commits = figure("spate_search_commit_latency_seconds_count ");
+    println!(
+        "{commits} commits, {:.1} ms each on average",
+        figure("spate_search_commit_latency_seconds_sum ") * 1000.0 / commits.max(1.0)
+    );
+    println!(
+        "{partitions} searchable partitions: every record searchable after {:.1} s; {threads} indexing threads; broker RSS {:.0} MiB",
+        took.as_secs_f64(),
+        rss_mib(pid)
+    );
+    // The pool's threads, at most 16 open writers of three threads each, the reconciler:
+    // not a writer and a thread per partition (seven threads each before the pool).
+    assert!(
+        threads <= 64,
+        "{threads} indexing threads for {partitions} partitions"
+    );
+    let (_, v) = search(
+        &spate,
+        "/many/_search",
+        &json!({"size": 0, "query": {"range": {"n": {"gte": 500}}}}),
+    );
+    assert_eq!(v["hits"]["total"]["value"], 500, "{v}");
+    let started = Instant::now();
+    spate.stop();
+    println!(
+        "shutdown with {partitions} searchable partitions took {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+}
