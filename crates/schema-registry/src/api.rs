@@ -113,8 +113,10 @@ async fn body<T: DeserializeOwned>(
     if declared.is_some_and(|n| n > limit) {
         return Err(RegistryError::BodyTooLarge(limit).into());
     }
-    let bytes = axum::body::to_bytes(body, limit)
+    let wait = reg.settings().body_timeout;
+    let bytes = tokio::time::timeout(wait, axum::body::to_bytes(body, limit))
         .await
+        .map_err(|_| RegistryError::BodyTimeout(wait.as_millis() as u64))?
         .map_err(|_| RegistryError::BodyTooLarge(limit))?;
     serde_json::from_slice(&bytes).map_err(|e| {
         RegistryError::BadRequest(format!("the body is not the JSON expected: {e}")).into()

@@ -90,6 +90,9 @@ pub enum RegistryError {
     /// The request body is over the limit.
     #[error("request body larger than {0} bytes")]
     BodyTooLarge(usize),
+    /// The request body did not arrive in time.
+    #[error("the request body did not arrive within {0} ms")]
+    BodyTimeout(u64),
     /// The request body's content type is not one the API takes.
     #[error("content type '{0}' is not accepted: send application/vnd.schemaregistry.v1+json, application/vnd.schemaregistry+json or application/json")]
     UnsupportedMediaType(String),
@@ -126,6 +129,7 @@ impl RegistryError {
             RegistryError::ReferenceExists { .. } => 42206,
             RegistryError::IdTaken(_) => 42207,
             RegistryError::BadRequest(_) => 400,
+            RegistryError::BodyTimeout(_) => 408,
             RegistryError::BodyTooLarge(_) => 413,
             RegistryError::UnsupportedMediaType(_) => 415,
             RegistryError::Store(_) => 50001,

@@ -4,9 +4,9 @@ use spate_metrics::text::Writer;
 use spate_metrics::{Counter, Gauge, Histogram};
 
 /// Error codes counted one by one; others count under "other".
-const CODES: [u32; 23] = [
-    400, 404, 405, 409, 413, 415, 40401, 40402, 40403, 40404, 40405, 40406, 40407, 40408, 40409,
-    42201, 42202, 42203, 42204, 42205, 42206, 42207, 50001,
+const CODES: [u32; 24] = [
+    400, 404, 405, 408, 409, 413, 415, 40401, 40402, 40403, 40404, 40405, 40406, 40407, 40408,
+    40409, 42201, 42202, 42203, 42204, 42205, 42206, 42207, 50001,
 ];
 
 /// Registry-wide counters.

@@ -38,6 +38,8 @@ pub struct Settings {
     pub max_schema_bytes: usize,
     /// Longest a write may wait for the log to take it.
     pub write_timeout: Duration,
+    /// Longest a client may take to send a request body (408 after).
+    pub body_timeout: Duration,
 }
 
 impl Default for Settings {
@@ -48,6 +50,7 @@ impl Default for Settings {
             // backslashes); this keeps every record well under the topic's message limit.
             max_schema_bytes: 4 << 20,
             write_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -285,6 +285,27 @@ async fn bad_input_gets_confluents_error_codes() {
     .await;
     let (s, v) = small.register("u", &" ".repeat(100)).await;
     assert_eq!((s.as_u16(), code(&v)), (413, 413));
+    // A body that does not arrive in time.
+    let slow = Api::over(
+        MemoryLog::new(),
+        Settings {
+            body_timeout: std::time::Duration::from_millis(50),
+            ..Settings::default()
+        },
+    )
+    .await;
+    let (_tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(1);
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let req = Request::builder()
+        .method("POST")
+        .uri("/subjects/u/versions")
+        .header("content-type", CT)
+        .body(Body::from_stream(stream))
+        .unwrap();
+    let (s, v) = slow.send(req).await;
+    assert_eq!((s.as_u16(), code(&v)), (408, 408));
     // A schema over the schema limit is invalid.
     let tight = Api::over(
         MemoryLog::new(),
