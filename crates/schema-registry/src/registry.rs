@@ -192,8 +192,18 @@ impl Registry {
                 false
             }
         };
-        if let Err(e) = me.catch_up() {
-            tracing::warn!(error = %e, "schema registry: reading _schemas failed; retrying in the background");
+        // The first replay reads and parses the whole topic: on the blocking pool, not on a
+        // runtime worker.
+        let replay = me.clone();
+        let first = tokio::task::spawn_blocking(move || replay.catch_up()).await;
+        match first {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "schema registry: reading _schemas failed; retrying in the background")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "schema registry: reading _schemas failed; retrying in the background")
+            }
         }
         me.spawn_tailer(prepared);
         me
