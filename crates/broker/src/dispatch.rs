@@ -133,9 +133,24 @@ pub struct Broker {
     flusher: Flusher,
     /// Set once the broker joins a cluster (cluster mode); standalone otherwise.
     pub(crate) cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+    /// What else may slow producers of a topic (search indexing), set once by it.
+    back_pressure: std::sync::OnceLock<Arc<dyn crate::throttle::TopicBackPressure>>,
 }
 
 impl Broker {
+    /// Lets `b` slow producers of the topics it names (once; later calls are ignored).
+    pub fn set_back_pressure(&self, b: Arc<dyn crate::throttle::TopicBackPressure>) {
+        let _ = self.back_pressure.set(b);
+    }
+
+    /// How long producers of these topics should wait before sending more, in milliseconds.
+    fn back_pressure_ms<'a>(&self, topics: impl Iterator<Item = &'a str>) -> u64 {
+        match self.back_pressure.get() {
+            Some(b) => topics.map(|t| b.produce_throttle_ms(t)).max().unwrap_or(0),
+            None => 0,
+        }
+    }
+
     /// Opens the data dir, recovering every log, on the system clock. Returns the broker and
     /// one line per repair.
     pub fn open(config: BrokerConfig) -> Result<(Arc<Self>, Vec<String>), BrokerError> {
@@ -235,6 +250,7 @@ impl Broker {
             fetch_sessions: Default::default(),
             flusher,
             cluster: std::sync::OnceLock::new(),
+            back_pressure: std::sync::OnceLock::new(),
         });
         Ok((broker, notes))
     }
@@ -533,6 +549,11 @@ impl Broker {
                     client_id,
                     frame_len as f64,
                 );
+                // A topic's search index further behind than it allows slows its producers
+                // as a quota does: a throttle time in the answer, and nothing read from the
+                // connection meanwhile (KIP-219).
+                let quota_ms = quota_ms
+                    .max(self.back_pressure_ms(r.topic_data.iter().map(|t| t.name.as_str())));
                 if let Some(m) = rc.mute {
                     m.mute_for(quota_ms);
                 }

@@ -146,3 +146,10 @@ impl<'a> RequestCharge<'a> {
         i32::try_from(ms).unwrap_or(i32::MAX)
     }
 }
+
+/// A reason outside the broker to slow the producers of some topics (a search index further
+/// behind than its topic allows); asked once per produce request, so it must answer fast.
+pub trait TopicBackPressure: Send + Sync {
+    /// How long producers to `topic` should wait, in milliseconds (0: not at all).
+    fn produce_throttle_ms(&self, topic: &str) -> u64;
+}

@@ -210,6 +210,13 @@ pub const DEFS: &[ConfigDef] = &[
         validate: |v| int_at_least(1)(v),
     },
     ConfigDef {
+        name: "search.max.lag.ms",
+        default: "-1",
+        kind: ConfigType::Long,
+        doc: "Back-pressure: while the oldest record of a partition not yet searchable is older than this, produce requests to the topic are answered with throttle_time_ms (and the connection paused for it), so producers slow to what indexing keeps up with; -1 never slows them.",
+        validate: |v| long_at_least(-1)(v),
+    },
+    ConfigDef {
         name: "search.store.value",
         default: "false",
         kind: ConfigType::Boolean,
@@ -393,6 +400,14 @@ impl TopicConfig {
                 .parse::<usize>()
                 .unwrap_or(search_config::DEFAULT_MAX_FIELDS),
         }
+    }
+
+    /// `search.max.lag.ms` when it slows producers (a positive value).
+    pub fn search_max_lag_ms(&self) -> Option<u64> {
+        self.get("search.max.lag.ms")
+            .and_then(|(v, _)| v.trim().parse::<i64>().ok())
+            .filter(|ms| *ms > 0)
+            .map(|ms| ms as u64)
     }
 
     /// The codec batches are stored in (`compression.type`); `None` keeps the producer's.

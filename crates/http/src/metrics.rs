@@ -817,7 +817,7 @@ pub fn render_search(s: &spate_search::SearchService) -> String {
         (
             "spate_search_lag_seconds",
             "gauge",
-            "How long a partition's index has been behind its high watermark.",
+            "Age of a partition's oldest record below the high watermark that is not searchable yet (0 when none; sampled every 100 ms); search.max.lag.ms slows producers past it.",
             |p| p.lag_seconds,
         ),
         (

@@ -163,9 +163,6 @@ async fn drive(
     _done: std::sync::mpsc::Sender<()>,
 ) {
     let mut hw_watch = run.partition.watch_high_watermark();
-    run.metrics
-        .caught_up_at_ms
-        .store(now_ms(), Ordering::Relaxed);
     let mut failures = 0u32;
     // Counted as waiting for a writer slot from a turn that found none to one that found one.
     let mut waiting: Option<Waiting> = None;
@@ -264,13 +261,6 @@ struct Run {
     last_write: Instant,
     /// The last step indexed at least one record.
     indexed_last_step: bool,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// The lower of two optional cuts.
@@ -395,9 +385,6 @@ impl Run {
             self.applied_start = self.applied_start.max(start);
             self.indexed_last_step = false;
             self.metrics.lag_records.set(0.max(hw - next));
-            self.metrics
-                .caught_up_at_ms
-                .store(now_ms(), Ordering::Relaxed);
             return Ok(Step::CaughtUp);
         }
         if self.writer.is_none() {
@@ -488,11 +475,6 @@ impl Run {
         if self.dirty && (hand_over || self.last_commit.elapsed() >= self.settings.commit_interval)
         {
             self.commit(next)?;
-        }
-        if next >= hw && !self.dirty {
-            self.metrics
-                .caught_up_at_ms
-                .store(now_ms(), Ordering::Relaxed);
         }
         Ok(if more { Step::More } else { Step::CaughtUp })
     }

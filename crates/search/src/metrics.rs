@@ -1,8 +1,14 @@
 //! Search counters, read by `/metrics` at scrape time.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use parking_lot::Mutex;
 use spate_metrics::{Counter, Gauge, Histogram};
+
+/// High watermarks remembered per partition to date its oldest unindexed record (at one
+/// sample every 100 ms, more than a minute and a half of a steadily moving log).
+const HW_SAMPLES: usize = 1024;
 
 /// Per partition index.
 #[derive(Debug, Default)]
@@ -11,8 +17,10 @@ pub struct IndexMetrics {
     pub indexed_records: Counter,
     /// Records below the high watermark not yet searchable.
     pub lag_records: Gauge,
-    /// Wall time (ms) when the index last held everything below the high watermark.
-    pub caught_up_at_ms: AtomicI64,
+    /// Age (ms) of the oldest record below the high watermark not searchable yet.
+    pub unindexed_age_ms: AtomicI64,
+    /// When the high watermark was seen at each value: (offset, wall time ms), oldest first.
+    hw_seen: Mutex<VecDeque<(i64, i64)>>,
     /// Batches that could not be decoded (their records are skipped).
     pub undecodable_batches: Counter,
     /// JSON values of new fields left out because the mapping reached `search.max.fields`.
@@ -24,12 +32,35 @@ pub struct IndexMetrics {
 }
 
 impl IndexMetrics {
-    /// How long the index has been behind, in seconds (0 when caught up).
-    pub fn lag_seconds(&self, now_ms: i64) -> f64 {
-        if self.lag_records.get() <= 0 {
-            return 0.0;
+    /// Age of the oldest record not searchable yet, in seconds (0 when none).
+    pub fn lag_seconds(&self) -> f64 {
+        self.unindexed_age_ms.load(Ordering::Relaxed) as f64 / 1000.0
+    }
+
+    /// Notes the high watermark `hw` at `now_ms` and, with the index searchable up to
+    /// `searchable` (the first offset not searchable), answers the age of the oldest record
+    /// not searchable yet: it appeared after the last sample that did not reach it.
+    pub fn observe(&self, hw: i64, searchable: i64, now_ms: i64) -> i64 {
+        let mut seen = self.hw_seen.lock();
+        match seen.back() {
+            // The log was cut back (a replica's divergent tail): start over.
+            Some((last, _)) if hw < *last => {
+                seen.clear();
+                seen.push_back((hw, now_ms));
+            }
+            Some((last, _)) if hw == *last => {}
+            _ if seen.len() < HW_SAMPLES => seen.push_back((hw, now_ms)),
+            _ => {}
         }
-        (now_ms - self.caught_up_at_ms.load(Ordering::Relaxed)).max(0) as f64 / 1000.0
+        while seen.front().is_some_and(|(o, _)| *o <= searchable) {
+            seen.pop_front();
+        }
+        let age = match seen.front() {
+            Some((_, at)) if searchable < hw => (now_ms - at).max(0),
+            _ => 0,
+        };
+        self.unindexed_age_ms.store(age, Ordering::Relaxed);
+        age
     }
 }
 
@@ -54,5 +85,33 @@ impl Default for SearchMetrics {
             query_errors: Counter::default(),
             records_rendered: Counter::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_age_is_that_of_the_oldest_record_not_searchable() {
+        let m = IndexMetrics::default();
+        assert_eq!(m.observe(0, 0, 1_000), 0, "an empty log");
+        // Records 0..10 appear at 2 s, 10..20 at 3 s.
+        assert_eq!(m.observe(10, 0, 2_000), 0);
+        assert_eq!(m.observe(20, 0, 3_000), 1_000);
+        assert_eq!(m.observe(20, 0, 4_500), 2_500);
+        // The first ten are searchable: the oldest left appeared at 3 s.
+        assert_eq!(m.observe(20, 10, 5_000), 2_000);
+        assert_eq!(m.observe(20, 20, 5_100), 0, "all searchable");
+        assert_eq!(m.lag_seconds(), 0.0);
+        // A steady trickle, each record searchable soon after: never an old age.
+        for t in 0..50 {
+            let at = 6_000 + t * 300;
+            m.observe(21 + t, 20 + t, at);
+            assert!(m.observe(21 + t, 21 + t, at + 200) == 0);
+        }
+        // A cut below what was seen starts over.
+        assert_eq!(m.observe(5, 3, 30_000), 0);
+        assert_eq!(m.observe(5, 3, 30_400), 400);
     }
 }

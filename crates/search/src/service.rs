@@ -184,8 +184,31 @@ pub struct SearchService {
     verify: bool,
     /// Where every indexer takes its steps.
     pool: Arc<IndexingPool>,
+    /// Producers to slow per topic, in ms (topics whose index is behind `search.max.lag.ms`).
+    throttles: Arc<parking_lot::RwLock<HashMap<String, u64>>>,
     /// Slots for searches running at once (see `SearchConfig::max_concurrent_searches`).
     slots: Arc<tokio::sync::Semaphore>,
+}
+
+/// How often the age of each partition's oldest unindexed record is taken.
+const LAG_SAMPLE: Duration = Duration::from_millis(100);
+/// Shortest and longest throttle a lagging index asks of its topic's producers.
+const MIN_THROTTLE_MS: u64 = 10;
+const MAX_THROTTLE_MS: u64 = 1_000;
+
+/// Slows producers of topics whose index is further behind than `search.max.lag.ms`.
+struct LagBackPressure {
+    throttles: Arc<parking_lot::RwLock<HashMap<String, u64>>>,
+}
+
+impl spate_broker::TopicBackPressure for LagBackPressure {
+    fn produce_throttle_ms(&self, topic: &str) -> u64 {
+        let t = self.throttles.read();
+        if t.is_empty() {
+            return 0;
+        }
+        t.get(topic).copied().unwrap_or(0)
+    }
 }
 
 /// In the search root after a clean stop: every index was synced.
@@ -221,6 +244,7 @@ impl SearchService {
             move || crate::priority::lower(idle, nice),
         )?;
         let service = Arc::new(Self {
+            throttles: Arc::default(),
             pool,
             verify: !clean,
             broker,
@@ -253,7 +277,59 @@ impl SearchService {
                 std::thread::sleep(interval);
             })?;
         let _ = first_done.recv();
+        service.broker.set_back_pressure(Arc::new(LagBackPressure {
+            throttles: service.throttles.clone(),
+        }));
+        let weak = Arc::downgrade(&service);
+        service.runtime.spawn(async move {
+            let mut tick = tokio::time::interval(LAG_SAMPLE);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(s) = weak.upgrade() else { return };
+                if s.stopping.load(Ordering::SeqCst) {
+                    s.throttles.write().clear();
+                    return;
+                }
+                s.sample_lag();
+            }
+        });
         Ok(service)
+    }
+
+    /// Dates every partition's oldest unindexed record (see [`IndexMetrics::observe`]) and
+    /// sets which topics' producers to slow: those with `search.max.lag.ms` whose worst
+    /// partition is older than that, for as long as it is over (at most a second at a time).
+    fn sample_lag(&self) {
+        let now = now_ms();
+        let mut worst: HashMap<String, i64> = HashMap::new();
+        for e in self.entries.lock().values() {
+            let searchable = e
+                .index
+                .committed_offset()
+                .max(e.partition.log_start_offset());
+            let age = e
+                .metrics
+                .observe(e.partition.high_watermark(), searchable, now);
+            let w = worst.entry(e.topic.clone()).or_default();
+            *w = (*w).max(age);
+        }
+        let mut throttles = HashMap::new();
+        for (topic, age) in worst {
+            let Some(max) = self
+                .broker
+                .topics
+                .get(&topic)
+                .and_then(|t| t.with_config(|c| c.search_max_lag_ms()))
+            else {
+                continue;
+            };
+            let over = (age.max(0) as u64).saturating_sub(max);
+            if over > 0 {
+                throttles.insert(topic, over.clamp(MIN_THROTTLE_MS, MAX_THROTTLE_MS));
+            }
+        }
+        *self.throttles.write() = throttles;
     }
 
     /// Stops every indexer after its last commit: all are asked at once, then joined, so
@@ -435,7 +511,6 @@ impl SearchService {
 
     /// Figures of every searchable partition.
     pub fn stats(&self) -> Vec<PartitionStats> {
-        let now = now_ms();
         let mut v: Vec<PartitionStats> = self
             .entries
             .lock()
@@ -445,7 +520,7 @@ impl SearchService {
                 partition: e.index.partition,
                 indexed_records: e.metrics.indexed_records.get(),
                 lag_records: e.metrics.lag_records.get(),
-                lag_seconds: e.metrics.lag_seconds(now),
+                lag_seconds: e.metrics.lag_seconds(),
                 size_bytes: e.index.size_bytes(),
                 undecodable_batches: e.metrics.undecodable_batches.get(),
                 unmapped_fields: e.metrics.unmapped_fields.get(),

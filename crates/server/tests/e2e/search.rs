@@ -1158,3 +1158,59 @@ async fn a_thousand_searchable_partitions_index_on_a_bounded_set_of_threads() {
         started.elapsed().as_secs_f64()
     );
 }
+
+#[tokio::test]
+async fn producers_of_a_topic_whose_index_lags_past_its_bound_are_throttled() {
+    use kafka_protocol::messages::{ApiKey, ProduceResponse};
+    // Commits at most every 500 ms: a record waits up to that long to be searchable, far
+    // more than the 1 ms the topic below allows.
+    let spate = Spate::start(&["--search-commit-interval-ms", "500"]);
+    create(
+        &spate,
+        "bounded",
+        1,
+        &[("search.enabled", "true"), ("search.max.lag.ms", "1")],
+    )
+    .await;
+    create(&spate, "unbounded", 1, &[("search.enabled", "true")]).await;
+    let mut raw = crate::harness::Raw::connect(&spate.addr);
+    let mut throttle = |topic: &str, seq: i32| -> i32 {
+        let req = crate::bad_input::produce(topic, crate::bad_input::batch(-1, seq, 1), 1);
+        let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req);
+        assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+        resp.throttle_time_ms
+    };
+    let (mut bounded, mut unbounded) = (Vec::new(), Vec::new());
+    let started = Instant::now();
+    // Bounded in count and time; stops at the first throttled answer.
+    for seq in 0..300 {
+        unbounded.push(throttle("unbounded", seq));
+        bounded.push(throttle("bounded", seq));
+        if bounded.last() > Some(&0) || started.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!(
+        "first throttle after {} produce requests: {:?} ms",
+        bounded.len(),
+        bounded.last()
+    );
+    assert!(
+        bounded.iter().any(|t| *t > 0),
+        "never throttled although the index lags past search.max.lag.ms: {bounded:?}"
+    );
+    assert!(
+        unbounded.iter().all(|t| *t == 0),
+        "a topic without search.max.lag.ms was throttled: {unbounded:?}"
+    );
+    // Once the index has caught up, producers are not slowed any more.
+    let n = bounded.len();
+    wait_for_count(&spate, "bounded", n);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        throttle("bounded", n as i32),
+        0,
+        "still throttled after catching up"
+    );
+}
