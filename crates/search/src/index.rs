@@ -51,6 +51,8 @@ pub struct PartitionIndex {
     committed_offset: AtomicI64,
     /// Indexing memory of each writer made for it.
     writer_memory_bytes: usize,
+    /// Woken at each commit (for `refresh=wait_for`).
+    committed: tokio::sync::Notify,
 }
 
 /// How an index was opened.
@@ -210,6 +212,7 @@ impl PartitionIndex {
                 reader,
                 committed_offset: AtomicI64::new(resume_at.unwrap_or(-1)),
                 writer_memory_bytes,
+                committed: tokio::sync::Notify::new(),
             },
             resume_at,
             rebuilt,
@@ -246,7 +249,26 @@ impl PartitionIndex {
         prepared.commit()?;
         self.reader.reload()?;
         self.committed_offset.store(next_offset, Ordering::Release);
+        self.committed.notify_waiters();
         Ok(())
+    }
+
+    /// Waits until the record at `offset` is searchable, at most `limit`; answers whether it
+    /// is.
+    pub async fn wait_searchable(&self, offset: i64, limit: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let woken = self.committed.notified();
+            tokio::pin!(woken);
+            // Registered before the check, so a commit in between still wakes it.
+            woken.as_mut().enable();
+            if self.committed_offset() > offset {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                return self.committed_offset() > offset;
+            }
+        }
     }
 
     /// A writer for the indexer: one indexing thread and one merge thread (tantivy's default
@@ -280,6 +302,7 @@ impl PartitionIndex {
         self.reader.reload()?;
         self.committed_offset
             .store(progress.unwrap_or(-1), Ordering::Release);
+        self.committed.notify_waiters();
         Ok(progress)
     }
 

@@ -698,6 +698,41 @@ impl SearchService {
         Ok((partial, missing))
     }
 
+    /// Waits until the records of `topic` below each `(partition, offset)` given are
+    /// searchable on this node, at most `limit` in all (`refresh=wait_for`); answers whether
+    /// they are. A topic that is not searchable has nothing to wait for; a partition this
+    /// node holds no replica of cannot be waited for here.
+    pub async fn wait_searchable(&self, topic: &str, upto: &[(i32, i64)], limit: Duration) -> bool {
+        let Some(t) = self.broker.topics.get(topic) else {
+            return false;
+        };
+        if !t.with_config(|c| c.search().enabled) {
+            return true;
+        }
+        let deadline = Instant::now() + limit;
+        for &(p, offset) in upto {
+            if t.partition(p).is_none() {
+                return false;
+            }
+            loop {
+                // An index opens within a reconcile pass of the topic's creation.
+                let index = self.entries.lock().get(&(t.id, p)).map(|e| e.index.clone());
+                let left = deadline.saturating_duration_since(Instant::now());
+                match index {
+                    Some(i) => {
+                        if !i.wait_searchable(offset, left).await {
+                            return false;
+                        }
+                        break;
+                    }
+                    None if left.is_zero() => return false,
+                    None => tokio::time::sleep(left.min(Duration::from_millis(20))).await,
+                }
+            }
+        }
+        true
+    }
+
     /// Renders the hits (of a merged page) that are in this node's partitions: reads their
     /// records and adds `_source`, `_kafka`, highlights and fields (see [`search::render`]).
     pub async fn render(

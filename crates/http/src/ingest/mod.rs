@@ -378,6 +378,9 @@ struct IngestQuery {
     topic: Option<String>,
     #[serde(rename = "async")]
     fire: Option<bool>,
+    /// Elasticsearch's `refresh`: `wait_for` (or `true`) answers once the records are
+    /// searchable; `false` (the default) as soon as they are written.
+    refresh: Option<String>,
 }
 
 /// Where a request's topic comes from, and which route it came by.
@@ -580,6 +583,20 @@ async fn serve(
     };
     let acks = acks_of(&q)?;
     let fire = call.route.fire() || q.fire == Some(true);
+    let refresh = match q.refresh.as_deref() {
+        None | Some("false") => false,
+        Some("wait_for" | "true" | "") => true,
+        Some(other) => {
+            return Err(IngestError::BadRequest(format!(
+                "refresh: {other:?} is not wait_for, true or false"
+            )))
+        }
+    };
+    if refresh && fire {
+        return Err(IngestError::BadRequest(
+            "refresh: a fire-and-forget request is answered before its records are written".into(),
+        ));
+    }
     if fire && ingest.closing.load(Ordering::SeqCst) {
         return Err(IngestError::Unavailable(
             "shutting down: not queueing more".into(),
@@ -796,7 +813,31 @@ async fn serve(
     } else {
         "application/json"
     };
-    Ok((status, [(header::CONTENT_TYPE, content_type)], json).into_response())
+    let mut response = (status, [(header::CONTENT_TYPE, content_type)], json).into_response();
+    if refresh && delivered > 0 {
+        let searchable = match s.search() {
+            Some(search) => {
+                // The last record written to each partition.
+                let mut last: Vec<(i32, i64)> = Vec::new();
+                for o in offsets.iter().filter(|o| o.error_code.is_none()) {
+                    match last.iter_mut().find(|(p, _)| *p == o.partition) {
+                        Some((_, at)) => *at = (*at).max(o.offset),
+                        None => last.push((o.partition, o.offset)),
+                    }
+                }
+                let limit = std::time::Duration::from_millis(timeout_ms.max(0) as u64);
+                search.wait_searchable(&topic, &last, limit).await
+            }
+            None => false,
+        };
+        // Whether the answer waited its records into the index (false: timed out, or this
+        // node holds no replica of some partition to wait on).
+        response.headers_mut().insert(
+            "spate-searchable",
+            header::HeaderValue::from_static(if searchable { "true" } else { "false" }),
+        );
+    }
+    Ok(response)
 }
 
 fn serde_urlencoded_query(q: &str) -> Result<IngestQuery, IngestError> {

@@ -1214,3 +1214,46 @@ async fn producers_of_a_topic_whose_index_lags_past_its_bound_are_throttled() {
         "still throttled after catching up"
     );
 }
+
+#[tokio::test]
+async fn ingest_with_refresh_wait_for_answers_once_its_records_are_searchable() {
+    // Commits at most every 500 ms: without waiting, a count right after the answer would
+    // usually miss the records.
+    let spate = Spate::start(&["--search-commit-interval-ms", "500"]);
+    create(&spate, "fresh", 2, &[("search.enabled", "true")]).await;
+    wait_for_count(&spate, "fresh", 0);
+    let post = |path: &str, body: &Value| {
+        crate::harness::try_http_full(
+            &spate.http,
+            "POST",
+            path,
+            &[("Content-Type", "application/vnd.kafka.json.v2+json")],
+            &body.to_string(),
+            Duration::from_secs(30),
+        )
+        .expect("an answer")
+    };
+    for round in 0..3u64 {
+        let records: Vec<Value> = (0..10)
+            .map(|i| json!({"value": {"n": round * 10 + i, "msg": format!("fresh record {i}")}}))
+            .collect();
+        let (status, head, text) = post(
+            "/topics/fresh?refresh=wait_for",
+            &json!({"records": records}),
+        );
+        assert_eq!(status, 200, "{text}");
+        assert!(
+            head.to_ascii_lowercase().contains("spate-searchable: true"),
+            "{head}"
+        );
+        // No polling: the count just after the answer sees every record.
+        let (_, v) = search(&spate, "/fresh/_count", &json!({}));
+        assert_eq!(v["count"], (round + 1) * 10, "round {round}: {v}");
+    }
+    let (status, _, text) = post(
+        "/topics/fresh?refresh=soon",
+        &json!({"records": [{"value": {"n": 0}}]}),
+    );
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("refresh"), "{text}");
+}
