@@ -302,6 +302,16 @@ fn map_aggs(
     aggs: &Map<String, Value>,
     schema: &IndexSchema,
 ) -> Result<Map<String, Value>, SearchError> {
+    map_aggs_at(aggs, schema, true)
+}
+
+/// [`map_aggs`] at one level: `foldable` while no bucket aggregation other than a histogram
+/// encloses it (calendar months, quarters and years are folded from days only there).
+fn map_aggs_at(
+    aggs: &Map<String, Value>,
+    schema: &IndexSchema,
+    foldable: bool,
+) -> Result<Map<String, Value>, SearchError> {
     let mut out = Map::new();
     for (name, spec) in aggs {
         let spec_obj = spec
@@ -314,7 +324,7 @@ fn map_aggs(
                 .get("aggs")
                 .or_else(|| spec_obj.get("aggregations"))
             {
-                Some(Value::Object(s)) => Some(Value::Object(map_aggs(s, schema)?)),
+                Some(Value::Object(s)) => Some(Value::Object(map_aggs_at(s, schema, false)?)),
                 Some(_) => {
                     return Err(SearchError::parsing(format!(
                         "[aggs] [{name}] sub-aggregations must be an object"
@@ -334,6 +344,10 @@ fn map_aggs(
             continue;
         }
         let mut mapped = Map::new();
+        let mut tagged = name.clone();
+        // Sub-aggregations stay foldable only under histograms (see `fold_calendar`).
+        let histogram =
+            spec_obj.contains_key("date_histogram") || spec_obj.contains_key("histogram");
         for (kind, body) in spec_obj {
             if kind == "aggs" || kind == "aggregations" {
                 let sub = body.as_object().ok_or_else(|| {
@@ -341,7 +355,8 @@ fn map_aggs(
                         "[aggs] [{name}] sub-aggregations must be an object"
                     ))
                 })?;
-                mapped.insert(kind.clone(), Value::Object(map_aggs(sub, schema)?));
+                let sub = map_aggs_at(sub, schema, foldable && histogram)?;
+                mapped.insert(kind.clone(), Value::Object(sub));
                 continue;
             }
             if !ALLOWED_AGGS.contains(&kind.as_str()) {
@@ -381,17 +396,39 @@ fn map_aggs(
             if kind == "date_histogram" {
                 // Fixed lengths for the calendar units that have one.
                 if let Some(ci) = body.remove("calendar_interval") {
-                    let fixed = match ci.as_str().unwrap_or("") {
+                    let ci = ci.as_str().unwrap_or("");
+                    let fixed = match ci {
                         "1s" | "second" => "1s",
                         "1m" | "minute" => "1m",
                         "1h" | "hour" => "1h",
                         "1d" | "day" => "1d",
-                        "1w" | "week" => "7d",
-                        other => {
-                            return Err(SearchError::illegal(format!(
-                                "[date_histogram] calendar_interval [{other}] is not supported; use fixed_interval"
-                            )))
+                        "1w" | "week" => {
+                            // Weeks start on Monday; the epoch was a Thursday.
+                            body.entry("offset").or_insert_with(|| Value::from("4d"));
+                            "7d"
                         }
+                        other => match CalendarUnit::parse(other) {
+                            Some(_) if !foldable => {
+                                return Err(SearchError::illegal(format!(
+                                    "[date_histogram] calendar_interval [{other}] is supported at the top level and under other histograms, not under terms, filters or ranges; use fixed_interval there"
+                                )))
+                            }
+                            Some(unit) => {
+                                // Counted by day, folded into calendar units after the merge
+                                // (tantivy knows only fixed lengths); gaps are filled then.
+                                tagged = format!("{name}\u{1e}{}", unit.tag());
+                                for k in ["extended_bounds", "offset", "min_doc_count"] {
+                                    body.remove(k);
+                                }
+                                body.insert("min_doc_count".into(), Value::from(1));
+                                "1d"
+                            }
+                            None => {
+                                return Err(SearchError::illegal(format!(
+                                    "[date_histogram] calendar_interval [{other}] is not a calendar unit (1m, 1h, 1d, 1w, 1M, 1q, 1y)"
+                                )))
+                            }
+                        },
                     };
                     body.insert("fixed_interval".into(), Value::from(fixed));
                 }
@@ -420,9 +457,200 @@ fn map_aggs(
             }
             mapped.insert(kind.clone(), Value::Object(body));
         }
-        out.insert(name.clone(), Value::Object(mapped));
+        out.insert(tagged, Value::Object(mapped));
     }
     Ok(out)
+}
+
+/// The calendar units longer than a day, which have no fixed length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CalendarUnit {
+    Month,
+    Quarter,
+    Year,
+}
+
+impl CalendarUnit {
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "1M" | "month" => Some(Self::Month),
+            "1q" | "quarter" => Some(Self::Quarter),
+            "1y" | "year" => Some(Self::Year),
+            _ => None,
+        }
+    }
+
+    /// The mark in the name of a mapped aggregation that holds this unit's days.
+    fn tag(self) -> &'static str {
+        match self {
+            Self::Month => "M",
+            Self::Quarter => "q",
+            Self::Year => "y",
+        }
+    }
+
+    fn from_tag(tag: &str) -> Option<Self> {
+        match tag {
+            "M" => Some(Self::Month),
+            "q" => Some(Self::Quarter),
+            "y" => Some(Self::Year),
+            _ => None,
+        }
+    }
+
+    fn months(self) -> u8 {
+        match self {
+            Self::Month => 1,
+            Self::Quarter => 3,
+            Self::Year => 12,
+        }
+    }
+
+    /// The start (epoch ms, UTC) of the unit holding `ms`.
+    fn start(self, ms: i64) -> Option<i64> {
+        let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()?;
+        let step = self.months();
+        let month0 = (u8::from(t.month()) - 1) / step * step;
+        let month = time::Month::try_from(month0 + 1).ok()?;
+        let date = time::Date::from_calendar_date(t.year(), month, 1).ok()?;
+        Some((date.midnight().assume_utc().unix_timestamp_nanos() / 1_000_000) as i64)
+    }
+
+    /// The start of the unit after the one starting at `start`.
+    fn next(self, start: i64) -> Option<i64> {
+        let t =
+            time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(start) * 1_000_000).ok()?;
+        let months = i32::from(u8::from(t.month()) - 1) + i32::from(self.months());
+        let month = time::Month::try_from((months % 12) as u8 + 1).ok()?;
+        let date = time::Date::from_calendar_date(t.year() + months / 12, month, 1).ok()?;
+        Some((date.midnight().assume_utc().unix_timestamp_nanos() / 1_000_000) as i64)
+    }
+}
+
+/// Folds the day buckets of calendar-unit date histograms (named with their unit's tag by
+/// `map_aggs`) into months, quarters or years, merging their sub-aggregations, in the merged
+/// intermediate results of `mapped`; nested ones under histograms too.
+fn fold_calendar(
+    mapped: &Map<String, Value>,
+    results: &mut IntermediateAggregationResults,
+) -> Result<(), SearchError> {
+    use tantivy::aggregation::intermediate_agg_result::{
+        IntermediateAggregationResult as R, IntermediateBucketResult as B,
+        IntermediateHistogramBucketEntry,
+    };
+    for (name, spec) in mapped {
+        if !(spec.get("date_histogram").is_some() || spec.get("histogram").is_some()) {
+            continue;
+        }
+        let unit = name
+            .rsplit_once('\u{1e}')
+            .and_then(|(_, tag)| CalendarUnit::from_tag(tag));
+        let sub = spec
+            .get("aggs")
+            .or_else(|| spec.get("aggregations"))
+            .and_then(Value::as_object);
+        let Some(found) = results.remove(name) else {
+            continue;
+        };
+        let found = match found {
+            R::Bucket(B::Histogram {
+                is_date_agg,
+                mut buckets,
+            }) => {
+                if let Some(sub) = sub {
+                    for b in &mut buckets {
+                        fold_calendar(sub, &mut b.sub_aggregation)?;
+                    }
+                }
+                if let Some(unit) = unit {
+                    // Date keys are nanoseconds; a numeric field's are its own (ms).
+                    let scale = if is_date_agg { 1_000_000.0 } else { 1.0 };
+                    let mut folded: std::collections::BTreeMap<
+                        i64,
+                        IntermediateHistogramBucketEntry,
+                    > = std::collections::BTreeMap::new();
+                    for b in buckets {
+                        let ms = (b.key / scale) as i64;
+                        let Some(start) = unit.start(ms) else {
+                            continue;
+                        };
+                        match folded.entry(start) {
+                            std::collections::btree_map::Entry::Vacant(v) => {
+                                let mut b = b;
+                                b.key = start as f64 * scale;
+                                v.insert(b);
+                            }
+                            std::collections::btree_map::Entry::Occupied(mut o) => {
+                                let into = o.get_mut();
+                                into.doc_count += b.doc_count;
+                                into.sub_aggregation.merge_fruits(b.sub_aggregation)?;
+                            }
+                        }
+                    }
+                    buckets = folded.into_values().collect();
+                }
+                R::Bucket(B::Histogram {
+                    is_date_agg,
+                    buckets,
+                })
+            }
+            other => other,
+        };
+        results.push(name.clone(), found)?;
+    }
+    Ok(())
+}
+
+/// A calendar-unit histogram's answer as Elasticsearch gives it: under its own name, with the
+/// empty units between its first and last (and across `extended_bounds`) filled in unless
+/// `min_doc_count` is above 0.
+fn shape_calendar(spec: &Map<String, Value>, unit: CalendarUnit, out: &mut Value) {
+    let body = &spec["date_histogram"];
+    let min_doc_count = body
+        .get("min_doc_count")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let Some(Value::Array(buckets)) = out.get_mut("buckets") else {
+        return;
+    };
+    buckets.retain(|b| b["doc_count"].as_u64().unwrap_or(0) >= min_doc_count.max(1));
+    if min_doc_count > 0 {
+        return;
+    }
+    let bound = |k: &str| {
+        body.get("extended_bounds")
+            .and_then(|b| b.get(k))
+            .and_then(|v| crate::dates::parse_date(v, 0))
+            .and_then(|ms| unit.start(ms))
+    };
+    let keys: Vec<i64> = buckets.iter().filter_map(|b| b["key"].as_i64()).collect();
+    let first = keys.first().copied().into_iter().chain(bound("min")).min();
+    let last = keys.last().copied().into_iter().chain(bound("max")).max();
+    let (Some(mut at), Some(last)) = (first, last) else {
+        return;
+    };
+    let mut filled = Vec::new();
+    let mut existing = std::mem::take(buckets).into_iter().peekable();
+    // Bounded: ten thousand units is 833 years of months.
+    for _ in 0..10_000 {
+        if at > last {
+            break;
+        }
+        match existing.peek() {
+            Some(b) if b["key"].as_i64() == Some(at) => filled.extend(existing.next()),
+            _ => filled.push(json!({
+                "key": at,
+                "key_as_string": crate::dates::rfc3339_seconds(at),
+                "doc_count": 0,
+            })),
+        }
+        match unit.next(at) {
+            Some(n) => at = n,
+            None => break,
+        }
+    }
+    filled.extend(existing);
+    *buckets = filled;
 }
 
 /// A hit's `fields`: each asked-for field's values, as Elasticsearch lists them (always a
@@ -500,6 +728,21 @@ fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &
             all.insert(name.clone(), json!({ "buckets": buckets }));
             continue;
         }
+        let calendar = spec
+            .get("date_histogram")
+            .and_then(|d| d.get("calendar_interval"))
+            .and_then(Value::as_str)
+            .and_then(CalendarUnit::parse);
+        // The mapped name of a calendar-unit histogram carries its unit.
+        let mapped_name = match calendar {
+            Some(u) => format!("{name}\u{1e}{}", u.tag()),
+            None => name.clone(),
+        };
+        if let (Some(_), Some(all)) = (calendar, result.as_object_mut()) {
+            if let Some(v) = all.remove(&mapped_name) {
+                all.insert(name.clone(), v);
+            }
+        }
         let Some(out) = result.get_mut(name) else {
             continue;
         };
@@ -568,8 +811,11 @@ fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &
                 }
             }
             if let Some(sub) = sub {
-                es_shape_aggs(sub, sub_of(mapped, name).as_ref(), b);
+                es_shape_aggs(sub, sub_of(mapped, &mapped_name).as_ref(), b);
             }
+        }
+        if let Some(unit) = calendar {
+            shape_calendar(spec, unit, out);
         }
     }
 }
@@ -1141,6 +1387,9 @@ pub fn merge_page(partials: Vec<Partial>, req: &SearchRequest) -> Result<Merged,
             Some(Value::Object(m)) => parse_aggs(m)?,
             _ => parse_aggs(a.clone())?,
         };
+        if let (Some(m), Some(Value::Object(mapped))) = (&mut merged, &mapped_request) {
+            fold_calendar(mapped, m)?;
+        }
         let mut result = match merged {
             Some(m) => serde_json::to_value(
                 m.into_final_result(

@@ -1257,3 +1257,104 @@ async fn ingest_with_refresh_wait_for_answers_once_its_records_are_searchable() 
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("refresh"), "{text}");
 }
+
+#[tokio::test]
+async fn calendar_months_quarters_years_and_weeks_bucket_as_elasticsearch_does() {
+    let spate = Spate::start(&[]);
+    create(&spate, "cal", 2, &[("search.enabled", "true")]).await;
+    let p = producer(&spate.addr, &[]);
+    let docs = [
+        ("2023-12-31T23:59:59Z", 1.0),
+        ("2024-01-01T00:00:00Z", 2.0),
+        ("2024-01-31T12:00:00Z", 4.0),
+        ("2024-02-29T08:00:00Z", 8.0),
+        ("2024-04-01T00:00:00Z", 16.0),
+        ("2024-07-15T10:00:00Z", 32.0),
+    ];
+    for (i, (at, latency)) in docs.iter().enumerate() {
+        let v = json!({"@timestamp": at, "latency": latency}).to_string();
+        send(&p, "cal", (i % 2) as i32, "k", v.as_bytes(), "t").await;
+    }
+    wait_for_count(&spate, "cal", docs.len());
+    // (key, doc_count, avg latency) of each bucket.
+    let histogram = |histogram: Value| -> Vec<(i64, u64, Option<f64>)> {
+        let (status, v) = search(
+            &spate,
+            "/cal/_search",
+            &json!({"size": 0, "aggs": {"h": {
+                "date_histogram": histogram,
+                "aggs": {"avg": {"avg": {"field": "latency"}}}
+            }}}),
+        );
+        assert_eq!(status, 200, "{v}");
+        v["aggregations"]["h"]["buckets"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no buckets: {v}"))
+            .iter()
+            .map(|b| {
+                (
+                    b["key"].as_i64().unwrap(),
+                    b["doc_count"].as_u64().unwrap(),
+                    b["avg"]["value"].as_f64(),
+                )
+            })
+            .collect()
+    };
+    let months = histogram(json!({"field": "@timestamp", "calendar_interval": "1M"}));
+    assert_eq!(
+        months,
+        vec![
+            (1701388800000, 1, Some(1.0)),
+            (1704067200000, 2, Some(3.0)),
+            (1706745600000, 1, Some(8.0)),
+            (1709251200000, 0, None),
+            (1711929600000, 1, Some(16.0)),
+            (1714521600000, 0, None),
+            (1717200000000, 0, None),
+            (1719792000000, 1, Some(32.0)),
+        ],
+        "months, empty ones between filled"
+    );
+    let bounded = histogram(json!({
+        "field": "@timestamp", "calendar_interval": "month", "min_doc_count": 0,
+        "extended_bounds": {"min": 1700006400000i64, "max": 1723248000000i64}
+    }));
+    assert_eq!(bounded.first().map(|b| b.0), Some(1698796800000));
+    assert_eq!(bounded.last().map(|b| b.0), Some(1722470400000));
+    assert_eq!(bounded.len(), 10, "Nov 2023 to Aug 2024: {bounded:?}");
+    let sparse =
+        histogram(json!({"field": "@timestamp", "calendar_interval": "1M", "min_doc_count": 1}));
+    assert_eq!(sparse.len(), 5, "no empty months: {sparse:?}");
+    let quarters = histogram(json!({"field": "@timestamp", "calendar_interval": "1q"}));
+    assert_eq!(
+        quarters,
+        vec![
+            (1696118400000, 1, Some(1.0)),
+            (1704067200000, 3, Some(14.0 / 3.0)),
+            (1711929600000, 1, Some(16.0)),
+            (1719792000000, 1, Some(32.0)),
+        ]
+    );
+    let years = histogram(json!({"field": "@timestamp", "calendar_interval": "1y"}));
+    assert_eq!(
+        years,
+        vec![
+            (1672531200000, 1, Some(1.0)),
+            (1704067200000, 5, Some(62.0 / 5.0))
+        ]
+    );
+    // Weeks start on Monday: Sunday 31 December is in the week of Monday 25 December.
+    let weeks =
+        histogram(json!({"field": "@timestamp", "calendar_interval": "1w", "min_doc_count": 1}));
+    assert_eq!(weeks[0], (1703462400000, 1, Some(1.0)), "{weeks:?}");
+    assert_eq!(weeks[1].0, 1704067200000, "{weeks:?}");
+    // Under terms a month cannot be folded from days: refused, not answered wrong.
+    let (status, v) = search(
+        &spate,
+        "/cal/_search",
+        &json!({"size": 0, "aggs": {"t": {"terms": {"field": "latency"}, "aggs": {
+            "h": {"date_histogram": {"field": "@timestamp", "calendar_interval": "1M"}}
+        }}}}),
+    );
+    assert_eq!(status, 400, "{v}");
+}
