@@ -397,7 +397,7 @@ fn parse_highlight(v: &Value) -> Result<Highlight, SearchError> {
 }
 
 /// True when `path` (dotted) is selected by `pattern` (dotted, `*` matches any run).
-fn path_matches(pattern: &str, path: &str) -> bool {
+pub(crate) fn path_matches(pattern: &str, path: &str) -> bool {
     fn glob(p: &[u8], s: &[u8]) -> bool {
         match (p.first(), s.first()) {
             (None, None) => true,

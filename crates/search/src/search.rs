@@ -1026,7 +1026,38 @@ fn highlight(
         .value
         .as_ref()
         .and_then(|v| parse_value(v, t.index.settings.format));
+    let mut words: Option<QueryWords> = None;
     for name in &h.fields {
+        // Fields the documents brought are highlighted with the query's words on them; `*`
+        // (what Grafana asks) names every field of the document, each highlighted apart.
+        let pattern = name.contains('*');
+        let dynamic = matches!(
+            schema.resolve(name).map(|r| r.role),
+            Some(FieldRole::Dynamic(_))
+        );
+        if let (true, Some(doc)) = (pattern || dynamic, &parsed) {
+            let words = words.get_or_insert_with(|| QueryWords::of(schema, query));
+            let analyzer = t.index.tantivy().tokenizer_for_field(schema.doc).ok();
+            for (path, text) in string_leaves(doc) {
+                let selected = if pattern {
+                    crate::request::path_matches(name, &path)
+                } else {
+                    path == *name || name.strip_suffix(".keyword") == Some(path.as_str())
+                };
+                if !selected || out.contains_key(&path) {
+                    continue;
+                }
+                let fragments: Vec<Value> = text
+                    .iter()
+                    .filter_map(|s| words.mark(analyzer.clone(), &path, s, h))
+                    .map(Value::from)
+                    .collect();
+                if !fragments.is_empty() {
+                    out.insert(path, Value::Array(fragments));
+                }
+            }
+            continue;
+        }
         let Some(res) = schema.resolve(name) else {
             continue;
         };
@@ -1069,10 +1100,145 @@ fn highlight(
             })
             .collect();
         if !fragments.is_empty() {
-            out.insert(name.clone(), Value::Array(fragments));
+            // `*` on a value that is not a JSON document: its `_source` field.
+            let key = if pattern {
+                "value".to_string()
+            } else {
+                name.clone()
+            };
+            out.insert(key, Value::Array(fragments));
         }
     }
     (!out.is_empty()).then_some(Value::Object(out))
+}
+
+/// Every string (or string list) leaf of a document, by dotted path.
+fn string_leaves(doc: &Value) -> Vec<(String, Vec<String>)> {
+    fn walk(v: &Value, path: &mut String, out: &mut Vec<(String, Vec<String>)>) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    let len = path.len();
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(k);
+                    walk(v, path, out);
+                    path.truncate(len);
+                }
+            }
+            Value::String(s) => out.push((path.clone(), vec![s.clone()])),
+            Value::Array(items) => {
+                let strings: Vec<String> = items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect();
+                if !strings.is_empty() {
+                    out.push((path.clone(), strings));
+                }
+                for item in items.iter().filter(|i| i.is_object()) {
+                    walk(item, path, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(doc, &mut String::new(), &mut out);
+    out
+}
+
+/// The words a query looks for, per dynamic field path (and on the whole value, which every
+/// field of the document is part of): what a hit's fields are highlighted with.
+struct QueryWords {
+    by_path: std::collections::HashMap<String, std::collections::HashSet<String>>,
+    anywhere: std::collections::HashSet<String>,
+}
+
+impl QueryWords {
+    fn of(schema: &IndexSchema, query: &dyn TQuery) -> Self {
+        let mut words = Self {
+            by_path: Default::default(),
+            anywhere: Default::default(),
+        };
+        query.query_terms(&mut |term, _| {
+            if term.field() == schema.value {
+                if let Some(s) = term.value().as_str() {
+                    words.anywhere.insert(s.to_string());
+                }
+                return;
+            }
+            if term.field() != schema.doc && term.field() != schema.doc_kw {
+                return;
+            }
+            // A JSON term: the path (segments split by 0x01), 0x00, then the typed value.
+            let raw = term.serialized_value_bytes();
+            let Some(end) = raw.iter().position(|b| *b == 0) else {
+                return;
+            };
+            let path = String::from_utf8_lossy(&raw[..end]).replace('\u{1}', ".");
+            if let Some(s) = tantivy::schema::ValueBytes::wrap(&raw[end + 1..]).as_str() {
+                words.by_path.entry(path).or_default().insert(s.to_string());
+            }
+        });
+        words
+    }
+
+    /// `text` of field `path` with the words it holds wrapped in the tags (tokenized as the
+    /// documents' text is, so stems and case match as they did in the search); `None` when
+    /// it holds none. Long texts are cut to a fragment around the first word.
+    fn mark(
+        &self,
+        analyzer: Option<tantivy::tokenizer::TextAnalyzer>,
+        path: &str,
+        text: &str,
+        h: &crate::request::Highlight,
+    ) -> Option<String> {
+        let on_path = self.by_path.get(path);
+        let wanted = |w: &str| self.anywhere.contains(w) || on_path.is_some_and(|p| p.contains(w));
+        // An exact (keyword) term matches the whole text.
+        if wanted(text) {
+            return Some(format!("{}{text}{}", h.pre_tag, h.post_tag));
+        }
+        let mut analyzer = analyzer?;
+        let mut marks: Vec<(usize, usize)> = Vec::new();
+        let mut stream = analyzer.token_stream(text);
+        while stream.advance() {
+            let t = stream.token();
+            if wanted(&t.text) {
+                marks.push((t.offset_from, t.offset_to));
+            }
+        }
+        if marks.is_empty() {
+            return None;
+        }
+        // The fragment: from shortly before the first word, at most `fragment_size` bytes,
+        // on character boundaries.
+        let lead = h.fragment_size / 4;
+        let mut start = marks[0].0.saturating_sub(lead);
+        while !text.is_char_boundary(start) {
+            start -= 1;
+        }
+        let mut end = start.saturating_add(h.fragment_size).min(text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        let mut out = String::with_capacity(end - start + 32);
+        let mut at = start;
+        for (from, to) in marks {
+            if from < at || to > end {
+                continue;
+            }
+            out.push_str(&text[at..from]);
+            out.push_str(&h.pre_tag);
+            out.push_str(&text[from..to]);
+            out.push_str(&h.post_tag);
+            at = to;
+        }
+        out.push_str(&text[at..end]);
+        Some(out)
+    }
 }
 
 /// One hit as a node hands it to the node that merges results: rendered, with what it sorts by.

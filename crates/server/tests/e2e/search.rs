@@ -1358,3 +1358,55 @@ async fn calendar_months_quarters_years_and_weeks_bucket_as_elasticsearch_does()
     );
     assert_eq!(status, 400, "{v}");
 }
+
+#[tokio::test]
+async fn grafanas_highlight_of_every_field_marks_the_query_words_in_each_field_apart() {
+    let spate = Spate::start(&[]);
+    create(&spate, "logs", 1, &[("search.enabled", "true")]).await;
+    let p = producer(&spate.addr, &[]);
+    let lines = [
+        json!({"level": "error", "service": "api", "message": "connection timeout after 3 s", "ctx": {"user": "error-prone"}}),
+        json!({"level": "info", "service": "api", "message": "request served"}),
+        json!({"level": "error", "service": "db", "message": "disk full"}),
+    ];
+    for l in &lines {
+        send(&p, "logs", 0, "k", l.to_string().as_bytes(), "t").await;
+    }
+    wait_for_count(&spate, "logs", lines.len());
+    // The body Grafana's logs query sends (its highlight part), with a Lucene query.
+    let (status, v) = search(
+        &spate,
+        "/logs/_search",
+        &json!({
+            "query": {"query_string": {"query": "level:error AND message:timeout"}},
+            "highlight": {"fields": {"*": {}}, "fragment_size": 2147483647i64,
+                          "pre_tags": ["@HIGHLIGHT@"], "post_tags": ["@/HIGHLIGHT@"]},
+        }),
+    );
+    assert_eq!(status, 200, "{v}");
+    let hits = v["hits"]["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 1, "{v}");
+    let h = &hits[0]["highlight"];
+    assert_eq!(h["level"], json!(["@HIGHLIGHT@error@/HIGHLIGHT@"]), "{h}");
+    assert_eq!(
+        h["message"],
+        json!(["connection @HIGHLIGHT@timeout@/HIGHLIGHT@ after 3 s"]),
+        "{h}"
+    );
+    // Words are marked only in the fields they were searched in.
+    assert!(
+        h.get("service").is_none() && h.get("ctx.user").is_none(),
+        "{h}"
+    );
+    // A field named outright, and words searched in every field.
+    let (_, v) = search(
+        &spate,
+        "/logs/_search",
+        &json!({"query": {"query_string": {"query": "disk"}}, "highlight": {"fields": {"message": {}}}}),
+    );
+    assert_eq!(
+        v["hits"]["hits"][0]["highlight"]["message"],
+        json!(["<em>disk</em> full"]),
+        "{v}"
+    );
+}
