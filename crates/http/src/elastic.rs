@@ -165,22 +165,27 @@ fn cluster_health(s: &HttpState, expr: &str) -> Response {
 }
 
 async fn mapping_all(State(s): State<Arc<HttpState>>) -> Response {
-    mappings(&s, "_all")
+    mappings(&s, "_all").await
 }
 
 async fn mapping(State(s): State<Arc<HttpState>>, Path(index): Path<String>) -> Response {
-    mappings(&s, &index)
+    mappings(&s, &index).await
 }
 
-fn topic_mappings(s: &HttpState, expr: &str) -> Result<Vec<(String, TopicMapping)>, Box<Response>> {
+async fn topic_mappings(
+    s: &HttpState,
+    expr: &str,
+) -> Result<Vec<(String, TopicMapping)>, Box<Response>> {
     let Some(service) = s.search() else {
         return Err(Box::new(not_running()));
     };
-    service.mappings(expr).map_err(|e| Box::new(error(e)))
+    crate::search::topic_mappings(s, &service, expr)
+        .await
+        .map_err(|e| Box::new(error(e)))
 }
 
-fn mappings(s: &HttpState, expr: &str) -> Response {
-    match topic_mappings(s, expr) {
+async fn mappings(s: &HttpState, expr: &str) -> Response {
+    match topic_mappings(s, expr).await {
         Ok(all) => {
             let body: serde_json::Map<String, Value> = all
                 .into_iter()
@@ -197,7 +202,7 @@ async fn field_caps_all(
     Query(params): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Response {
-    caps(&s, "_all", &params, &body)
+    caps(&s, "_all", &params, &body).await
 }
 
 async fn field_caps_of(
@@ -206,11 +211,16 @@ async fn field_caps_of(
     Query(params): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Response {
-    caps(&s, &index, &params, &body)
+    caps(&s, &index, &params, &body).await
 }
 
 /// `fields` from the URL (`?fields=a,b*`) or the body (`{"fields": [...]}`); none means all.
-fn caps(s: &HttpState, expr: &str, params: &HashMap<String, String>, body: &Bytes) -> Response {
+async fn caps(
+    s: &HttpState,
+    expr: &str,
+    params: &HashMap<String, String>,
+    body: &Bytes,
+) -> Response {
     let mut wanted: Vec<String> = params
         .get("fields")
         .map(|f| f.split(',').map(|x| x.trim().to_string()).collect())
@@ -230,7 +240,7 @@ fn caps(s: &HttpState, expr: &str, params: &HashMap<String, String>, body: &Byte
             }
         }
     }
-    match topic_mappings(s, expr) {
+    match topic_mappings(s, expr).await {
         Ok(all) => {
             let indices: Vec<&String> = all.iter().map(|(t, _)| t).collect();
             Json(json!({"indices": indices, "fields": field_caps(&all, &wanted)})).into_response()

@@ -38,11 +38,12 @@ pub fn routes() -> Router<Arc<HttpState>> {
         .route("/{topics}/_count", get(count).post(count))
         .route(PARTIAL_PATH, post(partial_call))
         .route(FETCH_PATH, post(fetch_call))
+        .route(MAPPING_PATH, post(mapping_call))
 }
 
 /// The node-to-node paths of a search (answered to other nodes only).
 pub fn is_internal_path(path: &str) -> bool {
-    path == PARTIAL_PATH || path == FETCH_PATH
+    path == PARTIAL_PATH || path == FETCH_PATH || path == MAPPING_PATH
 }
 
 /// True for paths a search client may POST to without the admin token (they read, like a
@@ -528,6 +529,92 @@ async fn fetch_call(State(s): State<Arc<HttpState>>, body: Bytes) -> Response {
 pub const PARTIAL_PATH: &str = "/_internal/search/partial";
 /// Where a node asks another to render the hits of a final page that it found.
 pub const FETCH_PATH: &str = "/_internal/search/fetch";
+/// Where a node asks another for the fields its partitions mapped from the documents.
+pub const MAPPING_PATH: &str = "/_internal/search/mapping";
+
+/// The topics whose mappings a node asks another for.
+#[derive(Serialize, Deserialize)]
+struct MappingCall {
+    /// A topic expression, as in `/{topics}/_mapping`.
+    topics: String,
+}
+
+/// The mappings of the topics `expr` names, as `_mapping` and `_field_caps` answer them: in
+/// a cluster every node maps only the partitions it holds, so the other live nodes' are
+/// merged in (a node that does not answer leaves out only fields no one else mapped).
+pub(crate) async fn topic_mappings(
+    s: &HttpState,
+    service: &SearchService,
+    expr: &str,
+) -> Result<Vec<(String, spate_search::mapping::TopicMapping)>, SearchError> {
+    let mut all = service.mappings(expr)?;
+    let peers = service.peers();
+    if peers.is_empty() {
+        return Ok(all);
+    }
+    let body = serde_json::to_vec(&MappingCall {
+        topics: expr.to_string(),
+    })
+    .map_err(|e| SearchError::Index {
+        reason: e.to_string(),
+    })?;
+    let limit = service.query_timeout();
+    let asks = peers.iter().map(|addr| {
+        let body = body.clone();
+        async move {
+            let answer =
+                peer::post_json(s.peer_tls(), addr, MAPPING_PATH, body, s.token(), limit).await;
+            (addr, answer)
+        }
+    });
+    for (addr, answer) in futures::future::join_all(asks).await {
+        let stored: HashMap<String, std::collections::BTreeMap<String, String>> = match answer {
+            Ok(a) if a.status == 200 => match serde_json::from_slice(&a.body) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::debug!(%addr, error = %e, "a node's mapping answer is unreadable");
+                    continue;
+                }
+            },
+            Ok(a) => {
+                tracing::debug!(%addr, status = a.status, "a node did not answer its mapping");
+                continue;
+            }
+            Err(e) => {
+                tracing::debug!(%addr, error = %e, "a node did not answer its mapping");
+                continue;
+            }
+        };
+        for (topic, m) in &mut all {
+            if let Some(theirs) = stored.get(topic.as_str()) {
+                m.merge(&spate_search::mapping::TopicMapping::from_stored(theirs));
+            }
+        }
+    }
+    Ok(all)
+}
+
+/// Another node's [`MappingCall`]: this node's own mappings, never asking further.
+async fn mapping_call(State(s): State<Arc<HttpState>>, body: Bytes) -> Response {
+    let service = match service(&s) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let call: MappingCall = match serde_json::from_slice(&body) {
+        Ok(c) => c,
+        Err(e) => return error(SearchError::parsing(format!("not a mapping call: {e}"))),
+    };
+    match service.mappings(&call.topics) {
+        Ok(all) => {
+            let stored: HashMap<String, std::collections::BTreeMap<String, String>> = all
+                .into_iter()
+                .map(|(topic, m)| (topic, m.to_stored()))
+                .collect();
+            Json(stored).into_response()
+        }
+        Err(e) => error(e),
+    }
+}
 
 /// Another node's [`PartialCall`]: searches the partitions named, never forwards further.
 async fn partial_call(State(s): State<Arc<HttpState>>, body: Bytes) -> Response {

@@ -567,6 +567,22 @@ impl SearchService {
     }
 
     /// The fields of each topic `expr` names, by topic name (`_mapping`, `_field_caps`).
+    /// The other live nodes' HTTP addresses (none standalone): where a topic's fields
+    /// mapped on partitions this node does not hold are asked for.
+    pub fn peers(&self) -> Vec<String> {
+        let Some(cluster) = self.broker.cluster() else {
+            return Vec::new();
+        };
+        let image = cluster.image();
+        let me = cluster.broker_id();
+        image
+            .brokers()
+            .values()
+            .filter(|b| !b.fenced && b.id != me)
+            .filter_map(|b| b.http_addr.clone())
+            .collect()
+    }
+
     pub fn mappings(&self, expr: &str) -> Result<Vec<(String, TopicMapping)>, SearchError> {
         Ok(self
             .resolve(expr)?

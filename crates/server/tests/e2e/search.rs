@@ -868,7 +868,10 @@ async fn in_a_cluster_any_node_answers_for_every_partition_once_by_fanning_out()
     let mut produced = std::collections::BTreeMap::new();
     for i in 0..n {
         let level = levels[i % 3];
-        let value = json!({"level": level, "n": i, "msg": format!("item{i} {level}")}).to_string();
+        let mut value = json!({"level": level, "n": i, "msg": format!("item{i} {level}")});
+        // A field only this partition's documents have.
+        value[format!("only_p{}", i % 6)] = json!(true);
+        let value = value.to_string();
         let d = p
             .send(
                 FutureRecord::<(), _>::to("spread")
@@ -891,6 +894,17 @@ async fn in_a_cluster_any_node_answers_for_every_partition_once_by_fanning_out()
     for id in [1, 2, 3] {
         let node = c.node(id);
         wait_for_count(node, "spread", n);
+        // Each node's mapping holds the fields of every partition, those mapped elsewhere too.
+        let (status, text) = http(&node.http, "GET", "/spread/_mapping", &[], "");
+        assert_eq!(status, 200, "{text}");
+        let mapping: Value = serde_json::from_str(&text).unwrap();
+        for p in 0..6 {
+            assert_eq!(
+                mapping["spread"]["mappings"]["properties"][format!("only_p{p}")]["type"],
+                "boolean",
+                "node {id}: {mapping}"
+            );
+        }
         // No node holds all six partitions, yet each finds every record once.
         let (status, v) = search(
             node,
