@@ -24,6 +24,9 @@ scripts/kafka-tools-cluster-e2e.sh
 scripts/with-spate.sh -- bash -c 'SPATE_BENCH_BOOTSTRAP=$SPATE_BOOTSTRAP exec scripts/bench-e2e.sh'
 # A real search client (opensearch-py) against searchable topics.
 scripts/search-client-e2e.sh
+# The same documents and Grafana-shaped requests against spate and a real OpenSearch 2.19 (its jars
+# from Maven Central, pinned in scripts/opensearch/jars.lock): hits and aggregations compared.
+scripts/search-differential.sh
 # A real REST Proxy client (Confluent's Node.js kafka-rest) against HTTP ingest.
 scripts/rest-client-e2e.sh
 # kafka-python's admin client: delete_records, log dirs, topic partitions, features.
