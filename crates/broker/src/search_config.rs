@@ -157,10 +157,15 @@ pub struct SearchSettings {
     pub store_value: bool,
     /// `search.max.fields`: most JSON fields one partition maps dynamically.
     pub max_fields: usize,
+    /// `search.time.field`: the document field (dotted path) that is its time.
+    pub time_field: String,
 }
 
 /// `search.max.fields` when unset (Elasticsearch's default total fields limit).
 pub const DEFAULT_MAX_FIELDS: usize = 1000;
+
+/// `search.time.field` when unset: what Elasticsearch tools (Grafana, Kibana) expect.
+pub const DEFAULT_TIME_FIELD: &str = "@timestamp";
 
 impl SearchSettings {
     /// Everything that shapes the index's contents, as one line: an index built under another
@@ -172,13 +177,18 @@ impl SearchSettings {
             .map(|f| format!("{}:{}", f.path, f.kind.as_str()))
             .collect();
         // v2: every JSON field is indexed by its path (dynamic mapping).
-        format!(
+        let mut f = format!(
             "v2 format={} store={} fields={} max_fields={}",
             self.format.as_str(),
             self.store_value,
             fields.join(","),
             self.max_fields
-        )
+        );
+        // Only when set: indexes built before the setting existed keep their fingerprint.
+        if self.time_field != DEFAULT_TIME_FIELD {
+            f.push_str(&format!(" time_field={}", self.time_field));
+        }
+        f
     }
 }
 

@@ -224,6 +224,20 @@ pub const DEFS: &[ConfigDef] = &[
         validate: |v| search_config::parse_bool(v).map(|_| ()),
     },
     ConfigDef {
+        name: "search.time.field",
+        default: "@timestamp",
+        kind: ConfigType::String,
+        doc: "The document field (dotted path; RFC 3339 or epoch milliseconds) that is a record's time for search: range queries on it (Grafana's time filter) skip partitions whose records all lie outside the range; records without it use their Kafka timestamp.",
+        validate: |v| {
+            let v = v.trim();
+            if v.is_empty() || v.len() > 255 || v.chars().any(|c| c.is_whitespace() || c == ',') {
+                Err(format!("'{v}' is not a field path"))
+            } else {
+                Ok(())
+            }
+        },
+    },
+    ConfigDef {
         name: "search.value.format",
         default: "auto",
         kind: ConfigType::String,
@@ -399,6 +413,10 @@ impl TopicConfig {
                 .trim()
                 .parse::<usize>()
                 .unwrap_or(search_config::DEFAULT_MAX_FIELDS),
+            time_field: match value("search.time.field").trim() {
+                "" => search_config::DEFAULT_TIME_FIELD.to_string(),
+                f => f.to_string(),
+            },
         }
     }
 

@@ -396,10 +396,11 @@ pub(crate) async fn search_value(
             .collect();
         return Err(SearchError::Unavailable(reasons.join("; ")));
     }
+    let skipped: usize = gathered.partials.iter().map(|p| p.skipped).sum();
     let shard_info = json!({
         "total": shards,
         "successful": shards - failed,
-        "skipped": 0,
+        "skipped": skipped,
         "failed": failed,
         "failures": gathered.failures.iter().map(|f| json!({
             "index": f.topic,
@@ -420,7 +421,8 @@ pub(crate) async fn search_value(
     };
     if failed == 0 {
         // Elasticsearch lists failures only when there are some.
-        v["_shards"] = json!({"total": shards, "successful": shards, "skipped": 0, "failed": 0});
+        v["_shards"] =
+            json!({"total": shards, "successful": shards, "skipped": skipped, "failed": 0});
     } else {
         v["_shards"] = shard_info;
     }

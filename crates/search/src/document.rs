@@ -77,8 +77,8 @@ pub fn build_counted(
             }
             skipped.unmapped = indexed.unmapped;
             skipped.conflicts = indexed.conflicts;
-            if let Some(ms) = json
-                .get("@timestamp")
+            if let Some(ms) = crate::record::values_at(&json, &schema.time_field)
+                .first()
                 .and_then(|t| parse_date(t, r.timestamp))
             {
                 event_ms = ms;

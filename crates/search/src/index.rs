@@ -357,6 +357,7 @@ mod tests {
             fields: Vec::new(),
             store_value: false,
             max_fields: 1000,
+            time_field: "@timestamp".into(),
         }
     }
 

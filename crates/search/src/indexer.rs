@@ -516,6 +516,7 @@ mod tests {
             fields: Vec::new(),
             store_value: false,
             max_fields: 1000,
+            time_field: "@timestamp".into(),
         };
         let full = Arc::new(AtomicBool::new(false));
         let disk = full.clone();

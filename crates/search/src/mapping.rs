@@ -434,6 +434,7 @@ mod tests {
                 .collect(),
             store_value: false,
             max_fields: 1000,
+            time_field: "@timestamp".into(),
         }
     }
 

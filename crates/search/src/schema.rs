@@ -82,6 +82,8 @@ pub struct IndexSchema {
     pub doc_kw: Field,
     /// The event's time: the document's own `@timestamp`, else the record's timestamp.
     pub event_time: Field,
+    /// The document field that is its time (`search.time.field`), held in `event_time`.
+    pub time_field: String,
     /// The type each JSON path got from its first value, shared with queries.
     pub dynamic: Arc<RwLock<TopicMapping>>,
     /// `search.max.fields`.
@@ -177,6 +179,7 @@ impl IndexSchema {
             event_time,
             dynamic: Arc::new(RwLock::new(TopicMapping::default())),
             max_fields: settings.max_fields,
+            time_field: settings.time_field.clone(),
         }
     }
 
@@ -193,6 +196,10 @@ impl IndexSchema {
                 path: None,
             })
         };
+        // The documents' time field, whatever its name (`event_time`).
+        if name == self.time_field {
+            return fixed(self.event_time, "event_time", FieldRole::Timestamp);
+        }
         match name {
             "offset" | "_offset" => return fixed(self.offset, "offset", FieldRole::Offset),
             "partition" | "_partition" => {
@@ -201,8 +208,6 @@ impl IndexSchema {
             "timestamp" | "_timestamp" => {
                 return fixed(self.timestamp, "timestamp", FieldRole::Timestamp)
             }
-            // The document's own time when it has one (see `event_time`).
-            "@timestamp" => return fixed(self.event_time, "event_time", FieldRole::Timestamp),
             "key" | "key.keyword" => return fixed(self.key, "key", FieldRole::Key),
             "value" | "_all" | "*" => return fixed(self.value, "value", FieldRole::Value),
             _ => {}

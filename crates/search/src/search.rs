@@ -1277,6 +1277,9 @@ pub struct Partial {
     pub aggs: Option<String>,
     /// The aggregation request with field names mapped to the index's, to finish `aggs` with.
     pub aggs_request: Option<Value>,
+    /// Partitions not searched: none of their records lies in the query's time range.
+    #[serde(default)]
+    pub skipped: usize,
 }
 
 fn encode_aggs(aggs: &IntermediateAggregationResults) -> Result<String, SearchError> {
@@ -1337,9 +1340,24 @@ pub fn partial(
     count_only: bool,
     render_hits: bool,
 ) -> Result<Partial, SearchError> {
+    // Partitions whose records all lie outside the query's time range are not searched
+    // (Elasticsearch's skipped shards); one always is, so aggregations keep their shape.
+    let mut skip: Vec<bool> = targets
+        .iter()
+        .map(|t| {
+            time_bounds(&req.query, &t.index.schema.time_field, now_ms).is_some_and(|range| {
+                time_span(&t.index.searcher()).is_none_or(|span| !overlaps(span, range))
+            })
+        })
+        .collect();
+    if !skip.is_empty() && skip.iter().all(|s| *s) {
+        skip[0] = false;
+    }
+    let skipped = skip.iter().filter(|s| **s).count();
     let parts = targets
         .iter()
         .enumerate()
+        .filter(|(i, _)| !skip[*i])
         .map(|(i, t)| search_one(t, i, req, limits, now_ms, count_only))
         .collect::<Result<Vec<_>, _>>()?;
     let total: usize = parts.iter().map(|p| p.total).sum();
@@ -1347,6 +1365,7 @@ pub fn partial(
         return Ok(Partial {
             total,
             shards: targets.len(),
+            skipped,
             ..Partial::default()
         });
     }
@@ -1421,7 +1440,73 @@ pub fn partial(
         hits,
         aggs,
         aggs_request,
+        skipped,
     })
+}
+
+/// The time range (epoch ms, inclusive) every hit of `query` must lie in, from the ranges on
+/// the documents' time field among its required clauses; `None` when it has none.
+fn time_bounds(query: &Query, time_field: &str, now_ms: i64) -> Option<(i64, i64)> {
+    let mut range: Option<(i64, i64)> = None;
+    let mut narrow = |lo: i64, hi: i64| {
+        range = Some(match range {
+            Some((a, b)) => (a.max(lo), b.min(hi)),
+            None => (lo, hi),
+        });
+    };
+    fn walk(q: &Query, field: &str, now_ms: i64, narrow: &mut dyn FnMut(i64, i64)) {
+        match q {
+            Query::Range {
+                field: f,
+                lower,
+                upper,
+            } if f == field => {
+                let at = |b: &Option<Bound>| {
+                    b.as_ref()
+                        .and_then(|b| crate::dates::parse_date(&b.value, now_ms))
+                };
+                // Exclusive bounds are taken as inclusive: a partition is kept, never lost.
+                narrow(at(lower).unwrap_or(i64::MIN), at(upper).unwrap_or(i64::MAX));
+            }
+            Query::Bool { must, filter, .. } => {
+                for c in must.iter().chain(filter) {
+                    walk(c, field, now_ms, narrow);
+                }
+            }
+            Query::ConstantScore { filter, .. } => walk(filter, field, now_ms, narrow),
+            _ => {}
+        }
+    }
+    walk(query, time_field, now_ms, &mut narrow);
+    range
+}
+
+/// The earliest and latest time (epoch ms) of the records a partition's index holds; `None`
+/// when it holds none.
+fn time_span(searcher: &Searcher) -> Option<(i64, i64)> {
+    let mut span: Option<(i64, i64)> = None;
+    for segment in searcher.segment_readers() {
+        if segment.num_docs() == 0 {
+            continue;
+        }
+        let Ok(column) = segment.fast_fields().date("event_time") else {
+            // Unknown: the partition is searched.
+            return Some((i64::MIN, i64::MAX));
+        };
+        let (lo, hi) = (
+            column.min_value().into_timestamp_millis(),
+            column.max_value().into_timestamp_millis(),
+        );
+        span = Some(match span {
+            Some((a, b)) => (a.min(lo), b.max(hi)),
+            None => (lo, hi),
+        });
+    }
+    span
+}
+
+fn overlaps((a, b): (i64, i64), (lo, hi): (i64, i64)) -> bool {
+    a <= hi && b >= lo
 }
 
 /// Reads the records of `hits` that belong to `targets` and adds their parts to each hit

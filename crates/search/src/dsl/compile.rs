@@ -603,7 +603,7 @@ impl Compiler<'_> {
                         })
                     };
                     let fixed = match name {
-                        "@timestamp" => Some("event_time".to_string()),
+                        n if n == self.schema.time_field => Some("event_time".to_string()),
                         "_timestamp" => Some("timestamp".to_string()),
                         _ => None,
                     };
@@ -639,6 +639,7 @@ mod tests {
             }],
             store_value: false,
             max_fields: 1000,
+            time_field: "@timestamp".into(),
         };
         let schema = IndexSchema::build(&settings);
         let index = tantivy::Index::create_in_ram(schema.schema.clone());

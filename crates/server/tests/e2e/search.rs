@@ -1424,3 +1424,88 @@ async fn grafanas_highlight_of_every_field_marks_the_query_words_in_each_field_a
         "{v}"
     );
 }
+
+#[tokio::test]
+async fn a_time_range_skips_the_partitions_with_no_record_in_it() {
+    let spate = Spate::start(&[]);
+    create(&spate, "timed", 2, &[("search.enabled", "true")]).await;
+    // `ts` is this topic's time; its `@timestamp` is an ordinary date field.
+    create(
+        &spate,
+        "own_time",
+        2,
+        &[("search.enabled", "true"), ("search.time.field", "ts")],
+    )
+    .await;
+    let p = producer(&spate.addr, &[]);
+    // Partition 0 holds 2023, partition 1 holds 2024.
+    let years = [("2023-06-01T00:00:00Z", "2024-06-01T00:00:00Z"); 5];
+    for (i, (old, new)) in years.iter().enumerate() {
+        for (partition, at) in [(0, old), (1, new)] {
+            let v = json!({"@timestamp": at, "n": i}).to_string();
+            send(&p, "timed", partition, "k", v.as_bytes(), "t").await;
+            // The other topic's own time is the other way round.
+            let other = if partition == 0 { new } else { old };
+            let v = json!({"ts": at, "@timestamp": other, "n": i}).to_string();
+            send(&p, "own_time", partition, "k", v.as_bytes(), "t").await;
+        }
+    }
+    wait_for_count(&spate, "timed", 10);
+    wait_for_count(&spate, "own_time", 10);
+    // As Grafana's time filter sends it.
+    let in_2024 = |field: &str| {
+        json!({"size": 20, "query": {"bool": {"filter": [{"range": {field: {
+            "gte": 1704067200000i64, "lte": 1735689599000i64, "format": "epoch_millis"
+        }}}]}}})
+    };
+    let partitions = |v: &Value| -> BTreeSet<String> {
+        v["hits"]["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                h["_id"]
+                    .as_str()
+                    .unwrap()
+                    .split('-')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    let (status, v) = search(&spate, "/timed/_search", &in_2024("@timestamp"));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["hits"]["total"]["value"], 5, "{v}");
+    assert_eq!(partitions(&v), BTreeSet::from(["1".to_string()]));
+    assert_eq!(v["_shards"]["skipped"], 1, "{}", v["_shards"]);
+    assert_eq!(v["_shards"]["successful"], 2, "{}", v["_shards"]);
+    // A range over both years searches both.
+    let (_, v) = search(
+        &spate,
+        "/timed/_search",
+        &json!({"query": {"range": {"@timestamp": {"gte": "2023-01-01", "lte": "2024-12-31"}}}}),
+    );
+    assert_eq!(v["hits"]["total"]["value"], 10, "{v}");
+    assert_eq!(v["_shards"]["skipped"], 0, "{}", v["_shards"]);
+    // With search.time.field, the named field is the one that prunes...
+    let (_, v) = search(&spate, "/own_time/_search", &in_2024("ts"));
+    assert_eq!(v["hits"]["total"]["value"], 5, "{v}");
+    assert_eq!(partitions(&v), BTreeSet::from(["1".to_string()]));
+    assert_eq!(v["_shards"]["skipped"], 1, "{}", v["_shards"]);
+    // ...and `@timestamp` is then a plain date field: right hits, nothing skipped.
+    let (_, v) = search(&spate, "/own_time/_search", &in_2024("@timestamp"));
+    assert_eq!(v["hits"]["total"]["value"], 5, "{v}");
+    assert_eq!(partitions(&v), BTreeSet::from(["0".to_string()]));
+    assert_eq!(v["_shards"]["skipped"], 0, "{}", v["_shards"]);
+    // A range no partition holds still answers aggregations in their shape.
+    let (_, v) = search(
+        &spate,
+        "/timed/_search",
+        &json!({"size": 0, "query": {"range": {"@timestamp": {"gte": "2030-01-01"}}},
+                "aggs": {"h": {"date_histogram": {"field": "@timestamp", "fixed_interval": "1d"}}}}),
+    );
+    assert_eq!(v["hits"]["total"]["value"], 0, "{v}");
+    assert_eq!(v["aggregations"]["h"]["buckets"], json!([]), "{v}");
+    assert_eq!(v["_shards"]["skipped"], 1, "{}", v["_shards"]);
+}
