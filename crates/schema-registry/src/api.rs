@@ -236,12 +236,16 @@ async fn lookup(
     raw: Body,
 ) -> Result<Response, ApiError> {
     let req: SchemaRequest = body(&reg, &headers, raw).await?;
-    ok(reg.lookup(
+    let mut a = reg.lookup(
         &subject,
         &req,
         maybe_flag(&q, "normalize"),
         flag(&q, "deleted"),
-    )?)
+    )?;
+    if serialized(&q) {
+        a.schema = reg.serialized(a.schema_type.as_deref(), a.schema, &a.references)?;
+    }
+    ok(a)
 }
 
 async fn delete_subject(
@@ -279,7 +283,11 @@ async fn version(
     Path((subject, version)): Path<(String, String)>,
     Query(q): Params,
 ) -> Result<Response, ApiError> {
-    ok(reg.version(&subject, &version, flag(&q, "deleted"))?)
+    let mut a = reg.version(&subject, &version, flag(&q, "deleted"))?;
+    if serialized(&q) {
+        a.schema = reg.serialized(a.schema_type.as_deref(), a.schema, &a.references)?;
+    }
+    ok(a)
 }
 
 async fn delete_version(
@@ -305,7 +313,11 @@ async fn version_schema(
     Path((subject, version)): Path<(String, String)>,
     Query(q): Params,
 ) -> Result<Response, ApiError> {
-    raw_schema(reg.version(&subject, &version, flag(&q, "deleted"))?.schema)
+    let a = reg.version(&subject, &version, flag(&q, "deleted"))?;
+    if serialized(&q) {
+        return raw_schema(reg.serialized(a.schema_type.as_deref(), a.schema, &a.references)?);
+    }
+    raw_schema(a.schema)
 }
 
 async fn referenced_by(
@@ -324,16 +336,38 @@ async fn schemas(State(reg): Reg, Query(q): Params) -> Result<Response, ApiError
 }
 
 async fn types() -> Result<Response, ApiError> {
-    // PROTOBUF schemas cannot be registered yet, so they are not offered.
-    ok(["AVRO", "JSON"])
+    // Confluent's order.
+    ok(["JSON", "PROTOBUF", "AVRO"])
 }
 
-async fn by_id(State(reg): Reg, Path(id): Path<String>) -> Result<Response, ApiError> {
-    ok(reg.schema_by_id(schema_id(&id)?)?)
+/// Whether the client asked for `format=serialized` (a Protobuf schema as its base64
+/// `FileDescriptorProto`, what Confluent's Protobuf deserializers ask for).
+fn serialized(q: &HashMap<String, String>) -> bool {
+    q.get("format").is_some_and(|f| f == "serialized")
 }
 
-async fn by_id_schema(State(reg): Reg, Path(id): Path<String>) -> Result<Response, ApiError> {
-    raw_schema(reg.schema_by_id(schema_id(&id)?)?.schema)
+async fn by_id(
+    State(reg): Reg,
+    Path(id): Path<String>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
+    let mut a = reg.schema_by_id(schema_id(&id)?)?;
+    if serialized(&q) {
+        a.schema = reg.serialized(a.schema_type.as_deref(), a.schema, &a.references)?;
+    }
+    ok(a)
+}
+
+async fn by_id_schema(
+    State(reg): Reg,
+    Path(id): Path<String>,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
+    let a = reg.schema_by_id(schema_id(&id)?)?;
+    if serialized(&q) {
+        return raw_schema(reg.serialized(a.schema_type.as_deref(), a.schema, &a.references)?);
+    }
+    raw_schema(a.schema)
 }
 
 async fn by_id_subjects(

@@ -5,8 +5,8 @@
 //! ([`records`]); [`store::Store`] is that state rebuilt in memory by applying the records in
 //! log order; [`Registry`] decides writes on it and appends them through the broker (acks=all)
 //! before applying them like any other record, so a restart (or another node) rebuilds exactly
-//! the state that was served. Avro ([`avro`]) and JSON Schema ([`json_schema`]) are parsed and
-//! checked for compatibility at the seven Confluent levels ([`compat`]); [`api`] is the HTTP
+//! the state that was served. Avro ([`avro`]), JSON Schema ([`json_schema`]) and Protobuf
+//! ([`protobuf`]) are parsed and checked for compatibility at the seven Confluent levels ([`compat`]); [`api`] is the HTTP
 //! side.
 
 pub mod api;
@@ -16,6 +16,7 @@ pub mod error;
 pub mod json_schema;
 pub mod log;
 pub mod metrics;
+pub mod protobuf;
 pub mod records;
 pub mod registry;
 pub mod schema;

@@ -594,6 +594,23 @@ impl Registry {
         })
     }
 
+    /// A stored schema's text as `format=serialized` asks for it: a Protobuf schema's base64
+    /// `FileDescriptorProto`; other types' text unchanged.
+    pub fn serialized(
+        &self,
+        schema_type: Option<&str>,
+        text: String,
+        references: &[Reference],
+    ) -> Result<String, RegistryError> {
+        if SchemaType::parse(schema_type)? != SchemaType::Protobuf {
+            return Ok(text);
+        }
+        let resolved = self.read(|st| st.resolve(references))?;
+        crate::protobuf::parse(&text, &resolved)
+            .map(|p| p.serialized())
+            .map_err(|e| RegistryError::InvalidSchema(format!("stored schema: {e}")))
+    }
+
     /// Subject versions using schema `id`.
     pub fn versions_of_id(
         &self,

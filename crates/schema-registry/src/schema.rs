@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::error::RegistryError;
-use crate::{avro, json_schema};
+use crate::{avro, json_schema, protobuf};
 
 /// The kinds of schema the registry knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -13,7 +13,7 @@ pub enum SchemaType {
     Avro,
     /// JSON Schema.
     Json,
-    /// Protocol Buffers: stored and served when read from `_schemas`, not registered yet.
+    /// Protocol Buffers (`.proto` text, or a base64 `FileDescriptorProto`).
     Protobuf,
 }
 
@@ -65,6 +65,8 @@ pub enum Parsed {
     Avro(avro::AvroSchema),
     /// A JSON Schema.
     Json(json_schema::JsonSchema),
+    /// A compiled Protobuf file.
+    Protobuf(protobuf::ProtoSchema),
 }
 
 impl Parsed {
@@ -73,6 +75,7 @@ impl Parsed {
         match (self, writer) {
             (Parsed::Avro(r), Parsed::Avro(w)) => avro::incompatibilities(r, w),
             (Parsed::Json(r), Parsed::Json(w)) => json_schema::incompatibilities(r, w),
+            (Parsed::Protobuf(r), Parsed::Protobuf(w)) => protobuf::incompatibilities(r, w),
             _ => vec!["SCHEMA_TYPE_CHANGED at /: the schema type differs".to_string()],
         }
     }
@@ -110,15 +113,15 @@ pub fn prepare(
     if text.trim().is_empty() {
         return Err(RegistryError::InvalidSchema("the schema is empty".into()));
     }
-    if schema_type == SchemaType::Protobuf {
-        return Err(protobuf_unsupported());
-    }
     // Nesting deeper than serde_json's recursion limit (128) is refused here, which bounds
-    // every recursive walk below.
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| RegistryError::InvalidSchema(format!("not JSON: {e}")))?;
+    // every recursive walk of an Avro or JSON schema.
+    let json = || -> Result<Value, RegistryError> {
+        serde_json::from_str(text)
+            .map_err(|e| RegistryError::InvalidSchema(format!("not JSON: {e}")))
+    };
     match schema_type {
         SchemaType::Avro => {
+            let value = json()?;
             let (model, normalized) =
                 avro::parse(text, &value, references).map_err(RegistryError::InvalidSchema)?;
             let text = if normalize {
@@ -140,7 +143,7 @@ pub fn prepare(
         }
         SchemaType::Json => {
             let model =
-                json_schema::parse(value, references).map_err(RegistryError::InvalidSchema)?;
+                json_schema::parse(json()?, references).map_err(RegistryError::InvalidSchema)?;
             let canonical = canonical_json(model.root());
             let text = if normalize {
                 canonical.clone()
@@ -154,18 +157,23 @@ pub fn prepare(
                 parsed: Parsed::Json(model),
             })
         }
-        SchemaType::Protobuf => Err(protobuf_unsupported()),
+        SchemaType::Protobuf => {
+            // One canonical text, stored and compared, whether normalizing or not: layout,
+            // comments and relative type names are not kept.
+            let model = protobuf::parse(text, references).map_err(RegistryError::InvalidSchema)?;
+            let canonical = model.canonical();
+            Ok(Prepared {
+                schema_type,
+                text: canonical.clone(),
+                canonical,
+                parsed: Parsed::Protobuf(model),
+            })
+        }
     }
 }
 
-fn protobuf_unsupported() -> RegistryError {
-    RegistryError::InvalidSchema(
-        "PROTOBUF schemas are not supported yet (AVRO and JSON are)".into(),
-    )
-}
-
 /// The canonical form of a stored schema text: JSON with sorted keys, or the text itself when
-/// it is not JSON (a Protobuf schema read from `_schemas`).
+/// it is not JSON (a Protobuf schema, stored in its canonical text already).
 pub fn canonical_of_text(text: &str) -> String {
     match serde_json::from_str::<Value>(text) {
         Ok(v) => canonical_json(&v),
@@ -270,17 +278,22 @@ mod tests {
     }
 
     #[test]
-    fn protobuf_is_refused_as_not_supported_yet() {
-        let e = prepare(
+    fn protobuf_is_stored_in_its_canonical_text_and_bad_text_is_42201() {
+        let a = prepare(
             SchemaType::Protobuf,
-            "syntax = \"proto3\";",
+            "syntax = \"proto3\";\n// c\nmessage M {   string a = 1; }",
             &[],
             false,
             1 << 20,
         )
-        .unwrap_err();
+        .unwrap();
+        assert_eq!(
+            a.text,
+            "syntax = \"proto3\";\n\nmessage M {\n  string a = 1;\n}\n"
+        );
+        assert_eq!(a.text, a.canonical);
+        let e = prepare(SchemaType::Protobuf, "message {", &[], false, 1 << 20).unwrap_err();
         assert_eq!(e.error_code(), 42201);
-        assert!(e.to_string().contains("not supported yet"), "{e}");
     }
 
     #[test]

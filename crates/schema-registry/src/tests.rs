@@ -140,7 +140,10 @@ async fn the_same_schema_gets_one_id_across_subjects_and_versions_count_per_subj
         (found["id"].as_i64(), found["version"].as_i64()),
         (Some(2), Some(2))
     );
-    assert_eq!(api.get("/schemas/types").await.1, json!(["AVRO", "JSON"]));
+    assert_eq!(
+        api.get("/schemas/types").await.1,
+        json!(["JSON", "PROTOBUF", "AVRO"])
+    );
     assert_eq!(api.get("/contexts").await.1, json!(["."]));
 }
 
@@ -212,7 +215,7 @@ async fn bad_input_gets_confluents_error_codes() {
         (
             "POST",
             "/subjects/u/versions",
-            Some(json!({"schema": "\"string\"", "schemaType": "PROTOBUF"})),
+            Some(json!({"schema": "message {", "schemaType": "PROTOBUF"})),
             422,
             42201,
         ),
@@ -634,4 +637,121 @@ async fn over_a_real_broker_schemas_land_in_a_compacted_topic_and_survive_a_reop
         "NONE"
     );
     broker.shutdown();
+}
+
+const PROTO_V1: &str = "syntax = \"proto3\";\npackage acme;\nimport \"google/protobuf/timestamp.proto\";\nmessage Order {\n  string id = 1; // the order's id\n  google.protobuf.Timestamp at = 2;\n}\n";
+
+#[tokio::test]
+async fn protobuf_text_and_its_descriptor_register_as_one_schema_and_serve_both_forms() {
+    let api = Api::new().await;
+    let (s, v) = api
+        .register_json(
+            "orders-value",
+            json!({"schema": PROTO_V1, "schemaType": "PROTOBUF"}),
+        )
+        .await;
+    assert_eq!((s, v["id"].as_i64()), (StatusCode::OK, Some(1)), "{v}");
+    let (_, stored) = api.get("/schemas/ids/1").await;
+    assert_eq!(stored["schemaType"], "PROTOBUF");
+    let text = stored["schema"].as_str().unwrap().to_string();
+    assert!(
+        text.contains(".google.protobuf.Timestamp at = 2;"),
+        "{text}"
+    );
+    assert!(!text.contains("the order's id"), "comments are not kept");
+    // The descriptor form (what Confluent's serializers send and ask for) is the same schema.
+    let (_, ser) = api.get("/schemas/ids/1?format=serialized").await;
+    let b64 = ser["schema"].as_str().unwrap().to_string();
+    assert!(!b64.contains(' ') && b64 != text, "{b64}");
+    let (_, again) = api
+        .register_json(
+            "orders-value",
+            json!({"schema": b64, "schemaType": "PROTOBUF"}),
+        )
+        .await;
+    assert_eq!(again["id"], 1);
+    assert_eq!(
+        api.get("/subjects/orders-value/versions").await.1,
+        json!([1])
+    );
+    let (_, latest) = api
+        .get("/subjects/orders-value/versions/latest?format=serialized")
+        .await;
+    assert_eq!(latest["schema"].as_str(), Some(b64.as_str()));
+    // Reusing field 1 with another wire type is refused; adding a field is not.
+    let bad = PROTO_V1.replace("string id = 1;", "int64 id = 1;");
+    let (s, v) = api
+        .register_json(
+            "orders-value",
+            json!({"schema": bad, "schemaType": "PROTOBUF"}),
+        )
+        .await;
+    assert_eq!((s, code(&v)), (StatusCode::CONFLICT, 409), "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("FIELD_SCALAR_KIND_CHANGED"),
+        "{v}"
+    );
+    let good = PROTO_V1.replace("string id = 1;", "string id = 1;\n  int32 qty = 3;");
+    let (_, v) = api
+        .register_json(
+            "orders-value",
+            json!({"schema": good, "schemaType": "PROTOBUF"}),
+        )
+        .await;
+    assert_eq!(v["id"], 2);
+    // Everything survives a restart (the stored text compiles again).
+    let api = api.restarted().await;
+    assert_eq!(api.get("/schemas/ids/1").await.1["schema"], text);
+    assert_eq!(
+        api.get("/schemas/ids/1?format=serialized").await.1["schema"].as_str(),
+        Some(b64.as_str())
+    );
+}
+
+#[tokio::test]
+async fn protobuf_imports_resolve_through_references() {
+    let api = Api::new().await;
+    let address = "syntax = \"proto3\"; package acme; message Address { string city = 1; }";
+    let (_, v) = api
+        .register_json(
+            "address",
+            json!({"schema": address, "schemaType": "PROTOBUF"}),
+        )
+        .await;
+    assert_eq!(v["id"], 1);
+    let person = "syntax = \"proto3\"; package acme; import \"acme/address.proto\"; message Person { Address home = 1; }";
+    let refs = json!([{"name": "acme/address.proto", "subject": "address", "version": 1}]);
+    let (s, v) = api
+        .register_json(
+            "person-value",
+            json!({"schema": person, "schemaType": "PROTOBUF", "references": refs}),
+        )
+        .await;
+    assert_eq!((s, v["id"].as_i64()), (StatusCode::OK, Some(2)), "{v}");
+    assert_eq!(
+        api.get("/subjects/address/versions/1/referencedby").await.1,
+        json!([2])
+    );
+    // Without the reference the import does not resolve.
+    let (s, v) = api
+        .register_json(
+            "person2-value",
+            json!({"schema": person, "schemaType": "PROTOBUF"}),
+        )
+        .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, 42201),
+        "{v}"
+    );
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("acme/address.proto"),
+        "{v}"
+    );
 }
