@@ -4,6 +4,8 @@ of every partition. A record's freshness is the time from its acknowledgement to
 poll that saw its offset searchable. Prints p50/p90/p99/max; asserts nothing.
 
     search_freshness.py BOOTSTRAP HTTP TOPIC PARTITIONS RATE SECONDS [SIZE]
+
+SIZE `corpus` sends JSON log lines of scripts/search_corpus.py instead of SIZE-byte text.
 """
 
 import collections
@@ -42,7 +44,14 @@ def newest_searchable(http, topic, partitions, known):
 def main():
     bootstrap, http, topic = sys.argv[1], sys.argv[2], sys.argv[3]
     partitions, rate, seconds = int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
-    size = int(sys.argv[7]) if len(sys.argv) > 7 else 512
+    corpus = None
+    if len(sys.argv) > 7 and sys.argv[7] == "corpus":
+        sys.path.insert(0, __import__("os").path.dirname(__file__))
+        from search_corpus import Corpus
+        corpus = Corpus()
+        size = 0
+    else:
+        size = int(sys.argv[7]) if len(sys.argv) > 7 else 512
     words = "alpha beta gamma delta error warn info debug trace fatal".split()
     # Per partition, acknowledged offsets not yet seen searchable, in offset order.
     unseen = {p: collections.deque() for p in range(partitions)}
@@ -82,9 +91,14 @@ def main():
     while time.monotonic() - started < seconds:
         due = int((time.monotonic() - started) * rate)
         while sent < due:
-            text = " ".join(words[(sent * 7 + i) % len(words)] for i in range(size // 6))
-            producer.produce(topic, value=f"r{sent} {text}"[:size].encode(),
-                             partition=sent % partitions, on_delivery=on_delivery)
+            if corpus is not None:
+                doc = corpus.doc(sent, int(time.time() * 1000))
+                value = json.dumps(doc, separators=(",", ":")).encode()
+            else:
+                text = " ".join(words[(sent * 7 + i) % len(words)] for i in range(size // 6))
+                value = f"r{sent} {text}"[:size].encode()
+            producer.produce(topic, value=value, partition=sent % partitions,
+                             on_delivery=on_delivery)
             sent += 1
             if sent % 1000 == 0:
                 producer.poll(0)
