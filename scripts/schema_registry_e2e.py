@@ -1,6 +1,6 @@
 """spate's built-in schema registry with clients nobody on this team wrote: confluent-kafka's
-SchemaRegistryClient, AvroSerializer/AvroDeserializer and JSONSerializer/JSONDeserializer
-producing to and consuming from a real spate (started here on free loopback ports with a temp
+SchemaRegistryClient, AvroSerializer/AvroDeserializer, JSONSerializer/JSONDeserializer and
+ProtobufSerializer/ProtobufDeserializer producing to and consuming from a real spate (started here on free loopback ports with a temp
 data dir); schema evolution, compatibility levels, deletes, references and normalization through
 the client; bad input answered with Confluent's error codes; and a kill -9 and restart after
 which ids, versions, configs, modes and deletes are as they were.
@@ -25,6 +25,9 @@ from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegis
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import timestamp_pb2  # noqa: F401 - puts timestamp.proto in the default pool
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -156,6 +159,41 @@ ORDER_JSON = json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", "
                          "required": ["id", "item"]})
 
 
+def proto_file(name, package, deps, messages):
+    """A FileDescriptorProto built in code (no protoc needed): messages are (name, [(field,
+    number, type, type_name, label)])."""
+    f = descriptor_pb2.FileDescriptorProto(name=name, package=package, syntax="proto3")
+    f.dependency.extend(deps)
+    for mname, fields in messages:
+        m = f.message_type.add(name=mname)
+        for fname, number, ftype, type_name, label in fields:
+            fd = m.field.add(name=fname, number=number, type=ftype,
+                             label=label or descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+            if type_name:
+                fd.type_name = type_name
+    return f
+
+
+def proto_classes():
+    """Message classes for acme/address.proto (Address) and acme/order.proto (Order, importing
+    it and google/protobuf/timestamp.proto), in a pool of their own beside the default one."""
+    T = descriptor_pb2.FieldDescriptorProto
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    address = proto_file("acme/address.proto", "acme", [], [
+        ("Address", [("city", 1, T.TYPE_STRING, None, None), ("zip", 2, T.TYPE_STRING, None, None)])])
+    order = proto_file("acme/order.proto", "acme",
+                       ["acme/address.proto", "google/protobuf/timestamp.proto"], [
+        ("Order", [("id", 1, T.TYPE_STRING, None, None), ("qty", 2, T.TYPE_INT32, None, None),
+                   ("at", 3, T.TYPE_MESSAGE, ".google.protobuf.Timestamp", None),
+                   ("ship_to", 4, T.TYPE_MESSAGE, ".acme.Address", None),
+                   ("tags", 5, T.TYPE_STRING, None, T.LABEL_REPEATED)])])
+    pool.Add(address)
+    pool.Add(order)
+    return (message_factory.GetMessageClass(pool.FindMessageTypeByName("acme.Order")),
+            message_factory.GetMessageClass(pool.FindMessageTypeByName("acme.Address")))
+
+
 def run(spate):
     state = {}
 
@@ -215,6 +253,61 @@ def run(spate):
         assert registry_error(lambda: spate.client.register_schema(
             "orders-value", Schema(json.dumps(closed), "JSON"))) == (409, 409)
         state["order_id"] = latest.schema_id
+
+    @check("Protobuf: ProtobufSerializer registers the schema and its import, ProtobufDeserializer reads back")
+    def _():
+        Order, Address = proto_classes()
+        state["Order"] = Order
+        create_topic(spate, "proto-orders")
+        ser = ProtobufSerializer(Order, spate.client)
+        orders = []
+        for i in range(12):
+            o = Order(id=f"o-{i}", qty=i + 1, tags=["a", f"t{i}"])
+            o.at.seconds = 1_700_000_000 + i
+            o.ship_to.CopyFrom(Address(city=f"city-{i}", zip=str(10000 + i)))
+            orders.append(o)
+        produce(spate, "proto-orders", orders, ser)
+        de = ProtobufDeserializer(Order, {}, SchemaRegistryClient({"url": spate.registry}))
+        got = consume(spate, "proto-orders", 12, de)
+        assert got == orders, (got[:1], orders[:1])
+        latest = spate.client.get_latest_version("proto-orders-value")
+        assert latest.schema.schema_type == "PROTOBUF", latest
+        # The import was registered under its file name (the serializer's default reference
+        # strategy) and is referenced by name; the well-known type was not registered.
+        refs = [(r.name, r.subject) for r in latest.schema.references]
+        assert refs == [("acme/address.proto", "acme/address.proto")], refs
+        assert "google/protobuf/timestamp.proto" not in spate.client.get_subjects()
+        text = latest.schema.schema_str
+        assert "import \"google/protobuf/timestamp.proto\";" in text, text
+        assert ".acme.Address ship_to = 4;" in text, text
+        assert "PROTOBUF" in http(spate, "GET", "/schemas/types")[1]
+        state["proto_id"] = latest.schema_id
+
+    @check("Protobuf: the same schema as .proto text gets the descriptor's id; wire-incompatible changes are 409")
+    def _():
+        text = spate.client.get_latest_version("proto-orders-value").schema.schema_str
+        refs = spate.client.get_latest_version("proto-orders-value").schema.references
+        # The text rewritten by hand: other layout, relative names, a comment.
+        hand = ("syntax = \"proto3\";\npackage acme;\nimport \"acme/address.proto\";\n"
+                "import \"google/protobuf/timestamp.proto\";\n// an order\n"
+                "message Order { string id = 1; int32 qty = 2; google.protobuf.Timestamp at = 3;\n"
+                "  Address ship_to = 4; repeated string tags = 5; }\n")
+        found = SchemaRegistryClient({"url": spate.registry}).lookup_schema(
+            "proto-orders-value", Schema(hand, "PROTOBUF", refs))
+        assert found.schema_id == state["proto_id"], (found.schema_id, state["proto_id"])
+        bad = text.replace("int32 qty = 2;", "string qty = 2;")
+        assert bad != text
+        assert registry_error(lambda: spate.client.register_schema(
+            "proto-orders-value", Schema(bad, "PROTOBUF", refs))) == (409, 409)
+        got = http(spate, "POST", "/compatibility/subjects/proto-orders-value/versions/latest?verbose=true",
+                   {"schema": bad, "schemaType": "PROTOBUF",
+                    "references": [{"name": r.name, "subject": r.subject, "version": r.version} for r in refs]})
+        assert got[1]["is_compatible"] is False and "FIELD_SCALAR_KIND_CHANGED" in got[1]["messages"][0], got
+        more = text.replace("repeated string tags = 5;", "repeated string tags = 5;\n  int64 total = 6;")
+        assert spate.client.register_schema("proto-orders-value", Schema(more, "PROTOBUF", refs)) != state["proto_id"]
+        # A schema whose import has no reference is invalid (42201).
+        assert registry_error(lambda: spate.client.register_schema(
+            "proto-bad-value", Schema(hand, "PROTOBUF"))) == (422, 42201)
 
     @check("ids are global: the same schema in another subject gets the same id, a new version there")
     def _():
@@ -299,7 +392,7 @@ def run(spate):
             ("POST", "/subjects/x-value/versions", {"schema": "{\"type\": \"recrod\"}"}, 422, 42201),
             ("POST", "/subjects/x-value/versions", {"schema": "this is not json"}, 422, 42201),
             ("POST", "/subjects/x-value/versions", {"schema": "{\"type\": \"strin\"}", "schemaType": "JSON"}, 422, 42201),
-            ("POST", "/subjects/x-value/versions", {"schema": "\"string\"", "schemaType": "PROTOBUF"}, 422, 42201),
+            ("POST", "/subjects/x-value/versions", {"schema": "message M {", "schemaType": "PROTOBUF"}, 422, 42201),
             ("POST", "/subjects/x-value/versions", {"schema": "\"" + "a" * (5 << 20) + "\""}, 422, 42201),
             ("PUT", "/mode", {"mode": "SOMETIMES"}, 422, 42204),
         ]
@@ -350,6 +443,8 @@ def run(spate):
         assert got[0] == {"id": 0, "name": "user-0"} and got[20]["email"] == "n@example.com"
         de = JSONDeserializer(None, schema_registry_client=spate.client)
         assert consume(spate, "orders", 1, de)[0]["item"] == "thing-0"
+        de = ProtobufDeserializer(state["Order"], {}, SchemaRegistryClient({"url": spate.registry}))
+        assert consume(spate, "proto-orders", 1, de)[0].ship_to.city == "city-0"
         new = spate.client.register_schema("after-restart", Schema(json.dumps(
             {"type": "record", "name": "Fresh", "fields": [{"name": "f", "type": "int"}]}), "AVRO"))
         assert new > max_id, (new, max_id)
