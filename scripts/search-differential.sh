@@ -19,4 +19,5 @@ read -r HTTP_PORT TRANSPORT_PORT < <(python3 "$ROOT/scripts/free-ports.py" 2)
 "$ROOT/scripts/opensearch/start.sh" "$WORK/opensearch" "$HTTP_PORT" "$TRANSPORT_PORT" \
   || { tail -40 "$WORK/opensearch/logs/opensearch.log" >&2 2>/dev/null; exit 1; }
 export OPENSEARCH_HTTP="127.0.0.1:$HTTP_PORT"
-timeout "${DIFF_TIMEOUT:-300}" "$ROOT/scripts/with-spate.sh" -- python3 "$ROOT/scripts/search_differential.py"
+# The bound is inside with-spate.sh, so that it still stops spate when the bound is hit.
+"$ROOT/scripts/with-spate.sh" -- timeout "${DIFF_TIMEOUT:-300}" python3 "$ROOT/scripts/search_differential.py"

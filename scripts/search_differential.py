@@ -310,14 +310,14 @@ def corpus(n):
 
 
 def load(docs):
-    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP, "log_level": 3})
     topics = [NewTopic(EVENTS, 3, 1, config={"search.enabled": "true", "search.value.format": "json"}),
               NewTopic(LOGS, 3, 1, config={"search.enabled": "true", "search.value.format": "json",
                                            "search.fields": "level:keyword"})]
     for f in admin.create_topics(topics).values():
         f.result(timeout=30)
     acked = []
-    producer = Producer({"bootstrap.servers": BOOTSTRAP, "acks": "all", "linger.ms": 20})
+    producer = Producer({"bootstrap.servers": BOOTSTRAP, "acks": "all", "linger.ms": 20, "log_level": 3})
     for topic in (EVENTS, LOGS):
         for at, doc in docs:
             producer.produce(topic, key=doc["doc_id"], value=json.dumps(doc), timestamp=at,
@@ -552,6 +552,10 @@ def compare_search(body, ref, got, rel=1e-5):
             diff_values(f"hits[{rh['_source'].get('doc_id')}].sort", want, have, rel, d)
         if "_source" in rh and rh["_source"] != gh.get("_source"):
             d.add(f"hits[{rh['_source'].get('doc_id')}]._source", f"{short(rh['_source'])} vs {short(gh.get('_source'))}")
+        # What Grafana's logs view shows: the time from `fields`, the words from `highlight`.
+        for k in ("fields", "highlight"):
+            if k in rh and rh[k] != gh.get(k):
+                d.add(f"hits[{rh['_source'].get('doc_id')}].{k}", f"{short(rh[k])} vs {short(gh.get(k))}")
     if "aggregations" in ref or "aggs" in body or "aggregations" in body:
         specs = body.get("aggs") or body.get("aggregations") or {}
         if "aggregations" not in got:
@@ -683,6 +687,12 @@ CASES = [
     ("sort @timestamp asc from 100 size 25", EVENTS, q({"bool": {"filter": rng_filter()}}, 25, sort=[{"@timestamp": {"order": "asc"}}], **{"from": 100})),
     ("sort Grafana logs object {@timestamp, _doc}", EVENTS,
      grafana_query("level:error", 100, FROM, TO, sort={"@timestamp": {"order": "desc", "unmapped_type": "boolean"}, "_doc": {"order": "desc"}})),
+    ("Grafana logs query over 3 days: fields and highlight", EVENTS,
+     grafana_query("message:refused OR (service:auth AND expired)", 200, START, END,
+                   sort={"@timestamp": {"order": "desc", "unmapped_type": "boolean"}, "_doc": {"order": "desc"}},
+                   docvalue_fields=["@timestamp"], fields=[{"field": "@timestamp", "format": "strict_date_optional_time_nanos"}],
+                   highlight={"fields": {"*": {}}, "fragment_size": 2147483647, "pre_tags": ["@HIGHLIGHT@"],
+                              "post_tags": ["@/HIGHLIGHT@"]})),
     ("sort by a long then a keyword", EVENTS,
      q({"range": {"status": {"gte": 400}}}, 40, sort=[{"status": "asc"}, {"doc_id.keyword": "desc"}])),
     ("sort by a float desc", EVENTS, q({"term": {"service.keyword": "search"}}, 30, sort=[{"latency_ms": "desc"}])),
