@@ -30,15 +30,6 @@ fn parse_date_str(s: &str, now_ms: i64) -> Option<i64> {
     OffsetDateTime::parse(&day, &Rfc3339).ok().and_then(millis)
 }
 
-/// Epoch milliseconds as RFC 3339 in UTC as date histogram keys render (`2024-01-01T00:00:00Z`,
-/// fractions only when there are some); empty for a date out of range.
-pub fn rfc3339_seconds(ms: i64) -> String {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default()
-}
-
 /// Epoch milliseconds as RFC 3339 in UTC with milliseconds (`2023-11-14T22:13:20.000Z`), as
 /// Elasticsearch renders a date field's value.
 pub fn rfc3339_millis(ms: i64) -> Option<String> {

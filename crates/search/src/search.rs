@@ -445,6 +445,16 @@ fn map_aggs_at(
                 );
                 continue;
             }
+            if kind == "terms"
+                && !body.contains_key("shard_size")
+                && !body.contains_key("split_size")
+            {
+                // Each partition answers more terms than asked, as Elasticsearch's shards do
+                // (size * 1.5 + 10): with only `size`, a term just below each partition's cut
+                // is missed and the counts merged are wrong.
+                let size = body.get("size").and_then(Value::as_u64).unwrap_or(10);
+                body.insert("shard_size".into(), Value::from(size * 3 / 2 + 10));
+            }
             if kind == "percentiles" {
                 // Grafana sends percents as strings ("95"); Elasticsearch reads them as numbers.
                 if let Some(Value::Array(list)) = body.get_mut("percents") {
@@ -640,7 +650,7 @@ fn shape_calendar(spec: &Map<String, Value>, unit: CalendarUnit, out: &mut Value
             Some(b) if b["key"].as_i64() == Some(at) => filled.extend(existing.next()),
             _ => filled.push(json!({
                 "key": at,
-                "key_as_string": crate::dates::rfc3339_seconds(at),
+                "key_as_string": date_key_string(spec, at),
                 "doc_count": 0,
             })),
         }
@@ -808,6 +818,7 @@ fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &
             if date {
                 if let Some(k) = b.get("key").and_then(Value::as_f64) {
                     b["key"] = Value::from(k as i64);
+                    b["key_as_string"] = Value::from(date_key_string(spec, k as i64));
                 }
             }
             if let Some(sub) = sub {
@@ -817,6 +828,76 @@ fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &
         if let Some(unit) = calendar {
             shape_calendar(spec, unit, out);
         }
+        if let Some(range) = spec.get("range") {
+            shape_ranges(range, out);
+        }
+    }
+}
+
+/// A date histogram key as the request's `format` renders it: epoch milliseconds or seconds
+/// as Grafana asks (`epoch_millis`), else Elasticsearch's default (RFC 3339 with milliseconds).
+fn date_key_string(spec: &Map<String, Value>, ms: i64) -> String {
+    match spec["date_histogram"].get("format").and_then(Value::as_str) {
+        Some("epoch_millis") => ms.to_string(),
+        Some("epoch_second") => (ms.div_euclid(1000)).to_string(),
+        _ => crate::dates::rfc3339_millis(ms).unwrap_or_default(),
+    }
+}
+
+/// A `range` answer as Elasticsearch gives it: only the ranges asked for (tantivy adds the
+/// gaps between them), keyed `from-to` with numbers as doubles (`*-10.0`) unless named.
+fn shape_ranges(range: &Value, out: &mut Value) {
+    let Some(asked) = range.get("ranges").and_then(Value::as_array) else {
+        return;
+    };
+    let bound = |v: Option<&Value>| v.and_then(Value::as_f64);
+    let wanted: Vec<(Option<f64>, Option<f64>, Option<&str>)> = asked
+        .iter()
+        .map(|r| {
+            (
+                bound(r.get("from")),
+                bound(r.get("to")),
+                r.get("key").and_then(Value::as_str),
+            )
+        })
+        .collect();
+    let double = |v: Option<f64>| match v {
+        None => "*".to_string(),
+        Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{f:.1}"),
+        Some(f) => f.to_string(),
+    };
+    let keep = |b: &Value| {
+        let (from, to) = (bound(b.get("from")), bound(b.get("to")));
+        wanted
+            .iter()
+            .find(|(f, t, _)| *f == from && *t == to)
+            .map(|(f, t, key)| {
+                key.map(str::to_string)
+                    .unwrap_or_else(|| format!("{}-{}", double(*f), double(*t)))
+            })
+    };
+    match out.get_mut("buckets") {
+        Some(Value::Array(list)) => {
+            list.retain_mut(|b| match keep(b) {
+                Some(k) => {
+                    b["key"] = Value::from(k);
+                    true
+                }
+                None => false,
+            });
+        }
+        Some(Value::Object(map)) => {
+            let kept: Map<String, Value> = std::mem::take(map)
+                .into_iter()
+                .filter_map(|(_, mut b)| {
+                    let k = keep(&b)?;
+                    b["key"] = Value::from(k.clone());
+                    Some((k, b))
+                })
+                .collect();
+            *map = kept;
+        }
+        _ => {}
     }
 }
 
@@ -1272,8 +1353,8 @@ pub struct Partial {
     pub shards: usize,
     /// The best `from + size` hits, rendered.
     pub hits: Vec<PartialHit>,
-    /// Tantivy's intermediate aggregation results, postcard-encoded then base64 (they do not
-    /// survive JSON).
+    /// Tantivy's intermediate aggregation results, MessagePack-encoded then base64 (they do
+    /// not survive JSON).
     pub aggs: Option<String>,
     /// The aggregation request with field names mapped to the index's, to finish `aggs` with.
     pub aggs_request: Option<Value>,
@@ -1284,7 +1365,7 @@ pub struct Partial {
 
 fn encode_aggs(aggs: &IntermediateAggregationResults) -> Result<String, SearchError> {
     use base64::Engine as _;
-    let bytes = postcard::to_allocvec(aggs).map_err(|e| SearchError::Index {
+    let bytes = rmp_serde::to_vec_named(aggs).map_err(|e| SearchError::Index {
         reason: format!("encoding aggregations: {e}"),
     })?;
     Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
@@ -1298,7 +1379,7 @@ fn decode_aggs(text: &str) -> Result<IntermediateAggregationResults, SearchError
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text)
         .map_err(|e| bad(e.to_string()))?;
-    postcard::from_bytes(&bytes).map_err(|e| bad(e.to_string()))
+    rmp_serde::from_slice(&bytes).map_err(|e| bad(e.to_string()))
 }
 
 /// Orders sort values as Elasticsearch does: numbers by value, strings lexically, missing last.

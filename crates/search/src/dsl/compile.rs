@@ -159,16 +159,14 @@ impl Compiler<'_> {
             }
             Query::Term { field, value } => match self.schema.resolve(field) {
                 None => none(),
-                Some(r) => self.exact(&r, value, "term")?.map_or_else(none, term_query),
+                Some(r) => self.exact_query(&r, value, "term")?,
             },
             Query::Terms { field, values } => match self.schema.resolve(field) {
                 None => none(),
                 Some(r) => {
                     let mut parts = Vec::new();
                     for v in values {
-                        if let Some(t) = self.exact(&r, v, "terms")? {
-                            parts.push(term_query(t));
-                        }
+                        parts.push(self.exact_query(&r, v, "terms")?);
                     }
                     Box::new(BooleanQuery::union(parts))
                 }
@@ -367,9 +365,7 @@ impl Compiler<'_> {
     ) -> Result<Boxed, SearchError> {
         if !Self::analysed(r) {
             // Exact fields match the whole text as one term, numbers and dates as values.
-            return Ok(self
-                .exact(r, &Value::String(text.to_string()), "match")?
-                .map_or_else(none, term_query));
+            return self.exact_query(r, &Value::String(text.to_string()), "match");
         }
         let terms: Vec<Boxed> = self
             .tokens(text)
@@ -421,6 +417,35 @@ impl Compiler<'_> {
 
     /// The one term an exact value stands for in `r` (`None`: cannot match, e.g. text in a
     /// number field, which Elasticsearch also refuses).
+    /// The query for one exact value of `r`. A number in a field the documents brought may be
+    /// stored as an integer or as a float (JSON does not say which a value is, and documents
+    /// differ): a whole number matches either.
+    fn exact_query(&self, r: &Resolved, v: &Value, kind: &str) -> Result<Boxed, SearchError> {
+        let Some(t) = self.exact(r, v, kind)? else {
+            return Ok(none());
+        };
+        if r.role != FieldRole::Dynamic(FieldKind::Number) {
+            return Ok(term_query(t));
+        }
+        let n = match v {
+            Value::Number(n) => n.as_f64(),
+            Value::String(s) => s.trim().parse::<f64>().ok(),
+            _ => None,
+        };
+        match n.filter(|n| n.fract() == 0.0 && n.abs() < 9.0e15) {
+            Some(whole) => {
+                let path = r.path.as_deref().unwrap_or_default();
+                let mut int = Term::from_field_json_path(r.field, path, true);
+                int.append_type_and_fast_value(whole as i64);
+                Ok(Box::new(BooleanQuery::union(vec![
+                    term_query(t),
+                    term_query(int),
+                ])))
+            }
+            None => Ok(term_query(t)),
+        }
+    }
+
     fn exact(&self, r: &Resolved, v: &Value, kind: &str) -> Result<Option<Term>, SearchError> {
         let text = match v {
             Value::String(s) => s.clone(),
