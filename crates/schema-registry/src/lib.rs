@@ -12,6 +12,7 @@
 pub mod api;
 pub mod avro;
 pub mod compat;
+pub mod encode;
 pub mod error;
 pub mod json_schema;
 pub mod log;

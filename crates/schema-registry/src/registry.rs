@@ -14,6 +14,7 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 use crate::compat::{self, Level};
+use crate::encode::RecordEncoder;
 use crate::error::RegistryError;
 use crate::log::SchemaLog;
 use crate::metrics::RegistryMetrics;
@@ -28,6 +29,8 @@ use crate::store::{Identity, Mode, Store, Version, VersionSpec};
 const START_PREPARE_WAIT: Duration = Duration::from_secs(5);
 /// Parsed schemas kept for compatibility checks, at most; the cache is emptied when full.
 const PARSED_CACHE_ENTRIES: usize = 1_024;
+/// Record encoders kept for HTTP ingest, at most; the cache is emptied when full.
+const ENCODER_CACHE_ENTRIES: usize = 256;
 
 /// The registry's limits.
 #[derive(Debug, Clone)]
@@ -154,6 +157,8 @@ pub struct Registry {
     /// One write at a time on this node, each decided on the state the previous one left.
     writer: tokio::sync::Mutex<()>,
     parsed: Mutex<HashMap<i32, Arc<Parsed>>>,
+    /// Encoders of schemas HTTP ingest wrote records with, by id.
+    encoders: Mutex<HashMap<i32, Arc<RecordEncoder>>>,
     settings: Settings,
     /// Counters for `/metrics`.
     pub metrics: RegistryMetrics,
@@ -168,6 +173,7 @@ impl Registry {
             reading: Mutex::new(()),
             writer: tokio::sync::Mutex::new(()),
             parsed: Mutex::new(HashMap::new()),
+            encoders: Mutex::new(HashMap::new()),
             settings,
             metrics: RegistryMetrics::default(),
         })
@@ -592,6 +598,68 @@ impl Registry {
                 schema: s.text.clone(),
             })
         })
+    }
+
+    /// The encoder HTTP ingest writes records of `subject` with, as Confluent's REST Proxy
+    /// does: with `schema`, that schema as registered under `subject` (looked up first, so an
+    /// existing schema needs no write; registered otherwise, compatibility checked); else
+    /// schema `id`, which must be of `schema_type`.
+    pub async fn record_encoder(
+        &self,
+        subject: &str,
+        schema_type: SchemaType,
+        schema: Option<String>,
+        id: Option<i32>,
+    ) -> Result<Arc<RecordEncoder>, RegistryError> {
+        let id = match (schema, id) {
+            (Some(text), _) => {
+                let req = SchemaRequest {
+                    schema: Some(text),
+                    schema_type: Some(schema_type.name().to_string()),
+                    ..SchemaRequest::default()
+                };
+                match self.lookup(subject, &req, None, false) {
+                    Ok(found) => found.id,
+                    Err(RegistryError::SubjectNotFound(_) | RegistryError::SchemaNotFound(_)) => {
+                        self.register(subject, req, None).await?
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            (None, Some(id)) => id,
+            (None, None) => {
+                return Err(RegistryError::BadRequest(
+                    "neither a schema nor a schema id".into(),
+                ))
+            }
+        };
+        if let Some(e) = self.encoders.lock().get(&id) {
+            if e.schema_type() == schema_type {
+                return Ok(e.clone());
+            }
+        }
+        let (stored_type, text, resolved) = self.read(|st| {
+            let s = st
+                .schema(id)
+                .ok_or_else(|| RegistryError::SchemaNotFound(format!("schema {id} not found")))?;
+            Ok((s.schema_type, s.text.clone(), st.resolve(&s.references)?))
+        })?;
+        if stored_type != schema_type {
+            return Err(RegistryError::InvalidSchema(format!(
+                "schema {id} is a {} schema, not {}",
+                stored_type.name(),
+                schema_type.name()
+            )));
+        }
+        let encoder = RecordEncoder::new(id, schema_type, &text, &resolved)
+            .map_err(|e| RegistryError::InvalidSchema(format!("schema {id}: {e}")))?;
+        let encoder = Arc::new(encoder);
+        let mut cache = self.encoders.lock();
+        if cache.len() >= ENCODER_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(id, encoder.clone());
+        Ok(encoder)
     }
 
     /// A stored schema's text as `format=serialized` asks for it: a Protobuf schema's base64

@@ -755,3 +755,58 @@ async fn protobuf_imports_resolve_through_references() {
         "{v}"
     );
 }
+
+#[tokio::test]
+async fn record_encoders_register_a_schema_once_and_refuse_a_type_they_are_not() {
+    use crate::schema::SchemaType;
+    let api = Api::new().await;
+    let e = api
+        .reg
+        .record_encoder("clicks-value", SchemaType::Avro, Some(USER_V1.into()), None)
+        .await
+        .unwrap();
+    assert_eq!(e.id(), 1);
+    let out = e.encode_all(&[r#"{"id": 5}"#]).unwrap();
+    assert_eq!(out[0], vec![0, 0, 0, 0, 1, 10]);
+    // Again with the text, and by id: found, not registered again.
+    let again = api
+        .reg
+        .record_encoder("clicks-value", SchemaType::Avro, Some(USER_V1.into()), None)
+        .await
+        .unwrap();
+    assert_eq!(again.id(), 1);
+    assert_eq!(
+        api.get("/subjects/clicks-value/versions").await.1,
+        json!([1])
+    );
+    let by_id = api
+        .reg
+        .record_encoder("other-value", SchemaType::Avro, None, Some(1))
+        .await
+        .unwrap();
+    assert_eq!(by_id.id(), 1);
+    let wrong = api
+        .reg
+        .record_encoder("clicks-value", SchemaType::Protobuf, None, Some(1))
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.error_code(), 42201);
+    let unknown = api
+        .reg
+        .record_encoder("clicks-value", SchemaType::Avro, None, Some(99))
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.error_code(), 40403);
+    // An incompatible schema is refused as a registration would be.
+    let refused = api
+        .reg
+        .record_encoder(
+            "clicks-value",
+            SchemaType::Avro,
+            Some(USER_BAD.into()),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.error_code(), 409);
+}
