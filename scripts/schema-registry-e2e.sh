@@ -2,8 +2,9 @@
 # The built-in schema registry with clients nobody on this team wrote: confluent-kafka's
 # SchemaRegistryClient, AvroSerializer/AvroDeserializer, JSONSerializer/JSONDeserializer and
 # ProtobufSerializer/ProtobufDeserializer producing to and consuming from a throw-away spate;
-# evolution, compatibility levels, references, normalization, deletes, modes, Confluent's error codes for bad input, and a
-# kill -9 and restart after which everything is as it was. See scripts/schema_registry_e2e.py.
+# evolution, compatibility levels, references, normalization, deletes, modes, Confluent's error
+# codes for bad input, and a kill -9 and restart after which everything is as it was. See
+# scripts/schema_registry_e2e.py.
 #   scripts/schema-registry-e2e.sh     (target/debug/spate; SPATE_BIN overrides)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -1,8 +1,9 @@
 """spate's built-in schema registry with clients nobody on this team wrote: confluent-kafka's
 SchemaRegistryClient, AvroSerializer/AvroDeserializer, JSONSerializer/JSONDeserializer and
 ProtobufSerializer/ProtobufDeserializer producing to and consuming from a real spate (started here on free loopback ports with a temp
-data dir); schema evolution, compatibility levels, deletes, references and normalization through
-the client; bad input answered with Confluent's error codes; and a kill -9 and restart after
+data dir); HTTP ingest of Avro, JSON Schema and Protobuf records (REST Proxy v2 shape) read back
+with those deserializers; schema evolution, compatibility levels, deletes, references and
+normalization through the client; bad input answered with Confluent's error codes; and a kill -9 and restart after
 which ids, versions, configs, modes and deletes are as they were.
 
     python3 scripts/schema_registry_e2e.py      (SPATE_BIN overrides target/debug/spate)
@@ -61,6 +62,7 @@ class Spate:
             line = self.out.read()
         self.bootstrap = re.search(r"spate listening on (\S+)", line).group(1)
         self.registry = "http://" + re.search(r"schema registry on ([^,\s]+)", line).group(1)
+        self.http = "http://" + re.search(r"http on ([^,\s]+)", line).group(1)
         self.client = SchemaRegistryClient({"url": self.registry})
 
     def kill9(self):
@@ -97,6 +99,37 @@ def http(spate, method, path, body=None, content_type=CT, raw=None):
             return r.status, json.loads(r.read() or b"null")
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"null")
+
+
+def ingest(spate, topic, fmt, body):
+    """(status, decoded JSON) of one REST Proxy v2 produce to spate's HTTP ingest."""
+    req = urllib.request.Request(f"{spate.http}/topics/{topic}", data=json.dumps(body).encode(),
+                                 method="POST")
+    req.add_header("Content-Type", f"application/vnd.kafka.{fmt}.v2+json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def consume_raw(spate, topic, n):
+    """The first `n` messages of partition 0 of `topic` (key and value bytes)."""
+    consumer = Consumer({"bootstrap.servers": spate.bootstrap, "group.id": "sr-e2e-raw",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    out, deadline = [], time.time() + 30
+    try:
+        while len(out) < n:
+            assert time.time() < deadline, f"read {len(out)} of {n} records"
+            m = consumer.poll(0.5)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            out.append((m.key(), m.value()))
+    finally:
+        consumer.close()
+    return out
 
 
 def create_topic(spate, topic):
@@ -308,6 +341,106 @@ def run(spate):
         # A schema whose import has no reference is invalid (42201).
         assert registry_error(lambda: spate.client.register_schema(
             "proto-bad-value", Schema(hand, "PROTOBUF"))) == (422, 42201)
+
+    @check("HTTP ingest, Avro: value_schema registers, records in Avro's JSON encoding; AvroDeserializer reads them")
+    def _():
+        create_topic(spate, "http-avro")
+        schema = json.dumps({"type": "record", "name": "Click", "namespace": "web", "fields": [
+            {"name": "url", "type": "string"}, {"name": "ms", "type": "long"},
+            {"name": "ref", "type": ["null", "string"], "default": None},
+            {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["VIEW", "BUY"]}}]})
+        records = [{"key": f"user-{i}", "value": {"url": f"/p/{i}", "ms": 1000 + i,
+                                                 "ref": {"string": "home"} if i % 2 else None,
+                                                 "kind": "BUY" if i % 3 == 0 else "VIEW"}}
+                   for i in range(6)]
+        status, body = ingest(spate, "http-avro", "avro",
+                              {"key_schema": json.dumps("string"), "value_schema": schema, "records": records})
+        assert status == 200, (status, body)
+        assert body["value_schema_id"] and body["key_schema_id"], body
+        assert [o["offset"] for o in body["offsets"]] == list(range(6)), body
+        # The same schema again by id (another request): the same id, no new version.
+        status, again = ingest(spate, "http-avro", "avro", {"value_schema_id": body["value_schema_id"],
+                                                           "records": [{"value": records[0]["value"]}]})
+        assert status == 200 and again["value_schema_id"] == body["value_schema_id"], again
+        assert again["key_schema_id"] is None, again
+        assert spate.client.get_versions("http-avro-value") == [1]
+        de = AvroDeserializer(SchemaRegistryClient({"url": spate.registry}))
+        key_ctx = SerializationContext("http-avro", MessageField.KEY)
+        value_ctx = SerializationContext("http-avro", MessageField.VALUE)
+        got = consume_raw(spate, "http-avro", 7)
+        want = [{"url": f"/p/{i}", "ms": 1000 + i, "ref": "home" if i % 2 else None,
+                 "kind": "BUY" if i % 3 == 0 else "VIEW"} for i in range(6)]
+        assert [de(v, value_ctx) for _, v in got[:6]] == want, got[:2]
+        assert [de(k, key_ctx) for k, _ in got[:6]] == [f"user-{i}" for i in range(6)]
+        assert got[6][0] is None and de(got[6][1], value_ctx) == want[0]
+        state["http_avro_id"] = body["value_schema_id"]
+
+    @check("HTTP ingest, JSON Schema: records validated and written as JSON; JSONDeserializer reads them")
+    def _():
+        create_topic(spate, "http-json")
+        records = [{"value": {"id": i, "item": f"thing-{i}", "qty": i + 1}} for i in range(5)]
+        status, body = ingest(spate, "http-json", "jsonschema", {"value_schema": ORDER_JSON, "records": records})
+        assert status == 200 and body["value_schema_id"], (status, body)
+        de = JSONDeserializer(None, schema_registry_client=SchemaRegistryClient({"url": spate.registry}))
+        assert consume(spate, "http-json", 5, de) == [r["value"] for r in records]
+        assert spate.client.get_latest_version("http-json-value").schema.schema_type == "JSON"
+        # qty below its minimum: the record is named, nothing is written.
+        bad = [records[0], {"value": {"id": 9, "item": "x", "qty": 0}}]
+        status, err = ingest(spate, "http-json", "jsonschema", {"value_schema_id": body["value_schema_id"],
+                                                               "records": bad})
+        assert (status, err["error_code"]) == (422, 42203), (status, err)
+        assert "records[1].value" in err["message"] and "/qty" in err["message"], err
+
+    @check("HTTP ingest, Protobuf: .proto value_schema, records in Protobuf's JSON mapping; ProtobufDeserializer reads them")
+    def _():
+        create_topic(spate, "http-proto")
+        proto = ("syntax = \"proto3\";\npackage shop;\n"
+                 "message Item { string sku = 1; int32 count = 2; repeated string tags = 3; }\n")
+        records = [{"value": {"sku": f"s-{i}", "count": i, "tags": ["x", str(i)]}} for i in range(4)]
+        status, body = ingest(spate, "http-proto", "protobuf", {"value_schema": proto, "records": records})
+        assert status == 200 and body["value_schema_id"], (status, body)
+        T = descriptor_pb2.FieldDescriptorProto
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(proto_file("item.proto", "shop", [], [("Item", [
+            ("sku", 1, T.TYPE_STRING, None, None), ("count", 2, T.TYPE_INT32, None, None),
+            ("tags", 3, T.TYPE_STRING, None, T.LABEL_REPEATED)])]))
+        Item = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Item"))
+        de = ProtobufDeserializer(Item, {}, SchemaRegistryClient({"url": spate.registry}))
+        got = consume(spate, "http-proto", 4, de)
+        assert got == [Item(sku=f"s-{i}", count=i, tags=["x", str(i)]) for i in range(4)], got
+        status, err = ingest(spate, "http-proto", "protobuf", {"value_schema_id": body["value_schema_id"],
+                                                              "records": [{"value": {"sku": 5}}]})
+        assert (status, err["error_code"]) == (422, 42203) and "records[0].value" in err["message"], err
+
+    @check("HTTP ingest, bad cases: no schema 42202, invalid schema 42201, unknown id 40403, incompatible 409, wrong type")
+    def _():
+        cases = [
+            ("avro", {"records": [{"value": {"a": 1}}]}, 42202, "value_schema"),
+            ("avro", {"value_schema_id": state["http_avro_id"], "records": [{"key": "k", "value": {}}]},
+             42201, "records[0].key"),
+            ("avro", {"value_schema": "{\"type\": \"recrod\"}", "records": [{"value": {}}]}, 42201,
+             "value_schema: invalid schema"),
+            ("avro", {"value_schema_id": 987654, "records": [{"value": {}}]}, 40403, "987654"),
+            ("avro", {"value_schema": json.dumps({"type": "record", "name": "Click", "namespace": "web",
+                                                  "fields": [{"name": "other", "type": "int"}]}),
+                      "records": [{"value": {"other": 1}}]}, 409, "incompatible"),
+            ("protobuf", {"value_schema_id": state["http_avro_id"], "records": [{"value": {}}]}, 42201,
+             "AVRO schema, not PROTOBUF"),
+            ("avro", {"value_schema_id": state["http_avro_id"],
+                      "records": [{"value": {"url": "/", "ms": 1, "kind": "VIEW"}},
+                                  {"value": {"url": "/", "ms": "soon", "kind": "VIEW"}}]},
+             42203, "records[1].value: ms: expected a long"),
+        ]
+        for fmt, body, code, text in cases:
+            status, err = ingest(spate, "http-avro", fmt, body)
+            assert (status, err["error_code"]) == (422, code), (body, status, err)
+            assert text in err["message"], (text, err)
+        # Nothing of a refused request was written: still the 7 records of the first check.
+        c = Consumer({"bootstrap.servers": spate.bootstrap, "group.id": "sr-e2e-wm"})
+        try:
+            assert c.get_watermark_offsets(TopicPartition("http-avro", 0), timeout=10)[1] == 7
+        finally:
+            c.close()
 
     @check("ids are global: the same schema in another subject gets the same id, a new version there")
     def _():

@@ -47,6 +47,8 @@ pub struct HttpState {
     peer_tls: OnceLock<tls::PeerTls>,
     /// More metrics families for `/metrics`, from services outside this crate.
     extra_metrics: parking_lot::Mutex<Vec<MetricsSource>>,
+    /// The schema registry HTTP ingest encodes schema'd records with, when one runs.
+    record_schemas: OnceLock<Arc<dyn ingest::schemas::RecordSchemas>>,
 }
 
 /// Writes OpenMetrics families (without the final `# EOF`) at scrape time.
@@ -74,7 +76,18 @@ impl HttpState {
             ingest: ingest::Ingest::new(ingest),
             peer_tls: OnceLock::new(),
             extra_metrics: parking_lot::Mutex::new(Vec::new()),
+            record_schemas: OnceLock::new(),
         })
+    }
+
+    /// Sets the schema registry HTTP ingest encodes Avro, JSON Schema and Protobuf records
+    /// with (once, when the registry starts; without it those formats are refused).
+    pub fn set_record_schemas(&self, schemas: Arc<dyn ingest::schemas::RecordSchemas>) {
+        let _ = self.record_schemas.set(schemas);
+    }
+
+    fn record_schemas(&self) -> Option<&Arc<dyn ingest::schemas::RecordSchemas>> {
+        self.record_schemas.get()
     }
 
     /// Adds metrics families to `/metrics` (a service this crate does not know, such as the

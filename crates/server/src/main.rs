@@ -8,6 +8,7 @@ mod cluster_cli;
 mod config;
 mod connection;
 mod limits;
+mod record_schemas;
 mod tls;
 
 use std::sync::Arc;
@@ -221,6 +222,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 spate_schema_registry::Registry::start(Arc::new(log), Default::default()).await;
             let counters = registry.clone();
             http_state.add_metrics(Box::new(move || counters.metrics.render()));
+            http_state
+                .set_record_schemas(Arc::new(record_schemas::RegistrySchemas(registry.clone())));
             tokio::spawn(async move {
                 if let Err(e) = spate_schema_registry::serve(l, registry).await {
                     tracing::error!("schema registry listener failed: {e}");

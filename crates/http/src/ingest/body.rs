@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::batch::Rec;
+use super::schemas::SchemaFormat;
 use super::IngestError;
 
 /// How keys, values and header values are written in the JSON body.
@@ -22,6 +23,9 @@ pub enum Format {
     Binary,
     /// `application/json`: a string is stored as its UTF-8 text, anything else as JSON text.
     Plain,
+    /// `application/vnd.kafka.{avro,jsonschema,protobuf}.v2+json`: keys and values are JSON
+    /// values encoded with a registered schema (kept as their JSON text until then).
+    Schema(SchemaFormat),
 }
 
 /// The embedded format a content type names; `None` is a 415.
@@ -41,6 +45,13 @@ pub fn format_of(content_type: &str) -> Option<Format> {
         | "application/vnd.kafka.binary.v1+json"
         | "application/vnd.kafka.v1+json" => Some(Format::Binary),
         "application/json" | "application/vnd.kafka.v2+json" => Some(Format::Plain),
+        "application/vnd.kafka.avro.v2+json" | "application/vnd.kafka.avro.v1+json" => {
+            Some(Format::Schema(SchemaFormat::Avro))
+        }
+        "application/vnd.kafka.jsonschema.v2+json" => {
+            Some(Format::Schema(SchemaFormat::JsonSchema))
+        }
+        "application/vnd.kafka.protobuf.v2+json" => Some(Format::Schema(SchemaFormat::Protobuf)),
         _ => None,
     }
 }
@@ -55,7 +66,7 @@ pub fn answer_type(content_type: &str) -> &'static str {
 }
 
 /// Content types accepted, for the 415 message.
-pub const ACCEPTED_TYPES: &str = "application/vnd.kafka.json.v2+json, application/vnd.kafka.binary.v2+json, application/json, or the REST Proxy's v1 types (application/vnd.kafka.v1+json, binary.v1, json.v1)";
+pub const ACCEPTED_TYPES: &str = "application/vnd.kafka.json.v2+json, application/vnd.kafka.binary.v2+json, application/json, application/vnd.kafka.avro.v2+json, application/vnd.kafka.jsonschema.v2+json, application/vnd.kafka.protobuf.v2+json, or the REST Proxy's v1 types (application/vnd.kafka.v1+json, binary.v1, json.v1, avro.v1)";
 
 /// Base64 as the REST Proxy writes it; padding optional.
 const BASE64: GeneralPurpose = GeneralPurpose::new(
@@ -101,12 +112,60 @@ struct WireRecord<'a> {
     partition: Option<i64>,
 }
 
+/// The schemas a schema'd body names for its keys and values.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SchemaFields {
+    /// `key_schema`: schema text.
+    pub key_schema: Option<String>,
+    /// `key_schema_id`.
+    pub key_schema_id: Option<i32>,
+    /// `value_schema`: schema text.
+    pub value_schema: Option<String>,
+    /// `value_schema_id`.
+    pub value_schema_id: Option<i32>,
+}
+
 /// A parsed body: the topic it names (if any) and its records.
 pub struct Parsed<'a> {
     /// `"topic"` from the body.
     pub topic: Option<Cow<'a, str>>,
     /// The records, in body order.
     pub records: Vec<Rec<'a>>,
+    /// The key and value schemas (schema'd formats only).
+    pub schemas: SchemaFields,
+}
+
+/// A schema given as a string (the REST Proxy's shape) or, for JSON-based schema types, as
+/// the JSON itself.
+fn schema_text(field: &str, raw: Option<&RawValue>) -> Result<Option<String>, IngestError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let text = raw.get();
+    if text == "null" {
+        return Ok(None);
+    }
+    if text.starts_with('"') {
+        return serde_json::from_str::<String>(text)
+            .map(Some)
+            .map_err(|e| unprocessable(format!("{field}: {e}")));
+    }
+    if text.starts_with('{') {
+        return Ok(Some(text.to_string()));
+    }
+    Err(unprocessable(format!(
+        "{field}: a schema is a string (or a JSON object)"
+    )))
+}
+
+fn schema_id(field: &str, raw: Option<&RawValue>) -> Result<Option<i32>, IngestError> {
+    let Some(raw) = raw else { return Ok(None) };
+    if raw.get() == "null" {
+        return Ok(None);
+    }
+    serde_json::from_str::<i32>(raw.get())
+        .ok()
+        .filter(|id| *id > 0)
+        .map(Some)
+        .ok_or_else(|| unprocessable(format!("{field}: a schema id is a positive integer")))
 }
 
 fn unprocessable(msg: String) -> IngestError {
@@ -131,15 +190,25 @@ pub fn parse(body: &[u8], format: Format, single_allowed: bool) -> Result<Parsed
             Category::Data => unprocessable(format!("invalid body: {e}")),
         }
     })?;
-    if wire.key_schema.is_some()
-        || wire.value_schema.is_some()
-        || wire.key_schema_id.is_some()
-        || wire.value_schema_id.is_some()
-    {
-        return Err(unprocessable(
-            "key_schema / value_schema: schemas are not supported; use the binary or json embedded format".into(),
-        ));
-    }
+    let schemas = if matches!(format, Format::Schema(_)) {
+        SchemaFields {
+            key_schema: schema_text("key_schema", wire.key_schema)?,
+            key_schema_id: schema_id("key_schema_id", wire.key_schema_id)?,
+            value_schema: schema_text("value_schema", wire.value_schema)?,
+            value_schema_id: schema_id("value_schema_id", wire.value_schema_id)?,
+        }
+    } else {
+        if wire.key_schema.is_some()
+            || wire.value_schema.is_some()
+            || wire.key_schema_id.is_some()
+            || wire.value_schema_id.is_some()
+        {
+            return Err(unprocessable(
+                "key_schema / value_schema: schemas go with the avro, jsonschema or protobuf embedded formats (application/vnd.kafka.avro.v2+json, ...)".into(),
+            ));
+        }
+        SchemaFields::default()
+    };
     let mut records = Vec::new();
     match wire.records {
         Some(list) => {
@@ -171,6 +240,7 @@ pub fn parse(body: &[u8], format: Format, single_allowed: bool) -> Result<Parsed
     Ok(Parsed {
         topic: wire.topic,
         records,
+        schemas,
     })
 }
 
@@ -209,7 +279,7 @@ fn bytes_of(raw: Option<&RawValue>, format: Format) -> Result<Option<Cow<'_, [u8
         return Ok(None);
     }
     match format {
-        Format::Json => Ok(Some(Cow::Borrowed(text.as_bytes()))),
+        Format::Json | Format::Schema(_) => Ok(Some(Cow::Borrowed(text.as_bytes()))),
         Format::Binary => {
             let s = string_of(text).ok_or("the binary format wants a base64 string")?;
             BASE64
@@ -384,6 +454,48 @@ mod tests {
     }
 
     #[test]
+    fn schemad_bodies_carry_their_schemas_and_keep_values_as_json_text() {
+        let body = r#"{"value_schema": "{\"type\": \"string\"}", "key_schema_id": 4,
+            "records": [{"key": 1, "value": "a"}, {"value": null}]}"#;
+        let p = one(body, Format::Schema(SchemaFormat::Avro)).unwrap();
+        assert_eq!(
+            p.schemas,
+            SchemaFields {
+                key_schema: None,
+                key_schema_id: Some(4),
+                value_schema: Some(r#"{"type": "string"}"#.into()),
+                value_schema_id: None,
+            }
+        );
+        assert_eq!(p.records[0].value.as_deref(), Some(&br#""a""#[..]));
+        assert!(p.records[1].value.is_none());
+        // A schema as a JSON object is taken as its text.
+        let body = r#"{"value_schema": {"type": "object"}, "records": [{"value": {}}]}"#;
+        let p = one(body, Format::Schema(SchemaFormat::JsonSchema)).unwrap();
+        assert_eq!(
+            p.schemas.value_schema.as_deref(),
+            Some(r#"{"type": "object"}"#)
+        );
+        for (bad, want) in [
+            (
+                r#"{"value_schema_id": "x", "records": []}"#,
+                "value_schema_id",
+            ),
+            (
+                r#"{"value_schema_id": 0, "records": []}"#,
+                "value_schema_id",
+            ),
+            (r#"{"key_schema": 5, "records": []}"#, "key_schema"),
+        ] {
+            match one(bad, Format::Schema(SchemaFormat::Avro)) {
+                Err(IngestError::Unprocessable(m)) => assert!(m.contains(want), "{m}"),
+                Err(e) => panic!("{bad}: {e:?}"),
+                Ok(_) => panic!("{bad} was accepted"),
+            }
+        }
+    }
+
+    #[test]
     fn a_body_that_is_not_utf8_is_a_bad_request_naming_the_byte() {
         let body = b"{\"records\": [{\"value\": \"ok\xff\"}]}";
         match parse(body, Format::Plain, false) {
@@ -425,6 +537,17 @@ mod tests {
             "application/vnd.kafka.v2+json"
         );
         assert_eq!(format_of("text/plain"), None);
-        assert_eq!(format_of("application/vnd.kafka.avro.v2+json"), None);
+        assert_eq!(
+            format_of("application/vnd.kafka.avro.v2+json"),
+            Some(Format::Schema(SchemaFormat::Avro))
+        );
+        assert_eq!(
+            format_of("application/vnd.kafka.protobuf.v2+json"),
+            Some(Format::Schema(SchemaFormat::Protobuf))
+        );
+        assert_eq!(
+            format_of("application/vnd.kafka.jsonschema.v2+json"),
+            Some(Format::Schema(SchemaFormat::JsonSchema))
+        );
     }
 }
