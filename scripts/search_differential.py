@@ -146,9 +146,6 @@ KNOWN = [
      "why": "DEFECT: query_string ignores default_field / fields: the words match nothing. Repro: "
             "{\"query\":{\"query_string\":{\"query\":\"declined\",\"default_field\":\"message\"}}} -> OpenSearch "
             "83 hits, spate 0 (the same without default_field finds them)."},
-    {"id": "DEFECT-date-math-anchor", "case": r"date math", "diff": r"only spate refused it",
-     "why": "DEFECT: range with date math anchored on a date (\"2023-11-14||-1d/d\") is refused (\"now-1d/d\" is "
-            "supported). Repro: {\"query\":{\"range\":{\"@timestamp\":{\"gte\":\"2023-11-14||-1d/d\"}}}}."},
     {"id": "DEFECT-prefix-wildcard-dynamic", "case": r"^(prefix|wildcard) on keyword$", "diff": r"only spate refused it",
      "why": "DEFECT: prefix and wildcard queries on dynamically mapped fields are refused, naming an internal "
             "field (\"not [doc_kw.host]\"). Repro: {\"query\":{\"prefix\":{\"host.keyword\":\"api-0\"}}}; also "
