@@ -127,7 +127,7 @@ fn add_months(ms: i64, months: i64) -> Option<i64> {
     let total = i64::from(t.year()) * 12 + i64::from(u8::from(t.month()) - 1) + months;
     let year = i32::try_from(total.div_euclid(12)).ok()?;
     let month = time::Month::try_from(u8::try_from(total.rem_euclid(12) + 1).ok()?).ok()?;
-    let last = time::util::days_in_year_month(year, month);
+    let last = month.length(year);
     let date = time::Date::from_calendar_date(year, month, t.day().min(last)).ok()?;
     millis(t.replace_date(date))
 }
