@@ -50,9 +50,16 @@ impl ProtoSchema {
     /// The schema as Confluent's `format=serialized` answers it: its `FileDescriptorProto`
     /// (without source info), base64.
     pub fn serialized(&self) -> String {
-        let mut proto = self.file.file_descriptor_proto().clone();
-        proto.source_code_info = None;
-        base64::engine::general_purpose::STANDARD.encode(proto.encode_to_vec())
+        // Through a dynamic message: prost's own types would drop custom options.
+        let bytes = match rename_descriptor(&self.file.encode_to_vec(), None) {
+            Some(b) => b,
+            None => {
+                let mut proto = self.file.file_descriptor_proto().clone();
+                proto.source_code_info = None;
+                proto.encode_to_vec()
+            }
+        };
+        base64::engine::general_purpose::STANDARD.encode(bytes)
     }
 
     /// The message records are written with when none is named: the file's first, index
@@ -87,6 +94,19 @@ fn descriptor_bytes(text: &str) -> Option<Vec<u8>> {
         .map(|_| bytes)
 }
 
+/// An encoded `FileDescriptorProto` without source info and, with `name`, renamed; unknown
+/// fields (custom options) kept.
+fn rename_descriptor(bytes: &[u8], name: Option<&str>) -> Option<Vec<u8>> {
+    let desc =
+        DescriptorPool::global().get_message_by_name("google.protobuf.FileDescriptorProto")?;
+    let mut msg = DynamicMessage::decode(desc, bytes).ok()?;
+    msg.clear_field_by_name("source_code_info");
+    if let Some(name) = name {
+        msg.set_field_by_name("name", Value::String(name.to_string()));
+    }
+    Some(msg.encode_to_vec())
+}
+
 /// Serves the schema's own file and its references by name, Google's files otherwise.
 struct Files {
     files: HashMap<String, String>,
@@ -100,13 +120,12 @@ impl FileResolver for Files {
         };
         match descriptor_bytes(text) {
             Some(bytes) => {
-                let mut proto = prost_types::FileDescriptorProto::decode(bytes.as_slice())
-                    .map_err(protox::Error::new)?;
                 // Imports find the file by the name it is referenced by, whatever it was
                 // called where it was compiled.
-                proto.name = Some(name.to_string());
-                proto.source_code_info = None;
-                Ok(File::from_file_descriptor_proto(proto))
+                let renamed = rename_descriptor(&bytes, Some(name)).ok_or_else(|| {
+                    protox::Error::new(std::io::Error::other("not a FileDescriptorProto"))
+                })?;
+                File::decode_file_descriptor_proto(renamed.as_slice()).map_err(protox::Error::new)
             }
             None => File::from_source(name, text),
         }
@@ -1085,6 +1104,22 @@ mod tests {
     }
 
     #[test]
+    fn custom_options_survive_the_descriptor_form() {
+        let p = proto3(
+            "import \"google/protobuf/descriptor.proto\";\n\
+             extend google.protobuf.FieldOptions { string tag = 50001; }\n\
+             message M { string s = 1 [(tag) = \"x\", deprecated = true]; }",
+        );
+        let text = p.canonical();
+        assert!(
+            text.contains("string s = 1 [deprecated = true, (acme.tag) = \"x\"];"),
+            "{text}"
+        );
+        assert_eq!(compile(&p.serialized()).canonical(), text);
+        assert_eq!(compile(&text).canonical(), text);
+    }
+
+    #[test]
     fn invalid_text_is_refused_with_the_compilers_message() {
         for bad in [
             "syntax = \"proto3\"; message M { string a = 1; int32 b = 1; }",
@@ -1092,6 +1127,7 @@ mod tests {
             "syntax = \"proto3\"; message M { required string a = 1; }",
             "this is not protobuf",
             "{\"type\": \"record\"}",
+            "edition = \"2023\"; message M { string s = 1; }",
         ] {
             assert!(parse(bad, &[]).is_err(), "{bad} was accepted");
         }
