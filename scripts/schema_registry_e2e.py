@@ -1,10 +1,11 @@
 """spate's built-in schema registry with clients nobody on this team wrote: confluent-kafka's
 SchemaRegistryClient, AvroSerializer/AvroDeserializer, JSONSerializer/JSONDeserializer and
-ProtobufSerializer/ProtobufDeserializer producing to and consuming from a real spate (started here on free loopback ports with a temp
-data dir); HTTP ingest of Avro, JSON Schema and Protobuf records (REST Proxy v2 shape) read back
-with those deserializers; schema evolution, compatibility levels, deletes, references and
-normalization through the client; bad input answered with Confluent's error codes; and a kill -9 and restart after
-which ids, versions, configs, modes and deletes are as they were.
+ProtobufSerializer/ProtobufDeserializer producing to and consuming from a real spate (started
+here on free loopback ports with a temp data dir); HTTP ingest of Avro, JSON Schema and
+Protobuf records (REST Proxy v2 shape) read back with those deserializers; schema evolution,
+compatibility levels, deletes, references and normalization through the client; bad input
+answered with Confluent's error codes; and a kill -9 and restart after which ids, versions,
+configs, modes and deletes are as they were.
 
     python3 scripts/schema_registry_e2e.py      (SPATE_BIN overrides target/debug/spate)
 """
