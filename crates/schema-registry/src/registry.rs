@@ -159,6 +159,9 @@ pub struct Registry {
     parsed: Mutex<HashMap<i32, Arc<Parsed>>>,
     /// Encoders of schemas HTTP ingest wrote records with, by id.
     encoders: Mutex<HashMap<i32, Arc<RecordEncoder>>>,
+    /// Ids of schema texts HTTP ingest found or registered, by subject, type and text, so a
+    /// request repeating its schema is not parsed again.
+    ingest_ids: Mutex<HashMap<(String, SchemaType, String), i32>>,
     settings: Settings,
     /// Counters for `/metrics`.
     pub metrics: RegistryMetrics,
@@ -174,6 +177,7 @@ impl Registry {
             writer: tokio::sync::Mutex::new(()),
             parsed: Mutex::new(HashMap::new()),
             encoders: Mutex::new(HashMap::new()),
+            ingest_ids: Mutex::new(HashMap::new()),
             settings,
             metrics: RegistryMetrics::default(),
         })
@@ -613,17 +617,36 @@ impl Registry {
     ) -> Result<Arc<RecordEncoder>, RegistryError> {
         let id = match (schema, id) {
             (Some(text), _) => {
-                let req = SchemaRequest {
-                    schema: Some(text),
-                    schema_type: Some(schema_type.name().to_string()),
-                    ..SchemaRequest::default()
-                };
-                match self.lookup(subject, &req, None, false) {
-                    Ok(found) => found.id,
-                    Err(RegistryError::SubjectNotFound(_) | RegistryError::SchemaNotFound(_)) => {
-                        self.register(subject, req, None).await?
+                let key = (subject.to_string(), schema_type, text);
+                let known = self.ingest_ids.lock().get(&key).copied();
+                // Still a live version of the subject (it may have been deleted since).
+                let live = known.filter(|id| {
+                    self.read(|st| st.versions(subject, false))
+                        .is_ok_and(|vs| vs.iter().any(|(_, v)| v.id == *id))
+                });
+                match live {
+                    Some(id) => id,
+                    None => {
+                        let req = SchemaRequest {
+                            schema: Some(key.2.clone()),
+                            schema_type: Some(schema_type.name().to_string()),
+                            ..SchemaRequest::default()
+                        };
+                        let id = match self.lookup(subject, &req, None, false) {
+                            Ok(found) => found.id,
+                            Err(
+                                RegistryError::SubjectNotFound(_)
+                                | RegistryError::SchemaNotFound(_),
+                            ) => self.register(subject, req, None).await?,
+                            Err(e) => return Err(e),
+                        };
+                        let mut ids = self.ingest_ids.lock();
+                        if ids.len() >= ENCODER_CACHE_ENTRIES {
+                            ids.clear();
+                        }
+                        ids.insert(key, id);
+                        id
                     }
-                    Err(e) => return Err(e),
                 }
             }
             (None, Some(id)) => id,

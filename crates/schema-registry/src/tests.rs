@@ -810,3 +810,31 @@ async fn record_encoders_register_a_schema_once_and_refuse_a_type_they_are_not()
         .unwrap_err();
     assert_eq!(refused.error_code(), 409);
 }
+
+#[tokio::test]
+async fn a_record_encoder_found_by_text_follows_a_deleted_and_registered_again_subject() {
+    use crate::schema::SchemaType;
+    let api = Api::new().await;
+    let get = |api: &Api| {
+        let reg = api.reg.clone();
+        async move {
+            reg.record_encoder("t-value", SchemaType::Avro, Some(USER_V1.into()), None)
+                .await
+                .unwrap()
+                .id()
+        }
+    };
+    assert_eq!(get(&api).await, 1);
+    assert_eq!(get(&api).await, 1);
+    // Deleted for good, then posted again: registered anew (a new id), not the stale one.
+    api.call("DELETE", "/subjects/t-value", None).await;
+    api.call("DELETE", "/subjects/t-value?permanent=true", None)
+        .await;
+    assert_eq!(
+        api.get("/subjects/t-value/versions").await.0,
+        StatusCode::NOT_FOUND
+    );
+    let id = get(&api).await;
+    assert_eq!(api.get("/subjects/t-value/versions").await.1, json!([1]));
+    assert_eq!(api.get("/subjects/t-value/versions/1").await.1["id"], id);
+}
