@@ -49,6 +49,9 @@ impl Default for IndexerSettings {
     }
 }
 
+/// The commit interval while an index is behind its log by more than a step's read.
+const BEHIND_COMMIT_INTERVAL: Duration = Duration::from_secs(2);
+
 /// Pause after a failed step before the next try (never a hot loop).
 const FAILURE_PAUSE: Duration = Duration::from_millis(500);
 /// Longest wait for a writer slot before looking again (a release may be missed).
@@ -472,8 +475,15 @@ impl Run {
         // Caught up while another partition waits for a writer: commit now and let it go
         // rather than hold it until the commit interval is over.
         let hand_over = !more && self.pool.writers.contended();
-        if self.dirty && (hand_over || self.last_commit.elapsed() >= self.settings.commit_interval)
-        {
+        // Far behind, a commit every interval makes nothing fresh but costs a small segment
+        // each (its term dictionaries built, then merged again and again): commit less often
+        // until caught up.
+        let interval = if more {
+            self.settings.commit_interval.max(BEHIND_COMMIT_INTERVAL)
+        } else {
+            self.settings.commit_interval
+        };
+        if self.dirty && (hand_over || self.last_commit.elapsed() >= interval) {
             self.commit(next)?;
         }
         Ok(if more { Step::More } else { Step::CaughtUp })
