@@ -198,31 +198,43 @@ async fn ask(
             Ok(PartialAnswer { partial, missing })
         }
         Source::Node { addr, .. } => {
-            let body = serde_json::to_vec(&PartialCall {
+            let call = PartialCall {
                 partitions,
                 params: call.params.clone(),
                 body: call.body.clone(),
                 count: call.count,
                 fetch_later: call.fetch_later,
-            })
-            .map_err(|e| SearchError::Index {
-                reason: e.to_string(),
-            })?;
-            // A node needs up to its own time limit; allow for the trip on top.
-            let limit = service.query_timeout() + Duration::from_secs(2);
-            let answer = peer::post_json(s.peer_tls(), addr, PARTIAL_PATH, body, s.token(), limit)
-                .await
-                .map_err(|e| SearchError::Index {
-                    reason: e.to_string(),
-                })?;
-            if answer.status != 200 {
-                return Err(remote_error(answer.status, &answer.body));
-            }
-            serde_json::from_slice(&answer.body).map_err(|e| SearchError::Index {
-                reason: format!("node at {addr} answered something unreadable: {e}"),
-            })
+            };
+            call_node(s, service, addr, PARTIAL_PATH, &call).await
         }
     }
+}
+
+/// Posts `call` to another node's internal search `path` and reads its JSON answer; an
+/// answer other than 200 is that node's error.
+async fn call_node<C: Serialize, A: serde::de::DeserializeOwned>(
+    s: &HttpState,
+    service: &SearchService,
+    addr: &str,
+    path: &str,
+    call: &C,
+) -> Result<A, SearchError> {
+    let body = serde_json::to_vec(call).map_err(|e| SearchError::Index {
+        reason: e.to_string(),
+    })?;
+    // A node needs up to its own time limit; allow for the trip on top.
+    let limit = service.query_timeout() + Duration::from_secs(2);
+    let answer = peer::post_json(s.peer_tls(), addr, path, body, s.token(), limit)
+        .await
+        .map_err(|e| SearchError::Index {
+            reason: e.to_string(),
+        })?;
+    if answer.status != 200 {
+        return Err(remote_error(answer.status, &answer.body));
+    }
+    serde_json::from_slice(&answer.body).map_err(|e| SearchError::Index {
+        reason: format!("node at {addr} answered something unreadable: {e}"),
+    })
 }
 
 /// The error another node answered, kept as the client's error when it is about the request.
@@ -485,26 +497,12 @@ async fn fetch_from(
     call: &PartialCall,
     hits: Vec<PartialHit>,
 ) -> Result<Vec<PartialHit>, SearchError> {
-    let body = serde_json::to_vec(&FetchCall {
+    let call = FetchCall {
         params: call.params.clone(),
         body: call.body.clone(),
         hits,
-    })
-    .map_err(|e| SearchError::Index {
-        reason: e.to_string(),
-    })?;
-    let limit = service.query_timeout() + Duration::from_secs(2);
-    let answer = peer::post_json(s.peer_tls(), addr, FETCH_PATH, body, s.token(), limit)
-        .await
-        .map_err(|e| SearchError::Index {
-            reason: e.to_string(),
-        })?;
-    if answer.status != 200 {
-        return Err(remote_error(answer.status, &answer.body));
-    }
-    serde_json::from_slice(&answer.body).map_err(|e| SearchError::Index {
-        reason: format!("node at {addr} answered something unreadable: {e}"),
-    })
+    };
+    call_node(s, service, addr, FETCH_PATH, &call).await
 }
 
 /// Another node's [`FetchCall`]: renders the hits of this node's partitions.
@@ -554,34 +552,18 @@ pub(crate) async fn topic_mappings(
     if peers.is_empty() {
         return Ok(all);
     }
-    let body = serde_json::to_vec(&MappingCall {
+    let call = MappingCall {
         topics: expr.to_string(),
-    })
-    .map_err(|e| SearchError::Index {
-        reason: e.to_string(),
-    })?;
-    let limit = service.query_timeout();
-    let asks = peers.iter().map(|addr| {
-        let body = body.clone();
-        async move {
-            let answer =
-                peer::post_json(s.peer_tls(), addr, MAPPING_PATH, body, s.token(), limit).await;
-            (addr, answer)
-        }
+    };
+    let call = &call;
+    let asks = peers.iter().map(|addr| async move {
+        let answer: Result<HashMap<String, std::collections::BTreeMap<String, String>>, _> =
+            call_node(s, service, addr, MAPPING_PATH, &call).await;
+        (addr, answer)
     });
     for (addr, answer) in futures::future::join_all(asks).await {
-        let stored: HashMap<String, std::collections::BTreeMap<String, String>> = match answer {
-            Ok(a) if a.status == 200 => match serde_json::from_slice(&a.body) {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::debug!(%addr, error = %e, "a node's mapping answer is unreadable");
-                    continue;
-                }
-            },
-            Ok(a) => {
-                tracing::debug!(%addr, status = a.status, "a node did not answer its mapping");
-                continue;
-            }
+        let stored = match answer {
+            Ok(m) => m,
             Err(e) => {
                 tracing::debug!(%addr, error = %e, "a node did not answer its mapping");
                 continue;
