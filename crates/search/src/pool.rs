@@ -104,11 +104,6 @@ impl IndexingPool {
         rx.await.ok()
     }
 
-    /// Threads that take indexing steps.
-    pub fn threads(&self) -> usize {
-        self.workers.lock().len()
-    }
-
     /// Lets the threads finish the tasks already asked for, then waits for them to end.
     pub fn close(&self) {
         self.queue.lock().closed = true;
@@ -165,11 +160,6 @@ impl WriterSlots {
     /// Writers open now.
     pub fn open(&self) -> usize {
         self.open.load(Ordering::Acquire)
-    }
-
-    /// Most writers open at once.
-    pub fn max(&self) -> usize {
-        self.max
     }
 
     /// Whether some partition waits for a slot (holders give theirs back once committed).

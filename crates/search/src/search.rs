@@ -1409,17 +1409,16 @@ fn hit_order(req: &SearchRequest, x: &PartialHit, y: &PartialHit) -> Ordering {
     primary.then(if desc { tie.reverse() } else { tie })
 }
 
-/// Searches `targets` (partitions of this node) and keeps the best `from + size` hits for
-/// [`merge`] to combine with other nodes' partials; with `render` their records are read and
-/// rendered too, else only the final page's are, later, by [`render`] (as Elasticsearch's
-/// query and fetch phases: a deep page reads `size` records, not `from + size` per node).
+/// Searches `targets` (partitions of this node) and keeps the best `from + size` hits, not
+/// rendered yet, for [`merge_page`] to combine with other nodes' partials; only the final
+/// page's records are then read, by [`render`] (as Elasticsearch's query and fetch phases: a
+/// deep page reads `size` records, not `from + size` per node).
 pub fn partial(
     targets: &[Target],
     req: &SearchRequest,
     limits: &Limits,
     now_ms: i64,
     count_only: bool,
-    render_hits: bool,
 ) -> Result<Partial, SearchError> {
     // Partitions whose records all lie outside the query's time range are not searched
     // (Elasticsearch's skipped shards); one always is, so aggregations keep their shape.
@@ -1495,9 +1494,6 @@ pub fn partial(
         }
         h.hit = Value::Object(hit);
         hits.push(h);
-    }
-    if render_hits {
-        render(targets, req, limits, now_ms, &mut hits)?;
     }
     let (aggs, aggs_request) = match (&req.aggs, targets.first()) {
         (Some(a), Some(t)) => {
@@ -1662,12 +1658,6 @@ pub struct Merged {
     max_score: Option<f32>,
 }
 
-/// Combines partials (of this node and others) into the answer in Elasticsearch's shape
-/// (without `took` and `_shards`).
-pub fn merge(partials: Vec<Partial>, req: &SearchRequest) -> Result<Value, SearchError> {
-    Ok(answer(merge_page(partials, req)?, req))
-}
-
 /// The answer in Elasticsearch's shape (without `took` and `_shards`) of merged partials.
 pub fn answer(merged: Merged, req: &SearchRequest) -> Value {
     let field_sort = matches!(req.sort.key, SortKey::Field(_));
@@ -1754,9 +1744,11 @@ pub fn run(
     limits: &Limits,
     now_ms: i64,
 ) -> Result<Value, SearchError> {
-    let p = partial(targets, req, limits, now_ms, false, true)?;
+    let p = partial(targets, req, limits, now_ms, false)?;
     let shards = p.shards;
-    let mut body = merge(vec![p], req)?;
+    let mut merged = merge_page(vec![p], req)?;
+    render(targets, req, limits, now_ms, &mut merged.page)?;
+    let mut body = answer(merged, req);
     body["_shards"] = json!({"total": shards, "successful": shards, "skipped": 0, "failed": 0});
     Ok(body)
 }

@@ -203,11 +203,7 @@ struct LagBackPressure {
 
 impl spate_broker::TopicBackPressure for LagBackPressure {
     fn produce_throttle_ms(&self, topic: &str) -> u64 {
-        let t = self.throttles.read();
-        if t.is_empty() {
-            return 0;
-        }
-        t.get(topic).copied().unwrap_or(0)
+        self.throttles.read().get(topic).copied().unwrap_or(0)
     }
 }
 
@@ -358,15 +354,6 @@ impl SearchService {
         if let Err(e) = marked {
             tracing::warn!(error = %e, "search indexes not marked cleanly stopped; they are checked at the next start");
         }
-    }
-
-    /// Threads indexing (the pool's) and index writers open now, with their bound.
-    pub fn indexing_threads(&self) -> (usize, usize, usize) {
-        (
-            self.pool.threads(),
-            self.pool.writers.open(),
-            self.pool.writers.max(),
-        )
     }
 
     fn dir_of(&self, id: &Uuid, partition: i32) -> PathBuf {
@@ -701,7 +688,7 @@ impl SearchService {
         let metrics = self.metrics.clone();
         let partial = self
             .run_limited(move || {
-                let p = search::partial(&targets, &req, &limits, now_ms(), count_only, false)?;
+                let p = search::partial(&targets, &req, &limits, now_ms(), count_only)?;
                 if !render {
                     return Ok(p);
                 }
