@@ -42,54 +42,23 @@ impl FrameHint for tokio::net::tcp::OwnedReadHalf {
 /// Sets `socket`'s receive low-water mark: readiness is reported once `bytes` are queued
 /// (also when the receive buffer fills, or on FIN/error).
 pub fn set_low_water(socket: &tokio::net::TcpStream, bytes: usize) {
-    // The asm-generic values of SOL_SOCKET and SO_RCVLOWAT (other architectures number them
-    // differently and go without).
-    #[cfg(all(
-        target_os = "linux",
-        any(
-            target_arch = "x86_64",
-            target_arch = "aarch64",
-            target_arch = "riscv64",
-            target_arch = "x86",
-            target_arch = "arm"
-        )
-    ))]
+    #[cfg(unix)]
     {
         use std::os::fd::AsRawFd;
-        extern "C" {
-            fn setsockopt(
-                fd: i32,
-                level: i32,
-                name: i32,
-                value: *const std::ffi::c_void,
-                len: u32,
-            ) -> i32;
-        }
-        const SOL_SOCKET: i32 = 1;
-        const SO_RCVLOWAT: i32 = 18;
-        let value: i32 = bytes.clamp(1, i32::MAX as usize) as i32;
-        // SAFETY: the descriptor is the open socket `socket` borrows; the value is a live i32
-        // and the length passed is its size. A failure leaves the mark as it was.
+        let value: libc::c_int = bytes.clamp(1, libc::c_int::MAX as usize) as libc::c_int;
+        // SAFETY: the descriptor is the open socket `socket` borrows; the value is a live
+        // c_int and the length passed is its size. A failure leaves the mark as it was.
         unsafe {
-            setsockopt(
+            libc::setsockopt(
                 socket.as_raw_fd(),
-                SOL_SOCKET,
-                SO_RCVLOWAT,
-                (&value as *const i32).cast(),
-                std::mem::size_of::<i32>() as u32,
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
             );
         }
     }
-    #[cfg(not(all(
-        target_os = "linux",
-        any(
-            target_arch = "x86_64",
-            target_arch = "aarch64",
-            target_arch = "riscv64",
-            target_arch = "x86",
-            target_arch = "arm"
-        )
-    )))]
+    #[cfg(not(unix))]
     let _ = (socket, bytes);
 }
 
