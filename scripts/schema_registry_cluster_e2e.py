@@ -1,9 +1,11 @@
 """The built-in schema registry on a 3-node cluster (scripts/with-spate-cluster.sh with
 --schema-registry-listen): every node answers reads from its replica of _schemas; the node
-leading _schemas takes writes and the others refuse them with 50003 naming it; after kill -9
-of that node, registration goes on at the new leader with ids and versions continuing (none
-handed out twice), and confluent-kafka's AvroSerializer/AvroDeserializer work across nodes.
-Needs SPATE_BOOTSTRAP, SPATE_LOG and SPATE_NODE_PIDS (with-spate-cluster.sh)."""
+leading _schemas assigns ids and the others forward writes to it (one hop, answers relayed),
+so a registration sent to any node gets the id the leader gives; /admin/schema-registry says
+which node leads; after kill -9 of that node, registration through a surviving node that does
+not lead goes on with ids and versions continuing (none handed out twice), and
+confluent-kafka's AvroSerializer/AvroDeserializer work across nodes.
+Needs SPATE_BOOTSTRAP, SPATE_HTTP_ALL, SPATE_LOG and SPATE_NODE_PIDS (with-spate-cluster.sh)."""
 import json
 import os
 import re
@@ -21,6 +23,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 CT = "application/vnd.schemaregistry.v1+json"
 work = os.path.dirname(os.path.dirname(os.environ["SPATE_LOG"]))
 pids = dict(p.split("=") for p in os.environ["SPATE_NODE_PIDS"].split())
+admin_http = dict(zip(("1", "2", "3"), ("http://" + h for h in os.environ["SPATE_HTTP_ALL"].split(","))))
 registries = {}
 for n in ("1", "2", "3"):
     line = open(os.path.join(work, f"node{n}", "stdout")).read()
@@ -49,18 +52,42 @@ def register(node, subject, i):
     return http(registries[node], "POST", f"/subjects/{subject}/versions", {"schema": record(i)})
 
 
-def wait_for_writer(nodes, subject, i, seconds):
-    """The node that takes a registration (retrying while _schemas has no leader), and the id."""
+def registry_status(node):
+    return http(admin_http[node], "GET", "/admin/schema-registry")[1]
+
+
+def wait_for_leader(nodes, seconds):
+    """The node whose /admin/schema-registry says it takes writes, once the others agree."""
     deadline = time.time() + seconds
     seen = {}
     while time.time() < deadline:
-        for n in nodes:
-            status, v = register(n, subject, i)
-            if status == 200:
-                return n, v["id"]
-            seen[n] = (status, v)
+        seen = {n: registry_status(n) for n in nodes}
+        leaders = [n for n, st in seen.items() if st and st.get("leader")]
+        if len(leaders) == 1 and all(st.get("writer") == int(leaders[0])
+                                     for n, st in seen.items() if n != leaders[0]):
+            return leaders[0]
         time.sleep(0.2)
-    raise AssertionError(f"no node took the registration within {seconds} s: {seen}")
+    raise AssertionError(f"no single registry leader within {seconds} s: {seen}")
+
+
+def register_through(node, subject, i, seconds):
+    """Registers through `node`, retrying while _schemas has no leader (50003); the id."""
+    deadline = time.time() + seconds
+    while True:
+        status, v = register(node, subject, i)
+        if status == 200:
+            return v["id"]
+        assert status == 500 and v.get("error_code") == 50003, (node, status, v)
+        assert time.time() < deadline, f"node {node} never took the registration: {v}"
+        time.sleep(0.2)
+
+
+def metric(node, name):
+    req = urllib.request.Request(admin_http[node] + "/metrics")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(rf"^{name} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
 
 
 def eventually(f, what, seconds=20):
@@ -74,23 +101,43 @@ def eventually(f, what, seconds=20):
 
 
 nodes = ["1", "2", "3"]
-# Each subject at NONE so unrelated records follow each other.
-leader, first = wait_for_writer(nodes, "s", 0, 60)
+# The first registration may come before _schemas has a leader: retried through node 1.
+first = register_through("1", "s", 0, 60)
+leader = wait_for_leader(nodes, 30)
+followers = [n for n in nodes if n != leader]
+st = registry_status(leader)
+assert st["enabled"] and st["listen"] in registries[leader] and st["subjects"] == 1, st
 print(f"node {leader} leads _schemas; first id {first}", flush=True)
-assert http(registries[leader], "PUT", "/config", {"compatibility": "NONE"})[0] == 200
-ids = [first] + [register(leader, "s", i)[1]["id"] for i in range(1, 5)]
+# Each subject at NONE so unrelated records follow each other; set through a follower.
+status, v = http(registries[followers[0]], "PUT", "/config", {"compatibility": "NONE"})
+assert (status, v) == (200, {"compatibility": "NONE"}), (status, v)
+assert http(registries[leader], "GET", "/config")[1]["compatibilityLevel"] == "NONE"
+# New schemas through every node, the leader and both followers: one sequence of ids.
+ids = [first]
+for i, n in zip(range(1, 5), [leader, followers[0], followers[1], leader]):
+    status, v = register(n, "s", i)
+    assert status == 200, (n, status, v)
+    ids.append(v["id"])
 assert ids == list(range(first, first + 5)), ids
 for n in nodes:
-    if n == leader:
-        continue
-    status, v = register(n, "s", 99)
-    assert status == 500 and v["error_code"] == 50003 and f"node {leader}" in v["message"], (n, status, v)
+    # The same schema through any node: the id the leader gave, no new version.
+    for i in range(5):
+        status, v = register(n, "s", i)
+        assert (status, v) == (200, {"id": ids[i]}), (n, i, status, v)
     # Reads on every node, once its replica has caught up.
     eventually(lambda n=n: http(registries[n], "GET", "/subjects/s/versions")[1] == [1, 2, 3, 4, 5],
                f"node {n} never showed the five versions")
     stored = http(registries[n], "GET", f"/schemas/ids/{ids[-1]}")[1]["schema"]
     assert json.loads(stored) == json.loads(record(4)), stored
-print("reads on every node, writes refused off the leader (50003)", flush=True)
+# Errors come back as the leader answered them.
+status, v = http(registries[followers[1]], "POST", "/subjects/s/versions", {"schema": "{not json"})
+assert status == 422 and v["error_code"] == 42201, (status, v)
+for n in followers:
+    assert metric(n, "spate_schema_registry_forwarded_total") > 0, n
+    assert registry_status(n)["writer"] == int(leader)
+assert metric(leader, "spate_schema_registry_forwarded_total") == 0
+assert metric(leader, "spate_schema_registry_schemas") == 5
+print("reads on every node; writes through every node get the leader's ids (forwarded)", flush=True)
 
 # Avro through the leader's registry, read back through another node's.
 bootstrap = os.environ["SPATE_BOOTSTRAP"]
@@ -98,7 +145,8 @@ admin = AdminClient({"bootstrap.servers": bootstrap})
 for f in admin.create_topics([NewTopic("avro-cluster", 1, 3)]).values():
     f.result(timeout=30)
 user = json.dumps({"type": "record", "name": "User", "fields": [{"name": "id", "type": "long"}]})
-ser = AvroSerializer(SchemaRegistryClient({"url": registries[leader]}), user)
+# The serializer registers through a follower: forwarded to the leader.
+ser = AvroSerializer(SchemaRegistryClient({"url": registries[followers[0]]}), user)
 producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
 ctx = SerializationContext("avro-cluster", MessageField.VALUE)
 for i in range(10):
@@ -118,19 +166,26 @@ while len(got) < 10:
         got.append(de(m.value(), ctx))
 consumer.close()
 assert got == [{"id": i} for i in range(10)], got
-print("AvroSerializer via the leader, AvroDeserializer via another node", flush=True)
+print("AvroSerializer via a follower, AvroDeserializer via another node", flush=True)
 
-# Kill the node that hands out ids; registration goes on at the new leader.
+# Kill the node that hands out ids; registration goes on through a surviving node that does
+# not lead, forwarded to the new leader.
 highest = max(http(registries[other], "GET", "/subjects/avro-cluster-value/versions/latest")[1]["id"], ids[-1])
 os.kill(int(pids[leader]), signal.SIGKILL)
 rest = [n for n in nodes if n != leader]
-new_leader, new_id = wait_for_writer(rest, "s", 5, 90)
-print(f"after kill -9 of node {leader}: node {new_leader} took the registration, id {new_id}", flush=True)
+new_leader = wait_for_leader(rest, 90)
+follower = next(n for n in rest if n != new_leader)
+new_id = register_through(follower, "s", 5, 60)
+print(f"after kill -9 of node {leader}: node {follower} took the registration for node {new_leader}, "
+      f"id {new_id}", flush=True)
 assert new_id > highest, (new_id, highest)
+assert metric(follower, "spate_schema_registry_forwarded_total") > 0
 versions = http(registries[new_leader], "GET", "/subjects/s/versions")[1]
 assert versions == [1, 2, 3, 4, 5, 6], versions
-# The surviving follower agrees.
-follower = next(n for n in rest if n != new_leader)
-eventually(lambda: http(registries[follower], "GET", "/subjects/s/versions/latest")[1].get("id") == new_id,
-           "the surviving follower never saw the new version")
+newer = register_through(follower, "s", 6, 30)
+assert newer == new_id + 1, (newer, new_id)
+# Both survivors agree.
+for n in rest:
+    eventually(lambda n=n: http(registries[n], "GET", "/subjects/s/versions/latest")[1].get("id") == newer,
+               f"node {n} never saw the newest version")
 print("schema registry cluster e2e: all checks passed")

@@ -554,6 +554,26 @@ def run(spate):
         assert "spate_schema_registry_requests_total" in text
         assert 'spate_schema_registry_errors_total{error_code="40401"}' in text
         assert re.search(r"^spate_schema_registry_schemas [1-9]", text, re.M), "no schemas counted"
+        subjects = spate.client.get_subjects()
+        counted = re.search(r"^spate_schema_registry_subjects (\S+)$", text, re.M)
+        assert counted and float(counted.group(1)) == len(subjects), (counted, subjects)
+        assert re.search(r"^spate_schema_registry_requests_total [1-9]", text, re.M), "no requests"
+
+    @check("/admin shows the registry's state: listen address, leader, counts, mode, compatibility")
+    def _():
+        def admin(path):
+            return json.loads(urllib.request.urlopen(spate.http + path, timeout=10).read())
+        st = admin("/admin/schema-registry")
+        text = urllib.request.urlopen(spate.http + "/metrics", timeout=10).read().decode()
+        schemas = int(float(re.search(r"^spate_schema_registry_schemas (\S+)$", text, re.M).group(1)))
+        ids = [spate.client.get_latest_version(s).schema_id for s in spate.client.get_subjects()]
+        assert st["enabled"] is True and st["leader"] is True and st["writer"] is None, st
+        assert "http://" + st["listen"] == spate.registry, (st, spate.registry)
+        assert st["subjects"] == len(spate.client.get_subjects()), st
+        assert st["schemas"] == schemas and st["next_id"] > max(ids), (st, schemas, ids)
+        assert st["mode"] == http(spate, "GET", "/mode")[1]["mode"], st
+        assert st["compatibility"] == http(spate, "GET", "/config")[1]["compatibilityLevel"], st
+        assert admin("/admin/broker")["schema_registry"] == st
 
     # Everything a client can see, before and after kill -9.
     views = ["/subjects", "/subjects?deleted=true", "/subjects/users-value/versions",

@@ -24,6 +24,7 @@ pub fn routes() -> Router<Arc<HttpState>> {
     Router::new()
         .route("/admin/broker", get(broker_info))
         .route("/admin/cluster", get(cluster_status))
+        .route("/admin/schema-registry", get(schema_registry_info))
         .route("/admin/topics", get(list_topics).post(create_topic))
         .route(
             "/admin/topics/{name}",
@@ -187,7 +188,14 @@ async fn broker_info(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> {
         "topics": b.topics.list().len(),
         "memory": {"limit_bytes": b.budget.limit(), "in_use_bytes": b.budget.used()},
         "effective_config": s.effective_config,
+        "schema_registry": s.schema_registry_status(),
     })))
+}
+
+/// The schema registry on this node: whether one runs, where, whether this node takes its
+/// writes, what it holds, its global mode and compatibility level.
+async fn schema_registry_info(State(s): State<Arc<HttpState>>) -> Json<Value> {
+    Json(s.schema_registry_status())
 }
 
 /// Nodes, the controller, the quorum's state and every partition's leader, epoch, ISR and

@@ -49,6 +49,70 @@ pub struct HttpState {
     extra_metrics: parking_lot::Mutex<Vec<MetricsSource>>,
     /// The schema registry HTTP ingest encodes schema'd records with, when one runs.
     record_schemas: OnceLock<Arc<dyn ingest::schemas::RecordSchemas>>,
+    /// The schema registry's API and state, when one runs on this node.
+    schema_registry: OnceLock<SchemaRegistry>,
+}
+
+/// The schema registry as this listener serves it: its API, reached by other nodes under
+/// [`SCHEMA_REGISTRY_PATH`] (writes forwarded to the node leading `_schemas`), and its state
+/// for `/admin`.
+pub struct SchemaRegistry {
+    /// The registry's routes, with its own authentication and ACL checks.
+    pub api: Router,
+    /// The registry's state as `/admin/broker` and `/admin/schema-registry` show it.
+    pub status: Box<dyn Fn() -> serde_json::Value + Send + Sync>,
+}
+
+/// Where this listener serves the schema registry's API for other nodes (forwarded writes).
+pub const SCHEMA_REGISTRY_PATH: &str = "/_spate/schema-registry";
+
+/// Why HTTP Basic credentials were not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BasicRefusal {
+    /// No HTTP Basic credentials, or unreadable ones.
+    #[error("this call needs HTTP Basic credentials of a SASL user")]
+    Missing,
+    /// An unknown user or a wrong password (the same answer for both).
+    #[error("invalid credentials")]
+    Invalid,
+}
+
+/// The session of the SASL user whose HTTP Basic credentials `headers` carry, checked against
+/// the broker's credential store (failures logged, at most once a second per address).
+pub fn authenticate_basic(
+    b: &Broker,
+    headers: &axum::http::HeaderMap,
+    peer: Option<std::net::IpAddr>,
+) -> Result<spate_broker::security::Session, BasicRefusal> {
+    use base64::Engine;
+    let (user, password) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic "))
+        .and_then(|v| {
+            base64::engine::general_purpose::STANDARD
+                .decode(v.trim())
+                .ok()
+        })
+        .and_then(|raw| String::from_utf8(raw).ok())
+        .and_then(|text| {
+            text.split_once(':')
+                .map(|(u, p)| (u.to_string(), p.to_string()))
+        })
+        .ok_or(BasicRefusal::Missing)?;
+    if !b
+        .credentials
+        .check_password_cached(&user, password.as_bytes())
+    {
+        b.credentials
+            .log_failure(peer, &user, "HTTP Basic", "invalid credentials");
+        return Err(BasicRefusal::Invalid);
+    }
+    Ok(spate_broker::security::Session::new(
+        spate_broker::security::SecurityProtocol::Plaintext,
+        peer,
+        Some(spate_auth::Principal::user(user)),
+    ))
 }
 
 /// Writes OpenMetrics families (without the final `# EOF`) at scrape time.
@@ -77,6 +141,7 @@ impl HttpState {
             peer_tls: OnceLock::new(),
             extra_metrics: parking_lot::Mutex::new(Vec::new()),
             record_schemas: OnceLock::new(),
+            schema_registry: OnceLock::new(),
         })
     }
 
@@ -88,6 +153,33 @@ impl HttpState {
 
     fn record_schemas(&self) -> Option<&Arc<dyn ingest::schemas::RecordSchemas>> {
         self.record_schemas.get()
+    }
+
+    /// Sets the schema registry this node runs (once, when it starts).
+    pub fn set_schema_registry(&self, registry: SchemaRegistry) {
+        let _ = self.schema_registry.set(registry);
+    }
+
+    /// The schema registry's state, or `{"enabled": false}` without one.
+    pub(crate) fn schema_registry_status(&self) -> serde_json::Value {
+        match self.schema_registry.get() {
+            Some(r) => (r.status)(),
+            None => json!({"enabled": false}),
+        }
+    }
+
+    /// How HTTP clients authenticate.
+    pub fn auth(&self) -> HttpAuth {
+        self.auth.get().copied().unwrap_or_default()
+    }
+
+    /// Whether `headers` carry the admin token (`Authorization: Bearer ...`), a super user.
+    pub fn is_admin_token(&self, headers: &axum::http::HeaderMap) -> bool {
+        let bearer = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        self.token.is_some() && bearer == self.token.as_deref()
     }
 
     /// Adds metrics families to `/metrics` (a service this crate does not know, such as the
@@ -107,7 +199,8 @@ impl HttpState {
         let _ = self.peer_tls.set(tls);
     }
 
-    fn peer_tls(&self) -> &tls::PeerTls {
+    /// How this node reaches other nodes' HTTP listeners.
+    pub fn peer_tls(&self) -> &tls::PeerTls {
         static PLAIN: tls::PeerTls = tls::PeerTls(None);
         self.peer_tls.get().unwrap_or(&PLAIN)
     }
@@ -188,12 +281,61 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .merge(search::routes())
         .merge(elastic::routes())
         .merge(ingest::routes())
+        .route(
+            &format!("{SCHEMA_REGISTRY_PATH}/{{*rest}}"),
+            axum::routing::any(schema_registry_api),
+        )
         .layer(middleware::from_fn(elastic::product_header))
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such endpoint")
         })
         .with_state(state)
+}
+
+/// The schema registry's API under [`SCHEMA_REGISTRY_PATH`]: the request goes to the
+/// registry's routes with the prefix taken off (the registry checks credentials and ACLs
+/// itself).
+async fn schema_registry_api(State(s): State<Arc<HttpState>>, mut req: Request) -> Response {
+    use tower::ServiceExt;
+    let Some(registry) = s.schema_registry.get() else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            "no schema registry runs on this node",
+        )
+        .into_response();
+    };
+    let inner = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .strip_prefix(SCHEMA_REGISTRY_PATH)
+        .unwrap_or("/")
+        .to_string();
+    match inner.parse() {
+        Ok(uri) => *req.uri_mut() = uri,
+        Err(_) => {
+            return ApiError::new(StatusCode::BAD_REQUEST, "BAD_REQUEST", "unreadable path")
+                .into_response()
+        }
+    }
+    // Only the client's address goes on: this router's path parameters would be read by the
+    // registry's own routes as theirs.
+    let (mut parts, body) = req.into_parts();
+    let client = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .cloned();
+    parts.extensions = Default::default();
+    if let Some(c) = client {
+        parts.extensions.insert(c);
+    }
+    let req = Request::from_parts(parts, body);
+    match registry.api.clone().oneshot(req).await {
+        Ok(r) => r,
+        Err(never) => match never {},
+    }
 }
 
 /// Only the ingest routes and `/health`, for a separate `--ingest-listen` listener.
@@ -338,8 +480,15 @@ impl Caller {
 }
 
 async fn require_token(State(s): State<Arc<HttpState>>, mut req: Request, next: Next) -> Response {
-    let auth = s.auth.get().copied().unwrap_or_default();
+    let auth = s.auth();
     let path = req.uri().path();
+    // The schema registry's API checks its callers itself, as on its own listener.
+    if path
+        .strip_prefix(SCHEMA_REGISTRY_PATH)
+        .is_some_and(|rest| rest.starts_with('/'))
+    {
+        return next.run(req).await;
+    }
     let open = path == "/health" || path == "/ready" || (path == "/metrics" && !auth.metrics);
     let bearer = req
         .headers()
@@ -395,48 +544,16 @@ fn basic_user(
     s: &HttpState,
     req: &Request,
 ) -> Result<Option<spate_broker::security::Session>, Box<Response>> {
-    use base64::Engine;
     let b = s.broker().map_err(|e| Box::new(e.into_response()))?;
     let peer = req
         .extensions()
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|c| c.0.ip());
-    let (user, password) = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Basic "))
-        .and_then(|v| {
-            base64::engine::general_purpose::STANDARD
-                .decode(v.trim())
-                .ok()
-        })
-        .and_then(|raw| String::from_utf8(raw).ok())
-        .and_then(|text| {
-            text.split_once(':')
-                .map(|(u, p)| (u.to_string(), p.to_string()))
-        })
-        .ok_or_else(|| {
-            Box::new(unauthorized(
-                "this call needs HTTP Basic credentials of a SASL user",
-            ))
-        })?;
-    if !b
-        .credentials
-        .check_password_cached(&user, password.as_bytes())
-    {
-        b.credentials
-            .log_failure(peer, &user, "HTTP Basic", "invalid credentials");
-        return Err(Box::new(unauthorized("invalid credentials")));
-    }
+    let session = authenticate_basic(b, req.headers(), peer)
+        .map_err(|e| Box::new(unauthorized(&e.to_string())))?;
     if !b.authorizer.enabled() {
         return Ok(None);
     }
-    let session = spate_broker::security::Session::new(
-        spate_broker::security::SecurityProtocol::Plaintext,
-        peer,
-        Some(spate_auth::Principal::user(user)),
-    );
     let (op, rt, names) = http_acl(req);
     for name in names {
         if !b.authorizer.allows(Some(&session), op, rt, &name) {

@@ -37,11 +37,26 @@ pub enum PeerError {
     },
 }
 
-/// An answer: HTTP status and body.
+/// An answer: HTTP status, content type and body.
 #[derive(Debug)]
 pub struct PeerAnswer {
     /// HTTP status.
     pub status: u16,
+    /// Content type, when the answer has one.
+    pub content_type: Option<header::HeaderValue>,
+    /// Body.
+    pub body: Bytes,
+}
+
+/// One request to another node: method, path (with its query), headers and body.
+#[derive(Debug, Clone)]
+pub struct PeerRequest {
+    /// Method.
+    pub method: hyper::Method,
+    /// Path and query.
+    pub path: String,
+    /// Headers sent as they are (besides Host).
+    pub headers: Vec<(header::HeaderName, header::HeaderValue)>,
     /// Body.
     pub body: Bytes,
 }
@@ -56,6 +71,36 @@ pub async fn post_json(
     token: Option<&str>,
     limit: Duration,
 ) -> Result<PeerAnswer, PeerError> {
+    let mut headers = vec![(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    )];
+    if let Some(t) = token {
+        let bearer = header::HeaderValue::try_from(format!("Bearer {t}")).map_err(|e| {
+            PeerError::Unreachable {
+                addr: addr.to_owned(),
+                reason: format!("the admin token cannot be a header: {e}"),
+            }
+        })?;
+        headers.push((header::AUTHORIZATION, bearer));
+    }
+    let request = PeerRequest {
+        method: hyper::Method::POST,
+        path: path.to_owned(),
+        headers,
+        body: Bytes::from(body),
+    };
+    call(tls, addr, request, limit).await
+}
+
+/// Sends `request` to the node at `addr` (over `tls` when it is HTTPS), waiting at most
+/// `limit` in all.
+pub async fn call(
+    tls: &PeerTls,
+    addr: &str,
+    request: PeerRequest,
+    limit: Duration,
+) -> Result<PeerAnswer, PeerError> {
     let unreachable = |reason: String| PeerError::Unreachable {
         addr: addr.to_owned(),
         reason,
@@ -66,7 +111,7 @@ pub async fn post_json(
             .map_err(|e| unreachable(e.to_string()))?;
         let _ = stream.set_nodelay(true);
         match &tls.0 {
-            None => post_on(stream, addr, path, body, token).await,
+            None => send_on(stream, addr, request).await,
             Some(connector) => {
                 let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
                 let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -76,7 +121,7 @@ pub async fn post_json(
                     .connect(name, stream)
                     .await
                     .map_err(|e| unreachable(format!("TLS: {e}")))?;
-                post_on(stream, addr, path, body, token).await
+                send_on(stream, addr, request).await
             }
         }
     };
@@ -90,13 +135,7 @@ pub async fn post_json(
 }
 
 /// One request and its answer on an open connection.
-async fn post_on<S>(
-    stream: S,
-    addr: &str,
-    path: &str,
-    body: Vec<u8>,
-    token: Option<&str>,
-) -> Result<PeerAnswer, PeerError>
+async fn send_on<S>(stream: S, addr: &str, call: PeerRequest) -> Result<PeerAnswer, PeerError>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -112,26 +151,32 @@ where
             // Ends when the answer has been read and the sender dropped.
             let _ = connection.await;
         });
-        let mut request = hyper::Request::post(path)
-            .header(header::HOST, addr)
-            .header(header::CONTENT_TYPE, "application/json");
-        if let Some(t) = token {
-            request = request.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        let mut request = hyper::Request::builder()
+            .method(call.method)
+            .uri(call.path)
+            .header(header::HOST, addr);
+        for (name, value) in call.headers {
+            request = request.header(name, value);
         }
         let request = request
-            .body(Full::new(Bytes::from(body)))
+            .body(Full::new(call.body))
             .map_err(|e| unreachable(e.to_string()))?;
         let response = sender
             .send_request(request)
             .await
             .map_err(|e| unreachable(e.to_string()))?;
         let status = response.status().as_u16();
+        let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
         let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
             .collect()
             .await
             .map_err(|e| unreachable(format!("reading the answer: {e}")))?
             .to_bytes();
-        Ok(PeerAnswer { status, body })
+        Ok(PeerAnswer {
+            status,
+            content_type,
+            body,
+        })
     }
 }
 

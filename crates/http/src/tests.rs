@@ -272,3 +272,50 @@ async fn admin_paths_ending_like_search_paths_still_need_the_token() {
     let (status, _) = call(&state, "POST", "/_msearch", "{}\n{}\n", None).await;
     assert_ne!(status, StatusCode::UNAUTHORIZED);
 }
+
+#[tokio::test]
+async fn the_schema_registry_path_reaches_the_registry_routes_without_the_token_or_outer_params() {
+    let (state, _dir) = ready_state(Some("secret"));
+    let (status, body) = call(&state, "GET", "/admin/schema-registry", "", None).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"enabled": false})));
+    let (status, _) = call(
+        &state,
+        "POST",
+        "/_spate/schema-registry/subjects/s/versions",
+        "",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    state.set_schema_registry(SchemaRegistry {
+        api: Router::new().route(
+            "/subjects/{subject}/versions",
+            axum::routing::post(
+                |axum::extract::Path(s): axum::extract::Path<String>,
+                 q: axum::extract::RawQuery| async move {
+                    Json(json!({"subject": s, "query": q.0}))
+                },
+            ),
+        ),
+        status: Box::new(|| json!({"enabled": true, "leader": true})),
+    });
+    // A mutation without the admin token: the registry checks its callers itself.
+    let (status, body) = call(
+        &state,
+        "POST",
+        "/_spate/schema-registry/subjects/s-value/versions?normalize=true",
+        "",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body,
+        json!({"subject": "s-value", "query": "normalize=true"})
+    );
+    let (_, body) = call(&state, "GET", "/admin/broker", "", None).await;
+    assert_eq!(
+        body["schema_registry"],
+        json!({"enabled": true, "leader": true})
+    );
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Extension, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -15,8 +15,11 @@ use axum::Router;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::json;
+use spate_auth::acl::Operation;
 
+use crate::access::{self, Access, Caller, Guard};
 use crate::error::RegistryError;
+use crate::forward::{self, Forward, ForwardRequest, Route};
 use crate::registry::{ConfigRequest, Registry, SchemaRequest};
 
 /// The content type of every answer.
@@ -128,8 +131,25 @@ fn schema_id(id: &str) -> Result<i32, ApiError> {
         .map_err(|_| RegistryError::SchemaNotFound(format!("schema {id} not found")).into())
 }
 
-/// The routes, at the root of the listener.
+/// What the API needs from outside the registry in a secured cluster; without them it is
+/// open and a node that does not lead `_schemas` refuses writes (50003).
+#[derive(Clone, Default)]
+pub struct Hooks {
+    /// Authentication and ACLs (`--http-auth basic`); `None`: open.
+    pub access: Option<Arc<dyn Access>>,
+    /// Sends writes on to the node leading `_schemas`; `None`: writes there are refused.
+    pub forward: Option<Arc<dyn Forward>>,
+}
+
+/// The routes, at the root of the listener, open and without forwarding.
 pub fn router(registry: Arc<Registry>) -> Router {
+    router_with(registry, Hooks::default())
+}
+
+/// The routes, at the root of the listener, with `hooks`: a request is counted (observe),
+/// then its caller checked (guard), then a write off the leader forwarded (writes).
+pub fn router_with(registry: Arc<Registry>, hooks: Hooks) -> Router {
+    let hooks = Arc::new(hooks);
     Router::new()
         .route("/", get(root))
         .route("/subjects", get(subjects))
@@ -183,16 +203,146 @@ pub fn router(registry: Arc<Registry>) -> Router {
         .route("/contexts", get(contexts))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            (registry.clone(), hooks.clone()),
+            writes,
+        ))
+        .layer(middleware::from_fn_with_state(hooks, guard))
         .layer(middleware::from_fn_with_state(registry.clone(), observe))
         .with_state(registry)
 }
 
-/// Serves the API on `listener` until the process ends.
+/// Serves the API on `listener` until the process ends, open and without forwarding.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     registry: Arc<Registry>,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(registry)).await
+    serve_with(listener, registry, Hooks::default()).await
+}
+
+/// Serves the API with `hooks` on `listener` until the process ends.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    registry: Arc<Registry>,
+    hooks: Hooks,
+) -> std::io::Result<()> {
+    let app =
+        router_with(registry, hooks).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, app).await
+}
+
+/// With security on: lets in callers with valid credentials (401 otherwise) that may do what
+/// the request needs (403 otherwise); handlers that decide item by item get a [`Guard`].
+async fn guard(State(hooks): State<Arc<Hooks>>, mut req: Request, next: Next) -> Response {
+    let Some(access) = hooks.access.clone() else {
+        return next.run(req).await;
+    };
+    let peer = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
+    let caller: Caller = match access.authenticate(req.headers(), peer) {
+        Ok(c) => c,
+        Err(why) => {
+            let mut r = ApiError(RegistryError::Unauthorized(why)).into_response();
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"spate\""),
+            );
+            return r;
+        }
+    };
+    let guard = Guard::new(access, caller);
+    let need = access::need(req.method(), req.uri().path());
+    if !guard.meets(&need) {
+        return ApiError(RegistryError::Forbidden(guard.refusal(&need))).into_response();
+    }
+    req.extensions_mut().insert(guard);
+    next.run(req).await
+}
+
+/// Sends a write that reached a node not leading `_schemas` on to the node that does, once,
+/// and relays its answer.
+async fn writes(
+    State((reg, hooks)): State<(Arc<Registry>, Arc<Hooks>)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if !forward::is_write(req.method(), req.uri().path()) {
+        return next.run(req).await;
+    }
+    let forwarded = req.headers().contains_key(forward::FORWARDED_HEADER);
+    let node = match forward::route(reg.writer(), forwarded, hooks.forward.is_some()) {
+        Route::Local => return next.run(req).await,
+        Route::Refuse(why) => return ApiError(RegistryError::NotLeader(why)).into_response(),
+        Route::Forward(node) => node,
+    };
+    let Some(forwarder) = hooks.forward.clone() else {
+        return next.run(req).await;
+    };
+    match forward_write(&reg, forwarder.as_ref(), node, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Reads the write's body within the registry's limits, sends it to `node` and turns its
+/// answer into this node's.
+async fn forward_write(
+    reg: &Registry,
+    forwarder: &dyn Forward,
+    node: i32,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let (parts, raw) = req.into_parts();
+    let limit = reg.settings().max_body_bytes;
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(RegistryError::BodyTooLarge(limit).into());
+    }
+    let wait = reg.settings().body_timeout;
+    let bytes = tokio::time::timeout(wait, axum::body::to_bytes(raw, limit))
+        .await
+        .map_err(|_| RegistryError::BodyTimeout(wait.as_millis() as u64))?
+        .map_err(|_| RegistryError::BodyTooLarge(limit))?;
+    let request = ForwardRequest {
+        method: parts.method,
+        path_and_query: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string()),
+        content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),
+        authorization: parts.headers.get(header::AUTHORIZATION).cloned(),
+        body: bytes,
+    };
+    reg.metrics.forwarded.inc();
+    let answer = forwarder
+        .forward(node, request, forward::FORWARD_TIMEOUT)
+        .await
+        .map_err(|why| {
+            reg.metrics.forward_failures.inc();
+            RegistryError::NotLeader(format!(
+                "forwarding the write to node {node}, which leads the _schemas topic, failed: {why}"
+            ))
+        })?;
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut r = (status, answer.body.clone()).into_response();
+    if let Some(ct) = answer.content_type {
+        r.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    // Counted by its code here too, so each node's error counters cover what it answered.
+    if !status.is_success() {
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&answer.body) {
+            if let Some(code) = v["error_code"].as_u64().and_then(|c| u32::try_from(c).ok()) {
+                r.extensions_mut().insert(ErrorCode(code));
+            }
+        }
+    }
+    Ok(r)
 }
 
 /// Counts requests, errors by code, and latency.
@@ -221,11 +371,44 @@ async fn root() -> Result<Response, ApiError> {
     ok(json!({}))
 }
 
-async fn subjects(State(reg): Reg, Query(q): Params) -> Result<Response, ApiError> {
-    ok(reg.subjects(
+/// The guard of a request when security is on (handlers that decide item by item).
+type MaybeGuard = Option<Extension<Guard>>;
+
+/// Whether the caller may see `subject` (always, without security).
+fn may_see(guard: &MaybeGuard, subject: &str) -> bool {
+    guard
+        .as_ref()
+        .is_none_or(|Extension(g)| g.may(Operation::Describe, subject))
+}
+
+/// Refuses an id unless the caller may see a subject that uses it (deleted uses count, as
+/// a deserializer still reads records written with them).
+fn check_id(reg: &Registry, guard: &MaybeGuard, id: i32) -> Result<(), ApiError> {
+    let Some(Extension(g)) = guard else {
+        return Ok(());
+    };
+    let uses = reg.versions_of_id(id, true)?;
+    if uses.iter().any(|u| g.may(Operation::Describe, &u.subject)) {
+        return Ok(());
+    }
+    Err(RegistryError::Forbidden(format!(
+        "{} may not describe a topic of any subject using schema {id}",
+        g.caller().name()
+    ))
+    .into())
+}
+
+async fn subjects(
+    State(reg): Reg,
+    guard: MaybeGuard,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
+    let mut all = reg.subjects(
         flag(&q, "deleted"),
         q.get("subjectPrefix").map(String::as_str),
-    ))
+    );
+    all.retain(|s| may_see(&guard, s));
+    ok(all)
 }
 
 async fn lookup(
@@ -327,12 +510,18 @@ async fn referenced_by(
     ok(reg.referenced_by(&subject, &version)?)
 }
 
-async fn schemas(State(reg): Reg, Query(q): Params) -> Result<Response, ApiError> {
-    ok(reg.all_versions(
+async fn schemas(
+    State(reg): Reg,
+    guard: MaybeGuard,
+    Query(q): Params,
+) -> Result<Response, ApiError> {
+    let mut all = reg.all_versions(
         flag(&q, "deleted"),
         flag(&q, "latestOnly"),
         q.get("subjectPrefix").map(String::as_str),
-    ))
+    );
+    all.retain(|a| may_see(&guard, &a.subject));
+    ok(all)
 }
 
 async fn types() -> Result<Response, ApiError> {
@@ -348,9 +537,11 @@ fn serialized(q: &HashMap<String, String>) -> bool {
 
 async fn by_id(
     State(reg): Reg,
+    guard: MaybeGuard,
     Path(id): Path<String>,
     Query(q): Params,
 ) -> Result<Response, ApiError> {
+    check_id(&reg, &guard, schema_id(&id)?)?;
     let mut a = reg.schema_by_id(schema_id(&id)?)?;
     if serialized(&q) {
         a.schema = reg.serialized(a.schema_type.as_deref(), a.schema, &a.references)?;
@@ -360,9 +551,11 @@ async fn by_id(
 
 async fn by_id_schema(
     State(reg): Reg,
+    guard: MaybeGuard,
     Path(id): Path<String>,
     Query(q): Params,
 ) -> Result<Response, ApiError> {
+    check_id(&reg, &guard, schema_id(&id)?)?;
     let a = reg.schema_by_id(schema_id(&id)?)?;
     if serialized(&q) {
         return raw_schema(reg.serialized(a.schema_type.as_deref(), a.schema, &a.references)?);
@@ -372,21 +565,31 @@ async fn by_id_schema(
 
 async fn by_id_subjects(
     State(reg): Reg,
+    guard: MaybeGuard,
     Path(id): Path<String>,
     Query(q): Params,
 ) -> Result<Response, ApiError> {
+    check_id(&reg, &guard, schema_id(&id)?)?;
     let uses = reg.versions_of_id(schema_id(&id)?, flag(&q, "deleted"))?;
-    let mut subjects: Vec<String> = uses.into_iter().map(|u| u.subject).collect();
+    let mut subjects: Vec<String> = uses
+        .into_iter()
+        .map(|u| u.subject)
+        .filter(|s| may_see(&guard, s))
+        .collect();
     subjects.dedup();
     ok(subjects)
 }
 
 async fn by_id_versions(
     State(reg): Reg,
+    guard: MaybeGuard,
     Path(id): Path<String>,
     Query(q): Params,
 ) -> Result<Response, ApiError> {
-    ok(reg.versions_of_id(schema_id(&id)?, flag(&q, "deleted"))?)
+    check_id(&reg, &guard, schema_id(&id)?)?;
+    let mut uses = reg.versions_of_id(schema_id(&id)?, flag(&q, "deleted"))?;
+    uses.retain(|u| may_see(&guard, &u.subject));
+    ok(uses)
 }
 
 async fn global_config(State(reg): Reg) -> Result<Response, ApiError> {

@@ -102,9 +102,16 @@ pub enum RegistryError {
     /// The write was sent but not confirmed in time.
     #[error("timed out: {0}")]
     Timeout(String),
-    /// This node cannot take writes (in a cluster, another node leads `_schemas`).
+    /// This node cannot take writes (in a cluster, another node leads `_schemas`), or
+    /// forwarding the write to the node that does failed.
     #[error("{0}")]
     NotLeader(String),
+    /// No credentials, or wrong ones, where security is on.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The caller may not do this (ACLs).
+    #[error("{0}")]
+    Forbidden(String),
 }
 
 impl RegistryError {
@@ -135,6 +142,8 @@ impl RegistryError {
             RegistryError::Store(_) => 50001,
             RegistryError::Timeout(_) => 50002,
             RegistryError::NotLeader(_) => 50003,
+            RegistryError::Unauthorized(_) => 40101,
+            RegistryError::Forbidden(_) => 40301,
         }
     }
 
@@ -167,5 +176,7 @@ mod tests {
         );
         assert_eq!(RegistryError::Store("x".into()).http_status(), 500);
         assert_eq!(RegistryError::BodyTooLarge(1).http_status(), 413);
+        assert_eq!(RegistryError::Unauthorized("x".into()).http_status(), 401);
+        assert_eq!(RegistryError::Forbidden("x".into()).http_status(), 403);
     }
 }

@@ -9,11 +9,13 @@
 //! ([`protobuf`]) are parsed and checked for compatibility at the seven Confluent levels ([`compat`]); [`api`] is the HTTP
 //! side.
 
+pub mod access;
 pub mod api;
 pub mod avro;
 pub mod compat;
 pub mod encode;
 pub mod error;
+pub mod forward;
 pub mod json_schema;
 pub mod log;
 pub mod metrics;

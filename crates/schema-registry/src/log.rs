@@ -16,6 +16,7 @@ use spate_protocol::records::{Compression, RecordBatchDecoder};
 use spate_protocol::{ResponseError, StrBytes};
 
 use crate::error::RegistryError;
+use crate::forward::Writer;
 use crate::records::{Record, TOPIC};
 
 /// Produce request version for the registry's appends (error messages from v8).
@@ -62,6 +63,10 @@ pub trait SchemaLog: Send + Sync + 'static {
     fn end(&self) -> i64;
     /// Resolves when more may be readable, or after `limit`.
     fn changed(&self, limit: Duration) -> BoxFuture<'static, ()>;
+    /// Which node takes writes now (a log of this process alone: this one).
+    fn writer(&self) -> Writer {
+        Writer::Here
+    }
 }
 
 /// The `_schemas` topic of a broker in this process: appends through the broker's produce
@@ -248,6 +253,21 @@ impl SchemaLog for BrokerLog {
     fn end(&self) -> i64 {
         self.partition()
             .map_or(0, |p| p.log_end_offset().max(p.high_watermark()))
+    }
+
+    fn writer(&self) -> Writer {
+        let Some(cluster) = self.broker.cluster() else {
+            return Writer::Here;
+        };
+        match cluster.image().partition(TOPIC, 0) {
+            // Not created yet: tried here, where the append says so.
+            None => Writer::Here,
+            Some(p) => match p.leader {
+                Some(l) if l == cluster.broker_id() => Writer::Here,
+                Some(l) => Writer::Node(l),
+                None => Writer::Nobody,
+            },
+        }
     }
 
     fn changed(&self, limit: Duration) -> BoxFuture<'static, ()> {

@@ -4,9 +4,9 @@ use spate_metrics::text::Writer;
 use spate_metrics::{Counter, Gauge, Histogram};
 
 /// Error codes counted one by one; others count under "other".
-const CODES: [u32; 24] = [
-    400, 404, 405, 408, 409, 413, 415, 40401, 40402, 40403, 40404, 40405, 40406, 40407, 40408,
-    40409, 42201, 42202, 42203, 42204, 42205, 42206, 42207, 50001,
+const CODES: [u32; 28] = [
+    400, 404, 405, 408, 409, 413, 415, 40101, 40301, 40401, 40402, 40403, 40404, 40405, 40406,
+    40407, 40408, 40409, 42201, 42202, 42203, 42204, 42205, 42206, 42207, 50001, 50002, 50003,
 ];
 
 /// Registry-wide counters.
@@ -30,6 +30,10 @@ pub struct RegistryMetrics {
     pub applied_offset: Gauge,
     /// `_schemas` records that could not be read.
     pub skipped_records: Gauge,
+    /// Writes sent on to the node leading `_schemas`.
+    pub forwarded: Counter,
+    /// Writes whose forwarding failed (no answer from the leader in time).
+    pub forward_failures: Counter,
 }
 
 impl Default for RegistryMetrics {
@@ -44,6 +48,8 @@ impl Default for RegistryMetrics {
             subjects: Gauge::default(),
             applied_offset: Gauge::default(),
             skipped_records: Gauge::default(),
+            forwarded: Counter::default(),
+            forward_failures: Counter::default(),
         }
     }
 }
@@ -134,6 +140,18 @@ impl RegistryMetrics {
                 "gauge",
                 "_schemas records the registry could not read and skipped.",
                 self.skipped_records.get() as f64,
+            ),
+            (
+                "spate_schema_registry_forwarded_total",
+                "counter",
+                "Writes sent on to the node leading _schemas.",
+                self.forwarded.get() as f64,
+            ),
+            (
+                "spate_schema_registry_forward_failures_total",
+                "counter",
+                "Forwarded writes the leading node did not answer.",
+                self.forward_failures.get() as f64,
             ),
         ] {
             w.family(name, kind, help).sample(name, &[], v);

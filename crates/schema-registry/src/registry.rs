@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::compat::{self, Level};
 use crate::encode::RecordEncoder;
 use crate::error::RegistryError;
+use crate::forward::Writer;
 use crate::log::SchemaLog;
 use crate::metrics::RegistryMetrics;
 use crate::records::{
@@ -31,6 +32,27 @@ const START_PREPARE_WAIT: Duration = Duration::from_secs(5);
 const PARSED_CACHE_ENTRIES: usize = 1_024;
 /// Record encoders kept for HTTP ingest, at most; the cache is emptied when full.
 const ENCODER_CACHE_ENTRIES: usize = 256;
+
+/// The registry's state as `/admin` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// Whether this node takes writes (it leads `_schemas`, or runs alone).
+    pub leader: bool,
+    /// The node writes are forwarded to, when another one leads `_schemas`.
+    pub writer: Option<i32>,
+    /// Subjects with a live version.
+    pub subjects: usize,
+    /// Schemas stored (distinct ids).
+    pub schemas: usize,
+    /// The id the next new schema gets.
+    pub next_id: i32,
+    /// The global mode.
+    pub mode: &'static str,
+    /// The global compatibility level.
+    pub compatibility: &'static str,
+    /// Offset of the next `_schemas` record to apply.
+    pub applied_offset: i64,
+}
 
 /// The registry's limits.
 #[derive(Debug, Clone)]
@@ -222,6 +244,31 @@ impl Registry {
     /// The limits in force.
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// Which node takes writes now.
+    pub fn writer(&self) -> Writer {
+        self.log.writer()
+    }
+
+    /// What `/admin` shows of the registry: who takes writes, how much it holds, its global
+    /// mode and compatibility level.
+    pub fn status(&self) -> Status {
+        let writer = self.writer();
+        let st = self.state.read();
+        Status {
+            leader: writer == Writer::Here,
+            writer: match writer {
+                Writer::Here | Writer::Nobody => None,
+                Writer::Node(n) => Some(n),
+            },
+            subjects: st.live_subjects(),
+            schemas: st.schema_count(),
+            next_id: st.next_id(),
+            mode: st.own_mode(None).unwrap_or_default().name(),
+            compatibility: st.level(None).name(),
+            applied_offset: st.next_offset,
+        }
     }
 
     fn spawn_tailer(self: &Arc<Self>, mut prepared: bool) {

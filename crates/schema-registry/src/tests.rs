@@ -838,3 +838,290 @@ async fn a_record_encoder_found_by_text_follows_a_deleted_and_registered_again_s
     assert_eq!(api.get("/subjects/t-value/versions").await.1, json!([1]));
     assert_eq!(api.get("/subjects/t-value/versions/1").await.1["id"], id);
 }
+
+/// A log on a node that does not lead `_schemas`: node 2 does.
+struct FollowerLog(Arc<MemoryLog>);
+
+impl crate::log::SchemaLog for FollowerLog {
+    fn prepare(&self) -> futures::future::BoxFuture<'static, Result<(), RegistryError>> {
+        self.0.prepare()
+    }
+    fn append(
+        &self,
+        records: Vec<crate::records::Record>,
+    ) -> futures::future::BoxFuture<'static, Result<i64, RegistryError>> {
+        self.0.append(records)
+    }
+    fn read(&self, from: i64) -> Result<crate::log::Chunk, RegistryError> {
+        self.0.read(from)
+    }
+    fn end(&self) -> i64 {
+        self.0.end()
+    }
+    fn changed(&self, limit: std::time::Duration) -> futures::future::BoxFuture<'static, ()> {
+        self.0.changed(limit)
+    }
+    fn writer(&self) -> crate::forward::Writer {
+        crate::forward::Writer::Node(2)
+    }
+}
+
+/// Records what it was asked to forward and answers as the leader would (or fails).
+#[derive(Default)]
+struct FakeLeader {
+    seen: parking_lot::Mutex<Vec<(i32, crate::forward::ForwardRequest)>>,
+    down: bool,
+}
+
+impl crate::forward::Forward for Arc<FakeLeader> {
+    fn forward(
+        &self,
+        node: i32,
+        request: crate::forward::ForwardRequest,
+        _limit: std::time::Duration,
+    ) -> futures::future::BoxFuture<'static, Result<crate::forward::ForwardAnswer, String>> {
+        self.seen.lock().push((node, request));
+        let down = self.down;
+        Box::pin(async move {
+            if down {
+                return Err("connection refused".to_string());
+            }
+            Ok(crate::forward::ForwardAnswer {
+                status: 200,
+                content_type: Some(axum::http::HeaderValue::from_static(CT)),
+                body: bytes::Bytes::from_static(br#"{"id":7}"#),
+            })
+        })
+    }
+}
+
+async fn send_to(app: axum::Router, req: Request<Body>) -> (StatusCode, Value, Option<String>) {
+    let resp = app.oneshot(req).await.unwrap();
+    let status = resp.status();
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        ct,
+    )
+}
+
+async fn follower(leader: Arc<FakeLeader>) -> (Arc<Registry>, axum::Router) {
+    let reg = Registry::start(
+        Arc::new(FollowerLog(MemoryLog::new())),
+        Settings {
+            max_body_bytes: 1000,
+            ..Settings::default()
+        },
+    )
+    .await;
+    let hooks = crate::api::Hooks {
+        access: None,
+        forward: Some(Arc::new(leader)),
+    };
+    (reg.clone(), crate::api::router_with(reg, hooks))
+}
+
+#[tokio::test]
+async fn a_write_off_the_leader_is_forwarded_with_its_query_body_type_and_credentials_and_the_answer_relayed(
+) {
+    let leader = Arc::new(FakeLeader::default());
+    let (reg, app) = follower(leader.clone()).await;
+    let req = Request::post("/subjects/s-value/versions?normalize=true")
+        .header("content-type", "application/json")
+        .header("authorization", "Basic YTpi")
+        .body(Body::from(r#"{"schema":"\"long\""}"#))
+        .unwrap();
+    let (status, v, ct) = send_to(app.clone(), req).await;
+    assert_eq!(
+        (status, v, ct.as_deref()),
+        (StatusCode::OK, json!({"id": 7}), Some(CT))
+    );
+    let (node, fwd) = leader.seen.lock()[0].clone();
+    assert_eq!(node, 2);
+    assert_eq!(fwd.method, axum::http::Method::POST);
+    assert_eq!(
+        fwd.path_and_query,
+        "/subjects/s-value/versions?normalize=true"
+    );
+    assert_eq!(fwd.content_type.as_ref().unwrap(), "application/json");
+    assert_eq!(fwd.authorization.as_ref().unwrap(), "Basic YTpi");
+    assert_eq!(&fwd.body[..], br#"{"schema":"\"long\""}"#);
+    assert_eq!(reg.metrics.forwarded.get(), 1);
+    // Reads and lookups are answered here.
+    let (status, _, _) = send_to(
+        app.clone(),
+        Request::get("/subjects").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let lookup = Request::post("/subjects/s-value")
+        .header("content-type", CT)
+        .body(Body::from(r#"{"schema":"\"long\""}"#))
+        .unwrap();
+    let (status, v, _) = send_to(app, lookup).await;
+    assert_eq!((status, code(&v)), (StatusCode::NOT_FOUND, 40401));
+    assert_eq!(leader.seen.lock().len(), 1);
+}
+
+#[tokio::test]
+async fn a_write_forwarded_once_already_is_refused_with_50003_not_forwarded_again() {
+    let leader = Arc::new(FakeLeader::default());
+    let (_, app) = follower(leader.clone()).await;
+    let req = Request::put("/config")
+        .header("content-type", CT)
+        .header(crate::forward::FORWARDED_HEADER, "1")
+        .body(Body::from(r#"{"compatibility":"NONE"}"#))
+        .unwrap();
+    let (status, v, _) = send_to(app, req).await;
+    assert_eq!((status.as_u16(), code(&v)), (500, 50003), "{v}");
+    assert!(leader.seen.lock().is_empty());
+}
+
+#[tokio::test]
+async fn a_forwarded_body_over_the_limit_is_413_and_a_leader_that_does_not_answer_is_50003() {
+    let leader = Arc::new(FakeLeader::default());
+    let (_, app) = follower(leader.clone()).await;
+    let big = format!(r#"{{"schema":"{}"}}"#, "x".repeat(2000));
+    let req = Request::post("/subjects/s/versions")
+        .header("content-type", CT)
+        .body(Body::from(big))
+        .unwrap();
+    let (status, v, _) = send_to(app, req).await;
+    assert_eq!((status.as_u16(), code(&v)), (413, 413));
+    assert!(leader.seen.lock().is_empty());
+
+    let down = Arc::new(FakeLeader {
+        down: true,
+        ..FakeLeader::default()
+    });
+    let (reg, app) = follower(down).await;
+    let req = Request::delete("/subjects/s").body(Body::empty()).unwrap();
+    let (status, v, _) = send_to(app, req).await;
+    assert_eq!((status.as_u16(), code(&v)), (500, 50003), "{v}");
+    assert!(v["message"].as_str().unwrap().contains("node 2"), "{v}");
+    assert_eq!(reg.metrics.forward_failures.get(), 1);
+}
+
+/// Users "alice" (Describe and Write on topic orders, nothing on the cluster) and "bob"
+/// (nothing), named in the Authorization header as they are.
+struct FakeAcls;
+
+impl crate::access::Access for FakeAcls {
+    fn authenticate(
+        &self,
+        headers: &axum::http::HeaderMap,
+        _peer: Option<std::net::IpAddr>,
+    ) -> Result<crate::access::Caller, String> {
+        let user = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .filter(|u| ["alice", "bob"].contains(u))
+            .ok_or("who are you")?;
+        let session = spate_broker::security::Session::new(
+            spate_broker::security::SecurityProtocol::Plaintext,
+            None,
+            Some(spate_auth::Principal::user(user.to_string())),
+        );
+        Ok(crate::access::Caller(Some(Arc::new(session))))
+    }
+
+    fn allows(
+        &self,
+        caller: &crate::access::Caller,
+        operation: spate_auth::acl::Operation,
+        resource_type: spate_auth::acl::ResourceType,
+        name: &str,
+    ) -> bool {
+        use spate_auth::acl::{Operation, ResourceType};
+        let who = caller.name();
+        who == "User:alice"
+            && resource_type == ResourceType::Topic
+            && name == "orders"
+            && matches!(operation, Operation::Describe | Operation::Write)
+    }
+}
+
+#[tokio::test]
+async fn with_security_callers_need_credentials_and_the_acls_of_the_subjects_topic() {
+    let reg = Registry::start(Arc::new(MemoryLog::new()), Settings::default()).await;
+    let app = crate::api::router_with(
+        reg,
+        crate::api::Hooks {
+            access: Some(Arc::new(FakeAcls)),
+            forward: None,
+        },
+    );
+    let call = |method: &str, path: &str, user: Option<&str>, body: Option<Value>| {
+        let mut req = Request::builder().method(method).uri(path);
+        if let Some(u) = user {
+            req = req.header("authorization", u);
+        }
+        let req = match body {
+            Some(b) => req
+                .header("content-type", CT)
+                .body(Body::from(b.to_string())),
+            None => req.body(Body::empty()),
+        }
+        .unwrap();
+        send_to(app.clone(), req)
+    };
+    let schema = json!({"schema": "\"long\""});
+    let (status, v, _) = call("GET", "/subjects", None, None).await;
+    assert_eq!((status.as_u16(), code(&v)), (401, 40101));
+    let (status, v, _) = call("GET", "/subjects", Some("mallory"), None).await;
+    assert_eq!((status.as_u16(), code(&v)), (401, 40101));
+    let register = "/subjects/orders-value/versions";
+    let (status, v, _) = call("POST", register, Some("bob"), Some(schema.clone())).await;
+    assert_eq!((status.as_u16(), code(&v)), (403, 40301), "{v}");
+    let (status, v, _) = call("POST", register, Some("alice"), Some(schema.clone())).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let id = v["id"].as_i64().unwrap();
+    // Lists show what the caller may describe; ids need a subject the caller may describe.
+    let (_, v, _) = call("GET", "/subjects", Some("alice"), None).await;
+    assert_eq!(v, json!(["orders-value"]));
+    let (_, v, _) = call("GET", "/subjects", Some("bob"), None).await;
+    assert_eq!(v, json!([]));
+    let by_id = format!("/schemas/ids/{id}");
+    let (status, _, _) = call("GET", &by_id, Some("alice"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, v, _) = call("GET", &by_id, Some("bob"), None).await;
+    assert_eq!((status.as_u16(), code(&v)), (403, 40301));
+    let (status, v, _) = call(
+        "GET",
+        "/subjects/orders-value/versions/1",
+        Some("bob"),
+        None,
+    )
+    .await;
+    assert_eq!((status.as_u16(), code(&v)), (403, 40301));
+    // Deleting needs Delete, the global config AlterConfigs on the cluster: alice has neither.
+    let (status, _, _) = call("DELETE", "/subjects/orders-value", Some("alice"), None).await;
+    assert_eq!(status.as_u16(), 403);
+    let nconf = json!({"compatibility": "NONE"});
+    let (status, _, _) = call("PUT", "/config", Some("alice"), Some(nconf)).await;
+    assert_eq!(status.as_u16(), 403);
+    let (status, _, _) = call("GET", "/config", Some("bob"), None).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_status_says_who_takes_writes_and_what_the_registry_holds() {
+    let api = Api::new().await;
+    api.register("a", "\"long\"").await;
+    api.register("b", "\"string\"").await;
+    let st = api.reg.status();
+    assert!(st.leader);
+    assert_eq!((st.subjects, st.schemas, st.next_id), (2, 2, 3));
+    assert_eq!((st.mode, st.compatibility), ("READWRITE", "BACKWARD"));
+    let (reg, _) = follower(Arc::new(FakeLeader::default())).await;
+    let st = reg.status();
+    assert_eq!((st.leader, st.writer), (false, Some(2)));
+}

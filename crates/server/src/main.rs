@@ -9,6 +9,7 @@ mod config;
 mod connection;
 mod limits;
 mod record_schemas;
+mod registry_hooks;
 mod tls;
 
 use std::sync::Arc;
@@ -224,8 +225,35 @@ async fn run(args: Args) -> anyhow::Result<()> {
             http_state.add_metrics(Box::new(move || counters.metrics.render()));
             http_state
                 .set_record_schemas(Arc::new(record_schemas::RegistrySchemas(registry.clone())));
+            // The same users, token and ACLs as the HTTP endpoints; writes off the node
+            // leading _schemas go to it through its HTTP listener.
+            let hooks = spate_schema_registry::api::Hooks {
+                access: args.http_auth()?.basic.then(|| {
+                    Arc::new(registry_hooks::HttpUsers {
+                        http: http_state.clone(),
+                        broker: broker.clone(),
+                    }) as Arc<dyn spate_schema_registry::access::Access>
+                }),
+                forward: cluster.as_ref().map(|_| {
+                    Arc::new(registry_hooks::ToLeader {
+                        http: http_state.clone(),
+                        broker: broker.clone(),
+                    }) as Arc<dyn spate_schema_registry::forward::Forward>
+                }),
+            };
+            let shown = registry.clone();
+            let listen = bound.to_string();
+            http_state.set_schema_registry(spate_http::SchemaRegistry {
+                api: spate_schema_registry::api::router_with(registry.clone(), hooks.clone()),
+                status: Box::new(move || {
+                    let mut v = serde_json::to_value(shown.status()).unwrap_or_default();
+                    v["enabled"] = serde_json::Value::Bool(true);
+                    v["listen"] = serde_json::Value::String(listen.clone());
+                    v
+                }),
+            });
             tokio::spawn(async move {
-                if let Err(e) = spate_schema_registry::serve(l, registry).await {
+                if let Err(e) = spate_schema_registry::api::serve_with(l, registry, hooks).await {
                     tracing::error!("schema registry listener failed: {e}");
                 }
             });
