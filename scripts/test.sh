@@ -34,9 +34,13 @@ scripts/kafka-python-admin-e2e.sh
 # The built-in schema registry with confluent-kafka's SchemaRegistryClient and its Avro and
 # JSON Schema serializers, through a kill -9 and restart.
 scripts/schema-registry-e2e.sh
-# The same registry on a 3-node cluster: reads on every node, writes on the _schemas leader,
-# and registration going on after it is killed, no id handed out twice.
+# The same registry on a 3-node cluster: reads on every node, writes through any node
+# forwarded to the _schemas leader, and registration going on through a surviving node after
+# the leader is killed, no id handed out twice.
 scripts/schema-registry-cluster-e2e.sh
+# The registry with security on: SASL users over HTTP Basic, ACLs of the subject's topic,
+# 401 and 403 (40301) with confluent-kafka's SchemaRegistryClient.
+scripts/schema-registry-security-e2e.sh
 # Transactions: librdkafka (commits, aborts, fencing, consume-transform-produce, timeouts,
 # read_committed offsets), Kafka's Java producer and kafka-transactions, exactly-once Kafka
 # Streams killed mid-run, and all of it again on a 3-node cluster with the coordinator killed.

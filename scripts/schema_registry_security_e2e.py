@@ -1,0 +1,160 @@
+"""The schema registry with security on (see scripts/schema-registry-security-e2e.sh): users
+admin (super user), alice (Write on topic orders, nothing on the cluster) and bob (Read on topic
+other only). confluent-kafka's SchemaRegistryClient with basic.auth.user.info works for alice,
+AvroSerializer and AvroDeserializer included; no credentials or a wrong password is 401
+(40101); bob gets 403 (40301) on orders-value and does not see it listed; the global config
+needs AlterConfigs on the cluster (admin may, alice may not); the node's HTTP listener path to
+the registry checks the same credentials. Needs SPATE_BOOTSTRAP, SPATE_HTTP and SPATE_LOG
+(with-spate.sh)."""
+import base64
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+
+from confluent_kafka import Consumer, OFFSET_BEGINNING, Producer, TopicPartition
+from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,
+                                   NewTopic, ResourcePatternType, ResourceType)
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+CT = "application/vnd.schemaregistry.v1+json"
+work = os.path.dirname(os.environ["SPATE_LOG"])
+line = open(os.path.join(work, "stdout")).read()
+registry = "http://" + re.search(r"schema registry on ([^,\s]+)", line).group(1)
+bootstrap = os.environ["SPATE_BOOTSTRAP"]
+http_listener = "http://" + os.environ["SPATE_HTTP"]
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+
+
+def kafka(user):
+    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": USERS[user]}
+
+
+def client(user=None, password=None):
+    conf = {"url": registry}
+    if user:
+        conf["basic.auth.user.info"] = f"{user}:{password or USERS[user]}"
+    return SchemaRegistryClient(conf)
+
+
+def refused(f, status, code):
+    """Calls f and checks it fails with this HTTP status and Confluent error code."""
+    try:
+        got = f()
+    except SchemaRegistryError as e:
+        assert (e.http_status_code, e.error_code) == (status, code), (e.http_status_code, e.error_code, e)
+        return
+    raise AssertionError(f"expected {status}/{code}, got {got!r}")
+
+
+def raw(base, method, path, user=None, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", CT)
+    if user:
+        token = base64.b64encode(f"{user}:{USERS[user]}".encode()).decode()
+        req.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, dict(r.headers), json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), json.loads(e.read() or b"null")
+
+
+# ACLs, created by the super user through the Kafka protocol.
+admin = AdminClient(kafka("admin"))
+for f in admin.create_topics([NewTopic("orders", 1, 1), NewTopic("other", 1, 1)]).values():
+    f.result(timeout=30)
+acls = [
+    AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:alice", "*",
+               AclOperation.WRITE, AclPermissionType.ALLOW),
+    AclBinding(ResourceType.TOPIC, "other", ResourcePatternType.LITERAL, "User:bob", "*",
+               AclOperation.READ, AclPermissionType.ALLOW),
+]
+for f in admin.create_acls(acls).values():
+    f.result(timeout=30)
+print("ACLs: alice Write on orders, bob Read on other", flush=True)
+
+# alice: registers through the serializer (Write on orders), reads back (Describe implied).
+user_schema = json.dumps({"type": "record", "name": "Order",
+                          "fields": [{"name": "id", "type": "long"}]})
+deadline = time.time() + 30
+while True:
+    # ACLs reach the authorizer asynchronously: retried briefly while still refused.
+    try:
+        alice = client("alice")
+        ser = AvroSerializer(alice, user_schema)
+        ctx = SerializationContext("orders", MessageField.VALUE)
+        first = ser({"id": 0}, ctx)
+        break
+    except SchemaRegistryError as e:
+        assert e.http_status_code == 403 and time.time() < deadline, e
+        time.sleep(0.2)
+producer = Producer(kafka("alice"))
+producer.produce("orders", value=first)
+for i in range(1, 5):
+    producer.produce("orders", value=ser({"id": i}, ctx))
+assert producer.flush(30) == 0
+de = AvroDeserializer(client("alice"))
+consumer = Consumer({**kafka("admin"), "group.id": "sr-security", "enable.auto.commit": False})
+consumer.assign([TopicPartition("orders", 0, OFFSET_BEGINNING)])
+got, deadline = [], time.time() + 30
+while len(got) < 5:
+    assert time.time() < deadline, f"read {len(got)} of 5"
+    m = consumer.poll(0.5)
+    if m is not None and m.error() is None:
+        got.append(de(m.value(), ctx))
+consumer.close()
+assert got == [{"id": i} for i in range(5)], got
+alice = client("alice")
+latest = alice.get_latest_version("orders-value")
+assert alice.get_subjects() == ["orders-value"]
+print(f"alice: AvroSerializer registered id {latest.schema_id}; AvroDeserializer read 5 records", flush=True)
+
+# No credentials, a wrong password, an unknown user: 401 (40101) with a Basic challenge.
+refused(lambda: client().get_subjects(), 401, 40101)
+refused(lambda: client("alice", "wrong").get_subjects(), 401, 40101)
+refused(lambda: client("mallory", "x").get_latest_version("orders-value"), 401, 40101)
+status, headers, body = raw(registry, "GET", "/subjects")
+assert status == 401 and body["error_code"] == 40101, (status, body)
+assert headers.get("WWW-Authenticate", headers.get("www-authenticate", "")).startswith("Basic"), headers
+print("no or wrong credentials: 401 (40101)", flush=True)
+
+# bob: no ACL on orders.
+bob = client("bob")
+refused(lambda: bob.register_schema("orders-value", Schema(user_schema, "AVRO")), 403, 40301)
+refused(lambda: bob.get_latest_version("orders-value"), 403, 40301)
+refused(lambda: bob.get_schema(latest.schema_id), 403, 40301)
+refused(lambda: bob.delete_subject("orders-value"), 403, 40301)
+assert bob.get_subjects() == [], bob.get_subjects()
+# bob may use subjects of the topic he reads (Describe is implied by Read) but not register.
+refused(lambda: bob.register_schema("other-value", Schema(user_schema, "AVRO")), 403, 40301)
+refused(lambda: bob.get_latest_version("other-value"), 404, 40401)
+print("bob: 403 (40301) on orders-value, not listed; cannot register under other-value", flush=True)
+
+# The global config: AlterConfigs on the cluster. alice may not, admin (super user) may.
+refused(lambda: alice.set_compatibility(level="NONE"), 403, 40301)
+refused(lambda: alice.delete_subject("orders-value"), 403, 40301)
+admin_sr = client("admin")
+admin_sr.set_compatibility(level="FULL")
+assert admin_sr.get_compatibility() == "FULL"
+assert alice.get_compatibility() == "FULL"
+print("global config: 403 for alice, set by admin", flush=True)
+
+# The HTTP listener's path to the registry (used for forwarded writes) checks the same.
+path = "/_spate/schema-registry/subjects/orders-value/versions"
+status, _, body = raw(http_listener, "POST", path, body={"schema": user_schema})
+assert status == 401 and body["error_code"] == 40101, (status, body)
+status, _, body = raw(http_listener, "POST", path, user="bob", body={"schema": user_schema})
+assert status == 403 and body["error_code"] == 40301, (status, body)
+status, _, body = raw(http_listener, "POST", path, user="alice", body={"schema": user_schema})
+assert status == 200 and body == {"id": latest.schema_id}, (status, body)
+print("the HTTP listener's registry path: 401, 403 and 200 as on the registry's own", flush=True)
+print("schema registry security e2e: all checks passed")
