@@ -176,9 +176,10 @@ impl SearchSettings {
             .iter()
             .map(|f| format!("{}:{}", f.path, f.kind.as_str()))
             .collect();
-        // v2: every JSON field is indexed by its path (dynamic mapping).
+        // v2: every JSON field is indexed by its path (dynamic mapping). v3: a JSON object's
+        // raw text is no longer indexed and exact values are columns only.
         let mut f = format!(
-            "v2 format={} store={} fields={} max_fields={}",
+            "v3 format={} store={} fields={} max_fields={}",
             self.format.as_str(),
             self.store_value,
             fields.join(","),

@@ -55,9 +55,15 @@ pub fn build_counted(
     }
     let mut event_ms = r.timestamp;
     if let Some(v) = &r.value {
-        doc.add_text(schema.value, lossy(v));
         doc.add_text(schema.present, "value");
-        if let Some(json) = parse_value(v, settings.format) {
+        let json = parse_value(v, settings.format);
+        // A JSON object's words are indexed by path (`doc`), and a search without a field
+        // looks in every path (`IndexSchema::unqualified_fields`): indexing the raw text too
+        // would index every word twice.
+        if !matches!(json, Some(Value::Object(_))) {
+            doc.add_text(schema.value, lossy(v));
+        }
+        if let Some(json) = json {
             if !schema.json.is_empty() {
                 add_json_fields(&mut doc, schema, &json, r.timestamp);
             }

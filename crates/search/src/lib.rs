@@ -19,6 +19,7 @@ pub mod directory;
 pub mod document;
 pub mod dsl;
 pub mod error;
+pub mod filter_agg;
 pub mod index;
 pub mod indexer;
 pub mod mapping;

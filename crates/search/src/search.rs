@@ -222,22 +222,16 @@ fn filter_buckets(name: &str, body: &Value) -> Result<Vec<(String, Value)>, Sear
     }
 }
 
-/// A `filters` bucket's query as tantivy's query string: `query_string` and `match_all`,
-/// which is what Grafana's filters send; anything else is refused by name.
-fn filter_query_string(
-    name: &str,
-    query: &Value,
-    schema: &IndexSchema,
-) -> Result<String, SearchError> {
+/// A `filters` bucket's query for tantivy's `filter` aggregation: any query of the DSL,
+/// compiled per partition (see [`crate::filter_agg`]); `match_all` and an empty or `*`
+/// query string (Grafana's filters) as tantivy's "everything".
+fn filter_query_string(name: &str, query: &Value) -> Result<String, SearchError> {
     if query.get("match_all").is_some() {
         return Ok("*".into());
     }
     match query.get("query_string").and_then(|q| q.get("query")) {
         Some(Value::String(q)) if q.trim().is_empty() || q.trim() == "*" => Ok("*".into()),
-        Some(Value::String(q)) => Ok(crate::dsl::compile::index_query_string(schema, q)),
-        _ => Err(SearchError::illegal(format!(
-            "[aggs] [{name}] [filters]: only query_string and match_all filters are supported, got {query}"
-        ))),
+        _ => crate::filter_agg::mark(name, query),
     }
 }
 
@@ -333,7 +327,7 @@ fn map_aggs_at(
                 None => None,
             };
             for (bucket, query) in filter_buckets(name, filters)? {
-                let q = filter_query_string(name, &query, schema)?;
+                let q = filter_query_string(name, &query)?;
                 let mut f = Map::new();
                 f.insert("filter".into(), Value::from(q));
                 if let Some(s) = &sub {
@@ -966,10 +960,14 @@ fn search_one(
     let window = if count_only { 0 } else { req.from + req.size };
     let by_score_desc = sort_name.is_none() && req.sort.direction == Direction::Desc;
     let aggregations = match (&req.aggs, count_only) {
-        (Some(a), false) => Some(DistributedAggregationCollector::from_aggs(
-            parse_aggs(map_aggs(a, schema)?)?,
-            agg_context(),
-        )),
+        (Some(a), false) => {
+            let mut aggs = parse_aggs(map_aggs(a, schema)?)?;
+            crate::filter_agg::bind(&mut aggs, schema, limits, now_ms)?;
+            Some(DistributedAggregationCollector::from_aggs(
+                aggs,
+                agg_context(),
+            ))
+        }
         _ => None,
     };
     let offset_of = |address: DocAddress| {

@@ -6,10 +6,11 @@ use std::ops::Bound as RangeBound;
 use serde_json::Value;
 use spate_broker::search_config::FieldKind;
 use tantivy::query::{
-    AllQuery, BooleanQuery, ConstScoreQuery, DisjunctionMaxQuery, EmptyQuery, Occur, PhraseQuery,
-    Query as TQuery, QueryParser, RangeQuery, RegexQuery, TermQuery,
+    AllQuery, BooleanQuery, BoostQuery, ConstScoreQuery, DisjunctionMaxQuery, EmptyQuery, Occur,
+    PhraseQuery, Query as TQuery, RangeQuery, RegexQuery, TermQuery,
 };
-use tantivy::schema::{Field, IndexRecordOption};
+use tantivy::query_grammar::{Delimiter, UserInputAst, UserInputBound, UserInputLeaf};
+use tantivy::schema::IndexRecordOption;
 use tantivy::tokenizer::TokenizerManager;
 use tantivy::{DateTime, Term};
 
@@ -34,18 +35,6 @@ pub fn compile(
         tokenizers: TokenizerManager::default(),
     }
     .query(q)
-}
-
-/// A query string with field names replaced by the index's (for tantivy's own parser, as in
-/// the `filter` aggregation).
-pub fn index_query_string(schema: &IndexSchema, query: &str) -> String {
-    Compiler {
-        schema,
-        limits: &Limits::default(),
-        now_ms: 0,
-        tokenizers: TokenizerManager::default(),
-    }
-    .rewrite_field_names(query)
 }
 
 struct Compiler<'a> {
@@ -82,8 +71,37 @@ fn none() -> Boxed {
     Box::new(EmptyQuery)
 }
 
+/// The best of several fields' queries (Elasticsearch's `dis_max` over the fields a search
+/// without a field looks in).
+fn any_of(mut parts: Vec<Boxed>) -> Boxed {
+    match parts.len() {
+        0 => none(),
+        1 => parts.pop().unwrap_or_else(none),
+        _ => Box::new(DisjunctionMaxQuery::new(parts)),
+    }
+}
+
+/// Documents whose column (fast field) holds a value in the bounds: exact values of the
+/// documents' fields (`doc_kw`) are columns with no inverted index.
+fn column_range(lower: RangeBound<Term>, upper: RangeBound<Term>) -> Boxed {
+    Box::new(RangeQuery::new(lower, upper))
+}
+
 fn term_query(t: Term) -> Boxed {
     Box::new(TermQuery::new(t, IndexRecordOption::WithFreqs))
+}
+
+/// A wildcard pattern (`*` any run, `?` one character) as a regex.
+fn wildcard_regex(pattern: &str) -> String {
+    let mut re = String::new();
+    for c in pattern.chars() {
+        match c {
+            '*' => re.push_str(".*"),
+            '?' => re.push('.'),
+            c => re.push_str(&escape_regex(&c.to_string())),
+        }
+    }
+    re
 }
 
 /// Escapes regex syntax so that `s` matches itself.
@@ -124,17 +142,7 @@ impl Compiler<'_> {
             } => {
                 let resolved: Vec<Resolved> =
                     if fields.is_empty() || fields.iter().any(|f| f == "*") {
-                        self.schema
-                            .default_text_fields()
-                            .into_iter()
-                            .map(|f| Resolved {
-                                field: f,
-                                name: String::new(),
-                                role: FieldRole::Value,
-                                header: None,
-                                path: None,
-                            })
-                            .collect()
+                        self.schema.resolve("*").into_iter().collect()
                     } else {
                         fields
                             .iter()
@@ -195,23 +203,15 @@ impl Compiler<'_> {
                 self.check_pattern("prefix", value, 0)?;
                 match self.schema.resolve(field) {
                     None => none(),
-                    Some(r) => self.regex(&r, &format!("{}.*", escape_regex(value)), "prefix")?,
+                    Some(r) => self.prefix(&r, value)?,
                 }
             }
             Query::Wildcard { field, pattern } => {
                 let wild = pattern.chars().filter(|c| *c == '*' || *c == '?').count();
                 self.check_pattern("wildcard", pattern, wild)?;
-                let mut re = String::new();
-                for c in pattern.chars() {
-                    match c {
-                        '*' => re.push_str(".*"),
-                        '?' => re.push('.'),
-                        c => re.push_str(&escape_regex(&c.to_string())),
-                    }
-                }
                 match self.schema.resolve(field) {
                     None => none(),
-                    Some(r) => self.regex(&r, &re, "wildcard")?,
+                    Some(r) => self.regex(&r, &wildcard_regex(pattern), "wildcard")?,
                 }
             }
             Query::Regexp { field, pattern } => {
@@ -367,14 +367,24 @@ impl Compiler<'_> {
             // Exact fields match the whole text as one term, numbers and dates as values.
             return self.exact_query(r, &Value::String(text.to_string()), "match");
         }
+        // Without a field, each word may be in any text field (as `query_string` over
+        // several fields reads a word), and the operator joins the words.
+        let fields = self.expanded(r);
         let terms: Vec<Boxed> = self
             .tokens(text)
             .into_iter()
             .map(|(_, t)| {
-                Box::new(TermQuery::new(
-                    Self::text_term(r, &t),
-                    IndexRecordOption::WithFreqs,
-                )) as Boxed
+                any_of(
+                    fields
+                        .iter()
+                        .map(|f| {
+                            Box::new(TermQuery::new(
+                                Self::text_term(f, &t),
+                                IndexRecordOption::WithFreqs,
+                            )) as Boxed
+                        })
+                        .collect(),
+                )
             })
             .collect();
         if terms.is_empty() {
@@ -384,10 +394,7 @@ impl Compiler<'_> {
         if n == 1 {
             // One token: the term query itself, which tantivy scores top-k with block-max
             // pruning; a one-clause boolean would score every match.
-            if let Some(only) = terms.into_iter().next() {
-                return Ok(only);
-            }
-            return Ok(none());
+            return Ok(any_of(terms));
         }
         Ok(match (op, msm) {
             (Operator::And, _) => Box::new(BooleanQuery::intersection(terms)),
@@ -399,51 +406,62 @@ impl Compiler<'_> {
         })
     }
 
+    /// The fields a query on `r` looks in: every text field for the value (a search
+    /// without a field), else `r` itself.
+    fn expanded(&self, r: &Resolved) -> Vec<Resolved> {
+        if r.role == FieldRole::Value {
+            self.schema.unqualified_fields()
+        } else {
+            vec![r.clone()]
+        }
+    }
+
     fn phrase(&self, r: &Resolved, text: &str, slop: u32) -> Result<Boxed, SearchError> {
         if !Self::analysed(r) {
             return self.match_field(r, text, Operator::Or, None);
         }
-        let terms: Vec<(usize, Term)> = self
-            .tokens(text)
-            .into_iter()
-            .map(|(p, t)| (p, Self::text_term(r, &t)))
-            .collect();
-        Ok(match terms.len() {
-            0 => none(),
-            1 => term_query(terms[0].1.clone()),
-            _ => Box::new(PhraseQuery::new_with_offset_and_slop(terms, slop)),
-        })
+        let tokens = self.tokens(text);
+        let one = |f: &Resolved| -> Boxed {
+            let terms: Vec<(usize, Term)> = tokens
+                .iter()
+                .map(|(p, t)| (*p, Self::text_term(f, t)))
+                .collect();
+            match terms.len() {
+                0 => none(),
+                1 => term_query(terms[0].1.clone()),
+                _ => Box::new(PhraseQuery::new_with_offset_and_slop(terms, slop)),
+            }
+        };
+        Ok(any_of(self.expanded(r).iter().map(one).collect()))
     }
 
-    /// The one term an exact value stands for in `r` (`None`: cannot match, e.g. text in a
-    /// number field, which Elasticsearch also refuses).
-    /// The query for one exact value of `r`. A number in a field the documents brought may be
-    /// stored as an integer or as a float (JSON does not say which a value is, and documents
-    /// differ): a whole number matches either.
+    /// The query for one exact value of `r`. Exact values of the documents' fields are
+    /// columns (see [`IndexSchema::doc_kw`]), read by range; a number in them may be stored
+    /// as an integer or as a float (JSON does not say which, and documents differ), which
+    /// the column range reads either way.
     fn exact_query(&self, r: &Resolved, v: &Value, kind: &str) -> Result<Boxed, SearchError> {
+        if r.role == FieldRole::Value {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            return Ok(any_of(
+                self.expanded(r)
+                    .iter()
+                    .map(|f| term_query(Self::text_term(f, &text)))
+                    .collect(),
+            ));
+        }
         let Some(t) = self.exact(r, v, kind)? else {
             return Ok(none());
         };
-        if r.role != FieldRole::Dynamic(FieldKind::Number) {
-            return Ok(term_query(t));
+        if r.field == self.schema.doc_kw {
+            return Ok(column_range(
+                RangeBound::Included(t.clone()),
+                RangeBound::Included(t),
+            ));
         }
-        let n = match v {
-            Value::Number(n) => n.as_f64(),
-            Value::String(s) => s.trim().parse::<f64>().ok(),
-            _ => None,
-        };
-        match n.filter(|n| n.fract() == 0.0 && n.abs() < 9.0e15) {
-            Some(whole) => {
-                let path = r.path.as_deref().unwrap_or_default();
-                let mut int = Term::from_field_json_path(r.field, path, true);
-                int.append_type_and_fast_value(whole as i64);
-                Ok(Box::new(BooleanQuery::union(vec![
-                    term_query(t),
-                    term_query(int),
-                ])))
-            }
-            None => Ok(term_query(t)),
-        }
+        Ok(term_query(t))
     }
 
     fn exact(&self, r: &Resolved, v: &Value, kind: &str) -> Result<Option<Term>, SearchError> {
@@ -533,117 +551,208 @@ impl Compiler<'_> {
         Ok(Box::new(RangeQuery::new(bound(lower)?, bound(upper)?)))
     }
 
-    fn regex(&self, r: &Resolved, pattern: &str, kind: &str) -> Result<Boxed, SearchError> {
-        let (field, pattern) = match r.role {
-            FieldRole::Key | FieldRole::Value | FieldRole::Json(FieldKind::Text | FieldKind::Keyword) => {
-                (r.field, pattern.to_string())
-            }
-            FieldRole::Header => (
-                r.field,
-                format!("{}={pattern}", escape_regex(r.header.as_deref().unwrap_or(""))),
-            ),
-            _ => {
-                return Err(SearchError::parsing(format!(
-                    "[{kind}] can only be used on key, value, headers, text and keyword fields, not [{}]",
-                    r.name
-                )))
-            }
-        };
-        let q = RegexQuery::from_pattern(&pattern, field).map_err(|e| SearchError::BadRequest {
-            kind: "too_complex_to_determinize_exception",
-            reason: format!("[{kind}] pattern is too complex or invalid: {e}"),
-        })?;
-        Ok(Box::new(q))
+    /// `prefix`: on a column (exact values of the documents' fields) a range from the prefix
+    /// to the prefix followed by the last character there is; elsewhere a regex.
+    fn prefix(&self, r: &Resolved, value: &str) -> Result<Boxed, SearchError> {
+        if r.role == FieldRole::Dynamic(FieldKind::Keyword) {
+            let path = r.path.as_deref().unwrap_or_default();
+            let term = |s: &str| {
+                let mut t = Term::from_field_json_path(r.field, path, true);
+                t.append_type_and_str(s);
+                t
+            };
+            return Ok(column_range(
+                RangeBound::Included(term(value)),
+                RangeBound::Included(term(&format!("{value}{}", char::MAX))),
+            ));
+        }
+        self.regex(r, &format!("{}.*", escape_regex(value)), "prefix")
     }
 
+    fn regex(&self, r: &Resolved, pattern: &str, kind: &str) -> Result<Boxed, SearchError> {
+        let build = |field, pattern: &str| -> Result<Boxed, SearchError> {
+            let q =
+                RegexQuery::from_pattern(pattern, field).map_err(|e| SearchError::BadRequest {
+                    kind: "too_complex_to_determinize_exception",
+                    reason: format!("[{kind}] pattern is too complex or invalid: {e}"),
+                })?;
+            Ok(Box::new(q))
+        };
+        match r.role {
+            FieldRole::Value => {
+                let parts = self
+                    .expanded(r)
+                    .iter()
+                    .filter(|f| f.role != FieldRole::Value)
+                    .map(|f| self.regex(f, pattern, kind))
+                    .chain(std::iter::once(build(r.field, pattern)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(any_of(parts))
+            }
+            FieldRole::Key | FieldRole::Json(FieldKind::Text | FieldKind::Keyword) => {
+                build(r.field, pattern)
+            }
+            FieldRole::Header => build(
+                r.field,
+                &format!(
+                    "{}={pattern}",
+                    escape_regex(r.header.as_deref().unwrap_or(""))
+                ),
+            ),
+            // A text field the documents brought: its words are terms of `doc` behind the
+            // field's path (segments split by 0x01, then 0x00 and the string type tag).
+            FieldRole::Dynamic(FieldKind::Text) => {
+                let path = r.path.as_deref().unwrap_or_default();
+                let segments: Vec<String> = path.split('.').map(escape_regex).collect();
+                build(
+                    r.field,
+                    &format!("{}\\x00s(?:{pattern})", segments.join("\\x01")),
+                )
+            }
+            _ => Err(SearchError::parsing(format!(
+                "[{kind}] can only be used on key, value, headers and text fields, and prefixes \
+                 on keyword fields, not [{}]",
+                r.name
+            ))),
+        }
+    }
+
+    /// `query_string`: Lucene's query syntax, parsed by tantivy's grammar and compiled here
+    /// clause by clause with the same rules as the JSON queries (fields the documents
+    /// brought, columns for exact values, a word without a field looked for in every text
+    /// field).
     fn query_string(
         &self,
         query: &str,
         fields: &[String],
         op: Operator,
     ) -> Result<Boxed, SearchError> {
-        let defaults: Vec<Field> = if fields.is_empty() {
-            self.schema.default_text_fields()
+        let ast = tantivy::query_grammar::parse_query(query).map_err(|_| {
+            SearchError::parsing(format!("[query_string] failed to parse query [{query}]"))
+        })?;
+        let defaults: Vec<Resolved> = if fields.is_empty() || fields.iter().any(|f| f == "*") {
+            self.schema.resolve("*").into_iter().collect()
         } else {
             fields
                 .iter()
-                .filter_map(|f| self.schema.resolve(f).map(|r| r.field))
+                .filter_map(|f| self.schema.resolve(f))
                 .collect()
         };
-        let mut parser = QueryParser::new(
-            self.schema.schema.clone(),
-            defaults,
-            TokenizerManager::default(),
-        );
-        if op == Operator::And {
-            parser.set_conjunction_by_default();
-        }
-        let rewritten = self.rewrite_field_names(query);
-        let parsed = match parser.parse_query(&rewritten) {
-            // Lucene reads a query of exclusions only (`NOT level:debug`, Grafana's filters)
-            // as everything but them; tantivy wants the "everything" said.
-            Err(tantivy::query::QueryParserError::AllButQueryForbidden) => {
-                match tantivy::query_grammar::parse_query(&rewritten) {
-                    Ok(ast) => parser.build_query_from_user_input_ast(with_all(ast)),
-                    Err(_) => Err(tantivy::query::QueryParserError::AllButQueryForbidden),
-                }
+        self.user_query(&with_all(ast), &defaults, op)
+    }
+
+    fn user_query(
+        &self,
+        ast: &UserInputAst,
+        defaults: &[Resolved],
+        op: Operator,
+    ) -> Result<Boxed, SearchError> {
+        Ok(match ast {
+            UserInputAst::Clause(items) => {
+                let plain = match op {
+                    Operator::And => Occur::Must,
+                    Operator::Or => Occur::Should,
+                };
+                let clauses = items
+                    .iter()
+                    .map(|(occur, sub)| {
+                        Ok((occur.unwrap_or(plain), self.user_query(sub, defaults, op)?))
+                    })
+                    .collect::<Result<Vec<_>, SearchError>>()?;
+                Box::new(BooleanQuery::new(clauses))
             }
-            other => other,
-        };
-        parsed.map_err(|e| {
-            SearchError::parsing(format!(
-                "[query_string] failed to parse query [{query}]: {e}"
-            ))
+            UserInputAst::Boost(inner, boost) => Box::new(BoostQuery::new(
+                self.user_query(inner, defaults, op)?,
+                boost.into_inner() as f32,
+            )),
+            UserInputAst::Leaf(leaf) => self.user_leaf(leaf, defaults, op)?,
         })
     }
 
-    /// Replaces `path:` of configured JSON fields with their index names in a query string.
-    /// (See [`with_all`] for queries of exclusions only.)
-    fn rewrite_field_names(&self, query: &str) -> String {
-        let mut out = String::with_capacity(query.len());
-        let mut rest = query;
-        let boundary = |c: char| c.is_whitespace() || "()+-!".contains(c);
-        let mut at_boundary = true;
-        while let Some(c) = rest.chars().next() {
-            if at_boundary && !boundary(c) {
-                let name_len = rest
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || "._@-".contains(c)))
-                    .unwrap_or(rest.len());
-                let (name, after) = rest.split_at(name_len);
-                if after.starts_with(':') {
-                    let mapped = self
-                        .schema
-                        .json
-                        .iter()
-                        .find(|(p, ..)| p == name || format!("{p}.keyword") == name)
-                        .map(|(_, _, _, n)| n.clone());
-                    // A field the documents brought: its text at `doc.<path>`, its exact
-                    // value at `doc_kw.<path>`.
-                    let dynamic = || {
-                        let r = self.schema.resolve(name)?;
-                        let path = r.path?;
-                        Some(match r.role {
-                            FieldRole::Dynamic(FieldKind::Text) => format!("doc.{path}"),
-                            _ => format!("doc_kw.{path}"),
-                        })
-                    };
-                    let fixed = match name {
-                        n if n == self.schema.time_field => Some("event_time".to_string()),
-                        "_timestamp" => Some("timestamp".to_string()),
-                        _ => None,
-                    };
-                    let replaced = mapped.or(fixed).or_else(dynamic);
-                    out.push_str(replaced.as_deref().unwrap_or(name));
-                    rest = after;
-                    at_boundary = false;
-                    continue;
-                }
+    fn user_leaf(
+        &self,
+        leaf: &UserInputLeaf,
+        defaults: &[Resolved],
+        op: Operator,
+    ) -> Result<Boxed, SearchError> {
+        let targets = |field: &Option<String>| -> Vec<Resolved> {
+            match field.as_deref() {
+                None => defaults.to_vec(),
+                Some(f) => self.schema.resolve(f).into_iter().collect(),
             }
-            at_boundary = boundary(c) || c == ':';
-            out.push(c);
-            rest = &rest[c.len_utf8()..];
+        };
+        let each = |field: &Option<String>,
+                    one: &dyn Fn(&Resolved) -> Result<Boxed, SearchError>|
+         -> Result<Boxed, SearchError> {
+            Ok(any_of(
+                targets(field)
+                    .iter()
+                    .map(one)
+                    .collect::<Result<Vec<_>, _>>()?,
+            ))
+        };
+        match leaf {
+            UserInputLeaf::All => Ok(Box::new(AllQuery)),
+            UserInputLeaf::Literal(l) if l.field_name.as_deref() == Some("_exists_") => {
+                self.query(&Query::Exists {
+                    field: l.phrase.clone(),
+                })
+            }
+            UserInputLeaf::Literal(l) => each(&l.field_name, &|r| {
+                let wild = l.phrase.chars().filter(|c| *c == '*' || *c == '?').count();
+                // Words of text fields are lowercase terms; so are patterns on them, as
+                // Elasticsearch normalises them.
+                let pattern = if Self::analysed(r) {
+                    l.phrase.to_lowercase()
+                } else {
+                    l.phrase.clone()
+                };
+                if l.delimiter != Delimiter::None {
+                    self.phrase(r, &l.phrase, l.slop)
+                } else if l.prefix {
+                    self.check_pattern("query_string", &pattern, 1)?;
+                    self.prefix(r, &pattern)
+                } else if wild > 0 {
+                    self.check_pattern("query_string", &pattern, wild)?;
+                    self.regex(r, &wildcard_regex(&pattern), "query_string")
+                } else {
+                    self.match_field(r, &l.phrase, op, None)
+                }
+            }),
+            UserInputLeaf::Range {
+                field,
+                lower,
+                upper,
+            } => {
+                let bound = |b: &UserInputBound| match b {
+                    UserInputBound::Inclusive(v) => Some(Bound {
+                        value: Value::String(v.clone()),
+                        inclusive: true,
+                    }),
+                    UserInputBound::Exclusive(v) => Some(Bound {
+                        value: Value::String(v.clone()),
+                        inclusive: false,
+                    }),
+                    UserInputBound::Unbounded => None,
+                };
+                let (lower, upper) = (bound(lower), bound(upper));
+                each(field, &|r| self.range(r, lower.as_ref(), upper.as_ref()))
+            }
+            UserInputLeaf::Set { field, elements } => each(field, &|r| {
+                let parts = elements
+                    .iter()
+                    .map(|v| self.exact_query(r, &Value::String(v.clone()), "query_string"))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Box::new(BooleanQuery::union(parts)) as Boxed)
+            }),
+            UserInputLeaf::Exists { field } => self.query(&Query::Exists {
+                field: field.clone(),
+            }),
+            UserInputLeaf::Regex { field, pattern } => {
+                self.check_pattern("regexp", pattern, 0)?;
+                each(field, &|r| self.regex(r, pattern, "query_string"))
+            }
         }
-        out
     }
 }
 
@@ -655,6 +764,16 @@ mod tests {
 
     /// An in-memory index of JSON records with a keyword `level`.
     fn index(levels: &[&str]) -> (IndexSchema, tantivy::Index) {
+        let values: Vec<String> = levels
+            .iter()
+            .map(|l| format!("{{\"level\":\"{l}\"}}"))
+            .collect();
+        index_of(&values)
+    }
+
+    /// An in-memory index of these record values (JSON fields mapped dynamically, `level`
+    /// configured as a keyword).
+    fn index_of(values: &[String]) -> (IndexSchema, tantivy::Index) {
         let settings = SearchSettings {
             enabled: true,
             format: ValueFormat::Json,
@@ -669,12 +788,12 @@ mod tests {
         let schema = IndexSchema::build(&settings);
         let index = tantivy::Index::create_in_ram(schema.schema.clone());
         let mut w: tantivy::IndexWriter = index.writer(15_000_000).unwrap();
-        for (i, l) in levels.iter().enumerate() {
+        for (i, v) in values.iter().enumerate() {
             let r = crate::record::LogRecord {
                 offset: i as i64,
                 timestamp: 0,
                 key: None,
-                value: Some(bytes::Bytes::from(format!("{{\"level\":\"{l}\"}}"))),
+                value: Some(bytes::Bytes::from(v.clone())),
                 headers: vec![],
             };
             w.add_document(crate::document::build(&schema, &settings, 0, &r))
@@ -690,7 +809,11 @@ mod tests {
             fields: vec![],
             operator: Operator::Or,
         };
-        let compiled = compile(&query, schema, &Limits::default(), 0).unwrap();
+        count_of(schema, index, &query)
+    }
+
+    fn count_of(schema: &IndexSchema, index: &tantivy::Index, query: &Query) -> usize {
+        let compiled = compile(query, schema, &Limits::default(), 0).unwrap();
         index
             .reader()
             .unwrap()
@@ -708,5 +831,80 @@ mod tests {
             1
         );
         assert_eq!(count(&schema, &index, "level:debug"), 2);
+    }
+
+    fn logs() -> (IndexSchema, tantivy::Index) {
+        index_of(&[
+            r#"{"message":"disk full on node7","service":"store-api","http":{"status":507}}"#
+                .into(),
+            r#"{"message":"request served","service":"store-worker","http":{"status":200}}"#.into(),
+            r#"{"message":"request failed","service":"auth-api","http":{"status":500}}"#.into(),
+            "plain text, not json: full moon".into(),
+        ])
+    }
+
+    #[test]
+    fn words_without_a_field_are_found_in_every_text_field_and_plain_values() {
+        let (schema, index) = logs();
+        // A JSON object's raw text is not indexed; its words are, by path.
+        assert_eq!(count(&schema, &index, "full"), 2);
+        assert_eq!(count(&schema, &index, "node7"), 1);
+        assert_eq!(count(&schema, &index, "request AND failed"), 1);
+        let phrase = Query::MatchPhrase {
+            field: "_all".into(),
+            text: "request served".into(),
+            slop: 0,
+        };
+        assert_eq!(count_of(&schema, &index, &phrase), 1);
+        let multi = Query::MultiMatch {
+            fields: vec![],
+            text: "moon disk".into(),
+            phrase: false,
+            operator: Operator::Or,
+        };
+        assert_eq!(count_of(&schema, &index, &multi), 2);
+    }
+
+    #[test]
+    fn exact_values_are_read_from_their_columns() {
+        let (schema, index) = logs();
+        let term = |field: &str, value: Value| Query::Term {
+            field: field.into(),
+            value,
+        };
+        assert_eq!(
+            count_of(&schema, &index, &term("service.keyword", "auth-api".into())),
+            1
+        );
+        assert_eq!(
+            count_of(&schema, &index, &term("service.keyword", "auth".into())),
+            0
+        );
+        assert_eq!(
+            count_of(&schema, &index, &term("http.status", 500.into())),
+            1
+        );
+        assert_eq!(
+            count_of(&schema, &index, &term("http.status", 500.5.into())),
+            0
+        );
+        let prefix = Query::Prefix {
+            field: "service.keyword".into(),
+            value: "store-".into(),
+        };
+        assert_eq!(count_of(&schema, &index, &prefix), 2);
+        assert_eq!(count(&schema, &index, "http.status:[500 TO 599]"), 2);
+        assert_eq!(count(&schema, &index, "service.keyword:store-worker"), 1);
+        assert_eq!(count(&schema, &index, "_exists_:http.status"), 3);
+    }
+
+    #[test]
+    fn query_string_wildcards_match_words_of_text_fields_the_documents_brought() {
+        let (schema, index) = logs();
+        assert_eq!(count(&schema, &index, "message:req*"), 2);
+        assert_eq!(count(&schema, &index, "message:fa?led"), 1);
+        assert_eq!(count(&schema, &index, "message:/no.e[0-9]/"), 1);
+        // Patterns on text fields are lowercased, as the words are.
+        assert_eq!(count(&schema, &index, "message:REQ*"), 2);
     }
 }
