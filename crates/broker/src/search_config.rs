@@ -9,19 +9,24 @@ pub enum ValueFormat {
     Text,
     /// The value is a JSON document; one that does not parse is indexed as text.
     Json,
-    /// JSON when it parses as an object or array, text otherwise.
+    /// JSON when it parses as an object or array; a value in the schema registry's wire
+    /// format (magic byte 0, a known schema id) decoded with its schema; text otherwise.
     Auto,
+    /// The schema registry's wire format (magic byte 0, schema id, payload), decoded with the
+    /// registered schema; a value that cannot be is indexed as text.
+    Schema,
 }
 
 impl ValueFormat {
-    /// Parses `text`, `json` or `auto`.
+    /// Parses `text`, `json`, `auto` or `schema`.
     pub fn parse(v: &str) -> Result<Self, String> {
         match v.trim() {
             "text" => Ok(Self::Text),
             "json" => Ok(Self::Json),
             "auto" => Ok(Self::Auto),
+            "schema" => Ok(Self::Schema),
             other => Err(format!(
-                "'{other}' is not a value format (text, json, auto)"
+                "'{other}' is not a value format (text, json, auto, schema)"
             )),
         }
     }
@@ -32,6 +37,7 @@ impl ValueFormat {
             Self::Text => "text",
             Self::Json => "json",
             Self::Auto => "auto",
+            Self::Schema => "schema",
         }
     }
 }

@@ -241,7 +241,7 @@ pub const DEFS: &[ConfigDef] = &[
         name: "search.value.format",
         default: "auto",
         kind: ConfigType::String,
-        doc: "How values are read for search: text, json (a value that does not parse is indexed as text) or auto (JSON objects and arrays as JSON, the rest as text).",
+        doc: "How values are read for search: text, json (a value that does not parse is indexed as text), auto (JSON objects and arrays as JSON, values in the schema registry's wire format with a known schema id decoded with their schema, the rest as text) or schema (the schema registry's wire format decoded with the registered Avro, Protobuf or JSON schema; a value that cannot be is indexed as text).",
         validate: |v| search_config::ValueFormat::parse(v).map(|_| ()),
     },
     ConfigDef {

@@ -801,7 +801,7 @@ type Family = (
 pub fn render_search(s: &spate_search::SearchService) -> String {
     let mut w = Writer::default();
     let stats = s.stats();
-    let families: [Family; 8] = [
+    let families: [Family; 9] = [
         (
             "spate_search_indexed_records_total",
             "counter",
@@ -831,6 +831,12 @@ pub fn render_search(s: &spate_search::SearchService) -> String {
             "counter",
             "Batches the indexer could not decode; their records are not searchable.",
             |p| p.undecodable_batches as f64,
+        ),
+        (
+            "spate_search_undecodable_values_total",
+            "counter",
+            "Values in the schema registry's wire format (search.value.format schema or auto) that could not be decoded with their schema (unknown id, malformed payload); they are indexed as text.",
+            |p| p.undecodable_values as f64,
         ),
         (
             "spate_search_unmapped_fields_total",

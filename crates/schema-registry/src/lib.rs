@@ -13,6 +13,7 @@ pub mod access;
 pub mod api;
 pub mod avro;
 pub mod compat;
+pub mod decode;
 pub mod encode;
 pub mod error;
 pub mod forward;

@@ -14,6 +14,7 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 use crate::compat::{self, Level};
+use crate::decode::RecordDecoder;
 use crate::encode::RecordEncoder;
 use crate::error::RegistryError;
 use crate::forward::Writer;
@@ -32,6 +33,8 @@ const START_PREPARE_WAIT: Duration = Duration::from_secs(5);
 const PARSED_CACHE_ENTRIES: usize = 1_024;
 /// Record encoders kept for HTTP ingest, at most; the cache is emptied when full.
 const ENCODER_CACHE_ENTRIES: usize = 256;
+/// Record decoders kept for search, at most; the cache is emptied when full.
+const DECODER_CACHE_ENTRIES: usize = 1_024;
 
 /// The registry's state as `/admin` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -181,6 +184,9 @@ pub struct Registry {
     parsed: Mutex<HashMap<i32, Arc<Parsed>>>,
     /// Encoders of schemas HTTP ingest wrote records with, by id.
     encoders: Mutex<HashMap<i32, Arc<RecordEncoder>>>,
+    /// Decoders of schemas search read records with, by id (a schema that cannot be read
+    /// keeps its reason, so it is not parsed again for every record).
+    decoders: Mutex<HashMap<i32, Result<Arc<RecordDecoder>, String>>>,
     /// Ids of schema texts HTTP ingest found or registered, by subject, type and text, so a
     /// request repeating its schema is not parsed again.
     ingest_ids: Mutex<HashMap<(String, SchemaType, String), i32>>,
@@ -199,6 +205,7 @@ impl Registry {
             writer: tokio::sync::Mutex::new(()),
             parsed: Mutex::new(HashMap::new()),
             encoders: Mutex::new(HashMap::new()),
+            decoders: Mutex::new(HashMap::new()),
             ingest_ids: Mutex::new(HashMap::new()),
             settings,
             metrics: RegistryMetrics::default(),
@@ -730,6 +737,34 @@ impl Registry {
         }
         cache.insert(id, encoder.clone());
         Ok(encoder)
+    }
+
+    /// The decoder of values written with schema `id` (search reads records with it):
+    /// `None` when no schema has that id. Ids never change their schema, so decoders are
+    /// kept (a bounded number).
+    pub fn record_decoder(&self, id: i32) -> Option<Result<Arc<RecordDecoder>, String>> {
+        if let Some(d) = self.decoders.lock().get(&id) {
+            return Some(d.clone());
+        }
+        let (schema_type, text, resolved) = match self.read(|st| {
+            let s = st
+                .schema(id)
+                .ok_or_else(|| RegistryError::SchemaNotFound(format!("schema {id} not found")))?;
+            Ok((s.schema_type, s.text.clone(), st.resolve(&s.references)?))
+        }) {
+            Ok(found) => found,
+            Err(RegistryError::SchemaNotFound(_)) => return None,
+            Err(e) => return Some(Err(format!("schema {id}: {e}"))),
+        };
+        let decoder = RecordDecoder::new(id, schema_type, &text, &resolved)
+            .map(Arc::new)
+            .map_err(|e| format!("schema {id} cannot be read: {e}"));
+        let mut cache = self.decoders.lock();
+        if cache.len() >= DECODER_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(id, decoder.clone());
+        Some(decoder)
     }
 
     /// A stored schema's text as `format=serialized` asks for it: a Protobuf schema's base64

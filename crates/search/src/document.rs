@@ -5,7 +5,7 @@ use spate_broker::search_config::{FieldKind, SearchSettings};
 use tantivy::{DateTime, TantivyDocument};
 
 use crate::dates::parse_date;
-use crate::record::{encode_stored, lossy, parse_value, values_at, LogRecord};
+use crate::record::{encode_stored, lossy, read_value, values_at, LogRecord, ValueDecoder};
 use crate::schema::IndexSchema;
 
 /// What indexing a document left out under dynamic mapping, for the metrics.
@@ -15,6 +15,8 @@ pub struct Skipped {
     pub unmapped: u64,
     /// Values that did not fit their field's type.
     pub conflicts: u64,
+    /// Schema'd values that could not be decoded (indexed as text).
+    pub undecodable: u64,
 }
 
 /// Builds the document of one record. Values that are not UTF-8 are indexed as far as they
@@ -26,13 +28,14 @@ pub fn build(
     partition: i32,
     r: &LogRecord,
 ) -> TantivyDocument {
-    build_counted(schema, settings, partition, r).0
+    build_counted(schema, settings, None, partition, r).0
 }
 
-/// [`build`], also saying what dynamic mapping left out.
+/// [`build`] with the schema registry's decoder, also saying what dynamic mapping left out.
 pub fn build_counted(
     schema: &IndexSchema,
     settings: &SearchSettings,
+    decoder: Option<&dyn ValueDecoder>,
     partition: i32,
     r: &LogRecord,
 ) -> (TantivyDocument, Skipped) {
@@ -56,7 +59,10 @@ pub fn build_counted(
     let mut event_ms = r.timestamp;
     if let Some(v) = &r.value {
         doc.add_text(schema.present, "value");
-        let json = parse_value(v, settings.format);
+        let json = read_value(v, settings.format, decoder).unwrap_or_else(|_| {
+            skipped.undecodable = 1;
+            None
+        });
         // A JSON object's words are indexed by path (`doc`), and a search without a field
         // looks in every path (`IndexSchema::unqualified_fields`): indexing the raw text too
         // would index every word twice.

@@ -16,6 +16,7 @@ use tantivy::{
 
 use crate::directory::IndexDirectory;
 use crate::error::SearchError;
+use crate::record::{LogRecord, ValueDecoder};
 use crate::schema::IndexSchema;
 
 /// Smallest indexing memory tantivy accepts for its one indexing thread.
@@ -53,6 +54,9 @@ pub struct PartitionIndex {
     writer_memory_bytes: usize,
     /// Woken at each commit (for `refresh=wait_for`).
     committed: tokio::sync::Notify,
+    /// Reads values in the schema registry's wire format (`search.value.format` schema or
+    /// auto), when a registry runs in this process.
+    pub decoder: Option<std::sync::Arc<dyn ValueDecoder>>,
 }
 
 /// How an index was opened.
@@ -99,6 +103,22 @@ fn progress_of(index: &Index) -> Option<Progress> {
 }
 
 impl PartitionIndex {
+    /// A value read the way the topic's format says, schema'd values decoded with the
+    /// registry's decoder: `Err` (why) for one that should have decoded and did not.
+    pub fn read_value(&self, v: &[u8]) -> Result<Option<serde_json::Value>, String> {
+        crate::record::read_value(v, self.settings.format, self.decoder.as_deref())
+    }
+
+    /// [`PartitionIndex::read_value`], a value that did not decode read as text (`None`).
+    pub fn parse_value(&self, v: &[u8]) -> Option<serde_json::Value> {
+        self.read_value(v).unwrap_or(None)
+    }
+
+    /// The `_source` of a hit on record `r` of this partition.
+    pub fn source(&self, r: &LogRecord) -> serde_json::Value {
+        crate::record::source_decoded(r, self.settings.format, self.decoder.as_deref())
+    }
+
     /// Opens the index in `dir`, or creates it; an index that cannot be opened, has another
     /// schema or was built under other settings is deleted and created empty (the indexer then
     /// rebuilds it from the log).
@@ -213,6 +233,7 @@ impl PartitionIndex {
                 committed_offset: AtomicI64::new(resume_at.unwrap_or(-1)),
                 writer_memory_bytes,
                 committed: tokio::sync::Notify::new(),
+                decoder: None,
             },
             resume_at,
             rebuilt,

@@ -453,9 +453,11 @@ impl Run {
                 let (doc, skipped) = document::build_counted(
                     &self.index.schema,
                     &self.index.settings,
+                    self.index.decoder.as_deref(),
                     self.index.partition,
                     r,
                 );
+                self.metrics.undecodable_values.add(skipped.undecodable);
                 self.metrics.unmapped_fields.add(skipped.unmapped);
                 self.metrics.mapping_conflicts.add(skipped.conflicts);
                 index.add(self.writer()?, doc)?;

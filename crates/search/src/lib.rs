@@ -35,4 +35,5 @@ pub mod service;
 mod testing;
 
 pub use error::SearchError;
-pub use service::{SearchConfig, SearchService};
+pub use record::ValueDecoder;
+pub use service::{SearchConfig, SearchService, SharedDecoder};

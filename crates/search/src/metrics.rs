@@ -23,6 +23,9 @@ pub struct IndexMetrics {
     hw_seen: Mutex<VecDeque<(i64, i64)>>,
     /// Batches that could not be decoded (their records are skipped).
     pub undecodable_batches: Counter,
+    /// Values in the schema registry's wire format that could not be decoded (unknown
+    /// schema id, malformed payload); they are indexed as text.
+    pub undecodable_values: Counter,
     /// JSON values of new fields left out because the mapping reached `search.max.fields`.
     pub unmapped_fields: Counter,
     /// JSON values left out because they did not fit their field's mapped type.

@@ -76,8 +76,33 @@ pub fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Decodes values written in a schema registry's wire format (magic byte 0, a 4-byte
+/// big-endian schema id, then the payload) with the registered schema. Set on the search
+/// service by whoever runs a registry in the process, so this crate needs none.
+pub trait ValueDecoder: Send + Sync {
+    /// `None` when no schema has the value's id; otherwise the value as JSON, or why it
+    /// cannot be read with its schema. Must not panic on any input.
+    fn decode(&self, value: &[u8]) -> Option<Result<Value, String>>;
+}
+
+/// Whether a value starts like the schema registry's wire format: magic byte 0 and room for
+/// a schema id.
+pub fn has_schema_header(value: &[u8]) -> bool {
+    value.len() >= 5 && value[0] == 0
+}
+
 /// The value read the way the topic's format says: `Some(json)` for a JSON document.
 pub fn parse_value(value: &[u8], format: ValueFormat) -> Option<Value> {
+    read_value(value, format, None).unwrap_or(None)
+}
+
+/// [`parse_value`] with the schema registry's decoder: `Err` (why) for a value the format
+/// says is schema'd that could not be decoded, which is then indexed as text.
+pub fn read_value(
+    value: &[u8],
+    format: ValueFormat,
+    decoder: Option<&dyn ValueDecoder>,
+) -> Result<Option<Value>, String> {
     let looks_structured = || {
         value
             .iter()
@@ -85,10 +110,30 @@ pub fn parse_value(value: &[u8], format: ValueFormat) -> Option<Value> {
             .is_some_and(|b| *b == b'{' || *b == b'[')
     };
     match format {
-        ValueFormat::Text => None,
-        ValueFormat::Json => serde_json::from_slice(value).ok(),
-        ValueFormat::Auto if looks_structured() => serde_json::from_slice(value).ok(),
-        ValueFormat::Auto => None,
+        ValueFormat::Text => Ok(None),
+        ValueFormat::Json => Ok(serde_json::from_slice(value).ok()),
+        // Auto-detected only when the id is a known schema: text may start with a NUL too.
+        ValueFormat::Auto if has_schema_header(value) => {
+            match decoder.and_then(|d| d.decode(value)) {
+                Some(decoded) => decoded.map(Some),
+                None => Ok(None),
+            }
+        }
+        ValueFormat::Auto if looks_structured() => Ok(serde_json::from_slice(value).ok()),
+        ValueFormat::Auto => Ok(None),
+        ValueFormat::Schema if !has_schema_header(value) => {
+            Err("no schema header (magic byte 0 and a schema id)".into())
+        }
+        ValueFormat::Schema => match decoder {
+            None => Err("no schema registry runs on this node".into()),
+            Some(d) => match d.decode(value) {
+                Some(decoded) => decoded.map(Some),
+                None => Err(format!(
+                    "no schema has id {}",
+                    i32::from_be_bytes([value[1], value[2], value[3], value[4]])
+                )),
+            },
+        },
     }
 }
 
@@ -129,9 +174,19 @@ pub fn values_at<'a>(doc: &'a Value, path: &str) -> Vec<&'a Value> {
 /// object (as Elasticsearch returns a document); otherwise `{"value": ...}` with the JSON or
 /// text. The record's own fields are in [`kafka_meta`].
 pub fn source(r: &LogRecord, format: ValueFormat) -> Value {
+    source_decoded(r, format, None)
+}
+
+/// [`source`] with the schema registry's decoder: a schema'd value shows as the object it
+/// decodes to, as it was indexed.
+pub fn source_decoded(
+    r: &LogRecord,
+    format: ValueFormat,
+    decoder: Option<&dyn ValueDecoder>,
+) -> Value {
     match &r.value {
         None => Value::Object(Map::new()),
-        Some(v) => match parse_value(v, format) {
+        Some(v) => match read_value(v, format, decoder).unwrap_or(None) {
             Some(doc @ Value::Object(_)) => doc,
             Some(other) => serde_json::json!({ "value": other }),
             None => serde_json::json!({ "value": lossy(v) }),
@@ -269,6 +324,76 @@ mod tests {
         assert!(parse_value(b"42", ValueFormat::Json).is_some());
         assert!(parse_value(b"{not json", ValueFormat::Json).is_none());
         assert!(parse_value(b"{\"a\":1}", ValueFormat::Text).is_none());
+    }
+
+    /// Knows schema 1 only: its values decode to `{"n": <payload length>}`, unless the
+    /// payload is `bad`.
+    struct OneSchema;
+
+    impl ValueDecoder for OneSchema {
+        fn decode(&self, value: &[u8]) -> Option<Result<Value, String>> {
+            if value.get(1..5) != Some(&[0, 0, 0, 1]) {
+                return None;
+            }
+            Some(match &value[5..] {
+                b"bad" => Err("malformed".into()),
+                p => Ok(serde_json::json!({ "n": p.len() })),
+            })
+        }
+    }
+
+    #[test]
+    fn schema_format_decodes_known_ids_and_says_why_others_cannot_be() {
+        let d: Option<&dyn ValueDecoder> = Some(&OneSchema);
+        let read = |v: &[u8]| read_value(v, ValueFormat::Schema, d);
+        assert_eq!(
+            read(b"\0\0\0\0\x01abc"),
+            Ok(Some(serde_json::json!({"n": 3})))
+        );
+        assert!(read(b"\0\0\0\0\x01bad").is_err(), "malformed payload");
+        assert!(read(b"\0\0\0\0\x02abc").is_err(), "unknown id");
+        assert!(read(b"\x01\0\0\0\x01abc").is_err(), "wrong magic byte");
+        assert!(read(b"\0\0").is_err(), "too short for a header");
+        assert!(read(b"{\"a\":1}").is_err(), "plain JSON has no header");
+        assert!(read_value(b"\0\0\0\0\x01abc", ValueFormat::Schema, None).is_err());
+    }
+
+    #[test]
+    fn auto_format_decodes_values_of_known_schemas_only() {
+        let d: Option<&dyn ValueDecoder> = Some(&OneSchema);
+        let read = |v: &[u8]| read_value(v, ValueFormat::Auto, d);
+        assert_eq!(
+            read(b"\0\0\0\0\x01ab"),
+            Ok(Some(serde_json::json!({"n": 2})))
+        );
+        assert_eq!(read(b"\0\0\0\0\x09ab"), Ok(None), "unknown id: text");
+        assert!(read(b"\0\0\0\0\x01bad").is_err(), "known id, malformed");
+        assert_eq!(read(b"{\"a\":1}"), Ok(Some(serde_json::json!({"a": 1}))));
+        assert_eq!(
+            read_value(b"\0\0\0\0\x01ab", ValueFormat::Auto, None),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn the_source_of_a_schema_value_is_its_decoded_object() {
+        let r = LogRecord {
+            offset: 0,
+            timestamp: 0,
+            key: None,
+            value: Some(Bytes::from_static(b"\0\0\0\0\x01abcd")),
+            headers: vec![],
+        };
+        assert_eq!(
+            source_decoded(&r, ValueFormat::Schema, Some(&OneSchema)),
+            serde_json::json!({"n": 4})
+        );
+        let garbage = LogRecord {
+            value: Some(Bytes::from_static(b"\0\xff\xff\xff\xffzz")),
+            ..r
+        };
+        let shown = source_decoded(&garbage, ValueFormat::Schema, Some(&OneSchema));
+        assert!(shown["value"].as_str().unwrap().ends_with("zz"), "{shown}");
     }
 
     #[test]

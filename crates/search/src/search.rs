@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use spate_broker::search_config::ValueFormat;
 use spate_broker::Partition;
 use tantivy::aggregation::agg_req::Aggregations;
 use tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults;
@@ -25,9 +24,7 @@ use tantivy::{DocAddress, Order, Searcher, TantivyDocument, Term};
 use crate::dsl::{compile, Bound, Limits, Query};
 use crate::error::SearchError;
 use crate::index::PartitionIndex;
-use crate::record::{
-    decode_batches, decode_stored, kafka_meta, lossy, parse_value, source, values_at, LogRecord,
-};
+use crate::record::{decode_batches, decode_stored, kafka_meta, lossy, values_at, LogRecord};
 use crate::request::{filter_source, Direction, SearchRequest, SortKey};
 use crate::schema::{FieldRole, IndexSchema};
 
@@ -660,8 +657,8 @@ fn shape_calendar(spec: &Map<String, Value>, unit: CalendarUnit, out: &mut Value
 /// A hit's `fields`: each asked-for field's values, as Elasticsearch lists them (always a
 /// list; dates as RFC 3339). `@timestamp` is the document's own when it has one, else the
 /// record's timestamp; fields a record does not have are left out.
-fn field_values(r: &LogRecord, format: ValueFormat, names: &[String]) -> Value {
-    let doc = r.value.as_ref().and_then(|v| parse_value(v, format));
+fn field_values(r: &LogRecord, index: &PartitionIndex, names: &[String]) -> Value {
+    let doc = r.value.as_ref().and_then(|v| index.parse_value(v));
     let mut out = Map::new();
     for name in names {
         let own: Vec<Value> = doc
@@ -1101,10 +1098,7 @@ fn highlight(
 ) -> Option<Value> {
     let schema = &t.index.schema;
     let mut out = Map::new();
-    let parsed = r
-        .value
-        .as_ref()
-        .and_then(|v| parse_value(v, t.index.settings.format));
+    let parsed = r.value.as_ref().and_then(|v| t.index.parse_value(v));
     let mut words: Option<QueryWords> = None;
     for name in &h.fields {
         // Fields the documents brought are highlighted with the query's words on them; `*`
@@ -1627,7 +1621,7 @@ pub fn render(
         let Value::Object(hit) = &mut h.hit else {
             continue;
         };
-        let src = source(&r, t.index.settings.format);
+        let src = t.index.source(&r);
         if let Some(s) = filter_source(src, &req.source) {
             hit.insert("_source".into(), s);
             hit.insert("_kafka".into(), kafka_meta(&r, &t.index.topic, h.partition));
@@ -1638,7 +1632,7 @@ pub fn render(
             }
         }
         if !req.fields.is_empty() {
-            let values = field_values(&r, t.index.settings.format, &req.fields);
+            let values = field_values(&r, &t.index, &req.fields);
             hit.insert("fields".into(), values);
         }
     }

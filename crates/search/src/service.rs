@@ -21,6 +21,7 @@ use crate::indexer::{Indexer, IndexerSettings};
 use crate::mapping::TopicMapping;
 use crate::metrics::{IndexMetrics, SearchMetrics};
 use crate::pool::{IndexingPool, PoolSettings};
+use crate::record::ValueDecoder;
 use crate::request::{parse_request, SearchRequest};
 use crate::search::{self, Partial, Target};
 
@@ -51,6 +52,19 @@ pub struct SearchConfig {
     pub max_concurrent_searches: usize,
     /// Run indexing threads under SCHED_IDLE (Linux): CPU only when nothing else wants it.
     pub indexer_idle: bool,
+    /// Reads values in the schema registry's wire format (`search.value.format` schema or
+    /// auto); `None` when no registry runs in this process.
+    pub value_decoder: Option<SharedDecoder>,
+}
+
+/// A [`ValueDecoder`] shared by every index of the service.
+#[derive(Clone)]
+pub struct SharedDecoder(pub Arc<dyn ValueDecoder>);
+
+impl std::fmt::Debug for SharedDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedDecoder")
+    }
 }
 
 impl SearchConfig {
@@ -69,6 +83,7 @@ impl SearchConfig {
             reconcile_interval: Duration::from_millis(250),
             indexer_nice: 10,
             indexer_idle: true,
+            value_decoder: None,
             max_concurrent_searches: std::thread::available_parallelism()
                 .map(|n| n.get() * 2)
                 .unwrap_or(4),
@@ -112,6 +127,8 @@ pub struct PartitionStats {
     pub size_bytes: u64,
     /// Batches that could not be decoded.
     pub undecodable_batches: u64,
+    /// Schema'd values that could not be decoded (indexed as text).
+    pub undecodable_values: u64,
     /// JSON values left out: the mapping was full.
     pub unmapped_fields: u64,
     /// JSON values left out: they did not fit their field's type.
@@ -470,6 +487,7 @@ impl SearchService {
                 }
                 opened.resume_at = Some(end);
             }
+            opened.index.decoder = self.config.value_decoder.as_ref().map(|d| d.0.clone());
             let index = Arc::new(opened.index);
             let metrics = Arc::new(IndexMetrics::default());
             let indexer = Indexer::start(
@@ -510,6 +528,7 @@ impl SearchService {
                 lag_seconds: e.metrics.lag_seconds(),
                 size_bytes: e.index.size_bytes(),
                 undecodable_batches: e.metrics.undecodable_batches.get(),
+                undecodable_values: e.metrics.undecodable_values.get(),
                 unmapped_fields: e.metrics.unmapped_fields.get(),
                 mapping_conflicts: e.metrics.mapping_conflicts.get(),
                 writer_recoveries: e.metrics.writer_recoveries.get(),

@@ -10,6 +10,7 @@ mod connection;
 mod limits;
 mod record_schemas;
 mod registry_hooks;
+mod search_schemas;
 mod tls;
 
 use std::sync::Arc;
@@ -195,7 +196,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // The registry starts (reads `_schemas`) before the indexers, so records of schema'd
+    // topics found at start decode rather than being indexed as text for want of their ids.
+    let registry = match &registry_listener {
+        Some(_) => {
+            let log = spate_schema_registry::BrokerLog::new(
+                broker.clone(),
+                std::time::Duration::from_secs(30),
+            );
+            Some(spate_schema_registry::Registry::start(Arc::new(log), Default::default()).await)
+        }
+        None => None,
+    };
     let mut search_config = spate_search::SearchConfig::new(&broker.config.data_dir);
+    search_config.value_decoder = registry
+        .as_ref()
+        .map(|r| spate_search::SharedDecoder(Arc::new(search_schemas::RegistryDecoder(r.clone()))));
     search_config.writer_memory_bytes = args.search_indexer_memory_bytes.max(15_000_000);
     search_config.indexer.commit_interval =
         std::time::Duration::from_millis(args.search_commit_interval_ms.clamp(10, 500));
@@ -210,17 +226,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .context("starting the search indexers")?;
     http_state.set_search(search.clone());
     http_state.set_ready(broker.clone());
-    let registry_note = match registry_listener {
-        Some(l) => {
+    let registry_note = match registry_listener.zip(registry) {
+        Some((l, registry)) => {
             let bound = l
                 .local_addr()
                 .context("reading the schema registry address")?;
-            let log = spate_schema_registry::BrokerLog::new(
-                broker.clone(),
-                std::time::Duration::from_secs(30),
-            );
-            let registry =
-                spate_schema_registry::Registry::start(Arc::new(log), Default::default()).await;
             let counters = registry.clone();
             http_state.add_metrics(Box::new(move || counters.metrics.render()));
             http_state
