@@ -41,6 +41,9 @@ scripts/schema-registry-cluster-e2e.sh
 # The registry with security on: SASL users over HTTP Basic, ACLs of the subject's topic,
 # 401 and 403 (40301) with confluent-kafka's SchemaRegistryClient.
 scripts/schema-registry-security-e2e.sh
+# Searchable topics of schema'd values: AvroSerializer and ProtobufSerializer records found by
+# their decoded fields (search.value.format=schema and auto), undecodable values kept as text.
+scripts/schema-search-e2e.sh
 # Transactions: librdkafka (commits, aborts, fencing, consume-transform-produce, timeouts,
 # read_committed offsets), Kafka's Java producer and kafka-transactions, exactly-once Kafka
 # Streams killed mid-run, and all of it again on a 3-node cluster with the coordinator killed.
