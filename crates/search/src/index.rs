@@ -382,6 +382,68 @@ mod tests {
         }
     }
 
+    /// Knows schema 1: its payload is JSON text after the header.
+    struct JsonAfterHeader;
+
+    impl ValueDecoder for JsonAfterHeader {
+        fn decode(&self, value: &[u8]) -> Option<Result<serde_json::Value, String>> {
+            (value.get(..5) == Some(&[0, 0, 0, 0, 1]))
+                .then(|| serde_json::from_slice(&value[5..]).map_err(|e| e.to_string()))
+        }
+    }
+
+    #[test]
+    fn schema_values_are_mapped_by_field_and_undecodable_ones_counted_as_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = SearchSettings {
+            format: spate_broker::search_config::ValueFormat::Schema,
+            ..settings()
+        };
+        let mut opened = PartitionIndex::open(
+            &dir.path().join("p0"),
+            "t",
+            0,
+            &settings,
+            MIN_WRITER_MEMORY_BYTES,
+            false,
+        )
+        .unwrap();
+        opened.index.decoder = Some(std::sync::Arc::new(JsonAfterHeader));
+        let index = opened.index;
+        let record = |value: &[u8]| LogRecord {
+            offset: 0,
+            timestamp: 0,
+            key: None,
+            value: Some(bytes::Bytes::copy_from_slice(value)),
+            headers: Vec::new(),
+        };
+        let build = |r: &LogRecord| {
+            crate::document::build_counted(
+                &index.schema,
+                &index.settings,
+                index.decoder.as_deref(),
+                0,
+                r,
+            )
+            .1
+        };
+        let good = record(b"\0\0\0\0\x01{\"user\": {\"name\": \"ann\"}, \"n\": 3}");
+        assert_eq!(build(&good).undecodable, 0);
+        assert!(index.schema.dynamic.read().fields.contains_key("user.name"));
+        assert_eq!(
+            index.source(&good),
+            serde_json::json!({"user": {"name": "ann"}, "n": 3})
+        );
+        for bad in [
+            &b"\0\0\0\0\x02{}"[..],
+            b"\0\0\0\0\x01{cut",
+            b"no header",
+            b"\0\x01",
+        ] {
+            assert_eq!(build(&record(bad)).undecodable, 1, "{bad:?}");
+        }
+    }
+
     #[test]
     fn after_an_unclean_stop_a_torn_index_file_is_found_and_the_index_rebuilt() {
         let dir = tempfile::tempdir().unwrap();
