@@ -131,11 +131,6 @@ KNOWN = [
     {"id": "DEFECT-composite-size-default", "case": r"composite", "diff": r"missing field `size`",
      "why": "DEFECT: composite without \"size\" is refused; Elasticsearch's default is 10. Repro: {\"size\":0,"
             "\"aggs\":{\"c\":{\"composite\":{\"sources\":[{\"s\":{\"terms\":{\"field\":\"service.keyword\"}}}]}}}}."},
-    {"id": "DEFECT-wildcard-keyword-column", "case": r"^wildcard on keyword$", "diff": r"only spate refused it",
-     "why": "DEFECT: a wildcard (or regexp) on a keyword field the documents brought is refused: exact values "
-            "are columns without an inverted index (prefix reads the column by range, wildcard would need the "
-            "column's dictionary walked by the pattern). Repro: {\"query\":{\"wildcard\":{\"host.keyword\":"
-            "\"*-02.eu-*\"}}}; {\"wildcard\":{\"message\":\"time*\"}} on the text field works."},
     {"id": "DEFECT-multi-field-sort", "case": r"^sort ", "diff": r"sorting on more than one field is not supported",
      "why": "DEFECT (documented limitation): a sort on two fields is refused; Elasticsearch sorts by each in "
             "turn (Grafana sends only {time, _doc}, which works). Repro: {\"sort\":[{\"status\":\"asc\"},"

@@ -14,6 +14,7 @@ use tantivy::schema::IndexRecordOption;
 use tantivy::tokenizer::TokenizerManager;
 use tantivy::{DateTime, Term};
 
+use super::column_regex::ColumnRegexQuery;
 use super::{Bound, Limits, MinimumShouldMatch, Operator, Query};
 use crate::dates::parse_date;
 use crate::error::SearchError;
@@ -609,9 +610,18 @@ impl Compiler<'_> {
                     &format!("{}\\x00s(?:{pattern})", segments.join("\\x01")),
                 )
             }
+            // Exact strings of the documents' fields: their column's dictionary.
+            FieldRole::Dynamic(FieldKind::Keyword) => {
+                let q = ColumnRegexQuery::new(r.name.clone(), pattern.to_string()).map_err(|e| {
+                    SearchError::BadRequest {
+                        kind: "too_complex_to_determinize_exception",
+                        reason: format!("[{kind}] pattern is too complex or invalid: {e}"),
+                    }
+                })?;
+                Ok(Box::new(q))
+            }
             _ => Err(SearchError::parsing(format!(
-                "[{kind}] can only be used on key, value, headers and text fields, and prefixes \
-                 on keyword fields, not [{}]",
+                "[{kind}] can only be used on key, value, headers, text and keyword fields, not [{}]",
                 r.name
             ))),
         }
@@ -896,6 +906,17 @@ mod tests {
         assert_eq!(count(&schema, &index, "http.status:[500 TO 599]"), 2);
         assert_eq!(count(&schema, &index, "service.keyword:store-worker"), 1);
         assert_eq!(count(&schema, &index, "_exists_:http.status"), 3);
+        let wildcard = Query::Wildcard {
+            field: "service.keyword".into(),
+            pattern: "*-api".into(),
+        };
+        assert_eq!(count_of(&schema, &index, &wildcard), 2);
+        let regexp = Query::Regexp {
+            field: "service.keyword".into(),
+            pattern: "store-(api|nothing)".into(),
+        };
+        assert_eq!(count_of(&schema, &index, &regexp), 1);
+        assert_eq!(count(&schema, &index, "service.keyword:/auth.*/"), 1);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! independent of any index, then compiled against one partition's schema ([`compile`]).
 //! Pure: no I/O, so every clause is unit-tested.
 
+pub mod column_regex;
 pub mod compile;
 pub mod parse;
 
