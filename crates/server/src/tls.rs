@@ -304,8 +304,14 @@ fn aes128_first() -> Arc<CryptoProvider> {
 const MAX_RECORD: usize = 5 + MAX_FRAGMENT + 2048;
 /// The most plaintext one record carries.
 const MAX_FRAGMENT: usize = 16 << 10;
-/// What the reader asks the socket for at once (and keeps allocated per connection once used).
+/// What the reader asks the socket for at once (and keeps allocated per connection once used),
+/// unless the frame under way needs more (see [`TlsReader::want`]).
 const READ_AHEAD: usize = 64 << 10;
+/// Bytes a record adds to its plaintext, at most, for the AEAD suites offered (header, TLS 1.2
+/// explicit nonce, tag, TLS 1.3 inner content type), rounded up.
+const RECORD_OVERHEAD: usize = 40;
+/// The most plaintext one read is sized for (the connection asks for at most 256 KiB).
+const MAX_READ_AHEAD: usize = 1 << 20;
 /// Sealed bytes the writer holds before it writes them out.
 const WRITE_AHEAD: usize = 256 << 10;
 /// The most the handshake buffers from the client (rustls takes handshake messages of up to
@@ -440,6 +446,7 @@ pub async fn accept(config: Arc<rustls::ServerConfig>, mut tcp: TcpStream) -> io
             closed: false,
             eof: false,
             error: None,
+            want: 0,
         },
         writer: TlsWriter {
             tcp: wr,
@@ -575,6 +582,17 @@ pub struct TlsReader {
     eof: bool,
     /// A socket error held back while plaintext was being handed out.
     error: Option<io::Error>,
+    /// Plaintext bytes the frame under way still needs (from [`FrameHint::expect`]): the
+    /// buffer is made big enough for their records, so they come in one read rather than one
+    /// read per [`READ_AHEAD`] bytes (a system call each).
+    ///
+    /// [`FrameHint::expect`]: crate::connection::FrameHint::expect
+    want: usize,
+}
+
+/// The bytes on the wire of `plain` bytes of application data, at most.
+fn sealed_len(plain: usize) -> usize {
+    plain + (plain / MAX_FRAGMENT + 1) * RECORD_OVERHEAD
 }
 
 impl TlsReader {
@@ -659,6 +677,7 @@ impl crate::connection::FrameHint for TlsReader {
         // buffered here already.
         let here = self.buf.len() + self.early.len();
         crate::connection::set_low_water(self.tcp.as_ref(), bytes.saturating_sub(here));
+        self.want = bytes;
     }
 }
 
@@ -715,10 +734,12 @@ impl AsyncRead for TlsReader {
                     ))
                 });
             }
-            if this.buf.capacity() - this.buf.len() < MAX_RECORD {
+            let ahead = READ_AHEAD
+                .max(MAX_RECORD)
+                .max(sealed_len(this.want.min(MAX_READ_AHEAD)));
+            if this.buf.capacity() - this.buf.len() < MAX_RECORD || this.buf.capacity() < ahead {
                 // With nothing opened left in it, this reuses the buffer from its start.
-                this.buf
-                    .reserve(READ_AHEAD.max(MAX_RECORD) - this.buf.len());
+                this.buf.reserve(ahead.saturating_sub(this.buf.len()));
             }
             let read = std::pin::pin!(this.tcp.read_buf(&mut this.buf));
             match std::future::Future::poll(read, cx) {
