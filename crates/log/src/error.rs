@@ -15,6 +15,18 @@ pub enum LogError {
         #[source]
         source: std::io::Error,
     },
+    /// A write met ENOSPC: nothing of it was kept and the log stays in service; writes
+    /// succeed again once space is freed.
+    #[error("{op} {path}: no space left on the device; nothing was written")]
+    StorageFull {
+        /// What was being done.
+        op: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The requested offset is below the log start or above the log end.
     #[error("offset {offset} is out of range [{start}, {end}]")]
     OffsetOutOfRange {
@@ -91,16 +103,40 @@ pub enum LogError {
     },
 }
 
+impl LogError {
+    /// True when the failure is a full file system (ENOSPC), not a failing disk.
+    pub fn is_storage_full(&self) -> bool {
+        matches!(self, LogError::StorageFull { .. })
+    }
+}
+
+/// Whether an I/O error means "no space left on the device".
+pub fn is_enospc(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(libc::ENOSPC)
+}
+
 pub(crate) trait IoContext<T> {
     fn ctx(self, op: &'static str, path: &std::path::Path) -> Result<T, LogError>;
 }
 
 impl<T> IoContext<T> for std::io::Result<T> {
     fn ctx(self, op: &'static str, path: &std::path::Path) -> Result<T, LogError> {
-        self.map_err(|source| LogError::Io {
-            op,
-            path: path.to_path_buf(),
-            source,
+        // ENOSPC from an fsync stays an I/O failure: the kernel may have dropped the pages it
+        // could not write, so the file can no longer be trusted. From a write it is only "full".
+        self.map_err(|source| {
+            if is_enospc(&source) && !op.starts_with("fsync") {
+                LogError::StorageFull {
+                    op,
+                    path: path.to_path_buf(),
+                    source,
+                }
+            } else {
+                LogError::Io {
+                    op,
+                    path: path.to_path_buf(),
+                    source,
+                }
+            }
         })
     }
 }

@@ -17,6 +17,6 @@ pub mod storage;
 pub use config::{CompactConfig, FsyncPolicy, LogConfig};
 pub use durability::{wait_durable, Durability, DurabilityError, Flusher};
 pub use epochs::{EpochEntry, CHECKPOINT_FILE};
-pub use error::LogError;
+pub use error::{is_enospc, LogError};
 pub use log::{AppendInfo, CleanedSegment, Log, ReadResult, TimestampLookup};
 pub use storage::{FsStorage, Storage};

@@ -91,12 +91,18 @@ impl SealSlot {
             }
         };
         let result = job.run();
-        if let Err(e) = &result {
-            // The job fsyncs the segment: a failure there may have dropped its pages, so a
-            // later fsync of the same file proves nothing.
-            tracing::error!(error = %e, "sealing a segment failed; the log is out of service until restart");
-
-            self.sync.fail();
+        match &result {
+            Err(e) if e.is_storage_full() => {
+                // Only the index files could not be written; the data is on disk.
+                tracing::warn!(error = %e, "sealing a segment: no space for its index files; they are rebuilt at the next start");
+            }
+            Err(e) => {
+                // The job fsyncs the segment: a failure there may have dropped its pages, so
+                // a later fsync of the same file proves nothing.
+                tracing::error!(error = %e, "sealing a segment failed; the log is out of service until restart");
+                self.sync.fail();
+            }
+            Ok(_) => {}
         }
         *self.state.lock() = SealState::Done(result);
         self.done.notify_all();
@@ -469,8 +475,11 @@ impl Log {
         let n = self.segments.len();
         let seg = &mut self.segments[n - 1];
         if let Err(e) = seg.append(head, body, header, interval) {
-            // What reached the file is unknown; the log must be recovered before it is used.
-            self.sync.fail();
+            // A full disk: the segment cut what reached it, the log stays in service.
+            if !e.is_storage_full() {
+                // What reached the file is unknown; the log must be recovered before use.
+                self.sync.fail();
+            }
             return Err(e);
         }
         self.sync.written(&seg.file, header.next_offset());

@@ -210,16 +210,24 @@ impl SealJob {
     pub(crate) fn run(self) -> Result<SealedIndexes, LogError> {
         self.file.sync_data().ctx("fsync segment", &self.path)?;
         let st = &*self.storage;
-        let offset = index::write_and_map(
-            st,
-            &self.dir.join(file_name(self.base_offset, "index")),
-            &self.offset_entries,
-        )?;
-        let time = index::write_and_map(
-            st,
-            &self.dir.join(file_name(self.base_offset, "timeindex")),
-            &self.time_entries,
-        )?;
+        let offset_path = self.dir.join(file_name(self.base_offset, "index"));
+        let time_path = self.dir.join(file_name(self.base_offset, "timeindex"));
+        let written =
+            index::write_and_map(st, &offset_path, &self.offset_entries).and_then(|offset| {
+                index::write_and_map(st, &time_path, &self.time_entries).map(|t| (offset, t))
+            });
+        let (offset, time) = match written {
+            Ok(both) => both,
+            Err(e) if e.is_storage_full() => {
+                // The segment's data is intact (fsynced above); only its index files are
+                // missing. The in-memory indexes keep serving, and a restart rebuilds the
+                // files: remove partial ones so they cannot pass for whole.
+                let _ = crate::storage::remove_if_exists(st, &offset_path);
+                let _ = crate::storage::remove_if_exists(st, &time_path);
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         st.sync_dir(&self.dir).ctx("fsync log dir", &self.dir)?;
         Ok(SealedIndexes { offset, time })
     }
@@ -480,9 +488,27 @@ impl Segment {
             self.next_offset
         );
         let at = self.size;
-        self.file
+        if let Err(e) = self
+            .file
             .write_two_at(head, body, at)
-            .ctx("write segment", &self.path)?;
+            .ctx("write segment", &self.path)
+        {
+            if e.is_storage_full() {
+                // Part of the batch may be in the file: cut it so nothing torn stays behind a
+                // log that remains in service. Shrinking needs no space.
+                self.file
+                    .set_len(at)
+                    .ctx("cut a partial write off segment", &self.path)
+                    .map_err(|e| match e {
+                        // A failed cut leaves bytes we cannot account for: the log must fail.
+                        LogError::StorageFull { op, path, source } => {
+                            LogError::Io { op, path, source }
+                        }
+                        e => e,
+                    })?;
+            }
+            return Err(e);
+        }
         self.size += (head.len() + body.len()) as u64;
         self.track(at, h, index_interval);
         debug_assert!(self.next_offset > self.base_offset && self.size > 0);

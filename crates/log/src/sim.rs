@@ -40,6 +40,10 @@ struct State {
     generation: u64,
     fail_fsync: bool,
     fail_write: bool,
+    /// Bytes the disk holds across every live file; `None`: unlimited.
+    capacity: Option<u64>,
+    /// When set, only files whose name ends so are subject to `capacity`.
+    full_only_for: Option<String>,
     fsyncs: u64,
     bytes_read: u64,
     rng: u64,
@@ -91,6 +95,28 @@ impl SimDisk {
     /// Makes every following write fail (`true`) or succeed again.
     pub fn fail_writes(&self, fail: bool) {
         self.state.lock().fail_write = fail;
+    }
+
+    /// Limits the bytes every live file holds together (`None`: unlimited). A write that
+    /// would go past it writes what fits, then fails with ENOSPC, as a file system that fills
+    /// in the middle of a write does (the write is torn).
+    pub fn set_capacity(&self, capacity: Option<u64>) {
+        self.state.lock().capacity = capacity;
+    }
+
+    /// Applies the capacity only to files whose name ends with `suffix` (`None`: to all), so
+    /// a test can make one kind of write meet ENOSPC.
+    pub fn full_only_for(&self, suffix: Option<&str>) {
+        self.state.lock().full_only_for = suffix.map(str::to_owned);
+    }
+
+    /// Bytes every live file holds together.
+    pub fn used_bytes(&self) -> u64 {
+        let st = self.state.lock();
+        st.live
+            .values()
+            .map(|n| n.lock().written.len() as u64)
+            .sum()
     }
 
     /// Fsyncs that succeeded so far.
@@ -166,6 +192,7 @@ fn next_rand(x: &mut u64) -> u64 {
 struct SimFile {
     disk: SimDisk,
     node: Arc<Mutex<Node>>,
+    path: PathBuf,
     generation: u64,
 }
 
@@ -194,17 +221,50 @@ impl StorageFile for SimFile {
 
     fn write_all_at(&self, buf: &[u8], pos: u64) -> io::Result<()> {
         self.check()?;
-        if self.disk.state.lock().fail_write {
-            return Err(eio("write"));
-        }
+        let room = {
+            let st = self.disk.state.lock();
+            if st.fail_write {
+                return Err(eio("write"));
+            }
+            let name = self.path.to_string_lossy();
+            let limited = st
+                .full_only_for
+                .as_deref()
+                .is_none_or(|suffix| name.ends_with(suffix));
+            match st.capacity.filter(|_| limited) {
+                Some(cap) => {
+                    let used: u64 = st
+                        .live
+                        .values()
+                        .map(|n| n.lock().written.len() as u64)
+                        .sum();
+                    Some(cap.saturating_sub(used))
+                }
+                None => None,
+            }
+        };
         let mut n = self.node.lock();
         let start = pos as usize;
-        let end = start + buf.len();
+        let mut end = start + buf.len();
+        let mut buf = buf;
+        let mut enospc = false;
+        if let Some(room) = room {
+            let may_end = n.written.len() + room as usize;
+            if end > may_end {
+                // Write what fits, then fail: a torn write.
+                enospc = true;
+                end = may_end.max(start);
+                buf = &buf[..end - start];
+            }
+        }
         if n.written.len() < end {
             n.written.resize(end, 0);
         }
         n.written[start..end].copy_from_slice(buf);
         n.dirty.push((start, end));
+        if enospc {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
         Ok(())
     }
 
@@ -295,6 +355,7 @@ impl Storage for SimDisk {
         Ok(Arc::new(SimFile {
             disk: self.clone(),
             node,
+            path: path.to_path_buf(),
             generation: st.generation,
         }))
     }

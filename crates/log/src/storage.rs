@@ -108,8 +108,13 @@ pub fn write_atomically(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> io:
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
     let f = storage.open(&tmp, OpenMode::CreateTruncate)?;
-    f.write_all_at(bytes, 0)?;
-    f.sync_data()?;
+    if let Err(e) = f.write_all_at(bytes, 0).and_then(|()| f.sync_data()) {
+        // The old content is untouched; a partial temporary file would only hold space (a
+        // full disk is the usual cause).
+        drop(f);
+        let _ = remove_if_exists(storage, &tmp);
+        return Err(e);
+    }
     drop(f);
     storage.rename(&tmp, path)?;
     match path.parent() {

@@ -564,3 +564,211 @@ fn replica_append_keeps_leader_offsets_and_epochs_and_answers_offset_for_epoch()
     assert_eq!(follower.latest_epoch(), Some(4));
     assert_eq!(follower.end_offset_for_epoch(6), Some((4, 10)));
 }
+
+/// Appends `b` and records it in `model` when it was acknowledged; a refusal must be "full".
+fn append_or_full(log: &mut Log, model: &mut Model, b: &[u8], epoch: i32) {
+    match log.append(b, epoch, None, 0) {
+        Ok(a) => model.push((a.base_offset, a.last_offset, b[HEADER_LEN..].to_vec())),
+        Err(e) => {
+            assert!(e.is_storage_full(), "not recognised as a full disk: {e}");
+            assert!(!log.is_failed(), "a full disk took the log out of service");
+        }
+    }
+}
+
+/// The batches of `model` a read from the log start returns.
+fn served(log: &Log, model: &Model) -> Model {
+    let start = log.start_offset();
+    model.iter().filter(|m| m.1 >= start).cloned().collect()
+}
+
+#[test]
+fn an_append_meeting_enospc_cuts_its_torn_bytes_and_keeps_the_log_in_service() {
+    let sim = SimDisk::new();
+    let disk = Disk::Sim(sim.clone());
+    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+    let (mut log, _) = open_on(&disk, &flusher);
+    let mut model: Model = Vec::new();
+    for tag in 0..3 {
+        append_or_full(&mut log, &mut model, &make_batch(2, 10, tag), 0);
+    }
+    assert_eq!(model.len(), 3);
+    let used = sim.used_bytes();
+    let big = make_batch(2, 200, 9);
+    // Room for half the batch: the write is torn, then ENOSPC.
+    sim.set_capacity(Some(used + big.len() as u64 / 2));
+    let e = log.append(&big, 0, None, 0).unwrap_err();
+    assert!(e.is_storage_full(), "{e}");
+    assert!(!log.is_failed());
+    assert_eq!(
+        sim.used_bytes(),
+        used,
+        "the torn part stayed in the segment"
+    );
+    assert_eq!(log.end_offset(), 6);
+    assert_eq!(read_all(&log), model);
+    // A crash now finds nothing to repair.
+    drop(log);
+    disk.crash();
+    let (mut log, notes) = open_on(&disk, &flusher);
+    assert!(notes.is_empty(), "recovery repaired {notes:?}");
+    assert_eq!(read_all(&log), model);
+    // Space back: the same batch goes in at the next offset.
+    sim.set_capacity(None);
+    append_or_full(&mut log, &mut model, &big, 0);
+    assert_eq!(model.len(), 4);
+    assert_eq!(model[3].0, 6);
+    assert_eq!(read_all(&log), model);
+    flusher.shutdown();
+}
+
+#[test]
+fn enospc_at_random_appends_index_writes_and_checkpoints_loses_nothing_acknowledged() {
+    let (mut refused, mut accepted) = (0, 0);
+    for seed in 1..=24u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let sim = SimDisk::new();
+        let disk = Disk::Sim(sim.clone());
+        let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+        let (mut log, _) = open_on(&disk, &flusher);
+        let mut model: Model = Vec::new();
+        let mut epoch = 0;
+        for tag in 0..150u64 {
+            // Often a disk with little room left: the next write may be torn anywhere.
+            let room = match rng.below(4) {
+                0 => None,
+                _ => Some(sim.used_bytes() + rng.below(1500)),
+            };
+            sim.set_capacity(room);
+            if rng.below(10) == 0 {
+                // A new epoch rewrites the leader-epoch checkpoint before the batch.
+                epoch += 1;
+            }
+            if rng.below(15) == 0 {
+                // DeleteRecords writes the log start checkpoint; refused cleanly when full.
+                // To a batch boundary: `read_all` walks whole batches from the start.
+                let start = log.start_offset();
+                let to = model
+                    .iter()
+                    .map(|m| m.0)
+                    .find(|&b| b > start)
+                    .unwrap_or(start);
+                match log.advance_start(to) {
+                    Ok(_) => {}
+                    Err(e) => assert!(e.is_storage_full(), "seed {seed}: {e}"),
+                }
+            }
+            let b = make_batch(1 + rng.below(4) as usize, 20 + rng.below(300) as usize, tag);
+            let (end, latest) = (log.end_offset(), log.latest_epoch());
+            append_or_full(&mut log, &mut model, &b, epoch);
+            if log.end_offset() == end {
+                refused += 1;
+            } else {
+                accepted += 1;
+            }
+            if log.end_offset() == end && log.latest_epoch() != latest {
+                // Refused after its epoch was recorded: the epoch starts at the log end, as a
+                // leader's `begin_epoch` leaves it; a refused checkpoint changes nothing.
+                let last = log.epochs().last().copied();
+                assert_eq!(last.map(|e| (e.epoch, e.start_offset)), Some((epoch, end)));
+            }
+            assert!(!log.is_failed(), "seed {seed}: log out of service");
+        }
+        sim.set_capacity(None);
+        // Seals (index files) that met ENOSPC on the flusher thread left the log in service.
+        log.finish_seals();
+        assert!(
+            !log.is_failed(),
+            "seed {seed}: a seal took the log out of service"
+        );
+        assert_eq!(read_all(&log), served(&log, &model), "seed {seed}");
+        drop(log);
+        disk.crash();
+        let (log, _) = open_on(&disk, &flusher);
+        assert_eq!(
+            read_all(&log),
+            served(&log, &model),
+            "seed {seed}: after recovery"
+        );
+        flusher.shutdown();
+    }
+    // The faults happened, and so did appends between them.
+    assert!(
+        refused > 100 && accepted > 100,
+        "{refused} refused, {accepted} accepted"
+    );
+}
+
+#[test]
+fn enospc_writing_index_files_at_a_seal_keeps_the_log_in_service_and_a_restart_rebuilds_them() {
+    let sim = SimDisk::new();
+    let disk = Disk::Sim(sim.clone());
+    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+    let (mut log, _) = open_on(&disk, &flusher);
+    sim.full_only_for(Some("index"));
+    sim.set_capacity(Some(0));
+    let mut model: Model = Vec::new();
+    for tag in 0..40 {
+        append_or_full(&mut log, &mut model, &make_batch(2, 100, tag), 0);
+    }
+    assert_eq!(model.len(), 40, "appends do not write index files");
+    assert!(log.segment_count() > 2, "the test needs sealed segments");
+    log.finish_seals();
+    assert!(!log.is_failed());
+    assert_eq!(read_all(&log), model);
+    // No partial index file stays behind to pass for a whole one.
+    let names = sim.list_dir(&disk.dir()).unwrap();
+    assert!(
+        !names.iter().any(|n| n.ends_with("index")),
+        "index files left: {names:?}"
+    );
+    sim.set_capacity(None);
+    drop(log);
+    disk.crash();
+    let (log, _) = open_on(&disk, &flusher);
+    assert_eq!(read_all(&log), model);
+    // A read from the middle finds its batch through the rebuilt index.
+    let r = log.read(41, 1 << 16, i64::MAX, true).unwrap();
+    assert_eq!(Batches::new(&r.records).next().unwrap().1.base_offset, 40);
+    flusher.shutdown();
+}
+
+#[test]
+fn enospc_writing_the_epoch_or_log_start_checkpoint_changes_nothing_and_works_once_space_is_back() {
+    let sim = SimDisk::new();
+    let disk = Disk::Sim(sim.clone());
+    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+    let (mut log, _) = open_on(&disk, &flusher);
+    let mut model: Model = Vec::new();
+    for tag in 0..4 {
+        append_or_full(&mut log, &mut model, &make_batch(2, 10, tag), 1);
+    }
+    sim.full_only_for(Some(".tmp"));
+    sim.set_capacity(Some(0));
+    // A new epoch's checkpoint cannot be written: the batch is refused, nothing changes.
+    let e = log.append(&make_batch(2, 10, 7), 2, None, 0).unwrap_err();
+    assert!(e.is_storage_full(), "{e}");
+    assert_eq!(log.latest_epoch(), Some(1));
+    assert_eq!(log.end_offset(), 8);
+    // DeleteRecords' checkpoint cannot be written: the start stays.
+    let e = log.advance_start(4).unwrap_err();
+    assert!(e.is_storage_full(), "{e}");
+    assert_eq!(log.start_offset(), 0);
+    assert!(!log.is_failed());
+    let names = sim.list_dir(&disk.dir()).unwrap();
+    assert!(
+        !names.iter().any(|n| n.ends_with(".tmp")),
+        "temporary files left: {names:?}"
+    );
+    sim.set_capacity(None);
+    append_or_full(&mut log, &mut model, &make_batch(2, 10, 7), 2);
+    assert_eq!(log.latest_epoch(), Some(2));
+    assert_eq!(log.advance_start(4).unwrap(), 4);
+    drop(log);
+    disk.crash();
+    let (log, _) = open_on(&disk, &flusher);
+    assert_eq!(log.start_offset(), 4);
+    assert_eq!(log.latest_epoch(), Some(2));
+    assert_eq!(read_all(&log), served(&log, &model));
+    flusher.shutdown();
+}
