@@ -72,6 +72,10 @@ pub struct BrokerConfig {
     /// The advertised address of each listener, for Metadata answers to clients of that
     /// listener; empty: one PLAINTEXT listener at `advertised_host:advertised_port`.
     pub listeners: Vec<crate::security::Listener>,
+    /// Free space of the data dir below which produce is refused (`--disk-min-free-bytes`,
+    /// `--disk-min-free-percent`); disabled by default here so tests do not depend on the
+    /// host's disk, the server sets its own defaults.
+    pub disk_watermark: crate::disk::DiskWatermark,
 }
 
 /// A named trade-off between latency and throughput for producers (`--produce-profile`).
@@ -180,6 +184,7 @@ impl BrokerConfig {
             telemetry_push_interval_ms: 300_000,
             security: crate::security::SecuritySettings::default(),
             listeners: Vec::new(),
+            disk_watermark: crate::disk::DiskWatermark::DISABLED,
         }
     }
 }

@@ -96,6 +96,9 @@ struct NodeFile {
     node_id: i32,
 }
 
+/// How often the data dir's free space is sampled.
+const DISK_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The broker: configuration, topics and producer ids, shared by every connection.
 pub struct Broker {
     /// How the broker was started.
@@ -124,6 +127,8 @@ pub struct Broker {
     pub telemetry: spate_telemetry::TelemetryStore,
     /// Memory for requests and responses in flight.
     pub budget: Arc<MemoryBudget>,
+    /// Free space of the data dir: produce is refused while it is below the watermark.
+    pub disk: Arc<crate::disk::DiskSpace>,
     /// Where every part of the broker reads time: wall time for timestamps and retention,
     /// monotonic time for timeouts and sessions.
     pub clock: SharedClock,
@@ -231,6 +236,14 @@ impl Broker {
             )
         };
         let (credentials, authorizer) = (Arc::new(credentials), Arc::new(authorizer));
+        let disk = Arc::new(crate::disk::DiskSpace::new(
+            dir.clone(),
+            config.disk_watermark,
+        ));
+        // The first sample before any produce; the server's sampler keeps it current.
+        if let Err(e) = disk.sample() {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot read the data dir's free space");
+        }
         let broker = Arc::new(Self {
             config,
             topics: Arc::new(topics),
@@ -245,6 +258,7 @@ impl Broker {
             quotas,
             telemetry,
             budget,
+            disk,
             clock,
             producer_ids,
             fetch_sessions: Default::default(),
@@ -300,6 +314,33 @@ impl Broker {
                 let Some(b) = broker.upgrade() else { return };
                 let b2 = b.clone();
                 let _ = tokio::task::spawn_blocking(move || b2.enforce_retention()).await;
+            }
+        });
+        self.spawn_disk_sampler();
+    }
+
+    /// Samples the data dir's free space every [`DISK_SAMPLE_INTERVAL`] into the atomics the
+    /// produce path reads, so a full disk refuses produce and freed space resumes it without
+    /// a system call per request.
+    fn spawn_disk_sampler(self: &Arc<Self>) {
+        let disk = Arc::downgrade(&self.disk);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(DISK_SAMPLE_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut warned = false;
+            loop {
+                tick.tick().await;
+                let Some(d) = disk.upgrade() else { return };
+                // statvfs may block on a slow file system: off the async workers.
+                let sampled = tokio::task::spawn_blocking(move || d.sample()).await;
+                match sampled {
+                    Ok(Ok(_)) => warned = false,
+                    Ok(Err(e)) if !warned => {
+                        warned = true;
+                        tracing::warn!(error = %e, "cannot read the data dir's free space");
+                    }
+                    _ => {}
+                }
             }
         });
     }
@@ -1563,6 +1604,110 @@ pub(crate) mod tests {
             matches!(reply, Reply::Now(_)),
             "a known topic is answered inline"
         );
+    }
+
+    /// Produces one record to partition 0 of `topic`; the partition's error code.
+    async fn produce_one(b: &Arc<Broker>, topic: &str) -> i16 {
+        use spate_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use spate_protocol::messages::{ProduceRequest, ProduceResponse};
+        let records = spate_protocol::batch::build(
+            &[spate_protocol::batch::NewRecord {
+                key: None,
+                value: Some(Bytes::from_static(b"v")),
+                timestamp: 1,
+            }],
+            None,
+            spate_protocol::records::Compression::None,
+        )
+        .unwrap();
+        let mut pd = PartitionProduceData::default();
+        pd.index = 0;
+        pd.records = Some(records);
+        let mut td = TopicProduceData::default();
+        td.name = TopicName(StrBytes::from_string(topic.to_string()));
+        td.partition_data = vec![pd];
+        let mut r = ProduceRequest::default();
+        r.acks = 1;
+        r.timeout_ms = 10_000;
+        r.topic_data = vec![td];
+        let reply = b
+            .handle(frame(ApiKey::Produce, 9, &r), RequestContext::default())
+            .unwrap();
+        let resp: ProduceResponse = decode(ApiKey::Produce, 9, response(reply).await);
+        resp.responses[0].partition_responses[0].error_code
+    }
+
+    /// Commits offset 1 of `topic`-0 for a simple (memberless) group; the partition's code.
+    async fn commit_one(b: &Arc<Broker>, topic: &str) -> i16 {
+        use spate_protocol::messages::offset_commit_request::{
+            OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+        };
+        use spate_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
+        let mut p = OffsetCommitRequestPartition::default();
+        p.partition_index = 0;
+        p.committed_offset = 1;
+        let mut t = OffsetCommitRequestTopic::default();
+        t.name = TopicName(StrBytes::from_string(topic.to_string()));
+        t.partitions = vec![p];
+        let mut r = OffsetCommitRequest::default();
+        r.group_id = spate_protocol::messages::GroupId(StrBytes::from_static_str("g"));
+        r.generation_id_or_member_epoch = -1;
+        r.topics = vec![t];
+        let reply = b
+            .handle(
+                frame(ApiKey::OffsetCommit, 8, &r),
+                RequestContext::default(),
+            )
+            .unwrap();
+        let resp: OffsetCommitResponse = decode(ApiKey::OffsetCommit, 8, response(reply).await);
+        resp.topics[0].partitions[0].error_code
+    }
+
+    #[tokio::test]
+    async fn below_the_disk_watermark_produce_is_refused_unwritten_commits_work_and_it_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = BrokerConfig::new(dir.path().join("data"), "127.0.0.1", 9092);
+        config.disk_watermark = crate::disk::DiskWatermark {
+            min_free_bytes: 1 << 20,
+            min_free_percent: 0,
+        };
+        let (b, _) = Broker::open(config).unwrap();
+        response(
+            b.handle(
+                frame(ApiKey::CreateTopics, 7, &create_topics("t")),
+                RequestContext::default(),
+            )
+            .unwrap(),
+        )
+        .await;
+        // The real disk of the test machine is not what is tested: samples are fed in.
+        b.disk.observe(10 << 20, 100 << 20);
+        assert_eq!(produce_one(&b, "t").await, 0);
+        let end = |b: &Broker| {
+            b.topics
+                .get("t")
+                .unwrap()
+                .partition(0)
+                .unwrap()
+                .log_end_offset()
+        };
+        assert_eq!(end(&b), 1);
+
+        b.disk.observe(512 << 10, 100 << 20);
+        assert_eq!(
+            produce_one(&b, "t").await,
+            ResponseError::KafkaStorageError.code()
+        );
+        assert_eq!(end(&b), 1, "a refused produce wrote nothing");
+        assert!(
+            ResponseError::KafkaStorageError.is_retriable(),
+            "clients retry the refusal (Kafka's error table)"
+        );
+        assert_eq!(commit_one(&b, "t").await, 0, "offset commits keep working");
+
+        b.disk.observe(2 << 20, 100 << 20);
+        assert_eq!(produce_one(&b, "t").await, 0, "produce resumes by itself");
+        assert_eq!(end(&b), 2);
     }
 
     #[test]

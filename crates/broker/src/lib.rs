@@ -7,6 +7,7 @@
 mod budget;
 pub mod cluster;
 mod config;
+pub mod disk;
 mod dispatch;
 mod error;
 mod fetch_sessions;

@@ -364,6 +364,8 @@ pub enum CopyStop {
     Refused(ResponseError),
     /// The disk failed.
     Storage,
+    /// The disk is full (ENOSPC): nothing of the batch was kept, the log stays in service.
+    Full,
 }
 
 /// Appends the batches of a fetch response as received (offsets and epochs kept), skipping
@@ -394,6 +396,10 @@ pub fn copy_batches(
             Ok(()) => appended = true,
             Err(AppendError::Refused(e)) => {
                 stopped = Some(CopyStop::Refused(e));
+                break;
+            }
+            Err(AppendError::Storage(e)) if e.is_storage_full() => {
+                stopped = Some(CopyStop::Full);
                 break;
             }
             Err(AppendError::Storage(e)) => {

@@ -387,8 +387,24 @@ pub async fn serve(
     serve_router(listener, router(state), https).await
 }
 
-async fn health() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+/// Always 200 while the process serves (a liveness probe); the body tells a full disk.
+async fn health(State(s): State<Arc<HttpState>>) -> Json<serde_json::Value> {
+    let Some(b) = s.broker.get() else {
+        return Json(json!({"status": "ok"}));
+    };
+    let d = &b.disk;
+    let full = d.is_full();
+    Json(json!({
+        "status": if full { "disk_full" } else { "ok" },
+        "disk": {
+            "dir": d.dir().display().to_string(),
+            "full": full,
+            "free_bytes": d.free_bytes(),
+            "total_bytes": d.total_bytes(),
+            "threshold_bytes": d.threshold_bytes(),
+            "reason": full.then(|| d.refusal()),
+        },
+    }))
 }
 
 async fn ready(State(s): State<Arc<HttpState>>) -> Response {

@@ -450,6 +450,59 @@ fn render_cleaner(w: &mut Writer, b: &Broker) {
     .histogram("spate_log_cleaner_duration_seconds", &[], &c.duration, 1e6);
 }
 
+/// The data dir's free space and whether produce is refused for it (issue 30).
+fn render_disk(w: &mut Writer, b: &Broker) {
+    let d = &b.disk;
+    let dir = d.dir().display().to_string();
+    let labels = [("dir", dir.as_str())];
+    if d.total_bytes() > 0 {
+        w.family(
+            "spate_disk_free_bytes",
+            "gauge",
+            "Free bytes of the data dir's file system at the last sample (as df shows them).",
+        )
+        .sample("spate_disk_free_bytes", &labels, d.free_bytes() as f64);
+        w.family(
+            "spate_disk_total_bytes",
+            "gauge",
+            "Size of the data dir's file system.",
+        )
+        .sample("spate_disk_total_bytes", &labels, d.total_bytes() as f64);
+    }
+    w.family(
+        "spate_disk_min_free_bytes",
+        "gauge",
+        "Free bytes below which produce is refused (the larger of --disk-min-free-bytes and \
+         --disk-min-free-percent).",
+    )
+    .sample(
+        "spate_disk_min_free_bytes",
+        &labels,
+        d.threshold_bytes() as f64,
+    );
+    w.family(
+        "spate_disk_full",
+        "gauge",
+        "1 while the data dir is below its free-space watermark (or met ENOSPC) and produce is \
+         refused with KAFKA_STORAGE_ERROR (HTTP ingest 507).",
+    )
+    .sample(
+        "spate_disk_full",
+        &labels,
+        if d.is_full() { 1.0 } else { 0.0 },
+    );
+    w.family(
+        "spate_disk_watermark_crossings_total",
+        "counter",
+        "Times the data dir crossed its free-space watermark, either way.",
+    )
+    .sample(
+        "spate_disk_watermark_crossings_total",
+        &labels,
+        d.crossings() as f64,
+    );
+}
+
 fn render_quotas(w: &mut Writer, b: &Broker) {
     let stats = b.quotas.stats();
     let families = [
@@ -557,6 +610,7 @@ pub fn render(b: &Broker) -> String {
         }
     }
 
+    render_disk(&mut w, b);
     render_quotas(&mut w, b);
     render_client_telemetry(&mut w, b);
 

@@ -197,6 +197,18 @@ pub struct Args {
     )]
     pub max_producer_ids_per_partition: usize,
 
+    /// Produce (Kafka, HTTP ingest, replica copies on a follower) is refused with
+    /// KAFKA_STORAGE_ERROR (HTTP 507) while the data dir's file system has fewer free bytes
+    /// than this, before anything is written; it resumes by itself above it. Offset commits
+    /// keep working on the space below. 0: no byte limit.
+    #[arg(long, env = "SPATE_DISK_MIN_FREE_BYTES", default_value_t = 1 << 30)]
+    pub disk_min_free_bytes: u64,
+
+    /// The same refusal while less than this percentage of the data dir's file system is
+    /// free (the larger of the two limits applies). 0: no percentage limit.
+    #[arg(long, env = "SPATE_DISK_MIN_FREE_PERCENT", default_value_t = 5)]
+    pub disk_min_free_percent: u8,
+
     /// Indexing memory of each open search index writer, in bytes (at least 15000000,
     /// tantivy's minimum); with --search-max-open-writers it bounds indexing memory.
     #[arg(
@@ -927,6 +939,12 @@ impl Args {
         if self.max_producer_ids_per_partition == 0 {
             bail!("--max-producer-ids-per-partition must be at least 1");
         }
+        if self.disk_min_free_percent > 100 {
+            bail!(
+                "--disk-min-free-percent must be between 0 and 100, got {}",
+                self.disk_min_free_percent
+            );
+        }
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
             bail!("--group-min-session-timeout-ms is larger than --group-max-session-timeout-ms");
         }
@@ -1065,6 +1083,10 @@ impl Args {
         c.fetch_max_bytes = self.fetch_max_bytes as usize;
         c.producer_id_expiration_ms = self.producer_id_expiration_ms as i64;
         c.max_producer_ids_per_partition = self.max_producer_ids_per_partition;
+        c.disk_watermark = spate_broker::disk::DiskWatermark {
+            min_free_bytes: self.disk_min_free_bytes,
+            min_free_percent: self.disk_min_free_percent,
+        };
         c.retention_check_interval = Duration::from_millis(self.retention_check_interval_ms.max(1));
         Ok(c)
     }

@@ -604,8 +604,16 @@ async fn fetch(
         work
     };
     let wait_fsync = cluster.local.sync_acks;
+    // Below the free-space watermark this replica stops copying client topics, as a lagging
+    // replica would: the leader drops it from the ISR after replica.lag.time.max.ms, and it
+    // catches up once space is back. The internal topics (offsets, transactions) keep
+    // replicating on the watermark's reserve, so consumers can still commit.
+    let disk_full = cluster.local.disk.is_full();
     let mut wanted: Vec<(Key, Uuid, FetchPartition)> = Vec::with_capacity(work.len());
     for ((topic, index), f) in &work {
+        if disk_full && !crate::groups::is_internal(topic) {
+            continue;
+        }
         // Under an fsync profile the fetch offset tells the leader what is on disk here, not
         // the log end: after a failed or slow fsync the leader must not count the rest.
         let Some(fetch_offset) = f.partition.replica_fetch_offset(wait_fsync) else {
@@ -709,8 +717,13 @@ async fn fetch(
                     cluster.metrics.throttled_bytes.add(records.len() as u64);
                 }
                 let c = copy_batches(p, f.epoch, records, &OffWorkers);
-                if let Some(CopyStop::Refused(e)) = c.stopped {
-                    tracing::debug!(topic = %key.0, partition = key.1, error = ?e, "replica append refused; the partition moved on");
+                match c.stopped {
+                    Some(CopyStop::Refused(e)) => {
+                        tracing::debug!(topic = %key.0, partition = key.1, error = ?e, "replica append refused; the partition moved on");
+                    }
+                    // ENOSPC despite the watermark: stop copying until space shows.
+                    Some(CopyStop::Full) => cluster.local.disk.mark_enospc(),
+                    _ => {}
                 }
                 copied = Some(c);
             }

@@ -134,6 +134,8 @@ pub(crate) struct Local {
     pub(crate) txns: Arc<crate::transactions::TxnService>,
     /// Where the cluster's credentials and ACLs are copied to.
     pub(crate) security: security::SecurityTables,
+    /// The data dir's free space: a full disk stops replica fetches of client topics.
+    pub(crate) disk: Arc<crate::disk::DiskSpace>,
 }
 
 /// This node's part in the cluster; lives inside [`Broker`] once joined.
@@ -486,6 +488,7 @@ impl Broker {
             offsets_partitions: self.config.groups.offsets_partitions,
             offsets_segment_bytes: self.config.groups.offsets_segment_bytes,
             txns: self.txns.clone(),
+            disk: self.disk.clone(),
             security: security::SecurityTables {
                 credentials: self.credentials.clone(),
                 authorizer: self.authorizer.clone(),

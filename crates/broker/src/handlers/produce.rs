@@ -254,11 +254,17 @@ pub(crate) fn produce_verified(
                         ResponseError::InvalidTopicException,
                         format!("cannot produce to the internal topic {}", t.name),
                     )),
+                    // The data dir is below its free-space watermark: refused before
+                    // anything is written, with an error clients retry (one atomic load;
+                    // the free space is sampled in the background).
+                    Some(_) if b.disk.is_full() => {
+                        Err((ResponseError::KafkaStorageError, b.disk.refusal()))
+                    }
                     Some(t) => {
                         let mut verify = |p: &Partition, h: &BatchHeader| {
                             verify_txn(b, &verified, txn_id.as_deref(), t, p, h)
                         };
-                        append_one(t, pd, b.clock.now_ms(), acks == -1, &mut verify)
+                        append_one(t, pd, b.clock.now_ms(), acks == -1, &mut verify, &b.disk)
                     }
                 }
             };
@@ -538,6 +544,7 @@ fn append_one(
     now_ms: i64,
     acks_all: bool,
     verify: &mut Verify<'_>,
+    disk: &crate::disk::DiskSpace,
 ) -> Outcome {
     let p = t.lookup(pd.index).map_err(|e| {
         let why = if e == ResponseError::NotLeaderOrFollower {
@@ -620,6 +627,12 @@ fn append_one(
             Ok((a, p.log_start_offset(), append_time))
         }
         Err(AppendError::Refused(code)) => Err((code, code.to_string())),
+        Err(AppendError::Storage(e)) if e.is_storage_full() => {
+            // ENOSPC despite the watermark (it raced, or another process filled the disk):
+            // nothing was kept and the partition stays online; refuse until space shows.
+            disk.mark_enospc();
+            Err((ResponseError::KafkaStorageError, disk.refusal()))
+        }
         Err(AppendError::Storage(e)) => {
             tracing::error!(topic = %t.name, partition = p.index, error = %e, "append failed");
             Err((ResponseError::KafkaStorageError, e.to_string()))

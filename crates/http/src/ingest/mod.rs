@@ -131,6 +131,10 @@ pub enum IngestError {
     /// 503: not ready, or shutting down.
     #[error("{0}")]
     Unavailable(String),
+    /// 507: the data dir is below its free-space watermark (or full); retry once space is
+    /// freed.
+    #[error("{0}")]
+    InsufficientStorage(String),
 }
 
 impl IngestError {
@@ -146,6 +150,7 @@ impl IngestError {
             }
             IngestError::Busy(_) | IngestError::OverQuota { .. } => StatusCode::TOO_MANY_REQUESTS,
             IngestError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            IngestError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
         }
     }
 }
@@ -169,7 +174,12 @@ impl IntoResponse for IngestError {
             "message": self.to_string(),
         });
         let mut resp = (status, axum::Json(body)).into_response();
-        if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
+        if matches!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS
+                | StatusCode::SERVICE_UNAVAILABLE
+                | StatusCode::INSUFFICIENT_STORAGE
+        ) {
             resp.headers_mut().insert(header::RETRY_AFTER, retry_after);
         }
         resp
@@ -676,6 +686,12 @@ async fn serve(
             retry_after_s: wait_ms.div_ceil(1000),
         });
     }
+    // A standalone node below its free-space watermark writes nothing: refused before the
+    // body is read. (In a cluster the partition's leader decides; its refusal comes back per
+    // batch and turns into the same status below.)
+    if !broker.topology().replicates() && broker.disk.is_full() {
+        return Err(IngestError::InsufficientStorage(broker.disk.refusal()));
+    }
     let max = ingest.config.max_body_bytes;
     let declared = parts
         .headers
@@ -842,8 +858,12 @@ async fn serve(
         .delivered
         .fetch_add(delivered as u64, Ordering::Relaxed);
     counts.failed.fetch_add(failed as u64, Ordering::Relaxed);
+    let storage_error = spate_protocol::ResponseError::KafkaStorageError.code();
     let status = if failed == 0 {
         StatusCode::OK
+    } else if delivered == 0 && results.iter().all(|r| r.error_code == storage_error) {
+        // Every batch was refused for want of disk space (a full leader): as a whole refusal.
+        StatusCode::INSUFFICIENT_STORAGE
     } else {
         StatusCode::MULTI_STATUS
     };

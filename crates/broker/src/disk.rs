@@ -1,0 +1,278 @@
+//! Free space of the data dir: a watermark below which produce is refused before anything is
+//! written, so a filling disk becomes an ordinary, recoverable state instead of failed writes.
+//!
+//! The free space is sampled by a background task ([`DiskSpace::sample`], one `statvfs`) into
+//! atomics; the produce path only loads one of them ([`DiskSpace::is_full`]), never a system
+//! call per request. An append that still meets ENOSPC (the watermark raced, another process
+//! filled the disk) marks the disk full until the next sample says otherwise.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Where the refusal starts: produce is refused while the free bytes are below either limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskWatermark {
+    /// Refuse produce below this many free bytes (0: no byte limit).
+    pub min_free_bytes: u64,
+    /// Refuse produce below this percentage of the file system free (0: no percentage limit).
+    pub min_free_percent: u8,
+}
+
+impl DiskWatermark {
+    /// The server's defaults: 1 GiB and 5 %.
+    pub const DEFAULT: Self = Self {
+        min_free_bytes: 1 << 30,
+        min_free_percent: 5,
+    };
+
+    /// No watermark: produce is refused only after an actual ENOSPC.
+    pub const DISABLED: Self = Self {
+        min_free_bytes: 0,
+        min_free_percent: 0,
+    };
+
+    /// The free bytes below which produce is refused, on a file system of `total_bytes`.
+    pub fn threshold_bytes(&self, total_bytes: u64) -> u64 {
+        let pct = (total_bytes as u128 * u128::from(self.min_free_percent.min(100)) / 100) as u64;
+        self.min_free_bytes.max(pct)
+    }
+}
+
+/// The free space of one data dir and whether writes are refused for it.
+#[derive(Debug)]
+pub struct DiskSpace {
+    dir: PathBuf,
+    watermark: DiskWatermark,
+    free_bytes: AtomicU64,
+    total_bytes: AtomicU64,
+    full: AtomicBool,
+    /// Set by an ENOSPC seen on a write; cleared by the next sample.
+    enospc: AtomicBool,
+    crossings: AtomicU64,
+}
+
+/// What a sample changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crossing {
+    /// Still on the same side of the watermark.
+    None,
+    /// Went below: produce is refused from now on.
+    BecameFull,
+    /// Came back above: produce resumes.
+    Recovered,
+}
+
+impl DiskSpace {
+    /// The state of `dir` with this watermark, not yet sampled (not full).
+    pub fn new(dir: PathBuf, watermark: DiskWatermark) -> Self {
+        Self {
+            dir,
+            watermark,
+            free_bytes: AtomicU64::new(u64::MAX),
+            total_bytes: AtomicU64::new(0),
+            full: AtomicBool::new(false),
+            enospc: AtomicBool::new(false),
+            crossings: AtomicU64::new(0),
+        }
+    }
+
+    /// The data dir watched.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The watermark applied.
+    pub fn watermark(&self) -> DiskWatermark {
+        self.watermark
+    }
+
+    /// True while produce is refused: one atomic load, for the produce path.
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.full.load(Ordering::Relaxed)
+    }
+
+    /// Free bytes at the last sample (`u64::MAX` before the first).
+    pub fn free_bytes(&self) -> u64 {
+        self.free_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Size of the file system at the last sample (0 before the first).
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Free bytes below which produce is refused, at the last sample.
+    pub fn threshold_bytes(&self) -> u64 {
+        self.watermark.threshold_bytes(self.total_bytes())
+    }
+
+    /// How many times the state changed sides (either way).
+    pub fn crossings(&self) -> u64 {
+        self.crossings.load(Ordering::Relaxed)
+    }
+
+    /// Why produce is refused, for error messages.
+    pub fn refusal(&self) -> String {
+        if self.enospc.load(Ordering::Relaxed) {
+            format!(
+                "the data dir {} is full (a write met ENOSPC); nothing was written, retry once space is freed",
+                self.dir.display()
+            )
+        } else {
+            format!(
+                "the data dir {} has {} bytes free, below the watermark of {} bytes (--disk-min-free-bytes, --disk-min-free-percent); nothing was written, retry once space is freed",
+                self.dir.display(),
+                self.free_bytes(),
+                self.threshold_bytes()
+            )
+        }
+    }
+
+    /// Reads the file system's free space (one `statvfs`) and updates the state; for the
+    /// background sampler, never the produce path.
+    pub fn sample(&self) -> io::Result<Crossing> {
+        let (free, total) = statvfs(&self.dir)?;
+        Ok(self.observe(free, total))
+    }
+
+    /// Updates the state from a sample of `free` bytes out of `total`, logging a crossing.
+    pub fn observe(&self, free: u64, total: u64) -> Crossing {
+        self.free_bytes.store(free, Ordering::Relaxed);
+        self.total_bytes.store(total, Ordering::Relaxed);
+        // A fresh sample is the truth: an earlier ENOSPC no longer holds once space shows.
+        let threshold = self.watermark.threshold_bytes(total);
+        let below = free < threshold;
+        let enospc = self.enospc.load(Ordering::Relaxed);
+        let full = below || (enospc && free == 0);
+        if !full {
+            self.enospc.store(false, Ordering::Relaxed);
+        }
+        let was = self.full.swap(full, Ordering::Relaxed);
+        match (was, full) {
+            (false, true) => {
+                self.crossings.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    dir = %self.dir.display(),
+                    free_bytes = free,
+                    threshold_bytes = threshold,
+                    "data dir below its free-space watermark: produce is refused until space is freed"
+                );
+                Crossing::BecameFull
+            }
+            (true, false) => {
+                self.crossings.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    dir = %self.dir.display(),
+                    free_bytes = free,
+                    threshold_bytes = threshold,
+                    "data dir above its free-space watermark again: produce resumes"
+                );
+                Crossing::Recovered
+            }
+            _ => Crossing::None,
+        }
+    }
+
+    /// Records that a write met ENOSPC: produce is refused until a sample shows free space.
+    pub fn mark_enospc(&self) {
+        self.enospc.store(true, Ordering::Relaxed);
+        if !self.full.swap(true, Ordering::Relaxed) {
+            self.crossings.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                dir = %self.dir.display(),
+                "a write to the data dir met ENOSPC: produce is refused until space is freed"
+            );
+        }
+    }
+}
+
+/// Free bytes (for unprivileged users, as `df` shows) and size of the file system holding
+/// `dir`.
+fn statvfs(dir: &Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
+    // SAFETY: statvfs only writes into the zeroed struct we own; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let unit = st.f_frsize as u64;
+    Ok((
+        (st.f_bavail as u64).saturating_mul(unit),
+        (st.f_blocks as u64).saturating_mul(unit),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn space(min_free_bytes: u64, min_free_percent: u8) -> DiskSpace {
+        DiskSpace::new(
+            PathBuf::from("/data"),
+            DiskWatermark {
+                min_free_bytes,
+                min_free_percent,
+            },
+        )
+    }
+
+    #[test]
+    fn below_the_byte_watermark_is_full_and_above_it_recovers() {
+        let d = space(100, 0);
+        assert_eq!(d.observe(1000, 10_000), Crossing::None);
+        assert!(!d.is_full());
+        assert_eq!(d.observe(99, 10_000), Crossing::BecameFull);
+        assert!(d.is_full());
+        assert_eq!(d.observe(50, 10_000), Crossing::None);
+        assert!(d.is_full());
+        assert_eq!(d.observe(100, 10_000), Crossing::Recovered);
+        assert!(!d.is_full());
+        assert_eq!(d.crossings(), 2);
+    }
+
+    #[test]
+    fn the_percentage_watermark_applies_when_it_is_the_larger() {
+        let d = space(100, 5);
+        // 5 % of 10 000 is 500, above the 100-byte limit.
+        assert_eq!(d.threshold_bytes(), 100);
+        d.observe(499, 10_000);
+        assert!(d.is_full());
+        assert_eq!(d.threshold_bytes(), 500);
+        d.observe(500, 10_000);
+        assert!(!d.is_full());
+    }
+
+    #[test]
+    fn a_disabled_watermark_never_refuses_on_samples() {
+        let d = space(0, 0);
+        d.observe(0, 10_000);
+        assert!(!d.is_full());
+    }
+
+    #[test]
+    fn an_enospc_refuses_until_a_sample_shows_space() {
+        let d = space(0, 0);
+        d.mark_enospc();
+        assert!(d.is_full());
+        assert!(d.refusal().contains("ENOSPC"), "{}", d.refusal());
+        // Still nothing free: stays refused.
+        d.observe(0, 10_000);
+        assert!(d.is_full());
+        d.observe(4096, 10_000);
+        assert!(!d.is_full());
+        assert!(!d.refusal().contains("ENOSPC"));
+    }
+
+    #[test]
+    fn sampling_a_real_directory_reports_its_file_system() {
+        let d = DiskSpace::new(std::env::temp_dir(), DiskWatermark::DISABLED);
+        d.sample().expect("statvfs of the temp dir");
+        assert!(d.total_bytes() > 0);
+        assert!(d.free_bytes() <= d.total_bytes());
+    }
+}
