@@ -82,13 +82,6 @@ KNOWN = [
             "at 00:00 UTC instead of 00:00 Europe/Paris. Repro: {\"size\":0,\"aggs\":{\"h\":{\"date_histogram\":"
             "{\"field\":\"@timestamp\",\"calendar_interval\":\"1d\",\"time_zone\":\"Europe/Paris\"}}}} -> OpenSearch "
             "keys 1699830000000..., spate 1699833600000...."},
-    {"id": "DEFECT-extended_stats-few-values", "case": r"",
-     "diff": r"std_deviation_bounds: expected an object, got null|\.(variance|std_deviation)\w*: \S+ vs null",
-     "why": "DEFECT: extended_stats over one value answers null for variance and std_deviation (Elasticsearch: "
-            "0, and \"NaN\" for the *_sampling ones) and \"std_deviation_bounds\": null (Elasticsearch: an object, "
-            "the bounds equal to the value); over no value also null instead of an object of nulls. Grafana's "
-            "2-second buckets often hold one document. Repro: {\"size\":0,\"query\":{\"term\":{\"doc_id.keyword\":"
-            "\"d00004\"}},\"aggs\":{\"e\":{\"extended_stats\":{\"field\":\"latency_ms\"}}}}."},
     {"id": "DEFECT-percentiles-few-values", "case": r"", "diff": r"\(beyond 2 % apart\)",
      "why": "DEFECT: percentiles over few values (small date_histogram buckets, sparse tails) take the lower "
             "neighbour instead of interpolating, far beyond 1 %: over the two values 24.37 and 30.25, p75..p99 "
@@ -96,11 +89,6 @@ KNOWN = [
             "468.8 in spate, 589.9 in OpenSearch, 557 exactly (interpolated). Repro: {\"size\":0,\"query\":"
             "{\"range\":{\"@timestamp\":{\"gte\":1700000002000,\"lt\":1700000004000,\"format\":\"epoch_millis\"}}},"
             "\"aggs\":{\"p\":{\"percentiles\":{\"field\":\"latency_ms\",\"percents\":[99]}}}} on `logs`."},
-    {"id": "DEFECT-terms-missing-min_doc_count-0", "case": r"", "diff": r"missing \['unknown'\]",
-     "why": "DEFECT: terms with \"missing\" and \"min_doc_count\": 0 leaves out the missing-value bucket when no "
-            "document lacks the field; Elasticsearch lists it with doc_count 0 (Grafana's logs volume sends this). "
-            "Repro: {\"size\":0,\"aggs\":{\"t\":{\"terms\":{\"field\":\"level.keyword\",\"min_doc_count\":0,"
-            "\"missing\":\"unknown\"}}}}."},
     {"id": "DEFECT-terms-shard_size", "case": r"^terms host", "diff": r"sum_other_doc_count|key order differs",
      "why": "DEFECT: terms over several partitions counts wrong where Elasticsearch over several shards would "
             "not: each partition seems to return only `size` terms (Elasticsearch's default shard_size is "
@@ -110,10 +98,6 @@ KNOWN = [
     {"id": "DEFECT-terms-boolean-keys", "case": r"boolean", "diff": r"\[1, 0\] vs \['true', 'false'\]",
      "why": "DEFECT: terms on a boolean field keys buckets \"true\"/\"false\"; Elasticsearch keys them 1/0 with "
             "key_as_string \"true\"/\"false\". Repro: {\"size\":0,\"aggs\":{\"t\":{\"terms\":{\"field\":\"success\"}}}}."},
-    {"id": "DEFECT-date-min-max", "case": r"min/max on a date", "diff": r"tm(in|ax)\.value",
-     "why": "DEFECT: min/max of a date field answer nanoseconds (1.699833818917e+18) and no value_as_string; "
-            "Elasticsearch answers epoch milliseconds and value_as_string. Repro: {\"size\":0,\"aggs\":{\"m\":"
-            "{\"min\":{\"field\":\"@timestamp\"}}}}."},
     {"id": "DEFECT-top_hits", "case": r"top_hits", "diff": r"only spate refused it",
      "why": "DEFECT: top_hits fails: alone it answers \"decoding a node's aggregations: Hit the end of buffer\", "
             "under terms \"Serde Deserialization Error\", and without a sort it is refused (\"missing field "

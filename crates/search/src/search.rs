@@ -428,6 +428,27 @@ fn map_aggs_at(
                 // for); `key_as_string` stays RFC 3339 whatever format is named.
                 body.remove("format");
             }
+            if matches!(kind.as_str(), "min" | "max" | "stats") {
+                // Tantivy answers a date column's values in nanoseconds; the tag has them
+                // answered in milliseconds with their text (`es_shape_aggs`).
+                use spate_broker::search_config::FieldKind;
+                let date = spec_obj
+                    .get(kind)
+                    .and_then(|b| b.get("field"))
+                    .and_then(Value::as_str)
+                    .and_then(|f| schema.resolve(f))
+                    .is_some_and(|r| {
+                        matches!(
+                            r.role,
+                            FieldRole::Timestamp
+                                | FieldRole::Json(FieldKind::Date)
+                                | FieldRole::Dynamic(FieldKind::Date)
+                        )
+                    });
+                if date {
+                    tagged = format!("{name}{DATE_METRIC}");
+                }
+            }
             if kind == "top_metrics" {
                 // top_hits holds the same: the metrics of the first hits in an order.
                 mapped.insert(
@@ -461,6 +482,86 @@ fn map_aggs_at(
         out.insert(tagged, Value::Object(mapped));
     }
     Ok(out)
+}
+
+/// `extended_stats` over one value or none as Elasticsearch answers it (Grafana reads the
+/// bounds): over one value the variances are 0 (the sampling ones undefined, "NaN") and the
+/// bounds are the value; over none every figure is null but the bounds are still an object.
+fn shape_extended_stats(out: &mut Value) {
+    let Some(m) = out.as_object_mut() else {
+        return;
+    };
+    let bound_names = [
+        "upper",
+        "lower",
+        "upper_population",
+        "lower_population",
+        "upper_sampling",
+        "lower_sampling",
+    ];
+    match m.get("count").and_then(Value::as_u64) {
+        Some(1) => {
+            for k in [
+                "variance",
+                "variance_population",
+                "std_deviation",
+                "std_deviation_population",
+            ] {
+                m.insert(k.into(), Value::from(0.0));
+            }
+            for k in ["variance_sampling", "std_deviation_sampling"] {
+                m.insert(k.into(), Value::from("NaN"));
+            }
+            let avg = m.get("avg").cloned().unwrap_or(Value::Null);
+            let bounds: Map<String, Value> = bound_names
+                .iter()
+                .map(|k| {
+                    let v = if k.ends_with("_sampling") {
+                        Value::from("NaN")
+                    } else {
+                        avg.clone()
+                    };
+                    (k.to_string(), v)
+                })
+                .collect();
+            m.insert("std_deviation_bounds".into(), Value::Object(bounds));
+        }
+        Some(0) if !m.get("std_deviation_bounds").is_some_and(Value::is_object) => {
+            let bounds: Map<String, Value> = bound_names
+                .iter()
+                .map(|k| (k.to_string(), Value::Null))
+                .collect();
+            m.insert("std_deviation_bounds".into(), Value::Object(bounds));
+        }
+        _ => {}
+    }
+}
+
+/// Tags the mapped name of a `min`, `max` or `stats` of a date field.
+const DATE_METRIC: &str = "\u{1e}date";
+
+/// A date metric's values (nanoseconds from tantivy) as Elasticsearch answers them: epoch
+/// milliseconds, each with its text (`value_as_string`, `min_as_string`, ...).
+fn shape_date_metric(out: &mut Value) {
+    let Some(m) = out.as_object_mut() else {
+        return;
+    };
+    for k in ["value", "min", "max", "avg"] {
+        let Some(ns) = m.get(k).and_then(Value::as_f64) else {
+            continue;
+        };
+        let ms = (ns / 1e6).round();
+        m.insert(k.into(), Value::from(ms));
+        if let Some(text) = crate::dates::rfc3339_millis(ms as i64) {
+            m.insert(format!("{k}_as_string"), Value::from(text));
+        }
+    }
+    // A sum of instants is no instant.
+    if m.contains_key("sum") {
+        if let Some(sum) = m.get("sum").and_then(Value::as_f64) {
+            m.insert("sum".into(), Value::from((sum / 1e6).round()));
+        }
+    }
 }
 
 /// The calendar units longer than a day, which have no fixed length.
@@ -744,6 +845,13 @@ fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &
                 all.insert(name.clone(), v);
             }
         }
+        if let Some(all) = result.as_object_mut() {
+            if let Some(mut v) = all.remove(&format!("{name}{DATE_METRIC}")) {
+                shape_date_metric(&mut v);
+                all.insert(name.clone(), v);
+                continue;
+            }
+        }
         let Some(out) = result.get_mut(name) else {
             continue;
         };
@@ -798,6 +906,12 @@ fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &
             .get("aggs")
             .or_else(|| spec.get("aggregations"))
             .and_then(Value::as_object);
+        if let Some(terms) = spec.get("terms") {
+            add_missing_bucket(terms, sub_of(mapped, &mapped_name), out);
+        }
+        if spec.contains_key("extended_stats") {
+            shape_extended_stats(out);
+        }
         let date = spec.contains_key("date_histogram");
         let buckets = match out.get_mut("buckets") {
             Some(Value::Array(list)) => list.iter_mut().collect::<Vec<_>>(),
@@ -823,6 +937,50 @@ fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &
             shape_ranges(range, out);
         }
     }
+}
+
+/// `terms` with `missing` and `min_doc_count: 0`: Elasticsearch lists the missing-value
+/// bucket even when every document has the field (Grafana's logs volume asks for it), with its
+/// sub-aggregations empty (a date histogram with `extended_bounds` still has its zero buckets).
+/// Tantivy leaves it out, so it is added here, its sub-aggregations computed over no document.
+fn add_missing_bucket(terms: &Value, mapped_sub: Option<Value>, out: &mut Value) {
+    let Some(missing) = terms.get("missing").filter(|m| !m.is_null()) else {
+        return;
+    };
+    if terms.get("min_doc_count").and_then(Value::as_u64) != Some(0) {
+        return;
+    }
+    let Some(Value::Array(buckets)) = out.get_mut("buckets") else {
+        return;
+    };
+    let key_str = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let want = key_str(missing);
+    if buckets
+        .iter()
+        .any(|b| b.get("key").map(key_str).as_deref() == Some(want.as_str()))
+    {
+        return;
+    }
+    let mut bucket = json!({"key": missing, "doc_count": 0});
+    if let Some(Value::Object(sub)) = mapped_sub {
+        let empty = parse_aggs(sub).ok().and_then(|req| {
+            IntermediateAggregationResults::default()
+                .into_final_result(
+                    req,
+                    AggregationLimitsGuard::new(Some(200_000_000), Some(65_000)),
+                )
+                .ok()
+        });
+        if let Some(Value::Object(results)) = empty.and_then(|r| serde_json::to_value(r).ok()) {
+            if let Value::Object(b) = &mut bucket {
+                b.extend(results);
+            }
+        }
+    }
+    buckets.push(bucket);
 }
 
 /// A date histogram key as the request's `format` renders it: epoch milliseconds or seconds
@@ -1757,4 +1915,52 @@ pub fn count(
         .enumerate()
         .map(|(i, t)| search_one(t, i, req, limits, now_ms, true).map(|p| p.total))
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extended_stats_over_one_value_has_zero_variance_and_bounds_at_the_value() {
+        let mut out = json!({"count": 1, "avg": 5.0, "variance": null, "std_deviation": null,
+                             "std_deviation_bounds": null});
+        shape_extended_stats(&mut out);
+        assert_eq!(out["variance"], json!(0.0));
+        assert_eq!(out["std_deviation_sampling"], json!("NaN"));
+        assert_eq!(out["std_deviation_bounds"]["upper"], json!(5.0));
+        assert_eq!(out["std_deviation_bounds"]["lower_sampling"], json!("NaN"));
+        let mut none = json!({"count": 0, "avg": null, "std_deviation_bounds": null});
+        shape_extended_stats(&mut none);
+        assert!(none["std_deviation_bounds"].is_object());
+        assert_eq!(none["std_deviation_bounds"]["upper"], Value::Null);
+    }
+
+    #[test]
+    fn a_date_metric_is_answered_in_milliseconds_with_its_text() {
+        let mut out = json!({"value": 1_699_833_818_917_000_000.0});
+        shape_date_metric(&mut out);
+        assert_eq!(out["value"], json!(1_699_833_818_917.0));
+        assert_eq!(out["value_as_string"], json!("2023-11-13T00:03:38.917Z"));
+    }
+
+    #[test]
+    fn terms_with_missing_and_min_doc_count_0_lists_the_missing_bucket_with_empty_sub_aggs() {
+        let terms = json!({"field": "level", "missing": "unknown", "min_doc_count": 0});
+        let sub = json!({"3": {"date_histogram": {"field": "event_time", "fixed_interval": "1h",
+            "min_doc_count": 0, "extended_bounds": {"min": 0, "max": 7_200_000}}}});
+        let mut out = json!({"buckets": [{"key": "error", "doc_count": 3}]});
+        add_missing_bucket(&terms, Some(sub.clone()), &mut out);
+        let buckets = out["buckets"].as_array().unwrap();
+        assert_eq!(buckets.len(), 2);
+        assert_eq!(buckets[1]["key"], json!("unknown"));
+        assert_eq!(buckets[1]["doc_count"], json!(0));
+        assert_eq!(buckets[1]["3"]["buckets"].as_array().map(Vec::len), Some(3));
+        // Present already, or not asked for with min_doc_count 0: nothing added.
+        add_missing_bucket(&terms, Some(sub), &mut out);
+        assert_eq!(out["buckets"].as_array().map(Vec::len), Some(2));
+        let mut other = json!({"buckets": []});
+        add_missing_bucket(&json!({"field": "level", "missing": "x"}), None, &mut other);
+        assert_eq!(other["buckets"].as_array().map(Vec::len), Some(0));
+    }
 }
