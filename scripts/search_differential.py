@@ -95,9 +95,6 @@ KNOWN = [
             "size * 1.5 + 10). Repro: {\"size\":0,\"aggs\":{\"t\":{\"terms\":{\"field\":\"host.keyword\",\"size\":5}}}} "
             "-> gateway-01.eu-west-1 counted 34 (is 35) and ranked before billing-01.us-east-1; with "
             "\"shard_size\":100 spate answers right."},
-    {"id": "DEFECT-terms-boolean-keys", "case": r"boolean", "diff": r"\[1, 0\] vs \['true', 'false'\]",
-     "why": "DEFECT: terms on a boolean field keys buckets \"true\"/\"false\"; Elasticsearch keys them 1/0 with "
-            "key_as_string \"true\"/\"false\". Repro: {\"size\":0,\"aggs\":{\"t\":{\"terms\":{\"field\":\"success\"}}}}."},
     {"id": "DEFECT-top_hits", "case": r"top_hits", "diff": r"only spate refused it",
      "why": "DEFECT: top_hits fails: alone it answers \"decoding a node's aggregations: Hit the end of buffer\", "
             "under terms \"Serde Deserialization Error\", and without a sort it is refused (\"missing field "

@@ -449,6 +449,23 @@ fn map_aggs_at(
                     tagged = format!("{name}{DATE_METRIC}");
                 }
             }
+            if kind == "terms" {
+                // Booleans are held as the words "true" and "false"; the tag has their buckets
+                // keyed 1 and 0 as Elasticsearch keys them (`es_shape_aggs`).
+                let boolean = spec_obj
+                    .get("terms")
+                    .and_then(|b| b.get("field"))
+                    .and_then(Value::as_str)
+                    .and_then(|f| schema.resolve(f))
+                    .and_then(|r| r.path)
+                    .is_some_and(|p| {
+                        schema.dynamic.read().fields.get(&p).map(|f| f.ty)
+                            == Some(crate::mapping::EsType::Boolean)
+                    });
+                if boolean {
+                    tagged = format!("{name}{BOOLEAN_TERMS}");
+                }
+            }
             if kind == "top_metrics" {
                 // top_hits holds the same: the metrics of the first hits in an order.
                 mapped.insert(
@@ -534,6 +551,26 @@ fn shape_extended_stats(out: &mut Value) {
             m.insert("std_deviation_bounds".into(), Value::Object(bounds));
         }
         _ => {}
+    }
+}
+
+/// Tags the mapped name of a `terms` of a boolean field.
+const BOOLEAN_TERMS: &str = "\u{1e}bool";
+
+/// A boolean `terms` answer as Elasticsearch gives it: buckets keyed 1 and 0, with
+/// `key_as_string` "true" and "false".
+fn shape_boolean_terms(out: &mut Value) {
+    let Some(Value::Array(buckets)) = out.get_mut("buckets") else {
+        return;
+    };
+    for b in buckets.iter_mut() {
+        let key = match b.get("key").and_then(Value::as_str) {
+            Some("true") => 1,
+            Some("false") => 0,
+            _ => continue,
+        };
+        b["key_as_string"] = Value::from(if key == 1 { "true" } else { "false" });
+        b["key"] = Value::from(key);
     }
 }
 
@@ -836,8 +873,10 @@ fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &
             .and_then(Value::as_str)
             .and_then(CalendarUnit::parse);
         // The mapped name of a calendar-unit histogram carries its unit.
+        let boolean = format!("{name}{BOOLEAN_TERMS}");
         let mapped_name = match calendar {
             Some(u) => format!("{name}\u{1e}{}", u.tag()),
+            None if mapped.and_then(|m| m.get(&boolean)).is_some() => boolean,
             None => name.clone(),
         };
         if let (Some(_), Some(all)) = (calendar, result.as_object_mut()) {
@@ -850,6 +889,10 @@ fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &
                 shape_date_metric(&mut v);
                 all.insert(name.clone(), v);
                 continue;
+            }
+            if let Some(mut v) = all.remove(&format!("{name}{BOOLEAN_TERMS}")) {
+                shape_boolean_terms(&mut v);
+                all.insert(name.clone(), v);
             }
         }
         let Some(out) = result.get_mut(name) else {
@@ -1934,6 +1977,16 @@ mod tests {
         shape_extended_stats(&mut none);
         assert!(none["std_deviation_bounds"].is_object());
         assert_eq!(none["std_deviation_bounds"]["upper"], Value::Null);
+    }
+
+    #[test]
+    fn boolean_terms_are_keyed_1_and_0_with_their_words_as_text() {
+        let mut out =
+            json!({"buckets": [{"key": "true", "doc_count": 2}, {"key": "false", "doc_count": 1}]});
+        shape_boolean_terms(&mut out);
+        assert_eq!(out["buckets"][0]["key"], json!(1));
+        assert_eq!(out["buckets"][0]["key_as_string"], json!("true"));
+        assert_eq!(out["buckets"][1]["key"], json!(0));
     }
 
     #[test]
