@@ -307,8 +307,25 @@ impl Log {
         if offset <= start {
             return Ok(start);
         }
-        self.start_checkpoint.store(offset)?;
+        if let Err(e) = self.start_checkpoint.store(offset) {
+            if !e.is_storage_full() {
+                return Err(e);
+            }
+            // A full disk must not block the very call that frees it: the whole segments
+            // below go first, then the checkpoint is written in the space they left. Until it
+            // is, the log starts at its first segment's base (at most `offset`), which is all
+            // a crash can show of a DeleteRecords that was not answered yet.
+            self.remove_segments_below(offset)?;
+            self.start_checkpoint.store(offset)?;
+        }
         self.start = offset;
+        self.remove_segments_below(offset)?;
+        self.assert_invariants(true);
+        Ok(offset)
+    }
+
+    /// Deletes every segment but the active one that holds only offsets below `offset`.
+    fn remove_segments_below(&mut self, offset: i64) -> Result<(), LogError> {
         // A seal still queued for a segment about to go would fail on its deleted file and
         // take the log out of service: finish them first, as truncation does.
         self.finish_seals();
@@ -326,8 +343,7 @@ impl Log {
                 .sync_dir(&self.dir)
                 .ctx("fsync log dir", &self.dir)?;
         }
-        self.assert_invariants(true);
-        Ok(offset)
+        Ok(())
     }
 
     /// Offset the next record will get.

@@ -772,3 +772,38 @@ fn enospc_writing_the_epoch_or_log_start_checkpoint_changes_nothing_and_works_on
     assert_eq!(read_all(&log), served(&log, &model));
     flusher.shutdown();
 }
+
+#[test]
+fn delete_records_on_a_disk_with_no_byte_left_frees_whole_segments_first_then_moves_the_start() {
+    let sim = SimDisk::new();
+    let disk = Disk::Sim(sim.clone());
+    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+    let (mut log, _) = open_on(&disk, &flusher);
+    let mut model: Model = Vec::new();
+    for tag in 0..40 {
+        append_or_full(&mut log, &mut model, &make_batch(2, 100, tag), 0);
+    }
+    assert!(
+        log.segment_count() > 3,
+        "the test needs whole segments to free"
+    );
+    log.finish_seals();
+    // Not one byte left: even the checkpoint's few bytes do not fit.
+    sim.set_capacity(Some(sim.used_bytes()));
+    let used = sim.used_bytes();
+    let cut = model[30].0;
+    assert_eq!(log.advance_start(cut).unwrap(), cut);
+    assert!(sim.used_bytes() < used, "whole segments below were deleted");
+    assert_eq!(log.start_offset(), cut);
+    assert!(!log.is_failed());
+    drop(log);
+    disk.crash();
+    let (log, _) = open_on(&disk, &flusher);
+    assert_eq!(
+        log.start_offset(),
+        cut,
+        "the checkpoint was written in the freed space"
+    );
+    assert_eq!(read_all(&log), served(&log, &model));
+    flusher.shutdown();
+}
