@@ -3,12 +3,15 @@
 //!
 //! The free space is sampled by a background task ([`DiskSpace::sample`], one `statvfs`) into
 //! atomics; the produce path only loads one of them ([`DiskSpace::is_full`]), never a system
-//! call per request. An append that still meets ENOSPC (the watermark raced, another process
+//! call per request. Between samples every append is charged against the bytes the last sample
+//! left above the watermark, so a fast producer cannot run far past it before the next sample
+//! (on a 64 MiB tmpfs a producer writes the 8 MiB margin in well under a sample interval).
+//! An append that still meets ENOSPC (the watermark raced, another process
 //! filled the disk) marks the disk full until the next sample says otherwise.
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 /// Where the refusal starts: produce is refused while the free bytes are below either limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +48,9 @@ pub struct DiskSpace {
     dir: PathBuf,
     watermark: DiskWatermark,
     free_bytes: AtomicU64,
+    /// Bytes that may still be written before the watermark: the last sample's free bytes
+    /// above it, less what appends wrote since.
+    budget: AtomicI64,
     total_bytes: AtomicU64,
     full: AtomicBool,
     /// Set by an ENOSPC seen on a write; cleared by the next sample.
@@ -70,6 +76,7 @@ impl DiskSpace {
             dir,
             watermark,
             free_bytes: AtomicU64::new(u64::MAX),
+            budget: AtomicI64::new(i64::MAX),
             total_bytes: AtomicU64::new(0),
             full: AtomicBool::new(false),
             enospc: AtomicBool::new(false),
@@ -93,9 +100,36 @@ impl DiskSpace {
         self.full.load(Ordering::Relaxed)
     }
 
-    /// Free bytes at the last sample (`u64::MAX` before the first).
+    /// Counts `bytes` just appended against the room left above the watermark; the append
+    /// that uses it up turns produce off until a sample shows space again. One atomic add.
+    #[inline]
+    pub fn charge(&self, bytes: usize) {
+        let n = i64::try_from(bytes).unwrap_or(i64::MAX);
+        let before = self.budget.fetch_sub(n, Ordering::Relaxed);
+        if before > 0 && before <= n && !self.full.swap(true, Ordering::Relaxed) {
+            self.crossings.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                dir = %self.dir.display(),
+                threshold_bytes = self.threshold_bytes(),
+                "data dir below its free-space watermark (by the bytes written since the last sample): produce is refused until space is freed"
+            );
+        }
+    }
+
+    /// Free bytes now: the last sample less what appends wrote since (`u64::MAX` before the
+    /// first sample).
     pub fn free_bytes(&self) -> u64 {
-        self.free_bytes.load(Ordering::Relaxed)
+        if self.total_bytes() == 0 {
+            return self.free_bytes.load(Ordering::Relaxed);
+        }
+        let threshold = i64::try_from(self.threshold_bytes()).unwrap_or(i64::MAX);
+        let estimate = self
+            .budget
+            .load(Ordering::Relaxed)
+            .saturating_add(threshold);
+        u64::try_from(estimate.max(0))
+            .unwrap_or(0)
+            .min(self.free_bytes.load(Ordering::Relaxed))
     }
 
     /// Size of the file system at the last sample (0 before the first).
@@ -144,6 +178,9 @@ impl DiskSpace {
         // A fresh sample is the truth: an earlier ENOSPC no longer holds once space shows.
         let threshold = self.watermark.threshold_bytes(total);
         let below = free < threshold;
+        let room =
+            i64::try_from(free).unwrap_or(i64::MAX) - i64::try_from(threshold).unwrap_or(i64::MAX);
+        self.budget.store(room, Ordering::Relaxed);
         let enospc = self.enospc.load(Ordering::Relaxed);
         let full = below || (enospc && free == 0);
         if !full {
@@ -244,6 +281,30 @@ mod tests {
         assert!(d.is_full());
         assert_eq!(d.threshold_bytes(), 500);
         d.observe(500, 10_000);
+        assert!(!d.is_full());
+    }
+
+    #[test]
+    fn appends_between_samples_use_up_the_room_above_the_watermark() {
+        let d = space(100, 0);
+        d.observe(1100, 10_000);
+        d.charge(600);
+        assert!(!d.is_full(), "400 bytes of room left");
+        assert_eq!(
+            d.free_bytes(),
+            500,
+            "free bytes count what was written since"
+        );
+        d.charge(400);
+        assert!(
+            d.is_full(),
+            "the room is used up: refused before the next sample"
+        );
+        assert_eq!(d.crossings(), 1);
+        d.charge(50);
+        assert_eq!(d.crossings(), 1, "one crossing logged, not one per append");
+        // Retention freed space meanwhile: the next sample lifts the refusal.
+        assert_eq!(d.observe(5000, 10_000), Crossing::Recovered);
         assert!(!d.is_full());
     }
 

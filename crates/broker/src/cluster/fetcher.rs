@@ -717,6 +717,9 @@ async fn fetch(
                     cluster.metrics.throttled_bytes.add(records.len() as u64);
                 }
                 let c = copy_batches(p, f.epoch, records, &OffWorkers);
+                if c.appended {
+                    cluster.local.disk.charge(records.len());
+                }
                 match c.stopped {
                     Some(CopyStop::Refused(e)) => {
                         tracing::debug!(topic = %key.0, partition = key.1, error = ?e, "replica append refused; the partition moved on");

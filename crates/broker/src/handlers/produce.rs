@@ -623,6 +623,7 @@ fn append_one(
             if matches!(a, Appended::New { .. }) {
                 t.metrics.bytes_in.add(records.len() as u64);
                 t.metrics.records_in.add(h.records_count as u64);
+                disk.charge(records.len());
             }
             Ok((a, p.log_start_offset(), append_time))
         }
