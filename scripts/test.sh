@@ -31,6 +31,10 @@ scripts/search-differential.sh
 scripts/rest-client-e2e.sh
 # kafka-python's admin client: delete_records, log dirs, topic partitions, features.
 scripts/kafka-python-admin-e2e.sh
+# A full disk (a 64 MiB tmpfs, as root; SKIPPED otherwise): the watermark and a real ENOSPC
+# refuse produce with KAFKA_STORAGE_ERROR and HTTP 507, nothing acknowledged is lost, commits
+# go on, DeleteRecords and retention.ms free space and produce resumes without a restart.
+scripts/disk-full-e2e.sh
 # The built-in schema registry with confluent-kafka's SchemaRegistryClient and its Avro and
 # JSON Schema serializers, through a kill -9 and restart.
 scripts/schema-registry-e2e.sh
