@@ -145,10 +145,6 @@ ACCEPTED = [
             "Karapace keeps serving the schema by id and gives it its old id again. Not checked against "
             "Confluent's registry here."},
     # --- spate defects, small, not fixed in this change
-    {"id": "DEFECT-non-numeric-id", "step": r"^non-numeric id$", "diff": r"^error_code: 40403 vs 404$",
-     "why": "DEFECT (small): GET /schemas/ids/abc answers 40403 (schema not found); Confluent's registry (a "
-            "JAX-RS integer path parameter) and Karapace answer error_code 404 'HTTP 404 Not Found'. Same HTTP "
-            "status. Left for crates/schema-registry/src/api.rs's schema_id(), which another change is editing."},
 ]
 
 seen_accepted = set()

@@ -128,7 +128,7 @@ async fn body<T: DeserializeOwned>(
 
 fn schema_id(id: &str) -> Result<i32, ApiError> {
     id.parse::<i32>()
-        .map_err(|_| RegistryError::SchemaNotFound(format!("schema {id} not found")).into())
+        .map_err(|_| RegistryError::NoSuchPath("HTTP 404 Not Found".into()).into())
 }
 
 /// What the API needs from outside the registry in a secured cluster; without them it is

@@ -112,6 +112,10 @@ pub enum RegistryError {
     /// The caller may not do this (ACLs).
     #[error("{0}")]
     Forbidden(String),
+    /// No resource at this path (a malformed id in it): the plain HTTP 404 Confluent's
+    /// registry answers, not one of its 404xx codes.
+    #[error("{0}")]
+    NoSuchPath(String),
 }
 
 impl RegistryError {
@@ -144,6 +148,7 @@ impl RegistryError {
             RegistryError::NotLeader(_) => 50003,
             RegistryError::Unauthorized(_) => 40101,
             RegistryError::Forbidden(_) => 40301,
+            RegistryError::NoSuchPath(_) => 404,
         }
     }
 
