@@ -196,7 +196,8 @@ async fn bad_input_gets_confluents_error_codes() {
         ("GET", "/subjects/u/versions/zero", None, 422, 42202),
         ("GET", "/subjects/u/versions/0", None, 422, 42202),
         ("GET", "/schemas/ids/99", None, 404, 40403),
-        ("GET", "/schemas/ids/x", None, 404, 40403),
+        // A malformed id is no path at all (Confluent: a plain 404, not 40403).
+        ("GET", "/schemas/ids/x", None, 404, 404),
         (
             "POST",
             "/subjects/u/versions",
