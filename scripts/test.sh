@@ -35,6 +35,9 @@ scripts/kafka-python-admin-e2e.sh
 # refuse produce with KAFKA_STORAGE_ERROR and HTTP 507, nothing acknowledged is lost, commits
 # go on, DeleteRecords and retention.ms free space and produce resumes without a restart.
 scripts/disk-full-e2e.sh
+# The same on a 3-node cluster with one follower's disk full: it leaves the ISR, acks=all goes
+# on (NOT_ENOUGH_REPLICAS when min.insync.replicas needs it), DeleteRecords frees it, it rejoins.
+scripts/disk-full-cluster-e2e.sh
 # The built-in schema registry with confluent-kafka's SchemaRegistryClient and its Avro and
 # JSON Schema serializers, through a kill -9 and restart.
 scripts/schema-registry-e2e.sh

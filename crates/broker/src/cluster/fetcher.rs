@@ -605,15 +605,15 @@ async fn fetch(
     };
     let wait_fsync = cluster.local.sync_acks;
     // Below the free-space watermark this replica stops copying client topics, as a lagging
-    // replica would: the leader drops it from the ISR after replica.lag.time.max.ms, and it
-    // catches up once space is back. The internal topics (offsets, transactions) keep
-    // replicating on the watermark's reserve, so consumers can still commit.
+    // replica would: its fetch offset stands still, the leader drops it from the ISR after
+    // replica.lag.time.max.ms, and it catches up once space is back. It keeps fetching them
+    // (at most a batch) for the leader's log start, so a DeleteRecords frees space here too.
+    // The internal topics (offsets, transactions) keep replicating on the watermark's
+    // reserve, so consumers can still commit.
     let disk_full = cluster.local.disk.is_full();
+    let paused = |topic: &str| disk_full && !crate::groups::is_internal(topic);
     let mut wanted: Vec<(Key, Uuid, FetchPartition)> = Vec::with_capacity(work.len());
     for ((topic, index), f) in &work {
-        if disk_full && !crate::groups::is_internal(topic) {
-            continue;
-        }
         // Under an fsync profile the fetch offset tells the leader what is on disk here, not
         // the log end: after a failed or slow fsync the leader must not count the rest.
         let Some(fetch_offset) = f.partition.replica_fetch_offset(wait_fsync) else {
@@ -626,7 +626,11 @@ async fn fetch(
         p.fetch_offset = fetch_offset;
         p.last_fetched_epoch = -1;
         p.log_start_offset = f.partition.log_start_offset();
-        p.partition_max_bytes = settings.replica_fetch_max_bytes;
+        p.partition_max_bytes = if paused(topic) {
+            0
+        } else {
+            settings.replica_fetch_max_bytes
+        };
         if let (Some(rate), true) = (rate, throttled_keys.contains(&(topic.clone(), *index))) {
             // One response never borrows more than a second of the rate.
             let cap = i32::try_from(rate).unwrap_or(i32::MAX).max(1);
@@ -711,7 +715,8 @@ async fn fetch(
                 continue;
             }
             let mut copied = None;
-            if let Some(records) = pd.records.as_ref().filter(|r| !r.is_empty()) {
+            let records = pd.records.as_ref().filter(|r| !r.is_empty());
+            if let Some(records) = records.filter(|_| !paused(&key.0)) {
                 if throttled_keys.contains(key) {
                     cluster.follower_throttle.record(records.len());
                     cluster.metrics.throttled_bytes.add(records.len() as u64);
@@ -760,6 +765,10 @@ async fn fetch(
                 .update(key, f, |cur| cur.leader_high_watermark = hw);
             progress = true;
         }
+    }
+    if disk_full {
+        // What a paused partition's fetch brings is dropped: do not spin on it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Ok(progress)
 }
