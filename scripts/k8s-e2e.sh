@@ -112,7 +112,7 @@ say "CRDs established"
 # --- the chart: lint, render, and its ServiceAccount + least-privilege RBAC for the operators --
 "$BIN/helm" lint deploy/helm/spate-operator deploy/helm/spate >/dev/null || fail "helm lint"
 "$BIN/helm" template spate-operator deploy/helm/spate-operator --namespace default >"$W/operator-chart.yaml"
-"$BIN/helm" template spate deploy/helm/spate --set metrics.serviceMonitor=true --set metrics.grafanaDashboard=true >"$W/spate-chart.yaml"
+"$BIN/helm" template spate deploy/helm/spate --set metrics.serviceMonitor=true --set metrics.grafanaDashboard=true --set metrics.prometheusRule=true >"$W/spate-chart.yaml"
 k apply --dry-run=server -f "$W/spate-chart.yaml" >/dev/null || fail "the spate chart does not apply"
 "$BIN/helm" template spate-operator deploy/helm/spate-operator --namespace default \
   --show-only templates/serviceaccount.yaml --show-only templates/rbac.yaml | k apply -f - >/dev/null
