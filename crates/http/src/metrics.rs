@@ -855,7 +855,7 @@ type Family = (
 pub fn render_search(s: &spate_search::SearchService) -> String {
     let mut w = Writer::default();
     let stats = s.stats();
-    let families: [Family; 9] = [
+    let families: [Family; 10] = [
         (
             "spate_search_indexed_records_total",
             "counter",
@@ -891,6 +891,12 @@ pub fn render_search(s: &spate_search::SearchService) -> String {
             "counter",
             "Values in the schema registry's wire format (search.value.format schema or auto) that could not be decoded with their schema (unknown id, malformed payload); they are indexed as text.",
             |p| p.undecodable_values as f64,
+        ),
+        (
+            "spate_search_schema_id_waits_total",
+            "counter",
+            "Times indexing (search.value.format=schema) stopped at a value whose schema id the registry did not know yet, to wait for it (a node whose copy of _schemas lags); after 30 s such a value is indexed as text.",
+            |p| p.schema_id_waits as f64,
         ),
         (
             "spate_search_unmapped_fields_total",

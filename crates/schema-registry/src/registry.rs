@@ -258,6 +258,11 @@ impl Registry {
         self.log.writer()
     }
 
+    /// The id the next new schema would get here (one above the highest known).
+    pub fn next_id(&self) -> i32 {
+        self.state.read().next_id()
+    }
+
     /// What `/admin` shows of the registry: who takes writes, how much it holds, its global
     /// mode and compatibility level.
     pub fn status(&self) -> Status {

@@ -117,6 +117,7 @@ impl Indexer {
             last_commit: Instant::now(),
             last_write: Instant::now(),
             indexed_last_step: false,
+            schema_wait: None,
         };
         runtime.spawn(drive(run, stop.clone(), pool, done_tx));
         Self { stop, done }
@@ -264,6 +265,42 @@ struct Run {
     last_write: Instant,
     /// The last step indexed at least one record.
     indexed_last_step: bool,
+    /// The offset of a schema'd value whose schema id the registry does not know yet, and
+    /// since when indexing waits for it (see [`SCHEMA_ID_WAIT`]).
+    schema_wait: Option<(i64, Instant)>,
+}
+
+/// How long indexing under `search.value.format=schema` waits for a schema id the registry
+/// does not know yet (a node whose copy of `_schemas` lags the topic's records) before the
+/// value is indexed as text, as a value that cannot be decoded is.
+const SCHEMA_ID_WAIT: Duration = Duration::from_secs(30);
+
+impl Run {
+    /// Whether `r` is a schema'd value whose schema id the registry does not know yet, to be
+    /// indexed once it does (or as text after [`SCHEMA_ID_WAIT`]).
+    fn waits_for_schema(&mut self, r: &crate::record::LogRecord) -> bool {
+        if self.index.settings.format != spate_broker::search_config::ValueFormat::Schema {
+            return false;
+        }
+        let (Some(decoder), Some(v)) = (self.index.decoder.as_deref(), r.value.as_deref()) else {
+            return false;
+        };
+        if !crate::record::has_schema_header(v) || !decoder.awaits_schema(v) {
+            self.schema_wait = None;
+            return false;
+        }
+        let since = match self.schema_wait {
+            Some((offset, since)) if offset == r.offset => since,
+            _ => {
+                tracing::info!(topic = %self.index.topic, partition = self.index.partition, offset = r.offset, "a schema id the registry does not know yet: indexing waits for it");
+                self.metrics.schema_id_waits.inc();
+                let now = Instant::now();
+                self.schema_wait = Some((r.offset, now));
+                now
+            }
+        };
+        since.elapsed() < SCHEMA_ID_WAIT
+    }
 }
 
 /// The lower of two optional cuts.
@@ -449,7 +486,12 @@ impl Run {
                 tracing::warn!(topic = %self.index.topic, partition = self.index.partition, base_offset = base, reason = %reason, "batch cannot be decoded; its records are not searchable");
             }
             let mut added = 0u64;
+            let mut stopped = None;
             for r in decoded.records.iter().filter(|r| r.offset < hw) {
+                if self.waits_for_schema(r) {
+                    stopped = Some(r.offset);
+                    break;
+                }
                 let (doc, skipped) = document::build_counted(
                     &self.index.schema,
                     &self.index.settings,
@@ -465,11 +507,12 @@ impl Run {
             }
             self.metrics.indexed_records.add(added);
             self.indexed_last_step = added > 0;
-            if let Some(n) = decoded.next_offset {
-                next = n.min(hw).max(next);
+            if let Some(n) = stopped.or(decoded.next_offset) {
+                let reached = n.min(hw).max(next);
+                self.dirty |= reached > next;
+                next = reached;
                 self.next = Some(next);
-                self.dirty = true;
-                more = next < hw;
+                more = stopped.is_none() && next < hw;
             }
         }
         drop(boost);
@@ -594,6 +637,111 @@ mod tests {
         })
         .await;
         assert_eq!(index.searcher().num_docs(), 6, "records lost or repeated");
+        tokio::task::spawn_blocking(move || indexer.stop())
+            .await
+            .unwrap();
+        pool.close();
+    }
+
+    /// Knows schema id 1 (JSON after the 5-byte header) once `known` is set.
+    struct LateRegistry {
+        known: Arc<AtomicBool>,
+    }
+
+    impl crate::record::ValueDecoder for LateRegistry {
+        fn decode(&self, value: &[u8]) -> Option<Result<serde_json::Value, String>> {
+            (self.known.load(Ordering::SeqCst) && value.get(..5) == Some(&[0, 0, 0, 0, 1]))
+                .then(|| serde_json::from_slice(&value[5..]).map_err(|e| e.to_string()))
+        }
+
+        fn awaits_schema(&self, value: &[u8]) -> bool {
+            !self.known.load(Ordering::SeqCst) && value.get(..5) == Some(&[0, 0, 0, 0, 1])
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_schema_id_not_known_yet_is_waited_for_then_its_values_are_indexed_by_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker(&dir);
+        let topic = broker
+            .topics
+            .create("late", 1, TopicConfig::default(), false)
+            .unwrap()
+            .unwrap();
+        let p = topic.partition(0).unwrap();
+        let settings = SearchSettings {
+            enabled: true,
+            format: ValueFormat::Schema,
+            fields: Vec::new(),
+            store_value: false,
+            max_fields: 1000,
+            time_field: "@timestamp".into(),
+        };
+        let mut opened = PartitionIndex::open(
+            &dir.path().join("index"),
+            "late",
+            0,
+            &settings,
+            MIN_WRITER_MEMORY_BYTES,
+            false,
+        )
+        .unwrap();
+        let known = Arc::new(AtomicBool::new(false));
+        opened.index.decoder = Some(Arc::new(LateRegistry {
+            known: known.clone(),
+        }));
+        let index = Arc::new(opened.index);
+        let metrics = Arc::new(IndexMetrics::default());
+        let pool = IndexingPool::start(
+            crate::pool::PoolSettings {
+                threads: 1,
+                max_open_writers: 1,
+            },
+            || {},
+        )
+        .unwrap();
+        let indexer = Indexer::start(
+            p.clone(),
+            index.clone(),
+            opened.resume_at,
+            IndexerSettings {
+                commit_interval: Duration::from_millis(20),
+                read_bytes: 1 << 20,
+                idle_poll: Duration::from_millis(20),
+                step_delay: Duration::from_millis(5),
+                writer_idle: Duration::from_secs(5),
+            },
+            metrics.clone(),
+            Arc::new(SearchMetrics::default()),
+            pool.clone(),
+            &tokio::runtime::Handle::current(),
+        );
+        append(
+            &p,
+            &[
+                "plain text first",
+                "\0\0\0\0\x01{\"user\": \"ann\"}",
+                "\0\0\0\0\x01{\"user\": \"bob\"}",
+            ],
+        );
+        until("indexing stops at the unknown id", || {
+            metrics.schema_id_waits.get() == 1 && index.committed_offset() == 1
+        })
+        .await;
+        // Waiting, not indexing the values as text: nothing past the unknown id is searchable.
+        assert_eq!(index.searcher().num_docs(), 1);
+        // Only the plain text value (no header) counts as not decodable.
+        assert_eq!(metrics.undecodable_values.get(), 1);
+
+        // The registry learns the id: both values are indexed by field, none as text.
+        known.store(true, Ordering::SeqCst);
+        until("the values are indexed once their schema is known", || {
+            index.committed_offset() == 3
+        })
+        .await;
+        assert_eq!(index.searcher().num_docs(), 3);
+        assert_eq!(metrics.undecodable_values.get(), 1);
+        assert!(index.schema.dynamic.read().fields.contains_key("user"));
         tokio::task::spawn_blocking(move || indexer.stop())
             .await
             .unwrap();

@@ -26,6 +26,8 @@ pub struct IndexMetrics {
     /// Values in the schema registry's wire format that could not be decoded (unknown
     /// schema id, malformed payload); they are indexed as text.
     pub undecodable_values: Counter,
+    /// Times indexing stopped at a schema'd value whose schema id was not known yet.
+    pub schema_id_waits: Counter,
     /// JSON values of new fields left out because the mapping reached `search.max.fields`.
     pub unmapped_fields: Counter,
     /// JSON values left out because they did not fit their field's mapped type.

@@ -83,6 +83,13 @@ pub trait ValueDecoder: Send + Sync {
     /// `None` when no schema has the value's id; otherwise the value as JSON, or why it
     /// cannot be read with its schema. Must not panic on any input.
     fn decode(&self, value: &[u8]) -> Option<Result<Value, String>>;
+
+    /// Whether the value names a schema id the registry does not know yet but may soon (a
+    /// registration not replicated to this node yet), so that indexing waits for it rather
+    /// than index the value as text for good. Cheap: asked of every schema'd value.
+    fn awaits_schema(&self, _value: &[u8]) -> bool {
+        false
+    }
 }
 
 /// Whether a value starts like the schema registry's wire format: magic byte 0 and room for

@@ -129,6 +129,8 @@ pub struct PartitionStats {
     pub undecodable_batches: u64,
     /// Schema'd values that could not be decoded (indexed as text).
     pub undecodable_values: u64,
+    /// Waits for a schema id not known yet.
+    pub schema_id_waits: u64,
     /// JSON values left out: the mapping was full.
     pub unmapped_fields: u64,
     /// JSON values left out: they did not fit their field's type.
@@ -529,6 +531,7 @@ impl SearchService {
                 size_bytes: e.index.size_bytes(),
                 undecodable_batches: e.metrics.undecodable_batches.get(),
                 undecodable_values: e.metrics.undecodable_values.get(),
+                schema_id_waits: e.metrics.schema_id_waits.get(),
                 unmapped_fields: e.metrics.unmapped_fields.get(),
                 mapping_conflicts: e.metrics.mapping_conflicts.get(),
                 writer_recoveries: e.metrics.writer_recoveries.get(),

@@ -13,6 +13,9 @@ use spate_search::ValueDecoder;
 /// Avro array of nulls is a few bytes per thousand items).
 const MAX_DECODED_VALUE_BYTES: usize = 8 << 20;
 
+/// How far above the next id this node would hand out an unknown id is still waited for.
+const IDS_AHEAD: i32 = 1000;
+
 /// The registry, as search sees it.
 pub struct RegistryDecoder(pub Arc<Registry>);
 
@@ -30,6 +33,16 @@ impl ValueDecoder for RegistryDecoder {
             )));
         }
         Some(decoder.decode(value))
+    }
+
+    fn awaits_schema(&self, value: &[u8]) -> bool {
+        // Ids are handed out in order: an unknown one just above the highest this node knows
+        // is a registration whose record has not reached its copy of `_schemas` yet; any
+        // other unknown id (below: deleted; far above: not an id at all) will not come.
+        schema_id(value).is_some_and(|id| {
+            let next = self.0.next_id();
+            id >= next && id < next.saturating_add(IDS_AHEAD) && self.0.record_decoder(id).is_none()
+        })
     }
 }
 
@@ -72,5 +85,27 @@ mod tests {
         assert_eq!(d.decode(b"plain text"), None);
         v.truncate(5);
         assert!(matches!(d.decode(&v), Some(Err(_))), "truncated");
+    }
+
+    #[tokio::test]
+    async fn only_an_id_just_above_the_known_ones_is_waited_for() {
+        let (r, id) =
+            registry_with(r#"{"type":"record","name":"R","fields":[{"name":"n","type":"int"}]}"#)
+                .await;
+        let d = RegistryDecoder(r);
+        let value = |id: i32| {
+            let mut v = vec![0];
+            v.extend_from_slice(&id.to_be_bytes());
+            v.push(84);
+            v
+        };
+        assert!(!d.awaits_schema(&value(id)), "known");
+        assert!(d.awaits_schema(&value(id + 1)), "the next registration");
+        assert!(
+            !d.awaits_schema(&value(id + 5000)),
+            "not an id this registry will reach soon"
+        );
+        assert!(!d.awaits_schema(&value(0)), "below the known ids");
+        assert!(!d.awaits_schema(b"plain text"));
     }
 }
