@@ -6,8 +6,8 @@ use std::ops::Bound as RangeBound;
 use serde_json::Value;
 use spate_broker::search_config::FieldKind;
 use tantivy::query::{
-    AllQuery, BooleanQuery, BoostQuery, ConstScoreQuery, DisjunctionMaxQuery, EmptyQuery, Occur,
-    PhraseQuery, Query as TQuery, RangeQuery, RegexQuery, TermQuery,
+    AllQuery, BooleanQuery, BoostQuery, ConstScoreQuery, DisjunctionMaxQuery, EmptyQuery,
+    ExistsQuery, Occur, PhraseQuery, Query as TQuery, RangeQuery, RegexQuery, TermQuery,
 };
 use tantivy::query_grammar::{Delimiter, UserInputAst, UserInputBound, UserInputLeaf};
 use tantivy::schema::IndexRecordOption;
@@ -194,6 +194,15 @@ impl Compiler<'_> {
                     FieldRole::Offset | FieldRole::Partition | FieldRole::Timestamp => {
                         Box::new(AllQuery)
                     }
+                    // A field the documents brought: its column, or (text too long for an
+                    // exact form) its name among the fields present.
+                    FieldRole::Dynamic(_) => Box::new(BooleanQuery::union(vec![
+                        Box::new(ExistsQuery::new(r.name.clone(), false)) as Boxed,
+                        term_query(Term::from_field_text(
+                            self.schema.present,
+                            &self.present_name(field, &r),
+                        )),
+                    ])),
                     _ => term_query(Term::from_field_text(
                         self.schema.present,
                         &self.present_name(field, &r),
@@ -917,6 +926,21 @@ mod tests {
         };
         assert_eq!(count_of(&schema, &index, &regexp), 1);
         assert_eq!(count(&schema, &index, "service.keyword:/auth.*/"), 1);
+    }
+
+    #[test]
+    fn exists_finds_short_values_in_their_column_and_long_texts_by_name() {
+        let long = "word ".repeat(80);
+        let (schema, index) = index_of(&[
+            r#"{"message":"short"}"#.into(),
+            format!(r#"{{"message":"{long}"}}"#),
+            r#"{"other":1}"#.into(),
+        ]);
+        assert_eq!(count(&schema, &index, "_exists_:message"), 2);
+        let exists = Query::Exists {
+            field: "other".into(),
+        };
+        assert_eq!(count_of(&schema, &index, &exists), 1);
     }
 
     #[test]
