@@ -117,13 +117,12 @@ impl IndexSchema {
     /// so that dotted paths never meet tantivy's own path syntax.
     pub fn build(settings: &SearchSettings) -> Self {
         let mut b = Schema::builder();
-        let num = NumericOptions::default()
-            .set_indexed()
-            .set_fast()
-            .set_stored();
+        // Not stored: hits are read by their offset column and rendered from the log; a
+        // document store compressed for every record (zstd) cost indexing time for nothing.
+        let num = NumericOptions::default().set_indexed().set_fast();
         let offset = b.add_i64_field("offset", num.clone());
         let partition = b.add_i64_field("partition", num);
-        let timestamp = b.add_date_field("timestamp", date_options().set_stored());
+        let timestamp = b.add_date_field("timestamp", date_options());
         let key = b.add_text_field("key", STRING | FAST);
         let headers = b.add_text_field("headers", STRING);
         let value = b.add_text_field("value", text_options(TEXT_TOKENIZER, true));
