@@ -69,15 +69,7 @@ impl RecordDecoder {
     ) -> Result<Self, String> {
         let kind = match schema_type {
             SchemaType::Avro => {
-                let texts: Vec<&str> = references.iter().map(|r| r.text.as_str()).collect();
-                let (schema, referenced) = if texts.is_empty() {
-                    (
-                        AvroSchema::parse_str(text).map_err(|e| e.to_string())?,
-                        Vec::new(),
-                    )
-                } else {
-                    AvroSchema::parse_str_with_list(text, &texts).map_err(|e| e.to_string())?
-                };
+                let (schema, referenced) = crate::encode::parse_avro(text, references)?;
                 let all: Vec<&AvroSchema> = referenced.iter().chain([&schema]).collect();
                 let resolved = apache_avro::schema::ResolvedSchema::new_with_schemata(all)
                     .map_err(|e| e.to_string())?;

@@ -32,6 +32,23 @@ enum Kind {
     Protobuf(prost_reflect::MessageDescriptor),
 }
 
+/// An Avro schema's text parsed with the texts of the schemas it references (referenced ones
+/// first): the schema, and the referenced ones parsed.
+pub(crate) fn parse_avro(
+    text: &str,
+    references: &[Resolved],
+) -> Result<(AvroSchema, Vec<AvroSchema>), String> {
+    let texts: Vec<&str> = references.iter().map(|r| r.text.as_str()).collect();
+    if texts.is_empty() {
+        Ok((
+            AvroSchema::parse_str(text).map_err(|e| e.to_string())?,
+            Vec::new(),
+        ))
+    } else {
+        AvroSchema::parse_str_with_list(text, &texts).map_err(|e| e.to_string())
+    }
+}
+
 impl std::fmt::Debug for RecordEncoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RecordEncoder")
@@ -52,15 +69,7 @@ impl RecordEncoder {
     ) -> Result<Self, String> {
         let kind = match schema_type {
             SchemaType::Avro => {
-                let texts: Vec<&str> = references.iter().map(|r| r.text.as_str()).collect();
-                let (schema, references) = if texts.is_empty() {
-                    (
-                        AvroSchema::parse_str(text).map_err(|e| e.to_string())?,
-                        Vec::new(),
-                    )
-                } else {
-                    AvroSchema::parse_str_with_list(text, &texts).map_err(|e| e.to_string())?
-                };
+                let (schema, references) = parse_avro(text, references)?;
                 Kind::Avro { schema, references }
             }
             SchemaType::Json => {

@@ -546,6 +546,40 @@ mod tests {
     use crate::index::MIN_WRITER_MEMORY_BYTES;
     use crate::testing::{append, broker, FullDisk};
 
+    /// An indexer of `index` for partition `p` on a one-thread pool, with short intervals.
+    fn start(
+        p: &Arc<Partition>,
+        index: &Arc<PartitionIndex>,
+        resume_at: Option<i64>,
+    ) -> (Indexer, Arc<IndexMetrics>, Arc<IndexingPool>) {
+        let metrics = Arc::new(IndexMetrics::default());
+        let pool = IndexingPool::start(
+            crate::pool::PoolSettings {
+                threads: 1,
+                max_open_writers: 1,
+            },
+            || {},
+        )
+        .unwrap();
+        let indexer = Indexer::start(
+            p.clone(),
+            index.clone(),
+            resume_at,
+            IndexerSettings {
+                commit_interval: Duration::from_millis(20),
+                read_bytes: 1 << 20,
+                idle_poll: Duration::from_millis(20),
+                step_delay: Duration::from_millis(5),
+                writer_idle: Duration::from_secs(5),
+            },
+            metrics.clone(),
+            Arc::new(SearchMetrics::default()),
+            pool.clone(),
+            &tokio::runtime::Handle::current(),
+        );
+        (indexer, metrics, pool)
+    }
+
     async fn until(what: &str, mut ok: impl FnMut() -> bool) {
         // Generous: this bounds a hang, it measures nothing.
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -586,31 +620,7 @@ mod tests {
         )
         .unwrap();
         let index = Arc::new(opened.index);
-        let metrics = Arc::new(IndexMetrics::default());
-        let pool = IndexingPool::start(
-            crate::pool::PoolSettings {
-                threads: 1,
-                max_open_writers: 1,
-            },
-            || {},
-        )
-        .unwrap();
-        let indexer = Indexer::start(
-            p.clone(),
-            index.clone(),
-            opened.resume_at,
-            IndexerSettings {
-                commit_interval: Duration::from_millis(20),
-                read_bytes: 1 << 20,
-                idle_poll: Duration::from_millis(50),
-                step_delay: Duration::from_millis(5),
-                writer_idle: Duration::from_secs(5),
-            },
-            metrics.clone(),
-            Arc::new(SearchMetrics::default()),
-            pool.clone(),
-            &tokio::runtime::Handle::current(),
-        );
+        let (indexer, metrics, pool) = start(&p, &index, opened.resume_at);
         append(&p, &["a1", "a2", "a3"]);
         until("the first records are committed", || {
             index.committed_offset() == 3
@@ -691,31 +701,7 @@ mod tests {
             known: known.clone(),
         }));
         let index = Arc::new(opened.index);
-        let metrics = Arc::new(IndexMetrics::default());
-        let pool = IndexingPool::start(
-            crate::pool::PoolSettings {
-                threads: 1,
-                max_open_writers: 1,
-            },
-            || {},
-        )
-        .unwrap();
-        let indexer = Indexer::start(
-            p.clone(),
-            index.clone(),
-            opened.resume_at,
-            IndexerSettings {
-                commit_interval: Duration::from_millis(20),
-                read_bytes: 1 << 20,
-                idle_poll: Duration::from_millis(20),
-                step_delay: Duration::from_millis(5),
-                writer_idle: Duration::from_secs(5),
-            },
-            metrics.clone(),
-            Arc::new(SearchMetrics::default()),
-            pool.clone(),
-            &tokio::runtime::Handle::current(),
-        );
+        let (indexer, metrics, pool) = start(&p, &index, opened.resume_at);
         append(
             &p,
             &[
