@@ -366,8 +366,18 @@ fn map_aggs_at(
                     .map(|r| r.name)
                     .unwrap_or_else(|| format!("unmapped_{field}"))
             };
+            // The field asked for, resolved once: its index name, and its type for the tags
+            // below.
+            let resolved = body
+                .get("field")
+                .and_then(Value::as_str)
+                .and_then(|f| schema.resolve(f));
             if let Some(field) = body.get("field").and_then(Value::as_str) {
-                body.insert("field".into(), Value::from(index_name(field)));
+                let named = resolved
+                    .as_ref()
+                    .map(|r| r.name.clone())
+                    .unwrap_or_else(|| format!("unmapped_{field}"));
+                body.insert("field".into(), Value::from(named));
             }
             if kind == "composite" {
                 // Each source names its own field: `sources: [{"name": {"terms": {"field"}}}]`.
@@ -432,19 +442,14 @@ fn map_aggs_at(
                 // Tantivy answers a date column's values in nanoseconds; the tag has them
                 // answered in milliseconds with their text (`es_shape_aggs`).
                 use spate_broker::search_config::FieldKind;
-                let date = spec_obj
-                    .get(kind)
-                    .and_then(|b| b.get("field"))
-                    .and_then(Value::as_str)
-                    .and_then(|f| schema.resolve(f))
-                    .is_some_and(|r| {
-                        matches!(
-                            r.role,
-                            FieldRole::Timestamp
-                                | FieldRole::Json(FieldKind::Date)
-                                | FieldRole::Dynamic(FieldKind::Date)
-                        )
-                    });
+                let date = resolved.as_ref().is_some_and(|r| {
+                    matches!(
+                        r.role,
+                        FieldRole::Timestamp
+                            | FieldRole::Json(FieldKind::Date)
+                            | FieldRole::Dynamic(FieldKind::Date)
+                    )
+                });
                 if date {
                     tagged = format!("{name}{DATE_METRIC}");
                 }
@@ -452,14 +457,11 @@ fn map_aggs_at(
             if kind == "terms" {
                 // Booleans are held as the words "true" and "false"; the tag has their buckets
                 // keyed 1 and 0 as Elasticsearch keys them (`es_shape_aggs`).
-                let boolean = spec_obj
-                    .get("terms")
-                    .and_then(|b| b.get("field"))
-                    .and_then(Value::as_str)
-                    .and_then(|f| schema.resolve(f))
-                    .and_then(|r| r.path)
+                let boolean = resolved
+                    .as_ref()
+                    .and_then(|r| r.path.as_ref())
                     .is_some_and(|p| {
-                        schema.dynamic.read().fields.get(&p).map(|f| f.ty)
+                        schema.dynamic.read().fields.get(p).map(|f| f.ty)
                             == Some(crate::mapping::EsType::Boolean)
                     });
                 if boolean {
