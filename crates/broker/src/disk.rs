@@ -13,7 +13,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
-/// Where the refusal starts: produce is refused while the free bytes are below either limit.
+/// Where the refusal starts: produce is refused while the free bytes are below the smaller of
+/// the limits set. The smaller, so that 5 % of a large disk (12 GiB of 250) does not stop
+/// writes that 1 GiB would let through, nor 1 GiB a small disk that 5 % would not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DiskWatermark {
     /// Refuse produce below this many free bytes (0: no byte limit).
@@ -38,7 +40,11 @@ impl DiskWatermark {
     /// The free bytes below which produce is refused, on a file system of `total_bytes`.
     pub fn threshold_bytes(&self, total_bytes: u64) -> u64 {
         let pct = (total_bytes as u128 * u128::from(self.min_free_percent.min(100)) / 100) as u64;
-        self.min_free_bytes.max(pct)
+        match (self.min_free_bytes, pct) {
+            (0, pct) => pct,
+            (bytes, 0) => bytes,
+            (bytes, pct) => bytes.min(pct),
+        }
     }
 }
 
@@ -273,14 +279,27 @@ mod tests {
     }
 
     #[test]
-    fn the_percentage_watermark_applies_when_it_is_the_larger() {
+    fn the_smaller_of_the_limits_set_applies() {
+        // 5 % of 10 000 is 500, above the 100-byte limit: 100 applies.
         let d = space(100, 5);
-        // 5 % of 10 000 is 500, above the 100-byte limit.
+        d.observe(499, 10_000);
+        assert!(!d.is_full());
         assert_eq!(d.threshold_bytes(), 100);
+        d.observe(99, 10_000);
+        assert!(d.is_full());
+        // 5 % (500) below a 1 000-byte limit: 500 applies.
+        let d = space(1000, 5);
+        d.observe(600, 10_000);
+        assert!(!d.is_full());
+        assert_eq!(d.threshold_bytes(), 500);
         d.observe(499, 10_000);
         assert!(d.is_full());
-        assert_eq!(d.threshold_bytes(), 500);
-        d.observe(500, 10_000);
+        // A limit of 0 is no limit: the other one applies alone.
+        let d = space(0, 5);
+        d.observe(499, 10_000);
+        assert!(d.is_full());
+        let d = space(100, 0);
+        d.observe(499, 10_000);
         assert!(!d.is_full());
     }
 

@@ -205,7 +205,7 @@ pub struct Args {
     pub disk_min_free_bytes: u64,
 
     /// The same refusal while less than this percentage of the data dir's file system is
-    /// free (the larger of the two limits applies). 0: no percentage limit.
+    /// free (the smaller of the two limits set applies). 0: no percentage limit.
     #[arg(long, env = "SPATE_DISK_MIN_FREE_PERCENT", default_value_t = 5)]
     pub disk_min_free_percent: u8,
 
