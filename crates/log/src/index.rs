@@ -236,8 +236,37 @@ pub(crate) fn write_index(
     let f = storage
         .open(path, OpenMode::CreateTruncate)
         .ctx("create index", path)?;
-    f.write_all_at(bytes, 0).ctx("write index", path)?;
-    f.sync_data().ctx("fsync index", path)
+    let written = f
+        .write_all_at(bytes, 0)
+        .ctx("write index", path)
+        .and_then(|()| {
+            f.sync_data().map_err(|source| {
+                // An index is derived from its segment, whose data is already synced: an
+                // ENOSPC from its fsync (a file system allocating blocks at writeback) loses
+                // nothing that cannot be rebuilt, so it is a full disk like a failed write,
+                // not a failed one.
+                if crate::error::is_enospc(&source) {
+                    LogError::StorageFull {
+                        op: "fsync index",
+                        path: path.to_path_buf(),
+                        source,
+                    }
+                } else {
+                    LogError::Io {
+                        op: "fsync index",
+                        path: path.to_path_buf(),
+                        source,
+                    }
+                }
+            })
+        });
+    if written.is_err() {
+        // A partial or unsynced index file must not pass for a whole one at the next start
+        // (a prefix of entries passes the sanity checks); without it the segment is scanned.
+        drop(f);
+        let _ = crate::storage::remove_if_exists(storage, path);
+    }
+    written
 }
 
 /// Writes index entries to `path`, syncs them and maps the file for reading; the file is never

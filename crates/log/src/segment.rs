@@ -212,24 +212,35 @@ impl SealJob {
         let st = &*self.storage;
         let offset_path = self.dir.join(file_name(self.base_offset, "index"));
         let time_path = self.dir.join(file_name(self.base_offset, "timeindex"));
-        let written =
-            index::write_and_map(st, &offset_path, &self.offset_entries).and_then(|offset| {
+        let written = index::write_and_map(st, &offset_path, &self.offset_entries)
+            .and_then(|offset| {
                 index::write_and_map(st, &time_path, &self.time_entries).map(|t| (offset, t))
+            })
+            .and_then(|both| {
+                // The directory entries of index files only: their data is synced, and losing
+                // them at a power loss costs a rebuild, so ENOSPC here is only "full".
+                st.sync_dir(&self.dir).map_err(|source| {
+                    let (op, path) = ("sync log dir for index files", self.dir.clone());
+                    if crate::error::is_enospc(&source) {
+                        LogError::StorageFull { op, path, source }
+                    } else {
+                        LogError::Io { op, path, source }
+                    }
+                })?;
+                Ok(both)
             });
-        let (offset, time) = match written {
-            Ok(both) => both,
+        match written {
+            Ok((offset, time)) => Ok(SealedIndexes { offset, time }),
             Err(e) if e.is_storage_full() => {
                 // The segment's data is intact (fsynced above); only its index files are
                 // missing. The in-memory indexes keep serving, and a restart rebuilds the
                 // files: remove partial ones so they cannot pass for whole.
                 let _ = crate::storage::remove_if_exists(st, &offset_path);
                 let _ = crate::storage::remove_if_exists(st, &time_path);
-                return Err(e);
+                Err(e)
             }
-            Err(e) => return Err(e),
-        };
-        st.sync_dir(&self.dir).ctx("fsync log dir", &self.dir)?;
-        Ok(SealedIndexes { offset, time })
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -432,10 +443,20 @@ impl Segment {
         }
         let (mut seg, problem) = Self::recover(storage, dir, base_offset, index_interval, now_ms)?;
         let cut = problem.is_some();
-        let sealed = seg.seal_job().run()?;
-        seg.adopt(sealed);
+        let rebuilt = match seg.seal_job().run() {
+            Ok(sealed) => {
+                seg.adopt(sealed);
+                "rebuilt indexes of".to_string()
+            }
+            // A full disk must not keep the log from opening: the indexes just rebuilt in
+            // memory serve, and the next start writes the files if there is room then.
+            Err(e) if e.is_storage_full() => {
+                format!("no space for index files ({e}); indexes kept in memory for")
+            }
+            Err(e) => return Err(e),
+        };
         let note = format!(
-            "rebuilt indexes of {}{}",
+            "{rebuilt} {}{}",
             seg.path.display(),
             problem.map(|p| format!("; {p}")).unwrap_or_default()
         );

@@ -39,6 +39,8 @@ struct State {
     /// Incremented by every crash: handles from before it stop working.
     generation: u64,
     fail_fsync: bool,
+    /// Fsyncs of files subject to `full_only_for` fail with ENOSPC.
+    fsync_enospc: bool,
     fail_write: bool,
     /// Bytes the disk holds across every live file; `None`: unlimited.
     capacity: Option<u64>,
@@ -90,6 +92,14 @@ impl SimDisk {
     /// Makes every following fsync fail (`true`) or succeed again.
     pub fn fail_fsync(&self, fail: bool) {
         self.state.lock().fail_fsync = fail;
+    }
+
+    /// Makes every following fsync of a file the capacity applies to (see
+    /// [`SimDisk::full_only_for`]) fail with ENOSPC (`true`), as file systems that allocate
+    /// blocks at writeback report a full disk, or succeed again. The pages it could not write
+    /// are dropped, as with [`SimDisk::fail_fsync`].
+    pub fn enospc_on_fsync(&self, fail: bool) {
+        self.state.lock().fsync_enospc = fail;
     }
 
     /// Makes every following write fail (`true`) or succeed again.
@@ -286,17 +296,30 @@ impl StorageFile for SimFile {
         self.check()?;
         let fail = {
             let mut st = self.disk.state.lock();
-            if !st.fail_fsync {
+            let name = self.path.to_string_lossy();
+            let enospc = st.fsync_enospc
+                && st
+                    .full_only_for
+                    .as_deref()
+                    .is_none_or(|suffix| name.ends_with(suffix));
+            let fail = if st.fail_fsync {
+                Some(eio("fsync"))
+            } else if enospc {
+                Some(io::Error::from_raw_os_error(libc::ENOSPC))
+            } else {
+                None
+            };
+            if fail.is_none() {
                 st.fsyncs += 1;
             }
-            st.fail_fsync
+            fail
         };
         let mut n = self.node.lock();
-        if fail {
+        if let Some(e) = fail {
             // Linux marks the pages it failed to write clean: they are gone for good.
             let dirty = std::mem::take(&mut n.dirty);
             n.dropped.extend(dirty);
-            return Err(eio("fsync"));
+            return Err(e);
         }
         let mut synced = n.written.clone();
         for &(a, b) in &n.dropped {

@@ -807,3 +807,83 @@ fn delete_records_on_a_disk_with_no_byte_left_frees_whole_segments_first_then_mo
     assert_eq!(read_all(&log), served(&log, &model));
     flusher.shutdown();
 }
+
+#[test]
+fn enospc_from_an_index_fsync_at_a_seal_keeps_the_log_in_service_and_leaves_no_index_file() {
+    let sim = SimDisk::new();
+    let disk = Disk::Sim(sim.clone());
+    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+    let (mut log, _) = open_on(&disk, &flusher);
+    // The index files' bytes are written, their fsync says the disk is full.
+    sim.full_only_for(Some("index"));
+    sim.enospc_on_fsync(true);
+    let mut model: Model = Vec::new();
+    for tag in 0..40 {
+        append_or_full(&mut log, &mut model, &make_batch(2, 100, tag), 0);
+    }
+    assert_eq!(model.len(), 40, "appends do not fsync index files");
+    assert!(log.segment_count() > 2, "the test needs sealed segments");
+    log.finish_seals();
+    assert!(
+        !log.is_failed(),
+        "an index fsync's ENOSPC took the log out of service"
+    );
+    assert_eq!(read_all(&log), model);
+    // An unsynced index file must not pass for a whole one after a power loss.
+    let names = sim.list_dir(&disk.dir()).unwrap();
+    assert!(
+        !names.iter().any(|n| n.ends_with("index")),
+        "index files left: {names:?}"
+    );
+    // Appends go on after the refused seals.
+    append_or_full(&mut log, &mut model, &make_batch(2, 100, 99), 0);
+    assert_eq!(model.len(), 41);
+    sim.enospc_on_fsync(false);
+    drop(log);
+    disk.crash();
+    let (log, _) = open_on(&disk, &flusher);
+    assert_eq!(read_all(&log), model);
+    flusher.shutdown();
+}
+
+#[test]
+fn a_log_whose_index_files_are_missing_opens_on_a_full_disk_with_indexes_in_memory() {
+    let sim = SimDisk::new();
+    let disk = Disk::Sim(sim.clone());
+    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+    let (mut log, _) = open_on(&disk, &flusher);
+    // Seals meet a full disk: the sealed segments are left without index files.
+    sim.full_only_for(Some("index"));
+    sim.set_capacity(Some(0));
+    let mut model: Model = Vec::new();
+    for tag in 0..40 {
+        append_or_full(&mut log, &mut model, &make_batch(2, 100, tag), 0);
+    }
+    log.finish_seals();
+    assert!(log.segment_count() > 2, "the test needs sealed segments");
+    drop(log);
+    disk.crash();
+    // Still full at the restart: rebuilding the index files fails, opening must not.
+    let (log, notes) = Log::open_on(disk.storage(), &disk.dir(), small(), flusher.clone(), 0)
+        .expect("a full disk kept the log from opening");
+    assert!(
+        notes.iter().any(|n| n.contains("no space for index files")),
+        "{notes:?}"
+    );
+    assert!(!log.is_failed());
+    assert_eq!(read_all(&log), model);
+    let r = log.read(41, 1 << 16, i64::MAX, true).unwrap();
+    assert_eq!(Batches::new(&r.records).next().unwrap().1.base_offset, 40);
+    // Space back: the next start writes them.
+    sim.set_capacity(None);
+    drop(log);
+    disk.crash();
+    let (log, _) = open_on(&disk, &flusher);
+    assert_eq!(read_all(&log), model);
+    let names = sim.list_dir(&disk.dir()).unwrap();
+    assert!(
+        names.iter().any(|n| n.ends_with(".index")),
+        "index files not rebuilt: {names:?}"
+    );
+    flusher.shutdown();
+}
