@@ -244,7 +244,7 @@ impl Log {
         // A checkpoint past the end means the log lost its tail (a power loss before the
         // segments' fsync): serve what is left rather than nothing.
         let start = start_checkpoint.load()?.unwrap_or(first).clamp(first, end);
-        let log = Self {
+        let mut log = Self {
             dir: dir.to_path_buf(),
             config,
             segments,
@@ -256,6 +256,9 @@ impl Log {
             start,
             start_checkpoint,
         };
+        // Segments wholly below a durable start are what a DeleteRecords that crashed
+        // mid-deletion left (possibly with holes between them): never served, so they go.
+        log.remove_segments_below(start)?;
         Ok((log, notes))
     }
 
@@ -312,36 +315,76 @@ impl Log {
                 return Err(e);
             }
             // A full disk must not block the very call that frees it: the whole segments
-            // below go first, then the checkpoint is written in the space they left. Until it
-            // is, the log starts at its first segment's base (at most `offset`), which is all
-            // a crash can show of a DeleteRecords that was not answered yet.
-            self.remove_segments_below(offset)?;
+            // below go first, each durably before the next, then the checkpoint is written in
+            // the space they left. If it still cannot be, the answer is this error and the log
+            // starts at its first remaining segment's base, the same as a restart shows.
+            self.delete_oldest(self.segments_below(offset))?;
             self.start_checkpoint.store(offset)?;
         }
         self.start = offset;
+        // The durable checkpoint hides these already, so their order does not matter here
+        // (a crash leaves the rest below the start, and the next open deletes them).
         self.remove_segments_below(offset)?;
         self.assert_invariants(true);
         Ok(offset)
     }
 
-    /// Deletes every segment but the active one that holds only offsets below `offset`.
+    /// How many segments, oldest first and never the active one (appends continue in it),
+    /// hold only offsets below `offset`.
+    fn segments_below(&self, offset: i64) -> usize {
+        let last = self.segments.len() - 1;
+        self.segments[..last]
+            .iter()
+            .take_while(|s| s.next_offset <= offset)
+            .count()
+    }
+
+    /// Deletes every segment but the active one that holds only offsets below `offset`, with
+    /// one directory fsync: only for segments already below a durable log start.
     fn remove_segments_below(&mut self, offset: i64) -> Result<(), LogError> {
         // A seal still queued for a segment about to go would fail on its deleted file and
         // take the log out of service: finish them first, as truncation does.
         self.finish_seals();
-        // The active segment stays even when wholly below: appends continue in it.
-        let last = self.segments.len() - 1;
-        let remove = self.segments[..last]
-            .iter()
-            .take_while(|s| s.next_offset <= offset)
-            .count();
+        let remove = self.segments_below(offset);
         if remove > 0 {
-            for seg in self.segments.drain(..remove) {
-                seg.delete()?;
+            let result = self.segments[..remove]
+                .iter()
+                .try_for_each(Segment::delete)
+                .and_then(|()| {
+                    self.storage
+                        .sync_dir(&self.dir)
+                        .ctx("fsync log dir", &self.dir)
+                });
+            if result.is_err() {
+                // What the directory holds is unknown until recovery looks.
+                self.sync.fail();
             }
-            self.storage
-                .sync_dir(&self.dir)
-                .ctx("fsync log dir", &self.dir)?;
+            result?;
+            self.segments.drain(..remove);
+        }
+        Ok(())
+    }
+
+    /// Deletes the `n` oldest segments (never the active one) with no checkpoint to hide
+    /// them: oldest first, each deletion durable (a directory fsync) before the next and
+    /// before the log stops serving it. A crash then leaves the log starting at a segment
+    /// base with no hole after it, and the log never serves from further on than a restart
+    /// would. A failure takes the log out of service: what the directory holds is unknown.
+    fn delete_oldest(&mut self, n: usize) -> Result<(), LogError> {
+        // A seal still queued for a segment about to go would fail on its deleted file.
+        self.finish_seals();
+        let n = n.min(self.segments.len() - 1);
+        for _ in 0..n {
+            let result = self.segments[0].delete().and_then(|()| {
+                self.storage
+                    .sync_dir(&self.dir)
+                    .ctx("fsync log dir", &self.dir)
+            });
+            if result.is_err() {
+                self.sync.fail();
+            }
+            result?;
+            self.segments.remove(0);
         }
         Ok(())
     }
@@ -440,10 +483,16 @@ impl Log {
                     found: header.base_offset,
                 });
             }
+            // The start goes to disk before the log holds anything below it: a checkpoint
+            // that cannot be written (a full disk) then refuses the batch with nothing
+            // changed, instead of serving, then and after a restart, records the leader
+            // deleted.
+            self.start_checkpoint.store(end)?;
             self.reset_to(header.base_offset, now_ms)?;
             let (head, body) = batch.split_at(HEADER_LEN);
             let info = self.write(head, body, &header, now_ms)?;
-            self.advance_start(end)?;
+            self.start = end;
+            self.assert_invariants(true);
             return Ok(info);
         }
         let (head, body) = batch.split_at(HEADER_LEN);
@@ -778,14 +827,8 @@ impl Log {
             total -= seg.size as i64;
             remove += 1;
         }
-        if remove > 0 {
-            // A seal still queued for a segment about to go would fail on its deleted file
-            // and take the log out of service (tiny segments roll faster than seals finish).
-            self.finish_seals();
-        }
-        for seg in self.segments.drain(..remove) {
-            seg.delete()?;
-        }
+        // No checkpoint hides them: oldest first, each durably (a crash never leaves a hole).
+        self.delete_oldest(remove)?;
         Ok(remove)
     }
 

@@ -887,3 +887,125 @@ fn a_log_whose_index_files_are_missing_opens_on_a_full_disk_with_indexes_in_memo
     );
     flusher.shutdown();
 }
+
+#[test]
+fn an_empty_replica_started_inside_a_batch_on_a_full_disk_refuses_it_and_serves_nothing_below_the_leader_start(
+) {
+    let sim = SimDisk::new();
+    let disk = Disk::Sim(sim.clone());
+    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+    // The leader's log start, moved by DeleteRecords to offset 2, inside its first batch.
+    let (mut leader, _) = Log::open_on(
+        disk.storage(),
+        Path::new("/data/leader"),
+        small(),
+        flusher.clone(),
+        0,
+    )
+    .unwrap();
+    leader.append(&make_batch(5, 10, 1), 0, None, 0).unwrap();
+    assert_eq!(leader.advance_start(2).unwrap(), 2);
+    let sent = leader.read(2, 1 << 16, i64::MAX, true).unwrap().records;
+    let (mut replica, _) = open_on(&disk, &flusher);
+    replica.reset_to(2, 0).unwrap();
+    // No room for the log start checkpoint.
+    sim.full_only_for(Some(".tmp"));
+    sim.set_capacity(Some(0));
+    let e = replica.append_replica(&sent, 0).unwrap_err();
+    assert!(e.is_storage_full(), "{e}");
+    assert!(!replica.is_failed());
+    assert_eq!(
+        (replica.start_offset(), replica.end_offset()),
+        (2, 2),
+        "records below the leader's start are served"
+    );
+    drop(replica);
+    disk.crash();
+    let (mut replica, _) = open_on(&disk, &flusher);
+    assert_eq!((replica.start_offset(), replica.end_offset()), (2, 2));
+    // Space back: the batch is taken whole and the start stays, across a restart too.
+    sim.set_capacity(None);
+    replica.append_replica(&sent, 0).unwrap();
+    assert_eq!((replica.start_offset(), replica.end_offset()), (2, 5));
+    drop(replica);
+    disk.crash();
+    let (replica, _) = open_on(&disk, &flusher);
+    assert_eq!((replica.start_offset(), replica.end_offset()), (2, 5));
+    flusher.shutdown();
+}
+
+#[test]
+fn delete_records_on_a_full_disk_whose_deletions_cannot_be_made_durable_never_serves_from_further_on_than_a_restart(
+) {
+    let sim = SimDisk::new();
+    let disk = Disk::Sim(sim.clone());
+    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+    let (mut log, _) = open_on(&disk, &flusher);
+    let mut model: Model = Vec::new();
+    for tag in 0..40 {
+        append_or_full(&mut log, &mut model, &make_batch(2, 100, tag), 0);
+    }
+    assert!(log.segment_count() > 3, "the test needs whole segments");
+    // Everything on disk: a clean close, and the next open syncs the directory.
+    log.close().unwrap();
+    drop(log);
+    let (mut log, _) = open_on(&disk, &flusher);
+    // The checkpoint meets a full disk, and the directory fsync that would make the
+    // deletion of the whole segments below durable fails.
+    sim.full_only_for(Some(".tmp"));
+    sim.set_capacity(Some(0));
+    sim.fail_fsync(true);
+    let cut = model[30].0;
+    assert!(log.advance_start(cut).is_err());
+    let served_start = log.start_offset();
+    sim.fail_fsync(false);
+    sim.set_capacity(None);
+    drop(log);
+    sim.power_loss(Tear::LoseAll);
+    let (log, _) = open_on(&disk, &flusher);
+    // Either the log stopped serving (out of service until a restart), or it served from no
+    // further on than the restart does: nothing answered as gone comes back.
+    assert!(
+        served_start <= log.start_offset(),
+        "served from {served_start}, a restart serves from {}",
+        log.start_offset()
+    );
+    assert_eq!(brief(&read_all(&log)), brief(&served(&log, &model)));
+    flusher.shutdown();
+}
+
+#[test]
+fn retention_deletes_segments_durably_oldest_first_so_a_power_loss_brings_back_nothing_it_stopped_serving(
+) {
+    let sim = SimDisk::new();
+    let disk = Disk::Sim(sim.clone());
+    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+    let (mut log, _) = open_on(&disk, &flusher);
+    let mut model: Model = Vec::new();
+    for tag in 0..40 {
+        append_or_full(&mut log, &mut model, &make_batch(2, 100, tag), 0);
+    }
+    assert!(log.segment_count() > 3, "the test needs whole segments");
+    log.close().unwrap();
+    drop(log);
+    let (mut log, _) = open_on(&disk, &flusher);
+    // Every sealed segment is past a retention of 1 ms; no directory fsync succeeds.
+    log.set_config(LogConfig {
+        retention_ms: 1,
+        ..small()
+    });
+    sim.fail_fsync(true);
+    let _ = log.enforce_retention(1_000_000);
+    let served_start = log.start_offset();
+    sim.fail_fsync(false);
+    drop(log);
+    sim.power_loss(Tear::LoseAll);
+    let (log, _) = open_on(&disk, &flusher);
+    assert!(
+        served_start <= log.start_offset(),
+        "served from {served_start}, a restart serves from {}",
+        log.start_offset()
+    );
+    assert_eq!(brief(&read_all(&log)), brief(&served(&log, &model)));
+    flusher.shutdown();
+}
