@@ -11,7 +11,10 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 /// Where the refusal starts: produce is refused while the free bytes are below the smaller of
 /// the limits set. The smaller, so that 5 % of a large disk (12 GiB of 250) does not stop
@@ -48,11 +51,17 @@ impl DiskWatermark {
     }
 }
 
+/// Reads a file system's free and total bytes for a directory: `statvfs`, or a stand-in.
+pub type Probe = Arc<dyn Fn(&Path) -> io::Result<(u64, u64)> + Send + Sync>;
+
 /// The free space of one data dir and whether writes are refused for it.
-#[derive(Debug)]
 pub struct DiskSpace {
     dir: PathBuf,
-    watermark: DiskWatermark,
+    /// The watermark's two limits, changeable at run time (broker configs).
+    min_free_bytes: AtomicU64,
+    min_free_percent: AtomicU8,
+    /// Replaces `statvfs` when set (tests simulate a small disk with it).
+    probe: RwLock<Option<Probe>>,
     free_bytes: AtomicU64,
     /// Bytes that may still be written before the watermark: the last sample's free bytes
     /// above it, less what appends wrote since.
@@ -75,12 +84,25 @@ pub enum Crossing {
     Recovered,
 }
 
+impl std::fmt::Debug for DiskSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskSpace")
+            .field("dir", &self.dir)
+            .field("watermark", &self.watermark())
+            .field("free_bytes", &self.free_bytes())
+            .field("full", &self.is_full())
+            .finish_non_exhaustive()
+    }
+}
+
 impl DiskSpace {
     /// The state of `dir` with this watermark, not yet sampled (not full).
     pub fn new(dir: PathBuf, watermark: DiskWatermark) -> Self {
         Self {
             dir,
-            watermark,
+            min_free_bytes: AtomicU64::new(watermark.min_free_bytes),
+            min_free_percent: AtomicU8::new(watermark.min_free_percent.min(100)),
+            probe: RwLock::new(None),
             free_bytes: AtomicU64::new(u64::MAX),
             budget: AtomicI64::new(i64::MAX),
             total_bytes: AtomicU64::new(0),
@@ -97,7 +119,26 @@ impl DiskSpace {
 
     /// The watermark applied.
     pub fn watermark(&self) -> DiskWatermark {
-        self.watermark
+        DiskWatermark {
+            min_free_bytes: self.min_free_bytes.load(Ordering::Relaxed),
+            min_free_percent: self.min_free_percent.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Changes the watermark at run time and samples at once, so produce is refused or
+    /// resumes under the new limits now rather than at the next sample.
+    pub fn set_watermark(&self, watermark: DiskWatermark) {
+        self.min_free_bytes
+            .store(watermark.min_free_bytes, Ordering::Relaxed);
+        self.min_free_percent
+            .store(watermark.min_free_percent.min(100), Ordering::Relaxed);
+        self.resample();
+    }
+
+    /// Reads free space through `probe` instead of `statvfs` from now on (tests simulate a
+    /// small disk with it).
+    pub fn set_probe(&self, probe: Probe) {
+        *self.probe.write() = Some(probe);
     }
 
     /// True while produce is refused: one atomic load, for the produce path.
@@ -145,7 +186,7 @@ impl DiskSpace {
 
     /// Free bytes below which produce is refused, at the last sample.
     pub fn threshold_bytes(&self) -> u64 {
-        self.watermark.threshold_bytes(self.total_bytes())
+        self.watermark().threshold_bytes(self.total_bytes())
     }
 
     /// How many times the state changed sides (either way).
@@ -173,8 +214,21 @@ impl DiskSpace {
     /// Reads the file system's free space (one `statvfs`) and updates the state; for the
     /// background sampler, never the produce path.
     pub fn sample(&self) -> io::Result<Crossing> {
-        let (free, total) = statvfs(&self.dir)?;
+        let probe = self.probe.read().clone();
+        let (free, total) = match probe {
+            Some(probe) => probe(&self.dir)?,
+            None => statvfs(&self.dir)?,
+        };
         Ok(self.observe(free, total))
+    }
+
+    /// Samples now, after something freed space (DeleteRecords, DeleteTopics, retention,
+    /// cleaning) or changed the watermark: produce resumes at once instead of at the next
+    /// periodic sample. Blocking (one `statvfs`): call it off the async workers.
+    pub fn resample(&self) {
+        if let Err(e) = self.sample() {
+            tracing::debug!(dir = %self.dir.display(), error = %e, "cannot read the data dir's free space");
+        }
     }
 
     /// Updates the state from a sample of `free` bytes out of `total`, logging a crossing.
@@ -182,7 +236,7 @@ impl DiskSpace {
         self.free_bytes.store(free, Ordering::Relaxed);
         self.total_bytes.store(total, Ordering::Relaxed);
         // A fresh sample is the truth: an earlier ENOSPC no longer holds once space shows.
-        let threshold = self.watermark.threshold_bytes(total);
+        let threshold = self.watermark().threshold_bytes(total);
         let below = free < threshold;
         let room =
             i64::try_from(free).unwrap_or(i64::MAX) - i64::try_from(threshold).unwrap_or(i64::MAX);

@@ -244,6 +244,14 @@ impl Broker {
         if let Err(e) = disk.sample() {
             tracing::warn!(dir = %dir.display(), error = %e, "cannot read the data dir's free space");
         }
+        // A deleted topic's files go on a thread of their own: sample when they are gone, so
+        // produce resumes then rather than at the next periodic sample.
+        let freed = Arc::downgrade(&disk);
+        topics.on_space_freed(Arc::new(move || {
+            if let Some(d) = freed.upgrade() {
+                d.resample();
+            }
+        }));
         let broker = Arc::new(Self {
             config,
             topics: Arc::new(topics),
@@ -415,6 +423,10 @@ impl Broker {
                 }
             }
         }
+        if cleaned > 0 {
+            // Cleaning shrinks segments: produce refused for a full disk resumes at once.
+            self.disk.resample();
+        }
         cleaned
     }
 
@@ -424,12 +436,14 @@ impl Broker {
         self.groups.maintain();
         self.snapshot_producer_states();
         let now = self.clock.now_ms();
+        let mut deleted = 0;
         for topic in self.topics.list() {
             for p in topic.partitions() {
                 p.expire_producers(now);
                 match p.enforce_retention(now) {
                     Ok(0) => {}
                     Ok(n) => {
+                        deleted += n;
                         tracing::info!(topic = %topic.name, partition = p.index, segments = n, "retention deleted segments")
                     }
                     Err(e) => {
@@ -437,6 +451,10 @@ impl Broker {
                     }
                 }
             }
+        }
+        if deleted > 0 {
+            // Produce refused for a full disk resumes now, not at the next periodic sample.
+            self.disk.resample();
         }
     }
 
@@ -1608,12 +1626,17 @@ pub(crate) mod tests {
 
     /// Produces one record to partition 0 of `topic`; the partition's error code.
     async fn produce_one(b: &Arc<Broker>, topic: &str) -> i16 {
+        produce_value(b, topic, b"v").await
+    }
+
+    /// Produces one record of `value` to `topic`-0 with acks=1; the partition's error code.
+    async fn produce_value(b: &Arc<Broker>, topic: &str, value: &'static [u8]) -> i16 {
         use spate_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
         use spate_protocol::messages::{ProduceRequest, ProduceResponse};
         let records = spate_protocol::batch::build(
             &[spate_protocol::batch::NewRecord {
                 key: None,
-                value: Some(Bytes::from_static(b"v")),
+                value: Some(Bytes::from_static(value)),
                 timestamp: 1,
             }],
             None,
@@ -1708,6 +1731,145 @@ pub(crate) mod tests {
         b.disk.observe(2 << 20, 100 << 20);
         assert_eq!(produce_one(&b, "t").await, 0, "produce resumes by itself");
         assert_eq!(end(&b), 2);
+    }
+
+    /// Bytes of every file under `dir`.
+    fn dir_bytes(dir: &Path) -> u64 {
+        std::fs::read_dir(dir).map_or(0, |entries| {
+            entries
+                .flatten()
+                .map(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+                    _ => e.metadata().map_or(0, |m| m.len()),
+                })
+                .sum()
+        })
+    }
+
+    #[tokio::test]
+    async fn delete_records_retention_and_delete_topics_lift_a_full_disk_at_once_without_the_sampler(
+    ) {
+        use spate_protocol::messages::create_topics_request::CreatableTopicConfig;
+        use spate_protocol::messages::delete_records_request::{
+            DeleteRecordsPartition, DeleteRecordsTopic,
+        };
+        use spate_protocol::messages::{
+            DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+        };
+        use std::sync::atomic::{AtomicU64, Ordering};
+        const WATERMARK: u64 = 4096;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let mut config = BrokerConfig::new(data.clone(), "127.0.0.1", 9092);
+        config.disk_watermark = crate::disk::DiskWatermark {
+            min_free_bytes: WATERMARK,
+            min_free_percent: 0,
+        };
+        let (b, _) = Broker::open(config).unwrap();
+        // A small disk (no periodic sampler runs in this test): a capacity less what the data
+        // dir holds, so deleted files free space as on a real file system.
+        let capacity = Arc::new(AtomicU64::new(u64::MAX / 2));
+        let (cap, root) = (capacity.clone(), data.clone());
+        b.disk.set_probe(Arc::new(move |_| {
+            let c = cap.load(Ordering::Relaxed);
+            Ok((c.saturating_sub(dir_bytes(&root)), c))
+        }));
+        for (topic, retention_ms) in [("gone", "-1"), ("kept", "1000")] {
+            let mut req = create_topics(topic);
+            // One batch per segment; records stamped 1 are long past a retention of 1 s.
+            for (k, v) in [("segment.bytes", "100"), ("retention.ms", retention_ms)] {
+                let mut c = CreatableTopicConfig::default();
+                c.name = StrBytes::from_static_str(k);
+                c.value = Some(StrBytes::from_static_str(v));
+                req.topics[0].configs.push(c);
+            }
+            let resp: CreateTopicsResponse = decode(
+                ApiKey::CreateTopics,
+                7,
+                response(
+                    b.handle(
+                        frame(ApiKey::CreateTopics, 7, &req),
+                        RequestContext::default(),
+                    )
+                    .unwrap(),
+                )
+                .await,
+            );
+            assert_eq!(resp.topics[0].error_code, 0);
+            for _ in 0..10 {
+                assert_eq!(produce_value(&b, topic, &[7u8; 1024]).await, 0);
+            }
+        }
+        // Fills the disk to one byte below the watermark, as a sample sees it.
+        let fill = |b: &Broker| {
+            capacity.store(dir_bytes(&data) + WATERMARK - 1, Ordering::Relaxed);
+            b.disk.sample().unwrap();
+            assert!(b.disk.is_full());
+        };
+
+        fill(&b);
+        assert_eq!(
+            produce_one(&b, "kept").await,
+            ResponseError::KafkaStorageError.code()
+        );
+        let mut p = DeleteRecordsPartition::default();
+        p.partition_index = 0;
+        p.offset = -1;
+        let mut t = DeleteRecordsTopic::default();
+        t.name = TopicName(StrBytes::from_static_str("gone"));
+        t.partitions = vec![p];
+        let mut req = DeleteRecordsRequest::default();
+        req.topics = vec![t];
+        req.timeout_ms = 10_000;
+        let resp: DeleteRecordsResponse = decode(
+            ApiKey::DeleteRecords,
+            2,
+            response(
+                b.handle(
+                    frame(ApiKey::DeleteRecords, 2, &req),
+                    RequestContext::default(),
+                )
+                .unwrap(),
+            )
+            .await,
+        );
+        assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+        assert!(
+            !b.disk.is_full(),
+            "DeleteRecords freed space: produce resumes at once"
+        );
+        assert_eq!(produce_one(&b, "kept").await, 0);
+
+        fill(&b);
+        b.enforce_retention();
+        assert!(
+            !b.disk.is_full(),
+            "retention freed space: produce resumes at once"
+        );
+
+        fill(&b);
+        let mut req = DeleteTopicsRequest::default();
+        req.topic_names = vec![TopicName(StrBytes::from_static_str("gone"))];
+        req.timeout_ms = 10_000;
+        let resp: DeleteTopicsResponse = decode(
+            ApiKey::DeleteTopics,
+            4,
+            response(
+                b.handle(
+                    frame(ApiKey::DeleteTopics, 4, &req),
+                    RequestContext::default(),
+                )
+                .unwrap(),
+            )
+            .await,
+        );
+        assert_eq!(resp.responses[0].error_code, 0);
+        // Its files go on a thread of their own; the sample follows their removal.
+        b.topics.finish_removals();
+        assert!(
+            !b.disk.is_full(),
+            "DeleteTopics freed space: produce resumes at once"
+        );
     }
 
     #[test]

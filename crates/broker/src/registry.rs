@@ -278,6 +278,10 @@ pub struct TopicRegistry {
     by_id: RwLock<HashMap<Uuid, Arc<Topic>>>,
     /// Serialises creations, deletions and partition changes.
     changes: Mutex<()>,
+    /// Called once a deleted topic's files are gone (the broker samples free space then).
+    on_freed: std::sync::OnceLock<Arc<dyn Fn() + Send + Sync>>,
+    /// Threads removing deleted topics' files, not yet joined.
+    removals: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl TopicRegistry {
@@ -295,6 +299,8 @@ impl TopicRegistry {
             topics: RwLock::new(HashMap::new()),
             by_id: RwLock::new(HashMap::new()),
             changes: Mutex::new(()),
+            on_freed: std::sync::OnceLock::new(),
+            removals: Mutex::new(Vec::new()),
         };
         let mut notes = reg.empty_trash();
         for entry in std::fs::read_dir(&root).map_err(io("list", &root))? {
@@ -535,12 +541,32 @@ impl TopicRegistry {
         // topic back, or keep it in both places.
         sync_dir(&self.root)?;
         sync_dir(&self.trash)?;
-        std::thread::spawn(move || {
+        let on_freed = self.on_freed.get().cloned();
+        let removal = std::thread::spawn(move || {
             if let Err(e) = std::fs::remove_dir_all(&aside).or_else(not_found_is_done) {
                 tracing::warn!(path = %aside.display(), error = %e, "removing deleted topic files failed; retried on next start");
             }
+            if let Some(freed) = on_freed {
+                freed();
+            }
         });
+        let mut removals = self.removals.lock();
+        removals.retain(|h| !h.is_finished());
+        removals.push(removal);
         Ok(topic)
+    }
+
+    /// Sets what to call once a deleted topic's files are gone (once; later calls are ignored).
+    pub fn on_space_freed(&self, f: Arc<dyn Fn() + Send + Sync>) {
+        let _ = self.on_freed.set(f);
+    }
+
+    /// Waits until the files of every topic deleted so far are removed.
+    pub fn finish_removals(&self) {
+        let pending = std::mem::take(&mut *self.removals.lock());
+        for h in pending {
+            let _ = h.join();
+        }
     }
 
     /// Raises a topic's partition count to `count`.

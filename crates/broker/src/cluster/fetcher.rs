@@ -749,6 +749,7 @@ async fn fetch(
                     tracing::error!(topic = %key.0, partition = key.1, "replica data did not reach disk");
                 }
             }
+            let start_before = p.log_start_offset();
             if !follow_leader(
                 p,
                 f.epoch,
@@ -758,6 +759,11 @@ async fn fetch(
             ) {
                 // This partition left that leader's epoch while the fetch was out.
                 continue;
+            }
+            if disk_full && p.log_start_offset() > start_before {
+                // The leader's DeleteRecords freed space here too: copying resumes at once.
+                let d = cluster.local.disk.clone();
+                let _ = tokio::task::spawn_blocking(move || d.resample()).await;
             }
             let hw = pd.high_watermark;
             cluster

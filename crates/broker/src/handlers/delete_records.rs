@@ -57,6 +57,9 @@ pub fn handle(b: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
         }
         resp.topics.push(tr);
     }
+    // Whole segments may have gone: produce refused for a full disk resumes now, not at the
+    // next periodic sample (this runs on the blocking pool, where a statvfs may wait).
+    b.disk.resample();
     resp
 }
 
