@@ -128,11 +128,16 @@ impl DiskSpace {
     /// Changes the watermark at run time and samples at once, so produce is refused or
     /// resumes under the new limits now rather than at the next sample.
     pub fn set_watermark(&self, watermark: DiskWatermark) {
+        self.set_limits(watermark);
+        self.resample();
+    }
+
+    /// Changes the watermark from the next sample on (the sampler's own use).
+    pub fn set_limits(&self, watermark: DiskWatermark) {
         self.min_free_bytes
             .store(watermark.min_free_bytes, Ordering::Relaxed);
         self.min_free_percent
             .store(watermark.min_free_percent.min(100), Ordering::Relaxed);
-        self.resample();
     }
 
     /// Reads free space through `probe` instead of `statvfs` from now on (tests simulate a

@@ -129,6 +129,8 @@ pub struct Broker {
     pub budget: Arc<MemoryBudget>,
     /// Free space of the data dir: produce is refused while it is below the watermark.
     pub disk: Arc<crate::disk::DiskSpace>,
+    /// A standalone broker's dynamic configs (the disk watermark set at run time).
+    pub(crate) dynamic: crate::dynamic_configs::DynamicConfigs,
     /// Where every part of the broker reads time: wall time for timestamps and retention,
     /// monotonic time for timeouts and sessions.
     pub clock: SharedClock,
@@ -236,10 +238,18 @@ impl Broker {
             )
         };
         let (credentials, authorizer) = (Arc::new(credentials), Arc::new(authorizer));
-        let disk = Arc::new(crate::disk::DiskSpace::new(
-            dir.clone(),
-            config.disk_watermark,
-        ));
+        let dynamic = crate::dynamic_configs::DynamicConfigs::open(&dir)?;
+        // Values set at run time (kafka-configs) win over the flags; a cluster keeps them in
+        // its metadata instead, applied by the sampler.
+        let watermark = if config.cluster_mode {
+            config.disk_watermark
+        } else {
+            let set = dynamic.values();
+            crate::dynamic_configs::watermark(config.disk_watermark, |k| {
+                set.get(k).map(String::as_str)
+            })
+        };
+        let disk = Arc::new(crate::disk::DiskSpace::new(dir.clone(), watermark));
         // The first sample before any produce; the server's sampler keeps it current.
         if let Err(e) = disk.sample() {
             tracing::warn!(dir = %dir.display(), error = %e, "cannot read the data dir's free space");
@@ -267,6 +277,7 @@ impl Broker {
             telemetry,
             budget,
             disk,
+            dynamic,
             clock,
             producer_ids,
             fetch_sessions: Default::default(),
@@ -332,6 +343,7 @@ impl Broker {
     /// a system call per request.
     fn spawn_disk_sampler(self: &Arc<Self>) {
         let disk = Arc::downgrade(&self.disk);
+        let broker = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(DISK_SAMPLE_INTERVAL);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -339,6 +351,18 @@ impl Broker {
             loop {
                 tick.tick().await;
                 let Some(d) = disk.upgrade() else { return };
+                if let Some(b) = broker.upgrade() {
+                    if let Some(c) = b.cluster.get() {
+                        // A cluster's dynamic broker configs are in its metadata: a change
+                        // made through any node applies here from this sample on.
+                        let image = c.image();
+                        let me = c.broker_id();
+                        d.set_limits(crate::dynamic_configs::watermark(
+                            b.config.disk_watermark,
+                            |k| image.broker_config(Some(me), k),
+                        ));
+                    }
+                }
                 // statvfs may block on a slow file system: off the async workers.
                 let sampled = tokio::task::spawn_blocking(move || d.sample()).await;
                 match sampled {

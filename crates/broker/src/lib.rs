@@ -9,6 +9,7 @@ pub mod cluster;
 mod config;
 pub mod disk;
 mod dispatch;
+pub mod dynamic_configs;
 mod error;
 mod fetch_sessions;
 mod groups;

@@ -486,17 +486,18 @@ impl Topology {
     }
 
     /// IncrementalAlterConfigs of a broker: dynamic configs through the quorum in a cluster;
-    /// a standalone broker's settings are fixed at start-up.
+    /// a standalone broker's disk watermark in its data dir (its other settings are fixed at
+    /// start-up).
     pub(crate) fn alter_broker_configs(
         &self,
+        b: &Broker,
         r: &spate_protocol::messages::incremental_alter_configs_request::AlterConfigsResource,
         validate_only: bool,
     ) -> Result<(), TopicError> {
         match self {
-            Topology::Standalone => Err(TopicError::new(
-                ResponseError::InvalidRequest,
-                "only topic configs can be altered; broker settings are fixed at start-up",
-            )),
+            Topology::Standalone => {
+                handlers::configs::alter_standalone_broker_configs(b, r, validate_only)
+            }
             Topology::Cluster(c) => {
                 handlers::configs::alter_cluster_broker_configs(c, r, validate_only)
             }

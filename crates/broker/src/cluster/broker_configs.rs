@@ -32,6 +32,18 @@ pub const DYNAMIC: &[DynamicDef] = &[
         doc: "Whether the controller moves leaderships back to preferred replicas when leadership is unbalanced (checked every leader.imbalance.check.interval.seconds).",
     },
     DynamicDef {
+        name: crate::dynamic_configs::DISK_MIN_FREE_BYTES,
+        default: "1073741824",
+        kind: ConfigType::Long,
+        doc: crate::dynamic_configs::DISK_MIN_FREE_BYTES_DOC,
+    },
+    DynamicDef {
+        name: crate::dynamic_configs::DISK_MIN_FREE_PERCENT,
+        default: "5",
+        kind: ConfigType::Int,
+        doc: crate::dynamic_configs::DISK_MIN_FREE_PERCENT_DOC,
+    },
+    DynamicDef {
         name: "follower.replication.throttled.rate",
         default: UNLIMITED,
         kind: ConfigType::Long,
@@ -78,6 +90,9 @@ pub fn validate(key: &str, value: &str) -> Result<(), String> {
         ));
     };
     let v = value.trim();
+    if crate::dynamic_configs::is_dynamic(def.name) {
+        return crate::dynamic_configs::validate(def.name, v);
+    }
     match (def.name, def.kind) {
         ("auto.leader.rebalance.enable", _) => match v {
             "true" | "false" => Ok(()),

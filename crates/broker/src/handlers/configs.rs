@@ -1,5 +1,6 @@
-//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (and a read-only view
-//! of the broker's own settings).
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics, and for the broker:
+//! its static settings read-only, its dynamic ones (the disk watermark; in a cluster also the
+//! throttles and leader balancing) changeable.
 
 use spate_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use spate_protocol::messages::describe_configs_response::{
@@ -21,6 +22,10 @@ use crate::Broker;
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
 const SOURCE_TOPIC: i8 = 1;
+/// ConfigSource DYNAMIC_BROKER_CONFIG.
+const SOURCE_DYNAMIC_BROKER: i8 = 2;
+/// ConfigSource DYNAMIC_DEFAULT_BROKER_CONFIG.
+const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 const SOURCE_STATIC_BROKER: i8 = 4;
 /// ConfigSource DEFAULT_CONFIG.
 pub(crate) const SOURCE_DEFAULT: i8 = 5;
@@ -143,13 +148,61 @@ fn broker_entries(b: &Broker) -> Vec<Entry> {
     v
 }
 
-/// A standalone broker's configs: its own static settings (`""` names it too).
+/// The disk watermark's entries: changeable at run time, dynamic when set so (`dynamic`
+/// holds the keys set), else the start-up flags' values. Asked as the broker default (`""`,
+/// `--entity-default`), a value set is reported as a dynamic default, as Kafka's tools filter.
+fn disk_entries(
+    b: &Broker,
+    name: &str,
+    dynamic: &std::collections::BTreeMap<String, String>,
+) -> Vec<Entry> {
+    let set_source = if name.is_empty() {
+        SOURCE_DYNAMIC_DEFAULT_BROKER
+    } else {
+        SOURCE_DYNAMIC_BROKER
+    };
+    use crate::dynamic_configs as dc;
+    let w = b.disk.watermark();
+    [
+        (
+            dc::DISK_MIN_FREE_BYTES,
+            w.min_free_bytes.to_string(),
+            ConfigType::Long,
+            dc::DISK_MIN_FREE_BYTES_DOC,
+        ),
+        (
+            dc::DISK_MIN_FREE_PERCENT,
+            w.min_free_percent.to_string(),
+            ConfigType::Int,
+            dc::DISK_MIN_FREE_PERCENT_DOC,
+        ),
+    ]
+    .into_iter()
+    .map(|(name, value, kind, doc)| Entry {
+        name: name.to_string(),
+        value,
+        source: if dynamic.contains_key(name) {
+            set_source
+        } else {
+            SOURCE_STATIC_BROKER
+        },
+        read_only: false,
+        kind,
+        doc,
+    })
+    .collect()
+}
+
+/// A standalone broker's configs: its own static settings and the disk watermark (`""`
+/// names it too).
 pub(crate) fn own_broker_entries(
     b: &Broker,
     name: &str,
 ) -> Result<Vec<Entry>, (ResponseError, String)> {
     if name.is_empty() || name == b.config.node_id.to_string() {
-        Ok(broker_entries(b))
+        let mut entries = broker_entries(b);
+        entries.extend(disk_entries(b, name, &b.dynamic.values()));
+        Ok(entries)
     } else {
         Err((
             ResponseError::InvalidRequest,
@@ -188,11 +241,28 @@ pub(crate) fn cluster_broker_entries(
     } else {
         Vec::new()
     };
+    let me = broker == Some(cluster.broker_id());
     for (def, value, source) in crate::cluster::broker_configs::effective(&image, broker) {
+        let (value, source) = match source {
+            // Nothing set: this node's watermark is its start-up flags, not Kafka-style
+            // built-in defaults.
+            crate::cluster::broker_configs::Source::BuiltIn
+                if me && crate::dynamic_configs::is_dynamic(def.name) =>
+            {
+                let w = b.config.disk_watermark;
+                let v = if def.name == crate::dynamic_configs::DISK_MIN_FREE_BYTES {
+                    w.min_free_bytes.to_string()
+                } else {
+                    w.min_free_percent.to_string()
+                };
+                (v, SOURCE_STATIC_BROKER)
+            }
+            s => (value, s.code()),
+        };
         entries.push(Entry {
             name: def.name.to_string(),
             value,
-            source: source.code(),
+            source,
             read_only: false,
             kind: def.kind,
             doc: def.doc,
@@ -328,7 +398,7 @@ pub fn incremental_alter(
     let mut resp = IncrementalAlterConfigsResponse::default();
     for r in req.resources {
         if r.resource_type == RESOURCE_BROKER {
-            let result = b.topology().alter_broker_configs(&r, req.validate_only);
+            let result = b.topology().alter_broker_configs(b, &r, req.validate_only);
             resp.responses.push(resource_response!(
                 IncrementalAlterResourceResponse,
                 r.resource_type,
@@ -408,6 +478,75 @@ pub fn incremental_alter(
         ));
     }
     resp
+}
+
+/// A standalone broker's dynamic configs (the disk watermark): SET and DELETE per key, on
+/// disk in the data dir, then applied at once (DELETE goes back to the start-up flag).
+pub(crate) fn alter_standalone_broker_configs(
+    b: &Broker,
+    r: &spate_protocol::messages::incremental_alter_configs_request::AlterConfigsResource,
+    validate_only: bool,
+) -> Result<(), TopicError> {
+    let name = r.resource_name.as_str();
+    if !name.is_empty() && name != b.config.node_id.to_string() {
+        return Err(TopicError::new(
+            ResponseError::InvalidRequest,
+            format!("this is broker {}, not '{name}'", b.config.node_id),
+        ));
+    }
+    let mut set = std::collections::BTreeMap::new();
+    let mut remove = Vec::new();
+    for c in &r.configs {
+        let key = c.name.as_str();
+        match c.config_operation {
+            OP_SET => {
+                let value = c.value.as_ref().map(|v| v.as_str()).ok_or_else(|| {
+                    TopicError::new(
+                        ResponseError::InvalidConfig,
+                        format!("{key}: no value given"),
+                    )
+                })?;
+                crate::dynamic_configs::validate(key, value)
+                    .map_err(|m| TopicError::new(ResponseError::InvalidConfig, m))?;
+                set.insert(key.to_owned(), value.trim().to_owned());
+            }
+            OP_DELETE => {
+                if !crate::dynamic_configs::is_dynamic(key) {
+                    return Err(TopicError::new(
+                        ResponseError::InvalidConfig,
+                        format!("'{key}' is not a dynamic broker config"),
+                    ));
+                }
+                remove.push(key.to_owned());
+            }
+            op => {
+                return Err(TopicError::new(
+                    ResponseError::InvalidRequest,
+                    format!("operation {op} does not apply to broker configs (SET and DELETE do)"),
+                ))
+            }
+        }
+    }
+    if validate_only {
+        return Ok(());
+    }
+    let values = b.dynamic.change(set, &remove).map_err(|e| {
+        TopicError::new(
+            ResponseError::KafkaStorageError,
+            format!("cannot save the broker configs: {e}"),
+        )
+    })?;
+    let w = crate::dynamic_configs::watermark(b.config.disk_watermark, |k| {
+        values.get(k).map(String::as_str)
+    });
+    tracing::info!(
+        min_free_bytes = w.min_free_bytes,
+        min_free_percent = w.min_free_percent,
+        "disk watermark changed"
+    );
+    // Samples at once: produce is refused or resumes under the new limits now.
+    b.disk.set_watermark(w);
+    Ok(())
 }
 
 /// Dynamic broker configs of a cluster through the quorum: SET and DELETE per key.

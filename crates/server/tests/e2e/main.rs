@@ -13,6 +13,7 @@ mod cluster_ops;
 mod compaction;
 mod compression;
 mod consumer_groups;
+mod disk_configs;
 mod durability;
 mod fetch;
 mod grafana;
