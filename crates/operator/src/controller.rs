@@ -35,6 +35,9 @@ pub const ADMIN_ENDPOINT: &str = "spate.io/admin-endpoint";
 /// SpateCluster annotation: `id=host:port,...` inter-node addresses used when adding nodes,
 /// instead of the headless Service's names.
 pub const NODE_ADDRESSES: &str = "spate.io/node-addresses";
+/// Annotation overriding the nodes' HTTP addresses (`1=host:port,2=...`), as NODE_ADDRESSES
+/// does the inter-node ones: the operator reads each node's `/health` there.
+pub const NODE_HTTP_ADDRESSES: &str = "spate.io/node-http-addresses";
 /// Finalizer on SpateTopics whose deletion policy is Delete.
 pub const TOPIC_FINALIZER: &str = "spate.io/topic-deletion";
 
@@ -176,6 +179,41 @@ async fn admin_client(ctx: &Ctx, c: &SpateCluster) -> Result<SpateClient, Error>
             Err(e) => SpateClient::unusable(addr, e.to_string()),
         },
     )
+}
+
+/// HTTP address of node `id`: the annotation's override, else the headless DNS name.
+fn node_http_addr(c: &SpateCluster, n: &Names, id: u64) -> String {
+    if let Some(a) = c
+        .annotations()
+        .get(NODE_HTTP_ADDRESSES)
+        .and_then(|l| parse_node_addresses(l).remove(&id))
+    {
+        return a;
+    }
+    n.node_addr(id, c.spec.listeners.http)
+}
+
+/// Every node's `/health` (ids 1..=`replicas`), asked concurrently.
+async fn nodes_health(
+    admin: &SpateClient,
+    c: &SpateCluster,
+    n: &Names,
+    replicas: i32,
+) -> Vec<(u64, Result<crate::plan::NodeHealth, String>)> {
+    let ids: Vec<u64> = (1..=u64::try_from(replicas).unwrap_or(0)).collect();
+    let calls = ids.iter().map(|&id| {
+        let client = admin.at(node_http_addr(c, n, id));
+        async move {
+            // Short: an unreachable node must not hold the reconcile for the admin timeout.
+            let h = tokio::time::timeout(Duration::from_secs(5), client.health()).await;
+            let h = match h {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(_) => Err("no /health answer within 5 s".to_owned()),
+            };
+            (id, h)
+        }
+    });
+    futures::future::join_all(calls).await
 }
 
 /// Inter-node address of node `id`: the annotation's override, else the headless DNS name.
@@ -453,6 +491,10 @@ pub async fn reconcile_cluster(c: Arc<SpateCluster>, ctx: Arc<Ctx>) -> Result<Ac
         Some((reason, msg)) => wants.push(Want::new("Degraded", true, reason.clone(), msg.clone())),
         None => wants.push(Want::new("Degraded", false, "Healthy", "no problem seen")),
     }
+    // A node below its free-space watermark still serves (Ready stays), but refuses produce.
+    let health = nodes_health(&admin, &c, &n, step.sts_replicas).await;
+    let (disk_full, reason, message) = plan::disk_full_condition(&health);
+    wants.push(Want::new("DiskFull", disk_full, reason, message));
     let ready = progress.is_none() && degraded.is_none() && ready_replicas >= c.spec.replicas;
     wants.insert(
         0,
@@ -490,7 +532,9 @@ pub async fn reconcile_cluster(c: Arc<SpateCluster>, ctx: Arc<Ctx>) -> Result<Ac
         conditions: merge(&previous.conditions, &wants, c.metadata.generation, now()),
     };
     patch_status(&ctx, &clusters, &c, c.status.is_some(), &previous, status).await?;
-    let busy = progress.is_some() || degraded.is_some() || ready_replicas < c.spec.replicas;
+    // A full disk is looked at again soon too, so the condition clears once space is back.
+    let busy =
+        progress.is_some() || degraded.is_some() || disk_full || ready_replicas < c.spec.replicas;
     Ok(Action::requeue(Duration::from_secs(if busy {
         3
     } else {

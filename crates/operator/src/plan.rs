@@ -462,6 +462,70 @@ pub fn topic_diff(
     Ok(ops)
 }
 
+/// What one node's `GET /health` says about its data dir.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeHealth {
+    /// Below its free-space watermark (or out of space): produce is refused.
+    pub disk_full: bool,
+    /// spate's explanation when full.
+    pub reason: Option<String>,
+}
+
+impl NodeHealth {
+    /// Reads `/health`'s JSON (`status` is `disk_full` when the disk is; older nodes answer
+    /// only `{"status":"ok"}`); `None` when it is not that.
+    pub fn parse(v: &Value) -> Option<Self> {
+        let status = v.get("status")?.as_str()?;
+        let disk = v.get("disk");
+        let full = status == "disk_full"
+            || disk
+                .and_then(|d| d.get("full"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+        Some(Self {
+            disk_full: full,
+            reason: disk
+                .and_then(|d| d.get("reason"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        })
+    }
+}
+
+/// The DiskFull condition from every node's health (node id, its health or why it could not
+/// be read): True while any node refuses produce for a full disk, naming them.
+pub fn disk_full_condition(
+    nodes: &[(u64, Result<NodeHealth, String>)],
+) -> (bool, &'static str, String) {
+    let full: Vec<String> = nodes
+        .iter()
+        .filter_map(|(id, h)| match h {
+            Ok(h) if h.disk_full => Some(format!(
+                "node {id}: {}",
+                h.reason
+                    .as_deref()
+                    .unwrap_or("data dir below its free-space watermark")
+            )),
+            _ => None,
+        })
+        .collect();
+    if !full.is_empty() {
+        return (true, "DiskFull", full.join("; "));
+    }
+    let unknown: Vec<String> = nodes
+        .iter()
+        .filter_map(|(id, h)| h.as_ref().err().map(|e| format!("node {id}: {e}")))
+        .collect();
+    if !unknown.is_empty() {
+        return (false, "HealthUnknown", unknown.join("; "));
+    }
+    (
+        false,
+        "SpaceAvailable",
+        "every node's data dir is above its free-space watermark".to_owned(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -744,5 +808,35 @@ mod tests {
         let a = ActualTopic::parse(&v).expect("topic");
         assert_eq!(a.partitions, 4);
         assert_eq!(a.overrides, cfg(&[("retention.ms", "5")]));
+    }
+
+    #[test]
+    fn disk_full_is_true_while_any_node_reports_it_and_names_the_nodes() {
+        let ok = NodeHealth::parse(&serde_json::json!({"status": "ok"})).unwrap();
+        let full = NodeHealth::parse(&serde_json::json!({
+            "status": "disk_full",
+            "disk": {"full": true, "reason": "the data dir /data has 10 bytes free"}
+        }))
+        .unwrap();
+        assert!(!ok.disk_full && full.disk_full);
+        assert_eq!(NodeHealth::parse(&serde_json::json!({"ready": true})), None);
+        let (status, reason, message) = disk_full_condition(&[
+            (1, Ok(ok.clone())),
+            (2, Ok(full)),
+            (3, Err("timeout".into())),
+        ]);
+        assert!(status);
+        assert_eq!(reason, "DiskFull");
+        assert!(
+            message.contains("node 2: the data dir /data has 10 bytes free"),
+            "{message}"
+        );
+        assert!(!message.contains("node 1"), "{message}");
+        let (status, reason, message) =
+            disk_full_condition(&[(1, Ok(ok.clone())), (3, Err("timeout".into()))]);
+        assert_eq!((status, reason), (false, "HealthUnknown"));
+        assert!(message.contains("node 3: timeout"), "{message}");
+        let (status, reason, _) = disk_full_condition(&[(1, Ok(ok.clone())), (2, Ok(ok))]);
+        assert_eq!((status, reason), (false, "SpaceAvailable"));
     }
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::plan::{ActualTopic, SpateView};
+use crate::plan::{ActualTopic, NodeHealth, SpateView};
 
 /// Longest one admin call may take (topic changes wait for the quorum, up to 30 s).
 const CALL_TIMEOUT: Duration = Duration::from_secs(40);
@@ -83,7 +83,14 @@ enum Transport {
     Plain,
     /// HTTPS through a kube HTTP client: it already carries rustls with ring, and a second
     /// TLS setup in this crate would mean a second copy of the TLS stack to keep in step.
-    Https(kube::Client),
+    Https {
+        /// The client, bound to the address.
+        client: kube::Client,
+        /// The PEM certificates trusted and the name checked, to reach another node alike.
+        ca_pem: Vec<u8>,
+        /// The name the certificate must carry.
+        server_name: String,
+    },
     /// HTTPS was wanted but could not be set up (no CA yet, say): every call says why, so
     /// the reconcile goes on and the status reports it.
     Unusable(String),
@@ -94,7 +101,7 @@ impl std::fmt::Debug for SpateClient {
         // The token stays out of logs.
         let transport = match &self.transport {
             Transport::Plain => "http",
-            Transport::Https(_) => "https",
+            Transport::Https { .. } => "https",
             Transport::Unusable(_) => "https (unusable)",
         };
         f.debug_struct("SpateClient")
@@ -141,8 +148,33 @@ impl SpateClient {
         Ok(Self {
             addr,
             token,
-            transport: Transport::Https(client),
+            transport: Transport::Https {
+                client,
+                ca_pem: ca_pem.to_vec(),
+                server_name: server_name.to_owned(),
+            },
         })
+    }
+
+    /// A client of the same kind (token, plain or HTTPS with the same trust) for another
+    /// address: one node's own HTTP listener rather than the cluster's Service.
+    pub fn at(&self, addr: impl Into<String>) -> Self {
+        let addr = addr.into();
+        match &self.transport {
+            Transport::Https {
+                ca_pem,
+                server_name,
+                ..
+            } => match Self::https(addr.clone(), self.token.clone(), ca_pem, server_name) {
+                Ok(c) => c,
+                Err(e) => Self::unusable(addr, e.to_string()),
+            },
+            transport => Self {
+                addr,
+                token: self.token.clone(),
+                transport: transport.clone(),
+            },
+        }
     }
 
     /// A client whose every call fails with `why` (HTTPS wanted, CA not available).
@@ -173,7 +205,9 @@ impl SpateClient {
     ) -> Result<(u16, Value), SpateError> {
         let (status, body) = match &self.transport {
             Transport::Plain => self.exchange_plain(method, path, body).await?,
-            Transport::Https(client) => self.exchange_https(client, method, path, body).await?,
+            Transport::Https { client, .. } => {
+                self.exchange_https(client, method, path, body).await?
+            }
             Transport::Unusable(why) => {
                 return Err(SpateError::Https {
                     addr: self.addr.clone(),
@@ -320,6 +354,15 @@ impl SpateClient {
         SpateView::parse(&v).ok_or_else(|| SpateError::Malformed {
             addr: self.addr.clone(),
             what: "not a cluster view (standalone broker?)".into(),
+        })
+    }
+
+    /// `GET /health` of the node this client talks to.
+    pub async fn health(&self) -> Result<NodeHealth, SpateError> {
+        let (_, v) = self.call("GET", "/health", None).await?;
+        NodeHealth::parse(&v).ok_or_else(|| SpateError::Malformed {
+            addr: self.addr.clone(),
+            what: "not a /health answer".into(),
         })
     }
 
@@ -712,6 +755,35 @@ mod tests {
             .await
             .expect_err("a wrong name must be refused");
         assert!(matches!(err, SpateError::Https { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_client_moved_to_a_node_reads_its_health_there() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("listen");
+        let node = listener.local_addr().expect("addr").to_string();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let mut buf = vec![0u8; 4096];
+            let n = s.read(&mut buf).await.expect("read");
+            let asked = String::from_utf8_lossy(&buf[..n]).to_string();
+            let body =
+                r#"{"status":"disk_full","disk":{"full":true,"reason":"below the watermark"}}"#;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            s.write_all(answer.as_bytes()).await.expect("write");
+            asked
+        });
+        // The cluster's client points at the Service; the moved one at the node.
+        let admin = SpateClient::new("demo.ns.svc:9644", Some("t".into()));
+        let h = admin.at(&node).health().await.expect("health");
+        assert!(h.disk_full);
+        assert_eq!(h.reason.as_deref(), Some("below the watermark"));
+        let asked = server.await.expect("server");
+        assert!(asked.starts_with("GET /health HTTP/1.1"), "{asked}");
     }
 
     #[tokio::test]
