@@ -344,6 +344,7 @@ impl Broker {
     fn spawn_disk_sampler(self: &Arc<Self>) {
         let disk = Arc::downgrade(&self.disk);
         let broker = Arc::downgrade(self);
+        let in_flight = Arc::new(std::sync::atomic::AtomicBool::new(false));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(DISK_SAMPLE_INTERVAL);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -373,7 +374,58 @@ impl Broker {
                     }
                     _ => {}
                 }
+                if let Some(b) = broker.upgrade() {
+                    b.report_disk_state(&in_flight);
+                }
             }
+        });
+    }
+
+    /// In a cluster, tells the quorum when this node's disk state differs from what the
+    /// metadata says (a crossing either way), so the controller moves leaderships off a full
+    /// disk and lets them come back; one proposal at a time, off the sampler (a quorum that
+    /// does not answer must not stop the sampling that produce depends on).
+    fn report_disk_state(&self, in_flight: &Arc<std::sync::atomic::AtomicBool>) {
+        use std::sync::atomic::Ordering;
+        let Some(c) = self.cluster.get().cloned() else {
+            return;
+        };
+        let full = self.disk.is_full();
+        let me = c.broker_id();
+        let Some(epoch) = c
+            .image()
+            .broker(me)
+            .filter(|r| r.disk_full != full)
+            .map(|r| r.epoch)
+        else {
+            return;
+        };
+        if in_flight.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let in_flight = in_flight.clone();
+        tokio::spawn(async move {
+            let cmd = spate_cluster::metadata::MetadataCommand::SetBrokerDiskFull {
+                broker_id: me,
+                broker_epoch: epoch,
+                full,
+            };
+            match c.propose(cmd).await {
+                Ok(_) => tracing::info!(
+                    full,
+                    "told the controller this node's disk is {}",
+                    if full {
+                        "full"
+                    } else {
+                        "above its watermark again"
+                    }
+                ),
+                // Retried from the next sample while the metadata still differs.
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot record the disk state in the metadata")
+                }
+            }
+            in_flight.store(false, Ordering::SeqCst);
         });
     }
 

@@ -332,11 +332,14 @@ fn election(
     if p.leader.is_some_and(|l| image.is_live(l)) {
         return None;
     }
+    let eligible = |b: &BrokerId| p.isr.contains(b) && image.is_live(*b);
+    // One with room for the writes first: a broker with a full disk refuses produce.
     let candidate = p
         .replicas
         .iter()
         .copied()
-        .find(|b| p.isr.contains(b) && image.is_live(*b));
+        .find(|b| eligible(b) && !disk_full(image, *b))
+        .or_else(|| p.replicas.iter().copied().find(eligible));
     match candidate {
         Some(new_leader) => Some(MetadataCommand::ChangeLeader {
             topic: topic.to_owned(),
@@ -377,6 +380,42 @@ pub fn elect_leaders(image: &MetadataImage) -> Vec<MetadataCommand> {
     cmds
 }
 
+/// Whether broker `id` reported its data dir below its free-space watermark.
+fn disk_full(image: &MetadataImage, id: BrokerId) -> bool {
+    image.broker(id).is_some_and(|b| b.disk_full)
+}
+
+/// Leader changes for every partition led by a live broker whose disk is full, to the first
+/// in-sync, live replica (in preference order) with space: a full leader refuses every
+/// produce, an in-sync replica with room takes them. Partitions with no such replica keep
+/// their leader (refusing until space is freed).
+pub fn move_leaders_off_full_disks(image: &MetadataImage) -> Vec<MetadataCommand> {
+    let mut cmds = Vec::new();
+    for (topic, partition, p) in image.partitions_iter() {
+        let Some(leader) = p.leader else { continue };
+        if !image.is_live(leader) || !disk_full(image, leader) {
+            continue;
+        }
+        let with_space = p.replicas.iter().copied().find(|&b| {
+            b != leader
+                && p.isr.contains(&b)
+                && image.is_live(b)
+                && !disk_full(image, b)
+                && !image.broker(b).is_some_and(|r| r.shutting_down)
+        });
+        if let Some(new_leader) = with_space {
+            cmds.push(MetadataCommand::ChangeLeader {
+                topic: topic.to_owned(),
+                partition,
+                partition_epoch: p.partition_epoch,
+                leader: Some(new_leader),
+                isr: p.isr.clone(),
+            });
+        }
+    }
+    cmds
+}
+
 /// What a controller pass does besides liveness and elections.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PassOptions {
@@ -386,7 +425,8 @@ pub struct PassOptions {
 }
 
 /// One controller pass: fence brokers that stopped heartbeating (or asked for a controlled
-/// shutdown), unfence brokers that heartbeat again, elect leaders where needed, complete
+/// shutdown), unfence brokers that heartbeat again, elect leaders where needed, move
+/// leaderships off brokers whose disk is full to in-sync replicas with space, complete
 /// reassignments whose new replicas are in sync, move replicas off brokers being
 /// decommissioned and, when due, move leaderships back to preferred replicas.
 ///
@@ -440,6 +480,9 @@ pub fn reconcile(
         );
     }
     for cmd in elect_leaders(&scratch) {
+        push(&mut scratch, cmd);
+    }
+    for cmd in move_leaders_off_full_disks(&scratch) {
         push(&mut scratch, cmd);
     }
     for cmd in crate::reassignment::complete_reassignments(&scratch) {
@@ -924,6 +967,83 @@ pub(crate) mod tests {
         heartbeat_shutting_down(&mut image, 2, 2);
         tracker.observe(&image, 2);
         assert!(reconcile(&image, &tracker, 2, TIMEOUT, PassOptions::default()).is_empty());
+    }
+
+    fn set_disk_full(image: &mut MetadataImage, id: BrokerId, full: bool) {
+        let broker_epoch = image.broker(id).unwrap().epoch;
+        image
+            .apply(&MetadataCommand::SetBrokerDiskFull {
+                broker_id: id,
+                broker_epoch,
+                full,
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn a_leader_whose_disk_is_full_hands_leadership_to_an_in_sync_replica_with_space() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        create(&mut image, "t", 3, 3);
+        let mut tracker = LivenessTracker::new();
+        tracker.observe(&image, 1);
+        let before: Vec<_> = image.topics()["t"].partitions.clone();
+        let full = before[0].leader.unwrap();
+        set_disk_full(&mut image, full, true);
+        let cmds = reconcile(&image, &tracker, 1, TIMEOUT, PassOptions::default());
+        apply_all(&mut image, cmds);
+        for (p, old) in image.topics()["t"].partitions.iter().zip(&before) {
+            let leader = p.leader.unwrap();
+            assert_ne!(leader, full, "the full broker still leads");
+            assert!(!image.broker(leader).unwrap().disk_full);
+            if old.leader == Some(full) {
+                assert_eq!(p.leader_epoch, old.leader_epoch + 1);
+                assert_eq!(p.isr, old.isr, "the ISR is the leader's business");
+            } else {
+                assert_eq!(p.leader, old.leader, "leaders with space stay");
+            }
+        }
+        // Stable, and a leader rebalance does not move leadership back onto the full disk.
+        let options = PassOptions {
+            rebalance_leaders: Some(0),
+        };
+        assert!(reconcile(&image, &tracker, 1, TIMEOUT, options).is_empty());
+        // Space back: the preferred leader gets its leaderships back.
+        set_disk_full(&mut image, full, false);
+        let cmds = reconcile(&image, &tracker, 1, TIMEOUT, options);
+        apply_all(&mut image, cmds);
+        for (p, old) in image.topics()["t"].partitions.iter().zip(&before) {
+            assert_eq!(p.leader, old.leader);
+        }
+    }
+
+    #[test]
+    fn a_full_leader_keeps_leadership_when_no_in_sync_replica_has_space() {
+        let mut image = image_with_brokers(&[1, 2]);
+        create(&mut image, "t", 1, 2);
+        let mut tracker = LivenessTracker::new();
+        tracker.observe(&image, 1);
+        set_disk_full(&mut image, 1, true);
+        set_disk_full(&mut image, 2, true);
+        assert!(reconcile(&image, &tracker, 1, TIMEOUT, PassOptions::default()).is_empty());
+    }
+
+    #[test]
+    fn an_election_prefers_an_in_sync_replica_with_space() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        create(&mut image, "t", 1, 3);
+        let p = image.topics()["t"].partitions[0].clone();
+        let (leader, next, last) = (p.replicas[0], p.replicas[1], p.replicas[2]);
+        set_disk_full(&mut image, next, true);
+        let broker_epoch = image.broker(leader).unwrap().epoch;
+        image
+            .apply(&MetadataCommand::FenceBroker {
+                broker_id: leader,
+                broker_epoch,
+            })
+            .unwrap();
+        let cmds = elect_leaders(&image);
+        apply_all(&mut image, cmds);
+        assert_eq!(image.topics()["t"].partitions[0].leader, Some(last));
     }
 
     fn heartbeat_shutting_down(image: &mut MetadataImage, id: BrokerId, now_ms: u64) {

@@ -66,6 +66,10 @@ pub struct BrokerRegistration {
     /// they were recorded (their `kafka_host:kafka_port` stands for all).
     #[serde(default)]
     pub listeners: Vec<ListenerAddress>,
+    /// The broker's data dir is below its free-space watermark: it refuses produce, so the
+    /// controller moves its leaderships to in-sync replicas with space.
+    #[serde(default)]
+    pub disk_full: bool,
 }
 
 /// One advertised Kafka listener of a broker.
@@ -273,6 +277,15 @@ pub enum MetadataCommand {
         /// The broker asks to be fenced and drained (controlled shutdown).
         shutting_down: bool,
     },
+    /// A broker's data dir went below (or back above) its free-space watermark.
+    SetBrokerDiskFull {
+        /// Broker id.
+        broker_id: BrokerId,
+        /// The registration it applies to (a newer registration is not touched).
+        broker_epoch: i64,
+        /// Below the watermark: produce is refused there.
+        full: bool,
+    },
     /// Fence a broker: it leads nothing and is not eligible for the ISR.
     FenceBroker {
         /// Broker id.
@@ -479,6 +492,8 @@ pub enum CommandOutcome {
         /// Whether the broker is currently fenced.
         fenced: bool,
     },
+    /// A broker's disk state recorded.
+    BrokerDiskFullSet,
     /// Broker fenced.
     BrokerFenced,
     /// Broker unfenced.
@@ -973,6 +988,15 @@ impl MetadataImage {
                 now_ms,
                 shutting_down,
             } => self.heartbeat(*broker_id, *broker_epoch, *now_ms, *shutting_down),
+            MetadataCommand::SetBrokerDiskFull {
+                broker_id,
+                broker_epoch,
+                full,
+            } => {
+                let broker = self.registration_mut(*broker_id, *broker_epoch)?;
+                broker.disk_full = *full;
+                Ok(CommandOutcome::BrokerDiskFullSet)
+            }
             MetadataCommand::FenceBroker {
                 broker_id,
                 broker_epoch,
@@ -1255,6 +1279,8 @@ impl MetadataImage {
                 decommissioning,
                 http_addr: http_addr.map(str::to_owned),
                 listeners: listeners.to_vec(),
+                // A new process samples its disk afresh and says so if it is full.
+                disk_full: false,
             },
         );
         Ok(CommandOutcome::BrokerRegistered {

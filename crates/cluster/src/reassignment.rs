@@ -460,7 +460,13 @@ pub fn preferred_leader_elections(
             continue;
         };
         *should.entry(preferred).or_default() += 1;
-        if p.leader != Some(preferred) && p.isr.contains(&preferred) && image.is_live(preferred) {
+        // Never back onto a full disk: the controller moved leadership off it on purpose.
+        let has_space = !image.broker(preferred).is_some_and(|b| b.disk_full);
+        if p.leader != Some(preferred)
+            && p.isr.contains(&preferred)
+            && image.is_live(preferred)
+            && has_space
+        {
             not.entry(preferred).or_default().push((topic, partition));
         }
     }

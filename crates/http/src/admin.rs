@@ -224,6 +224,7 @@ async fn cluster_status(State(s): State<Arc<HttpState>>) -> Result<Json<Value>> 
                 "fenced": r.fenced,
                 "shutting_down": r.shutting_down,
                 "decommissioning": r.decommissioning,
+                "disk_full": r.disk_full,
             })
         })
         .collect();
