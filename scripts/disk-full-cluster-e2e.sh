@@ -3,7 +3,9 @@
 # data dir is a 48 MiB tmpfs with an 8 MiB watermark. Filled by acks=all producers, node 3
 # stops copying, drops out of the ISR as a lagging replica would, and the two others keep
 # accepting acks=all writes; with min.insync.replicas=3 they answer NOT_ENOUGH_REPLICAS;
-# DeleteRecords frees node 3's space too and it catches up and rejoins the ISR.
+# DeleteRecords frees node 3's space too and it catches up and rejoins the ISR. A partition
+# node 3 led is handed to an in-sync replica with space once node 3 is full, and takes
+# acks=all writes there.
 # Needs root (mount); says SKIPPED and exits 0 otherwise. SPATE_BIN picks the binary.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

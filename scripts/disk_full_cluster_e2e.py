@@ -1,7 +1,9 @@
 """A follower with a full disk in a 3-node cluster (issue 30), with confluent-kafka: the
 follower drops out of the ISR, acks=all goes on with two replicas (NOT_ENOUGH_REPLICAS when
 min.insync.replicas needs the third), DeleteRecords frees the follower's space and it rejoins
-the ISR. Run by scripts/disk-full-cluster-e2e.sh; exits non-zero on the first mismatch."""
+the ISR; the partition the full node led is handed to an in-sync replica with space and takes
+acks=all writes there. Run by scripts/disk-full-cluster-e2e.sh; exits non-zero on the first
+mismatch."""
 
 import json
 import os
@@ -21,6 +23,8 @@ from confluent_kafka.admin import (
 BOOTSTRAP = os.environ["SPATE_BOOTSTRAP"]
 HTTP3 = os.environ["SPATE_HTTP3"]
 TOPIC = "disk-fill-cluster"
+# Led by node 3 (first in its assignment) until node 3's disk fills.
+LED = "led-by-the-full-node"
 PAD = b"x" * 1000
 
 
@@ -46,8 +50,8 @@ def wait_until(pred, what, limit_s=30):
     check(False, f"{what} within {limit_s} s")
 
 
-def isr(admin):
-    p = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
+def isr(admin, topic=TOPIC):
+    p = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
     return p.leader, sorted(p.isrs)
 
 
@@ -67,6 +71,9 @@ def main():
                      config={"segment.bytes": "1048576", "min.insync.replicas": "2"})
     admin.create_topics([topic])[TOPIC].result(30)
     wait_until(lambda: isr(admin) == (1, [1, 2, 3]), "node 1 leads, ISR 1,2,3")
+    admin.create_topics([NewTopic(LED, num_partitions=1, replica_assignment=[[3, 1, 2]])])[
+        LED].result(30)
+    wait_until(lambda: isr(admin, LED) == (3, [1, 2, 3]), f"node 3 leads {LED}, ISR 1,2,3")
 
     acked, errors = {}, []
 
@@ -98,6 +105,17 @@ def main():
         produce(2000)
         p.flush(60)
     check(health3()["disk"]["full"], f"node 3 went below its watermark after {len(acked)} records")
+    # The full node hands the leadership it held to an in-sync replica with space, which
+    # takes acks=all writes (node 3 would refuse every one).
+    wait_until(lambda: isr(admin, LED)[0] in (1, 2),
+               f"node 3 handed the leadership of {LED} to an in-sync replica with space")
+    handed = []
+    led = Producer({"bootstrap.servers": BOOTSTRAP, "acks": "all",
+                    "message.timeout.ms": 30000})
+    led.produce(LED, b"after-the-handoff", partition=0,
+                on_delivery=lambda err, msg: handed.append(err))
+    led.flush(30)
+    check(handed == [None], f"acks=all to {LED} accepted by its new leader: {handed}")
     # acks=all goes on: node 3 drops out of the ISR as a lagging replica.
     produce(3000)
     left = p.flush(60)
