@@ -5,7 +5,8 @@
 # accepting acks=all writes; with min.insync.replicas=3 they answer NOT_ENOUGH_REPLICAS;
 # DeleteRecords frees node 3's space too and it catches up and rejoins the ISR. A partition
 # node 3 led is handed to an in-sync replica with space once node 3 is full, and takes
-# acks=all writes there.
+# acks=all writes there. disk.min.free.bytes set for broker 3 through the quorum applies on
+# node 3, DescribeConfigs shows it, and deleting it goes back to node 3's flag.
 # Needs root (mount); says SKIPPED and exits 0 otherwise. SPATE_BIN picks the binary.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

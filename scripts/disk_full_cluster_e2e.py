@@ -161,6 +161,28 @@ def main():
     check(seen == want, f"read back the {len(want)} acknowledged records from {cut} "
                         f"(read {len(seen)})")
 
+    # The watermark as a broker config through the quorum: node 3 applies it from the
+    # metadata, and deleting it goes back to node 3's flag.
+    def set_watermark(value):
+        op = AlterConfigOpType.SET if value else AlterConfigOpType.DELETE
+        res = admin.incremental_alter_configs([ConfigResource(
+            ConfigResource.Type.BROKER, "3",
+            incremental_configs=[ConfigEntry("disk.min.free.bytes", value or "",
+                                             incremental_operation=op)])])
+        for f in res.values():
+            f.result(30)
+
+    huge = str(1 << 60)
+    set_watermark(huge)
+    wait_until(lambda: health3()["disk"]["full"],
+               "disk.min.free.bytes=1 EiB set for broker 3 through the quorum applies there")
+    shown = list(admin.describe_configs(
+        [ConfigResource(ConfigResource.Type.BROKER, "3")]).values())[0].result(30)
+    check(shown["disk.min.free.bytes"].value == huge,
+          f"DescribeConfigs of broker 3 shows it ({shown['disk.min.free.bytes'].value})")
+    set_watermark(None)
+    wait_until(lambda: not health3()["disk"]["full"], "deleting it goes back to node 3's flag")
+
 
 if __name__ == "__main__":
     main()
