@@ -310,6 +310,10 @@ const READ_AHEAD: usize = 64 << 10;
 /// Bytes a record adds to its plaintext, at most, for the AEAD suites offered (header, TLS 1.2
 /// explicit nonce, tag, TLS 1.3 inner content type), rounded up.
 const RECORD_OVERHEAD: usize = 40;
+/// Bytes a record adds to its plaintext, at least, for the AEAD suites offered: TLS 1.2
+/// ChaCha20-Poly1305's header and tag (TLS 1.3 adds an inner content type, TLS 1.2 AES-GCM an
+/// explicit nonce).
+const MIN_RECORD_OVERHEAD: usize = 5 + 16;
 /// The most plaintext one read is sized for (the connection asks for at most 256 KiB).
 const MAX_READ_AHEAD: usize = 1 << 20;
 /// Sealed bytes the writer holds before it writes them out.
@@ -447,6 +451,7 @@ pub async fn accept(config: Arc<rustls::ServerConfig>, mut tcp: TcpStream) -> io
             eof: false,
             error: None,
             want: 0,
+            low_water: 0,
         },
         writer: TlsWriter {
             tcp: wr,
@@ -588,11 +593,20 @@ pub struct TlsReader {
     ///
     /// [`FrameHint::expect`]: crate::connection::FrameHint::expect
     want: usize,
+    /// The socket's low-water mark as last set (0: none set yet).
+    low_water: usize,
 }
 
 /// The bytes on the wire of `plain` bytes of application data, at most.
 fn sealed_len(plain: usize) -> usize {
     plain + (plain / MAX_FRAGMENT + 1) * RECORD_OVERHEAD
+}
+
+/// The bytes on the wire of `plain` bytes of application data, at least: however the client
+/// cuts them into records, each carries at most [`MAX_FRAGMENT`] of them and adds at least
+/// [`MIN_RECORD_OVERHEAD`].
+fn sealed_len_at_least(plain: usize) -> usize {
+    plain + plain.div_ceil(MAX_FRAGMENT) * MIN_RECORD_OVERHEAD
 }
 
 impl TlsReader {
@@ -673,10 +687,18 @@ impl TlsReader {
 
 impl crate::connection::FrameHint for TlsReader {
     fn expect(&mut self, bytes: usize) {
-        // Plaintext still to come needs at least as many bytes of records, less what is
-        // buffered here already.
-        let here = self.buf.len() + self.early.len();
-        crate::connection::set_low_water(self.tcp.as_ref(), bytes.saturating_sub(here));
+        // The plaintext still to come arrives in records of at least this many bytes, less the
+        // unopened ones buffered here. A mark of only the plaintext would wake the reader a few
+        // hundred bytes short of a large frame, for a second read (and wake-up) per frame.
+        let plain_here = self.early.len() + self.plain.len();
+        let unopened = self.buf.len() - self.opened;
+        let mark = sealed_len_at_least(bytes.saturating_sub(plain_here)).saturating_sub(unopened);
+        // Never 0 here: the socket treats 0 as 1 anyway, and 0 means "not set yet".
+        let mark = mark.max(1);
+        if mark != self.low_water {
+            crate::connection::set_low_water(self.tcp.as_ref(), mark);
+            self.low_water = mark;
+        }
         self.want = bytes;
     }
 }
@@ -978,6 +1000,15 @@ eeAc/rgVXlM2ATu53RbYI4BtjKt+JzNqEaH+95BprasqqC6ApNBZ/pk0\n\
         suite: Option<SupportedCipherSuite>,
         with_cert: bool,
     ) -> tokio_rustls::TlsConnector {
+        tokio_rustls::TlsConnector::from(client_config(f, versions, suite, with_cert))
+    }
+
+    fn client_config(
+        f: &Fixture,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+        suite: Option<SupportedCipherSuite>,
+        with_cert: bool,
+    ) -> Arc<rustls::ClientConfig> {
         let mut p = rustls::crypto::ring::default_provider();
         if let Some(s) = suite {
             p.cipher_suites = vec![s];
@@ -993,7 +1024,7 @@ eeAc/rgVXlM2ATu53RbYI4BtjKt+JzNqEaH+95BprasqqC6ApNBZ/pk0\n\
         } else {
             builder.with_no_client_auth()
         };
-        tokio_rustls::TlsConnector::from(Arc::new(config))
+        Arc::new(config)
     }
 
     /// A server that accepts one connection with [`accept`] and echoes what it reads, flushing
@@ -1067,7 +1098,29 @@ eeAc/rgVXlM2ATu53RbYI4BtjKt+JzNqEaH+95BprasqqC6ApNBZ/pk0\n\
     #[tokio::test]
     async fn every_suite_of_both_versions_carries_data_both_ways() {
         let f = fixture();
-        let cases = [
+        for (version, suite) in every_suite() {
+            let acceptor = acceptor(f.cert.clone(), None, ClientAuth::None).unwrap();
+            let (port, server) = echo(acceptor).await;
+            let connector = client(&f, &[version], Some(suite), false);
+            let mut tls = connect(&connector, port).await.unwrap();
+            assert_eq!(tls.get_ref().1.negotiated_cipher_suite(), Some(suite));
+            for (i, len) in [1, 100, 16_384, 16_385, 70_000, 1 << 20]
+                .into_iter()
+                .enumerate()
+            {
+                round_trip(&mut tls, &pattern(len, i)).await;
+            }
+            close(tls).await;
+            assert_eq!(server.await.unwrap().unwrap(), "");
+        }
+    }
+
+    /// The suites offered, each with the version it belongs to.
+    fn every_suite() -> [(
+        &'static rustls::SupportedProtocolVersion,
+        SupportedCipherSuite,
+    ); 6] {
+        [
             (&rustls::version::TLS13, suites::TLS13_AES_128_GCM_SHA256),
             (&rustls::version::TLS13, suites::TLS13_AES_256_GCM_SHA384),
             (
@@ -1086,21 +1139,65 @@ eeAc/rgVXlM2ATu53RbYI4BtjKt+JzNqEaH+95BprasqqC6ApNBZ/pk0\n\
                 &rustls::version::TLS12,
                 suites::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
             ),
-        ];
-        for (version, suite) in cases {
-            let acceptor = acceptor(f.cert.clone(), None, ClientAuth::None).unwrap();
-            let (port, server) = echo(acceptor).await;
-            let connector = client(&f, &[version], Some(suite), false);
-            let mut tls = connect(&connector, port).await.unwrap();
-            assert_eq!(tls.get_ref().1.negotiated_cipher_suite(), Some(suite));
-            for (i, len) in [1, 100, 16_384, 16_385, 70_000, 1 << 20]
-                .into_iter()
-                .enumerate()
-            {
-                round_trip(&mut tls, &pattern(len, i)).await;
+        ]
+    }
+
+    #[test]
+    fn a_frame_on_the_wire_is_never_shorter_than_the_low_water_mark_asks() {
+        // A mark above what the client really sends would leave the frame's last bytes
+        // waiting in the socket until the client sends something else.
+        let f = fixture();
+        let server_config = acceptor(f.cert.clone(), None, ClientAuth::None)
+            .unwrap()
+            .config()
+            .clone();
+        for (version, suite) in every_suite() {
+            let mut client = rustls::ClientConnection::new(
+                client_config(&f, &[version], Some(suite), false),
+                ServerName::try_from("localhost").unwrap(),
+            )
+            .unwrap();
+            client.set_buffer_limit(None);
+            let mut server = rustls::ServerConnection::new(server_config.clone()).unwrap();
+            while client.is_handshaking() || server.is_handshaking() {
+                let mut wire = Vec::new();
+                while client.wants_write() {
+                    client.write_tls(&mut wire).unwrap();
+                }
+                let mut rd = &wire[..];
+                while !rd.is_empty() {
+                    server.read_tls(&mut rd).unwrap();
+                    server.process_new_packets().unwrap();
+                }
+                wire.clear();
+                while server.wants_write() {
+                    server.write_tls(&mut wire).unwrap();
+                }
+                let mut rd = &wire[..];
+                while !rd.is_empty() {
+                    client.read_tls(&mut rd).unwrap();
+                    client.process_new_packets().unwrap();
+                }
             }
-            close(tls).await;
-            assert_eq!(server.await.unwrap().unwrap(), "");
+            // TLS 1.3 tickets and the like, sent after the handshake, are not the frame's.
+            let mut wire = Vec::new();
+            while client.wants_write() {
+                client.write_tls(&mut wire).unwrap();
+            }
+            for len in [1, 100, 16_384, 16_385, 70_000, 256 << 10] {
+                io::Write::write_all(&mut client.writer(), &pattern(len, len)).unwrap();
+                let mut wire = Vec::new();
+                while client.wants_write() {
+                    client.write_tls(&mut wire).unwrap();
+                }
+                assert!(
+                    sealed_len_at_least(len) <= wire.len() && wire.len() <= sealed_len(len),
+                    "{suite:?}: {len} bytes took {} on the wire, bounds {}..={}",
+                    wire.len(),
+                    sealed_len_at_least(len),
+                    sealed_len(len)
+                );
+            }
         }
     }
 
