@@ -205,7 +205,14 @@ where
                         continue;
                     }
                     Reply::Now(b) => Body::Now(b),
-                    Reply::Later(f) => Body::Later(tokio::spawn(f)),
+                    // Most answers are ready at once (an acks=1 produce has appended already):
+                    // taken now, they cost no task of their own, nor the wake-up of an idle
+                    // worker that spawning one brings. A future that is not ready registers
+                    // its task's waker again when the spawned task polls it.
+                    Reply::Later(mut f) => match futures::FutureExt::now_or_never(&mut f) {
+                        Some(bytes) => Body::Now(bytes),
+                        None => Body::Later(tokio::spawn(f)),
+                    },
                     // Read nothing more until it is done: later requests may depend on it.
                     Reply::Serial(f) => Body::Now(f.await),
                     Reply::Held { memory, start } => {
