@@ -29,7 +29,9 @@
 # /proc/PID/stat over the whole case (tool start-up, handshakes and group join included), per
 # record (the case files also hold user and system ticks apart). The clients run on the same
 # cores as the broker, and on loopback much of the kernel's TCP work for both ends is charged
-# to the broker's system time. Before the cases each broker takes BENCH_WARMUP_RECORDS
+# to the broker's system time. The client's CPU per record (the tool's JVM, from this shell's
+# cutime + cstime once it is waited for) is shown too, with the sum of both: on two shared
+# cores the client's own TLS work bounds what a faster broker can show in MB/s. Before the cases each broker takes BENCH_WARMUP_RECORDS
 # unmeasured records on every listener and serves them back (a scratch topic per listener), for
 # Kafka's JIT: with 200,000 produced records only, Kafka's first cases (PLAINTEXT) cost it 1.6x
 # (produce) and 4.4x (consume) the CPU per record they cost after this warm-up.
@@ -126,6 +128,8 @@ run_bounded() {  # run_bounded SECONDS COMMAND...
   return "$rc"
 }
 ticks() { awk '{print $14, $15}' "/proc/$1/stat" 2>/dev/null || echo 0 0; }  # user system
+# CPU ticks of this shell's finished children (cutime + cstime): a client tool's, once waited.
+client_ticks() { awk '{print $16 + $17}' "/proc/$$/stat"; }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 declare -A ADDR=()   # protocol -> host:port of the broker under test
 
@@ -196,7 +200,7 @@ alive() {  # alive NAME PID OUTFILE: the broker still runs (else the case is mar
 }
 
 run_cases() {  # run_cases NAME PID: every protocol and case against one broker
-  local name=$1 pid=$2 p t0 out topic topics=()
+  local name=$1 pid=$2 p t0 c0 out topic topics=()
   for p in $PROTOCOLS; do
     topics+=("secbench-$p")
     (( WARMUP > 0 )) && topics+=("secbench-warmup-$p")
@@ -218,7 +222,9 @@ run_cases() {  # run_cases NAME PID: every protocol and case against one broker
     out="$OUT/$name-$p-produce.txt"
     drop_cache
     t0=$(ticks "$pid")
+    c0=$(client_ticks)
     produce "$p" "$topic" "$N" "$out" || echo "failed=1" >>"$out"
+    echo "client_cpu_ticks=$(( $(client_ticks) - c0 ))" >>"$out"
     alive "$name" "$pid" "$out" || return 1
     summarize produce "$out" "$t0" "$(ticks "$pid")"
     report "$name" "$p" produce "$out"
@@ -226,7 +232,9 @@ run_cases() {  # run_cases NAME PID: every protocol and case against one broker
     out="$OUT/$name-$p-consume.txt"
     if [[ "$COLD" == 1 ]]; then drop_cache; else sync; sleep 1; fi
     t0=$(ticks "$pid")
+    c0=$(client_ticks)
     consume "$p" "$topic" "$N" "$out" || echo "failed=1" >>"$out"
+    echo "client_cpu_ticks=$(( $(client_ticks) - c0 ))" >>"$out"
     alive "$name" "$pid" "$out" || return 1
     summarize consume "$out" "$t0" "$(ticks "$pid")"
     report "$name" "$p" consume "$out"
@@ -305,12 +313,21 @@ cell() {  # cell BROKER PROTOCOL KIND -> "mb/s rec/s cpu_us_per_record", "error 
   if grep -q "^failed=1" "$f" || [[ -z "$n" || "$n" == 0 || -z "$r" ]]; then echo "error error error"; return; fi
   awk -v r="$r" -v m="$m" -v n="$n" -v t="$t" -v hz="$HZ" 'BEGIN { printf "%.1f %.0f %.2f\n", m, r, t / hz * 1e6 / n }'
 }
+client() {  # client BROKER PROTOCOL KIND -> "client_us_per_record total_us_per_record" or "- -"
+  local f="$OUT/$1-$2-$3.txt" n t c
+  [[ -f "$f" ]] || { echo "- -"; return; }
+  n=$(field "$f" records); t=$(field "$f" cpu_ticks); c=$(field "$f" client_cpu_ticks)
+  if grep -q "^failed=1" "$f" || [[ -z "$n" || "$n" == 0 || -z "$c" ]]; then echo "- -"; return; fi
+  awk -v n="$n" -v t="$t" -v c="$c" -v hz="$HZ" 'BEGIN { printf "%.2f %.2f\n", c / hz * 1e6 / n, (c + t) / hz * 1e6 / n }'
+}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", b / a; else print "-" }'; }
-declare -A PM PR PC CM CR CC
+declare -A PM PR PC CM CR CC PK PT CK CT
 for b in kafka spate; do
   for p in PLAINTEXT SSL SASL_SSL; do
     read -r PM[$b-$p] PR[$b-$p] PC[$b-$p] <<<"$(cell "$b" "$p" produce)"
     read -r CM[$b-$p] CR[$b-$p] CC[$b-$p] <<<"$(cell "$b" "$p" consume)"
+    read -r PK[$b-$p] PT[$b-$p] <<<"$(client "$b" "$p" produce)"
+    read -r CK[$b-$p] CT[$b-$p] <<<"$(client "$b" "$p" consume)"
   done
 done
 {
@@ -321,6 +338,15 @@ done
     for p in PLAINTEXT SSL SASL_SSL; do
       [[ "${PM[$b-$p]}" == "-" && "${CM[$b-$p]}" == "-" ]] && continue
       row "$b" "$p" "${PM[$b-$p]}" "${PR[$b-$p]}" "${CM[$b-$p]}" "${CR[$b-$p]}" "${PC[$b-$p]}" "${CC[$b-$p]}"
+    done
+  done
+  echo
+  echo "the client's CPU per record (Kafka's Java tool, on the same cores), and the broker's and the client's together"
+  row broker protocol "" "" "prod client" "prod total" "cons client" "cons total"
+  for b in kafka spate; do
+    for p in PLAINTEXT SSL SASL_SSL; do
+      [[ "${PK[$b-$p]}" == "-" && "${CK[$b-$p]}" == "-" ]] && continue
+      row "$b" "$p" "" "" "${PK[$b-$p]}" "${PT[$b-$p]}" "${CK[$b-$p]}" "${CT[$b-$p]}"
     done
   done
   echo
