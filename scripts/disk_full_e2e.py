@@ -4,7 +4,9 @@ librdkafka's retriable flag, so retriability is shown by a producer with retries
 wait while full and are delivered once space is freed), read back everything acknowledged,
 commit while full,
 free space with DeleteRecords and with retention.ms lowered at run time, and see produce
-resume without a restart. Run by scripts/disk-full-e2e.sh; exits non-zero on the first
+resume without a restart. A searchable topic takes small records while the disk fills (its
+index writes meet the full disk too): search answers while full, and once space is back every
+acknowledged record of it is found, once. Run by scripts/disk-full-e2e.sh; exits non-zero on the first
 mismatch."""
 
 import json
@@ -26,6 +28,7 @@ from confluent_kafka.admin import (
 BOOTSTRAP = os.environ["SPATE_BOOTSTRAP"]
 HTTP = os.environ["SPATE_HTTP"]
 TOPIC = "disk-fill"
+SEARCH_TOPIC = "disk-search"
 # watermark: refused by the free-space watermark; enospc: no watermark, the file system fills.
 MODE = os.environ.get("SPATE_DISK_MODE", "watermark")
 PAD = b"x" * 1000
@@ -79,9 +82,30 @@ def wait_until(pred, what, limit_s=20):
     check(False, f"{what} within {limit_s} s")
 
 
+# The searchable topic's acknowledged records, as search names them ("partition-offset").
+search_acked = set()
+
+
+def search_count():
+    status, body = http("POST", f"/{SEARCH_TOPIC}/_count",
+                        json.dumps({"query": {"match_all": {}}}).encode(), "application/json")
+    return status, body
+
+
+def search_ids():
+    status, body = http("POST", f"/{SEARCH_TOPIC}/_search",
+                        json.dumps({"query": {"match_all": {}}, "size": 10000,
+                                    "track_total_hits": True}).encode(),
+                        "application/json")
+    check(status == 200, f"search answers: {status} {str(body)[:200]}")
+    ids = [h["_id"] for h in body["hits"]["hits"]]
+    return ids, body["hits"]["total"]["value"]
+
+
 def fill(seq):
-    """Produces 1 KiB records without retries until the broker refuses; returns the
-    acknowledged values with their offsets, the errors seen and the next sequence number."""
+    """Produces 1 KiB records without retries until the broker refuses, and a small JSON
+    record to the searchable topic every 100 of them; returns the acknowledged values with
+    their offsets, the errors seen and the next sequence number."""
     acked, errors = {}, []
 
     def report(err, msg):
@@ -89,6 +113,10 @@ def fill(seq):
             errors.append(err)
         else:
             acked[msg.value()] = msg.offset()
+
+    def search_report(err, msg):
+        if err is None:
+            search_acked.add(f"{msg.partition()}-{msg.offset()}")
 
     p = Producer({
         "bootstrap.servers": BOOTSTRAP,
@@ -103,6 +131,9 @@ def fill(seq):
             value = b"%012d" % seq + PAD
             try:
                 p.produce(TOPIC, value, partition=0, on_delivery=report)
+                if seq % 100 == 0:
+                    p.produce(SEARCH_TOPIC, json.dumps({"seq": seq, "word": "spate"}).encode(),
+                              partition=0, on_delivery=search_report)
                 seq += 1
             except BufferError:
                 p.poll(0.05)
@@ -136,8 +167,12 @@ def read_all(group, end):
 def main():
     admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
     # Small segments, so DeleteRecords and retention free whole files.
-    fs = admin.create_topics([NewTopic(TOPIC, 1, 1, config={"segment.bytes": "1048576"})])
-    fs[TOPIC].result(30)
+    fs = admin.create_topics([
+        NewTopic(TOPIC, 1, 1, config={"segment.bytes": "1048576"}),
+        NewTopic(SEARCH_TOPIC, 1, 1, config={"search.enabled": "true"}),
+    ])
+    for f in fs.values():
+        f.result(30)
     check(health().get("status") == "ok", f"healthy before filling: {health()}")
 
     # 1. Fill until refused: the error is KAFKA_STORAGE_ERROR, which librdkafka retries.
@@ -157,6 +192,9 @@ def main():
     check(metric("spate_disk_watermark_crossings_total") >= 1.0, "the crossing is counted")
     md = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
     check(md.error is None, f"the partition stays online in Metadata ({md.error})")
+    status, body = search_count()
+    check(status == 200 and body["count"] <= len(search_acked),
+          f"search answers while full: {status} {body} ({len(search_acked)} acknowledged)")
 
     # 2. HTTP ingest: 507 with a body naming the reason.
     status, body = http("POST", f"/topics/{TOPIC}",
@@ -210,6 +248,19 @@ def main():
           f"the retrying producer's {len(resumed)} records delivered after DeleteRecords "
           f"({len(delivered)} delivered, {len(failed)} failed, {left} left) "
           f"in {time.time() - started:.1f} s")
+    # The index caught up with everything acknowledged while the disk filled: none lost to a
+    # failed index write, none indexed twice by the writer's recovery.
+    check(len(search_acked) >= 10, f"{len(search_acked)} searchable records acknowledged")
+    def indexed():
+        status, body = search_count()
+        return status == 200 and isinstance(body, dict) and body.get("count") == len(search_acked)
+
+    wait_until(indexed,
+               f"all {len(search_acked)} acknowledged searchable records indexed", limit_s=60)
+    ids, total = search_ids()
+    check(sorted(ids) == sorted(search_acked) and total == len(search_acked),
+          f"search finds each acknowledged record once ({len(ids)} hits, total {total})")
+    print(f"search writer recoveries: {metric('spate_search_writer_recoveries_total')}")
 
     # 6. Fill again, then lower retention.ms at run time: retention frees space.
     acked2, errors2, seq = fill(seq)
