@@ -480,20 +480,14 @@ pub fn incremental_alter(
     resp
 }
 
-/// A standalone broker's dynamic configs (the disk watermark): SET and DELETE per key, on
-/// disk in the data dir, then applied at once (DELETE goes back to the start-up flag).
-pub(crate) fn alter_standalone_broker_configs(
-    b: &Broker,
+/// A broker resource's IncrementalAlterConfigs operations as the values to set and the keys
+/// to delete: SET takes a value `validate` accepts, DELETE a key `is_dynamic` knows, and
+/// APPEND/SUBTRACT do not apply to broker configs.
+fn broker_config_ops(
     r: &spate_protocol::messages::incremental_alter_configs_request::AlterConfigsResource,
-    validate_only: bool,
-) -> Result<(), TopicError> {
-    let name = r.resource_name.as_str();
-    if !name.is_empty() && name != b.config.node_id.to_string() {
-        return Err(TopicError::new(
-            ResponseError::InvalidRequest,
-            format!("this is broker {}, not '{name}'", b.config.node_id),
-        ));
-    }
+    validate: impl Fn(&str, &str) -> Result<(), String>,
+    is_dynamic: impl Fn(&str) -> bool,
+) -> Result<(std::collections::BTreeMap<String, String>, Vec<String>), TopicError> {
     let mut set = std::collections::BTreeMap::new();
     let mut remove = Vec::new();
     for c in &r.configs {
@@ -506,12 +500,12 @@ pub(crate) fn alter_standalone_broker_configs(
                         format!("{key}: no value given"),
                     )
                 })?;
-                crate::dynamic_configs::validate(key, value)
+                validate(key, value)
                     .map_err(|m| TopicError::new(ResponseError::InvalidConfig, m))?;
                 set.insert(key.to_owned(), value.trim().to_owned());
             }
             OP_DELETE => {
-                if !crate::dynamic_configs::is_dynamic(key) {
+                if !is_dynamic(key) {
                     return Err(TopicError::new(
                         ResponseError::InvalidConfig,
                         format!("'{key}' is not a dynamic broker config"),
@@ -527,6 +521,28 @@ pub(crate) fn alter_standalone_broker_configs(
             }
         }
     }
+    Ok((set, remove))
+}
+
+/// A standalone broker's dynamic configs (the disk watermark): SET and DELETE per key, on
+/// disk in the data dir, then applied at once (DELETE goes back to the start-up flag).
+pub(crate) fn alter_standalone_broker_configs(
+    b: &Broker,
+    r: &spate_protocol::messages::incremental_alter_configs_request::AlterConfigsResource,
+    validate_only: bool,
+) -> Result<(), TopicError> {
+    let name = r.resource_name.as_str();
+    if !name.is_empty() && name != b.config.node_id.to_string() {
+        return Err(TopicError::new(
+            ResponseError::InvalidRequest,
+            format!("this is broker {}, not '{name}'", b.config.node_id),
+        ));
+    }
+    let (set, remove) = broker_config_ops(
+        r,
+        crate::dynamic_configs::validate,
+        crate::dynamic_configs::is_dynamic,
+    )?;
     if validate_only {
         return Ok(());
     }
@@ -569,39 +585,9 @@ pub(crate) fn alter_cluster_broker_configs(
             format!("'{name}' is not a broker of this cluster"),
         ));
     }
-    let mut set = std::collections::BTreeMap::new();
-    let mut remove = Vec::new();
-    for c in &r.configs {
-        let key = c.name.as_str();
-        match c.config_operation {
-            OP_SET => {
-                let value = c.value.as_ref().map(|v| v.as_str()).ok_or_else(|| {
-                    TopicError::new(
-                        ResponseError::InvalidConfig,
-                        format!("{key}: no value given"),
-                    )
-                })?;
-                crate::cluster::broker_configs::validate(key, value)
-                    .map_err(|m| TopicError::new(ResponseError::InvalidConfig, m))?;
-                set.insert(key.to_owned(), value.trim().to_owned());
-            }
-            OP_DELETE => {
-                if crate::cluster::broker_configs::dynamic_def(key).is_none() {
-                    return Err(TopicError::new(
-                        ResponseError::InvalidConfig,
-                        format!("'{key}' is not a dynamic broker config"),
-                    ));
-                }
-                remove.push(key.to_owned());
-            }
-            op => {
-                return Err(TopicError::new(
-                    ResponseError::InvalidRequest,
-                    format!("operation {op} does not apply to broker configs (SET and DELETE do)"),
-                ))
-            }
-        }
-    }
+    let (set, remove) = broker_config_ops(r, crate::cluster::broker_configs::validate, |key| {
+        crate::cluster::broker_configs::dynamic_def(key).is_some()
+    })?;
     if validate_only {
         return Ok(());
     }
