@@ -82,6 +82,18 @@ def register_through(node, subject, i, seconds):
         time.sleep(0.2)
 
 
+def ingest(node, topic, body):
+    """(status, decoded JSON) of one REST Proxy v2 Avro produce to `node`'s HTTP ingest."""
+    req = urllib.request.Request(f"{admin_http[node]}/topics/{topic}", data=json.dumps(body).encode(),
+                                 method="POST")
+    req.add_header("Content-Type", "application/vnd.kafka.avro.v2+json")
+    try:
+        with urllib.request.urlopen(req, timeout=40) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
 def metric(node, name):
     req = urllib.request.Request(admin_http[node] + "/metrics")
     with urllib.request.urlopen(req, timeout=10) as r:
@@ -168,9 +180,52 @@ consumer.close()
 assert got == [{"id": i} for i in range(10)], got
 print("AvroSerializer via a follower, AvroDeserializer via another node", flush=True)
 
+# HTTP ingest on a follower, with a schema the registry has never seen: registered on the
+# leader (forwarded, with the caller's credentials), then the records encoded here with the
+# leader's id. Before, this answered 503.
+for f in admin.create_topics([NewTopic("ingest-cluster", 1, 3)]).values():
+    f.result(timeout=30)
+order = json.dumps({"type": "record", "name": "Order", "fields": [{"name": "n", "type": "long"}]})
+forwarded = metric(followers[0], "spate_schema_registry_forwarded_total")
+status, body = ingest(followers[0], "ingest-cluster",
+                      {"value_schema": order, "records": [{"value": {"n": i}} for i in range(5)]})
+assert status == 200 and body["offsets"] and all(o.get("error_code") is None for o in body["offsets"]), \
+    (status, body)
+vid = body["value_schema_id"]
+assert metric(followers[0], "spate_schema_registry_forwarded_total") == forwarded + 1
+st, latest = http(registries[leader], "GET", "/subjects/ingest-cluster-value/versions/latest")
+assert st == 200 and latest["id"] == vid, (st, latest, vid)
+# The same schema again on that follower is found in its own copy: no second write.
+status, again = ingest(followers[0], "ingest-cluster",
+                       {"value_schema": order, "records": [{"value": {"n": 5}}]})
+assert status == 200 and again["value_schema_id"] == vid, (status, again)
+assert metric(followers[0], "spate_schema_registry_forwarded_total") == forwarded + 1
+# A schema the leader refuses (incompatible with the one registered) gets the leader's verdict.
+# (The global level is NONE since above: the subject gets BACKWARD.)
+status, v = http(registries[followers[0]], "PUT", "/config/ingest-cluster-value", {"compatibility": "BACKWARD"})
+assert status == 200, (status, v)
+breaking = json.dumps({"type": "record", "name": "Order", "fields": [{"name": "n", "type": "string"}]})
+status, err = ingest(followers[0], "ingest-cluster",
+                     {"value_schema": breaking, "records": [{"value": {"n": "x"}}]})
+assert status == 422 and err.get("error_code") == 409, (status, err)
+ctx_ingest = SerializationContext("ingest-cluster", MessageField.VALUE)
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sr-cluster-ingest",
+                     "enable.auto.commit": False})
+consumer.assign([TopicPartition("ingest-cluster", 0, OFFSET_BEGINNING)])
+got, deadline = [], time.time() + 30
+while len(got) < 6:
+    assert time.time() < deadline, f"read {len(got)} of 6"
+    m = consumer.poll(0.5)
+    if m is not None and m.error() is None:
+        got.append(de(m.value(), ctx_ingest))
+consumer.close()
+assert got == [{"n": i} for i in range(6)], got
+print(f"HTTP ingest on follower {followers[0]} registered a new schema through leader {leader} "
+      f"(id {vid}) and its records read back", flush=True)
+
 # Kill the node that hands out ids; registration goes on through a surviving node that does
 # not lead, forwarded to the new leader.
-highest = max(http(registries[other], "GET", "/subjects/avro-cluster-value/versions/latest")[1]["id"], ids[-1])
+highest = max(http(registries[other], "GET", "/subjects/avro-cluster-value/versions/latest")[1]["id"], ids[-1], vid)
 os.kill(int(pids[leader]), signal.SIGKILL)
 rest = [n for n in nodes if n != leader]
 new_leader = wait_for_leader(rest, 90)

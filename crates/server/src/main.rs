@@ -233,10 +233,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .context("reading the schema registry address")?;
             let counters = registry.clone();
             http_state.add_metrics(Box::new(move || counters.metrics.render()));
-            http_state
-                .set_record_schemas(Arc::new(record_schemas::RegistrySchemas(registry.clone())));
-            // The same users, token and ACLs as the HTTP endpoints; writes off the node
-            // leading _schemas go to it through its HTTP listener.
+            // Writes off the node leading _schemas go to it through its HTTP listener, from
+            // the registry's API and from HTTP ingest alike.
+            let forward = cluster.as_ref().map(|_| {
+                Arc::new(registry_hooks::ToLeader {
+                    http: http_state.clone(),
+                    broker: broker.clone(),
+                }) as Arc<dyn spate_schema_registry::forward::Forward>
+            });
+            http_state.set_record_schemas(Arc::new(record_schemas::RegistrySchemas {
+                registry: registry.clone(),
+                forward: forward.clone(),
+            }));
+            // The same users, token and ACLs as the HTTP endpoints.
             let hooks = spate_schema_registry::api::Hooks {
                 access: args.http_auth()?.basic.then(|| {
                     Arc::new(registry_hooks::HttpUsers {
@@ -244,12 +253,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                         broker: broker.clone(),
                     }) as Arc<dyn spate_schema_registry::access::Access>
                 }),
-                forward: cluster.as_ref().map(|_| {
-                    Arc::new(registry_hooks::ToLeader {
-                        http: http_state.clone(),
-                        broker: broker.clone(),
-                    }) as Arc<dyn spate_schema_registry::forward::Forward>
-                }),
+                forward,
             };
             let shown = registry.clone();
             let listen = bound.to_string();

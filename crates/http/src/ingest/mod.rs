@@ -756,7 +756,8 @@ async fn serve(
     let meta = topic_meta(&broker, &topic).await?;
     let schema_ids = match format {
         body::Format::Schema(f) => {
-            encode_with_schemas(s, f, &topic, schema_fields, &mut records).await?
+            let authorization = parts.headers.get(axum::http::header::AUTHORIZATION);
+            encode_with_schemas(s, f, &topic, schema_fields, authorization, &mut records).await?
         }
         _ => (None, None),
     };
@@ -915,6 +916,7 @@ async fn encode_with_schemas(
     format: schemas::SchemaFormat,
     topic: &str,
     fields: body::SchemaFields,
+    authorization: Option<&axum::http::HeaderValue>,
     records: &mut [Rec<'_>],
 ) -> Result<(Option<i32>, Option<i32>), IngestError> {
     let key = encode_part(
@@ -922,8 +924,8 @@ async fn encode_with_schemas(
         format,
         topic,
         Part::Key,
-        fields.key_schema,
-        fields.key_schema_id,
+        (fields.key_schema, fields.key_schema_id),
+        authorization,
         records,
     )
     .await?;
@@ -932,8 +934,8 @@ async fn encode_with_schemas(
         format,
         topic,
         Part::Value,
-        fields.value_schema,
-        fields.value_schema_id,
+        (fields.value_schema, fields.value_schema_id),
+        authorization,
         records,
     )
     .await?;
@@ -945,8 +947,8 @@ async fn encode_part(
     format: schemas::SchemaFormat,
     topic: &str,
     part: Part,
-    schema: Option<String>,
-    schema_id: Option<i32>,
+    (schema, schema_id): (Option<String>, Option<i32>),
+    authorization: Option<&axum::http::HeaderValue>,
     records: &mut [Rec<'_>],
 ) -> Result<Option<i32>, IngestError> {
     let (name, missing_code) = match part {
@@ -1000,6 +1002,7 @@ async fn encode_part(
             schema,
             schema_id,
             values,
+            authorization: authorization.cloned(),
         };
         registry.encode(request).await.map_err(|e| match e {
             schemas::SchemaError::Schema { code, message } => IngestError::Schema {

@@ -42,6 +42,9 @@ pub struct EncodeRequest<'a> {
     pub schema_id: Option<i32>,
     /// The records' JSON texts, in body order.
     pub values: Vec<&'a str>,
+    /// The ingest caller's `Authorization` header: a registry that must hand the registration
+    /// to another node passes it on, and that node checks it again.
+    pub authorization: Option<axum::http::HeaderValue>,
 }
 
 /// The encoded records.
