@@ -141,6 +141,20 @@ for n in nodes:
                f"node {n} never showed the five versions")
     stored = http(registries[n], "GET", f"/schemas/ids/{ids[-1]}")[1]["schema"]
     assert json.loads(stored) == json.loads(record(4)), stored
+# A client reads its own writes on the follower it wrote through, at once: the follower reads
+# _schemas as far as the leader had applied the write before it answers.
+for i in range(10):
+    f = followers[i % 2]
+    status, v = http(registries[f], "POST", "/subjects/ryw/versions", {"schema": record(100 + i)})
+    assert status == 200, (f, status, v)
+    status, latest = http(registries[f], "GET", "/subjects/ryw/versions/latest")
+    assert status == 200 and latest["id"] == v["id"] and latest["version"] == i + 1, (f, i, status, latest)
+    level = ["FULL", "BACKWARD"][i % 2]
+    status, c = http(registries[f], "PUT", "/config/ryw", {"compatibility": "NONE" if i < 9 else level})
+    assert status == 200, (f, status, c)
+    status, c = http(registries[f], "GET", "/config/ryw")
+    assert status == 200 and c["compatibilityLevel"] == ("NONE" if i < 9 else level), (f, i, status, c)
+print("each write through a follower is readable there at once", flush=True)
 # Errors come back as the leader answered them.
 status, v = http(registries[followers[1]], "POST", "/subjects/s/versions", {"schema": "{not json"})
 assert status == 422 and v["error_code"] == 42201, (status, v)
@@ -148,7 +162,7 @@ for n in followers:
     assert metric(n, "spate_schema_registry_forwarded_total") > 0, n
     assert registry_status(n)["writer"] == int(leader)
 assert metric(leader, "spate_schema_registry_forwarded_total") == 0
-assert metric(leader, "spate_schema_registry_schemas") == 5
+assert metric(leader, "spate_schema_registry_schemas") == 15  # "s" 5, "ryw" 10
 print("reads on every node; writes through every node get the leader's ids (forwarded)", flush=True)
 
 # Avro through the leader's registry, read back through another node's.

@@ -44,6 +44,8 @@ pub struct PeerAnswer {
     pub status: u16,
     /// Content type, when the answer has one.
     pub content_type: Option<header::HeaderValue>,
+    /// Every header of the answer.
+    pub headers: header::HeaderMap,
     /// Body.
     pub body: Bytes,
 }
@@ -167,6 +169,7 @@ where
             .map_err(|e| unreachable(e.to_string()))?;
         let status = response.status().as_u16();
         let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+        let headers = response.headers().clone();
         let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
             .collect()
             .await
@@ -175,6 +178,7 @@ where
         Ok(PeerAnswer {
             status,
             content_type,
+            headers,
             body,
         })
     }

@@ -273,7 +273,16 @@ async fn writes(
     }
     let forwarded = req.headers().contains_key(forward::FORWARDED_HEADER);
     let node = match forward::route(reg.writer(), forwarded, hooks.forward.is_some()) {
-        Route::Local => return next.run(req).await,
+        Route::Local => {
+            let mut r = next.run(req).await;
+            if forwarded && r.status().is_success() {
+                r.headers_mut().insert(
+                    forward::APPLIED_HEADER,
+                    HeaderValue::from(reg.applied_offset()),
+                );
+            }
+            return r;
+        }
         Route::Refuse(why) => return ApiError(RegistryError::NotLeader(why)).into_response(),
         Route::Forward(node) => node,
     };
@@ -330,6 +339,13 @@ async fn forward_write(
             ))
         })?;
     let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    // Read here as far as the leader had applied the write, so this client's next read on
+    // this node sees it. The write is done either way: a slow copy only loses that.
+    if let (true, Some(applied)) = (status.is_success(), answer.applied) {
+        if let Err(e) = reg.await_applied(applied).await {
+            tracing::warn!(node, applied, error = %e, "a forwarded schema registry write is not readable here yet");
+        }
+    }
     let mut r = (status, answer.body.clone()).into_response();
     if let Some(ct) = answer.content_type {
         r.headers_mut().insert(header::CONTENT_TYPE, ct);

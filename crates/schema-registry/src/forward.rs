@@ -9,6 +9,10 @@ use futures::future::BoxFuture;
 
 /// Marks a write one node forwarded to another (its value: the forwarding node's id).
 pub const FORWARDED_HEADER: &str = "x-spate-schema-registry-forwarded";
+/// On the leader's answer to a forwarded write: the `_schemas` offset its registry had applied
+/// up to once the write was done, so the forwarding node can read that far before it answers
+/// (its client's next read there then sees the write).
+pub const APPLIED_HEADER: &str = "x-spate-schema-registry-applied";
 /// Longest a forwarded write waits for the leader's answer.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -88,6 +92,8 @@ pub struct ForwardAnswer {
     pub status: u16,
     /// Content type.
     pub content_type: Option<HeaderValue>,
+    /// The leader's [`APPLIED_HEADER`], when it sent one.
+    pub applied: Option<i64>,
     /// Body.
     pub body: Bytes,
 }

@@ -336,6 +336,17 @@ impl Registry {
         }
     }
 
+    /// The `_schemas` offset below which every record is applied to the state.
+    pub fn applied_offset(&self) -> i64 {
+        self.state.read().next_offset
+    }
+
+    /// Waits (at most the write timeout) until the records below `offset` are applied here:
+    /// a node that forwarded a write reads as far as the leader had applied it.
+    pub async fn await_applied(&self, offset: i64) -> Result<(), RegistryError> {
+        self.catch_up_to(offset).await
+    }
+
     /// Catches up until the records below `target` are applied.
     async fn catch_up_to(&self, target: i64) -> Result<(), RegistryError> {
         let deadline = Instant::now() + self.settings.write_timeout;

@@ -890,6 +890,7 @@ impl crate::forward::Forward for Arc<FakeLeader> {
             Ok(crate::forward::ForwardAnswer {
                 status: 200,
                 content_type: Some(axum::http::HeaderValue::from_static(CT)),
+                applied: None,
                 body: bytes::Bytes::from_static(br#"{"id":7}"#),
             })
         })
@@ -1125,4 +1126,48 @@ async fn the_status_says_who_takes_writes_and_what_the_registry_holds() {
     let (reg, _) = follower(Arc::new(FakeLeader::default())).await;
     let st = reg.status();
     assert_eq!((st.leader, st.writer), (false, Some(2)));
+}
+
+#[tokio::test]
+async fn the_leader_tells_a_forwarding_node_how_far_to_read_and_the_node_reads_that_far() {
+    // The leader: a forwarded write is answered with the offset its registry applied.
+    let reg = Registry::start(Arc::new(MemoryLog::new()), Settings::default()).await;
+    let write = |forwarded: bool| {
+        let mut req = Request::post("/subjects/s-value/versions").header("content-type", CT);
+        if forwarded {
+            req = req.header(crate::forward::FORWARDED_HEADER, "2");
+        }
+        req.body(Body::from(r#"{"schema":"\"long\""}"#)).unwrap()
+    };
+    let resp = crate::router(reg.clone())
+        .oneshot(write(true))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let applied: i64 = resp.headers()[crate::forward::APPLIED_HEADER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(applied > 0 && applied == reg.applied_offset(), "{applied}");
+    // A client's own write carries no such header.
+    let resp = crate::router(reg.clone())
+        .oneshot(write(false))
+        .await
+        .unwrap();
+    assert!(!resp.headers().contains_key(crate::forward::APPLIED_HEADER));
+    // A node already that far returns at once; one that cannot get there says so.
+    reg.await_applied(applied).await.unwrap();
+    let short = Registry::start(
+        Arc::new(MemoryLog::new()),
+        Settings {
+            write_timeout: std::time::Duration::from_millis(50),
+            ..Settings::default()
+        },
+    )
+    .await;
+    assert!(matches!(
+        short.await_applied(applied).await,
+        Err(RegistryError::Timeout(_))
+    ));
 }

@@ -13,7 +13,9 @@ use spate_broker::Broker;
 use spate_http::peer::{self, PeerRequest};
 use spate_http::HttpState;
 use spate_schema_registry::access::{Access, Caller};
-use spate_schema_registry::forward::{Forward, ForwardAnswer, ForwardRequest, FORWARDED_HEADER};
+use spate_schema_registry::forward::{
+    Forward, ForwardAnswer, ForwardRequest, APPLIED_HEADER, FORWARDED_HEADER,
+};
 
 /// The HTTP endpoints' users (HTTP Basic against the SASL credential store, or the admin
 /// token) and the broker's ACLs, for the registry.
@@ -95,9 +97,15 @@ impl Forward for ToLeader {
             let answer = peer::call(http.peer_tls(), &addr, call, limit)
                 .await
                 .map_err(|e| e.to_string())?;
+            let applied = answer
+                .headers
+                .get(APPLIED_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok());
             Ok(ForwardAnswer {
                 status: answer.status,
                 content_type: answer.content_type,
+                applied,
                 body: answer.body,
             })
         })
