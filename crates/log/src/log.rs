@@ -61,6 +61,15 @@ pub struct Log {
     start_checkpoint: StartCheckpoint,
 }
 
+/// When deleting old segments fsyncs the log's directory.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum DirSync {
+    /// After each deletion: nothing durable hides the segments, so no hole may show.
+    EachDeletion,
+    /// Once after the last: a durable log start already hides them.
+    Once,
+}
+
 /// A roll's sealing work, run by the flusher thread or, when the log needs it done now
 /// (truncation, close), by whoever gets to it first.
 struct SealSlot {
@@ -318,7 +327,7 @@ impl Log {
             // below go first, each durably before the next, then the checkpoint is written in
             // the space they left. If it still cannot be, the answer is this error and the log
             // starts at its first remaining segment's base, the same as a restart shows.
-            self.delete_oldest(self.segments_below(offset))?;
+            self.delete_oldest(self.segments_below(offset), DirSync::EachDeletion)?;
             self.start_checkpoint.store(offset)?;
         }
         self.start = offset;
@@ -342,43 +351,28 @@ impl Log {
     /// Deletes every segment but the active one that holds only offsets below `offset`, with
     /// one directory fsync: only for segments already below a durable log start.
     fn remove_segments_below(&mut self, offset: i64) -> Result<(), LogError> {
+        self.delete_oldest(self.segments_below(offset), DirSync::Once)
+    }
+
+    /// Deletes the `n` oldest segments (never the active one), oldest first. Segments that no
+    /// durable checkpoint hides need [`DirSync::EachDeletion`]: each deletion is durable
+    /// before the next and before the log stops serving it, so a crash leaves the log
+    /// starting at a segment base with no hole after it, never further on than it served.
+    /// A failure takes the log out of service: what the directory holds is unknown until
+    /// recovery looks.
+    fn delete_oldest(&mut self, n: usize, sync: DirSync) -> Result<(), LogError> {
         // A seal still queued for a segment about to go would fail on its deleted file and
         // take the log out of service: finish them first, as truncation does.
         self.finish_seals();
-        let remove = self.segments_below(offset);
-        if remove > 0 {
-            let result = self.segments[..remove]
-                .iter()
-                .try_for_each(Segment::delete)
-                .and_then(|()| {
-                    self.storage
-                        .sync_dir(&self.dir)
-                        .ctx("fsync log dir", &self.dir)
-                });
-            if result.is_err() {
-                // What the directory holds is unknown until recovery looks.
-                self.sync.fail();
-            }
-            result?;
-            self.segments.drain(..remove);
-        }
-        Ok(())
-    }
-
-    /// Deletes the `n` oldest segments (never the active one) with no checkpoint to hide
-    /// them: oldest first, each deletion durable (a directory fsync) before the next and
-    /// before the log stops serving it. A crash then leaves the log starting at a segment
-    /// base with no hole after it, and the log never serves from further on than a restart
-    /// would. A failure takes the log out of service: what the directory holds is unknown.
-    fn delete_oldest(&mut self, n: usize) -> Result<(), LogError> {
-        // A seal still queued for a segment about to go would fail on its deleted file.
-        self.finish_seals();
         let n = n.min(self.segments.len() - 1);
-        for _ in 0..n {
-            let result = self.segments[0].delete().and_then(|()| {
-                self.storage
+        for i in 0..n {
+            let synced = sync == DirSync::EachDeletion || i + 1 == n;
+            let result = self.segments[0].delete().and_then(|()| match synced {
+                true => self
+                    .storage
                     .sync_dir(&self.dir)
-                    .ctx("fsync log dir", &self.dir)
+                    .ctx("fsync log dir", &self.dir),
+                false => Ok(()),
             });
             if result.is_err() {
                 self.sync.fail();
@@ -828,7 +822,7 @@ impl Log {
             remove += 1;
         }
         // No checkpoint hides them: oldest first, each durably (a crash never leaves a hole).
-        self.delete_oldest(remove)?;
+        self.delete_oldest(remove, DirSync::EachDeletion)?;
         Ok(remove)
     }
 

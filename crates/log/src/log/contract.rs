@@ -576,6 +576,25 @@ fn append_or_full(log: &mut Log, model: &mut Model, b: &[u8], epoch: i32) {
     }
 }
 
+/// A log on a fresh simulated disk, with a flusher that never fsyncs on its own.
+fn sim_log() -> (SimDisk, Disk, Flusher, Log) {
+    let sim = SimDisk::new();
+    let disk = Disk::Sim(sim.clone());
+    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+    let (log, _) = open_on(&disk, &flusher);
+    (sim, disk, flusher, log)
+}
+
+/// Appends `batches` batches of two `value_len`-byte records in `epoch` (tags 0..batches) and
+/// returns those acknowledged; a refusal must be "full".
+fn fill(log: &mut Log, batches: u64, value_len: usize, epoch: i32) -> Model {
+    let mut model = Vec::new();
+    for tag in 0..batches {
+        append_or_full(log, &mut model, &make_batch(2, value_len, tag), epoch);
+    }
+    model
+}
+
 /// The batches of `model` a read from the log start returns.
 fn served(log: &Log, model: &Model) -> Model {
     let start = log.start_offset();
@@ -584,14 +603,8 @@ fn served(log: &Log, model: &Model) -> Model {
 
 #[test]
 fn an_append_meeting_enospc_cuts_its_torn_bytes_and_keeps_the_log_in_service() {
-    let sim = SimDisk::new();
-    let disk = Disk::Sim(sim.clone());
-    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
-    let (mut log, _) = open_on(&disk, &flusher);
-    let mut model: Model = Vec::new();
-    for tag in 0..3 {
-        append_or_full(&mut log, &mut model, &make_batch(2, 10, tag), 0);
-    }
+    let (sim, disk, flusher, mut log) = sim_log();
+    let mut model = fill(&mut log, 3, 10, 0);
     assert_eq!(model.len(), 3);
     let used = sim.used_bytes();
     let big = make_batch(2, 200, 9);
@@ -701,16 +714,10 @@ fn enospc_at_random_appends_index_writes_and_checkpoints_loses_nothing_acknowled
 
 #[test]
 fn enospc_writing_index_files_at_a_seal_keeps_the_log_in_service_and_a_restart_rebuilds_them() {
-    let sim = SimDisk::new();
-    let disk = Disk::Sim(sim.clone());
-    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
-    let (mut log, _) = open_on(&disk, &flusher);
+    let (sim, disk, flusher, mut log) = sim_log();
     sim.full_only_for(Some("index"));
     sim.set_capacity(Some(0));
-    let mut model: Model = Vec::new();
-    for tag in 0..40 {
-        append_or_full(&mut log, &mut model, &make_batch(2, 100, tag), 0);
-    }
+    let model = fill(&mut log, 40, 100, 0);
     assert_eq!(model.len(), 40, "appends do not write index files");
     assert!(log.segment_count() > 2, "the test needs sealed segments");
     log.finish_seals();
@@ -735,14 +742,8 @@ fn enospc_writing_index_files_at_a_seal_keeps_the_log_in_service_and_a_restart_r
 
 #[test]
 fn enospc_writing_the_epoch_or_log_start_checkpoint_changes_nothing_and_works_once_space_is_back() {
-    let sim = SimDisk::new();
-    let disk = Disk::Sim(sim.clone());
-    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
-    let (mut log, _) = open_on(&disk, &flusher);
-    let mut model: Model = Vec::new();
-    for tag in 0..4 {
-        append_or_full(&mut log, &mut model, &make_batch(2, 10, tag), 1);
-    }
+    let (sim, disk, flusher, mut log) = sim_log();
+    let mut model = fill(&mut log, 4, 10, 1);
     sim.full_only_for(Some(".tmp"));
     sim.set_capacity(Some(0));
     // A new epoch's checkpoint cannot be written: the batch is refused, nothing changes.
@@ -775,14 +776,8 @@ fn enospc_writing_the_epoch_or_log_start_checkpoint_changes_nothing_and_works_on
 
 #[test]
 fn delete_records_on_a_disk_with_no_byte_left_frees_whole_segments_first_then_moves_the_start() {
-    let sim = SimDisk::new();
-    let disk = Disk::Sim(sim.clone());
-    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
-    let (mut log, _) = open_on(&disk, &flusher);
-    let mut model: Model = Vec::new();
-    for tag in 0..40 {
-        append_or_full(&mut log, &mut model, &make_batch(2, 100, tag), 0);
-    }
+    let (sim, disk, flusher, mut log) = sim_log();
+    let model = fill(&mut log, 40, 100, 0);
     assert!(
         log.segment_count() > 3,
         "the test needs whole segments to free"
@@ -810,17 +805,11 @@ fn delete_records_on_a_disk_with_no_byte_left_frees_whole_segments_first_then_mo
 
 #[test]
 fn enospc_from_an_index_fsync_at_a_seal_keeps_the_log_in_service_and_leaves_no_index_file() {
-    let sim = SimDisk::new();
-    let disk = Disk::Sim(sim.clone());
-    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
-    let (mut log, _) = open_on(&disk, &flusher);
+    let (sim, disk, flusher, mut log) = sim_log();
     // The index files' bytes are written, their fsync says the disk is full.
     sim.full_only_for(Some("index"));
     sim.enospc_on_fsync(true);
-    let mut model: Model = Vec::new();
-    for tag in 0..40 {
-        append_or_full(&mut log, &mut model, &make_batch(2, 100, tag), 0);
-    }
+    let mut model = fill(&mut log, 40, 100, 0);
     assert_eq!(model.len(), 40, "appends do not fsync index files");
     assert!(log.segment_count() > 2, "the test needs sealed segments");
     log.finish_seals();
@@ -848,17 +837,11 @@ fn enospc_from_an_index_fsync_at_a_seal_keeps_the_log_in_service_and_leaves_no_i
 
 #[test]
 fn a_log_whose_index_files_are_missing_opens_on_a_full_disk_with_indexes_in_memory() {
-    let sim = SimDisk::new();
-    let disk = Disk::Sim(sim.clone());
-    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
-    let (mut log, _) = open_on(&disk, &flusher);
+    let (sim, disk, flusher, mut log) = sim_log();
     // Seals meet a full disk: the sealed segments are left without index files.
     sim.full_only_for(Some("index"));
     sim.set_capacity(Some(0));
-    let mut model: Model = Vec::new();
-    for tag in 0..40 {
-        append_or_full(&mut log, &mut model, &make_batch(2, 100, tag), 0);
-    }
+    let model = fill(&mut log, 40, 100, 0);
     log.finish_seals();
     assert!(log.segment_count() > 2, "the test needs sealed segments");
     drop(log);
@@ -937,14 +920,8 @@ fn an_empty_replica_started_inside_a_batch_on_a_full_disk_refuses_it_and_serves_
 #[test]
 fn delete_records_on_a_full_disk_whose_deletions_cannot_be_made_durable_never_serves_from_further_on_than_a_restart(
 ) {
-    let sim = SimDisk::new();
-    let disk = Disk::Sim(sim.clone());
-    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
-    let (mut log, _) = open_on(&disk, &flusher);
-    let mut model: Model = Vec::new();
-    for tag in 0..40 {
-        append_or_full(&mut log, &mut model, &make_batch(2, 100, tag), 0);
-    }
+    let (sim, disk, flusher, mut log) = sim_log();
+    let model = fill(&mut log, 40, 100, 0);
     assert!(log.segment_count() > 3, "the test needs whole segments");
     // Everything on disk: a clean close, and the next open syncs the directory.
     log.close().unwrap();
@@ -977,14 +954,8 @@ fn delete_records_on_a_full_disk_whose_deletions_cannot_be_made_durable_never_se
 #[test]
 fn retention_deletes_segments_durably_oldest_first_so_a_power_loss_brings_back_nothing_it_stopped_serving(
 ) {
-    let sim = SimDisk::new();
-    let disk = Disk::Sim(sim.clone());
-    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
-    let (mut log, _) = open_on(&disk, &flusher);
-    let mut model: Model = Vec::new();
-    for tag in 0..40 {
-        append_or_full(&mut log, &mut model, &make_batch(2, 100, tag), 0);
-    }
+    let (sim, disk, flusher, mut log) = sim_log();
+    let model = fill(&mut log, 40, 100, 0);
     assert!(log.segment_count() > 3, "the test needs whole segments");
     log.close().unwrap();
     drop(log);
