@@ -24,7 +24,7 @@ use rdkafka::producer::FutureRecord;
 use serde_json::Value;
 
 use crate::cluster::{create_replicated, find_partition, ids, ThreeNodes};
-use crate::harness::{consumer, http, producer, Raw};
+use crate::harness::{alter_config, consumer, http, producer, Raw};
 
 const TOPIC_PARTITIONS: i32 = 3;
 
@@ -465,44 +465,6 @@ async fn a_reassignment_completes_after_kill_9_of_the_controller_mid_move() {
         },
     );
     check_read_back(&c.bootstrap(), "moving", &acked);
-}
-
-/// Sets (or with an empty value deletes) a dynamic config with IncrementalAlterConfigs.
-pub(crate) fn alter_config(
-    raw: &mut Raw,
-    resource_type: i8,
-    name: &str,
-    key: &str,
-    value: &str,
-) -> (i16, String) {
-    use kafka_protocol::messages::incremental_alter_configs_request::{
-        AlterConfigsResource, AlterableConfig,
-    };
-    use kafka_protocol::messages::{
-        IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
-    };
-    let mut cfg = AlterableConfig::default();
-    cfg.name = StrBytes::from_string(key.to_owned());
-    if value.is_empty() {
-        cfg.config_operation = 1;
-    } else {
-        cfg.value = Some(StrBytes::from_string(value.to_owned()));
-    }
-    let mut res = AlterConfigsResource::default();
-    res.resource_type = resource_type;
-    res.resource_name = StrBytes::from_string(name.to_owned());
-    res.configs = vec![cfg];
-    let mut req = IncrementalAlterConfigsRequest::default();
-    req.resources = vec![res];
-    let resp: IncrementalAlterConfigsResponse = raw.call(ApiKey::IncrementalAlterConfigs, 1, &req);
-    let r = &resp.responses[0];
-    (
-        r.error_code,
-        r.error_message
-            .as_ref()
-            .map(|m| m.to_string())
-            .unwrap_or_default(),
-    )
 }
 
 fn throttle(raw: &mut Raw, broker: &str, key: &str, value: &str) {

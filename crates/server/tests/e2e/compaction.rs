@@ -344,7 +344,7 @@ fn committed_offsets_survive_the_cleaner_compacting_the_offsets_topic_and_a_rest
 
 #[test]
 fn a_topic_switched_from_delete_to_compact_and_back_while_producing_loses_no_latest_value() {
-    use crate::cluster_ops::alter_config;
+    use crate::harness::alter_config;
     let spate = Spate::start(&["--log-cleaner-backoff-ms", "200"]);
     let mut raw = Raw::connect(&spate.addr);
     let topic = "switch";

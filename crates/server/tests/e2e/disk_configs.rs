@@ -4,49 +4,17 @@
 //! and DELETE goes back to the start-up flags.
 
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::incremental_alter_configs_request::{
-    AlterConfigsResource, AlterableConfig,
-};
-use kafka_protocol::messages::{
-    ApiKey, DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
-};
+use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use crate::bad_input::{batch, produce};
-use crate::harness::{Raw, Spate};
+use crate::harness::{alter_config, Raw, Spate};
 use crate::produce_consume::create_topic;
 
 const BROKER: i8 = 4;
 const KAFKA_STORAGE_ERROR: i16 = 56;
 const DYNAMIC_BROKER_CONFIG: i8 = 2;
 const STATIC_BROKER_CONFIG: i8 = 4;
-
-/// SET `key` to `value` on broker `name` (DELETE when `value` is `None`); the error code and
-/// message.
-fn alter(raw: &mut Raw, name: &str, key: &str, value: Option<&str>) -> (i16, String) {
-    let mut cfg = AlterableConfig::default();
-    cfg.name = StrBytes::from_string(key.to_owned());
-    match value {
-        Some(v) => cfg.value = Some(StrBytes::from_string(v.to_owned())),
-        None => cfg.config_operation = 1,
-    }
-    let mut res = AlterConfigsResource::default();
-    res.resource_type = BROKER;
-    res.resource_name = StrBytes::from_string(name.to_owned());
-    res.configs = vec![cfg];
-    let mut req = IncrementalAlterConfigsRequest::default();
-    req.resources = vec![res];
-    let resp: IncrementalAlterConfigsResponse = raw.call(ApiKey::IncrementalAlterConfigs, 1, &req);
-    let r = &resp.responses[0];
-    (
-        r.error_code,
-        r.error_message
-            .as_ref()
-            .map(|m| m.to_string())
-            .unwrap_or_default(),
-    )
-}
 
 /// (value, config source, read-only) of broker config `key` as DescribeConfigs of this
 /// broker (a standalone one is node 0) shows it.
@@ -100,14 +68,14 @@ async fn the_disk_watermark_is_a_broker_config_changed_at_run_time_and_kept_acro
     );
 
     // Bad values and keys are refused with the reason, and change nothing.
-    let (code, message) = alter(&mut raw, "", "disk.min.free.percent", Some("101"));
+    let (code, message) = alter_config(&mut raw, BROKER, "", "disk.min.free.percent", "101");
     assert_eq!(code, 40, "INVALID_CONFIG: {message}");
-    let (code, message) = alter(&mut raw, "", "log.dirs", Some("/tmp"));
+    let (code, message) = alter_config(&mut raw, BROKER, "", "log.dirs", "/tmp");
     assert_eq!(code, 40, "INVALID_CONFIG: {message}");
     assert!(message.contains("disk.min.free.bytes"), "{message}");
 
     // No limit: produce goes through at once, no sample interval to wait for.
-    let (code, message) = alter(&mut raw, "", "disk.min.free.bytes", Some("0"));
+    let (code, message) = alter_config(&mut raw, BROKER, "", "disk.min.free.bytes", "0");
     assert_eq!(code, 0, "{message}");
     assert_eq!(produce_code(&mut raw, 1), 0);
     assert_eq!(
@@ -125,7 +93,7 @@ async fn the_disk_watermark_is_a_broker_config_changed_at_run_time_and_kept_acro
     assert_eq!(produce_code(&mut raw, 2), 0);
 
     // DELETE goes back to the flag: refused again at once.
-    let (code, message) = alter(&mut raw, "", "disk.min.free.bytes", None);
+    let (code, message) = alter_config(&mut raw, BROKER, "", "disk.min.free.bytes", "");
     assert_eq!(code, 0, "{message}");
     assert_eq!(produce_code(&mut raw, 3), KAFKA_STORAGE_ERROR);
     assert_eq!(

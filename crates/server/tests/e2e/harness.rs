@@ -405,6 +405,44 @@ impl Raw {
     }
 }
 
+/// Sets (or with an empty value deletes) a dynamic config with IncrementalAlterConfigs.
+pub fn alter_config(
+    raw: &mut Raw,
+    resource_type: i8,
+    name: &str,
+    key: &str,
+    value: &str,
+) -> (i16, String) {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::{
+        IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    };
+    let mut cfg = AlterableConfig::default();
+    cfg.name = StrBytes::from_string(key.to_owned());
+    if value.is_empty() {
+        cfg.config_operation = 1;
+    } else {
+        cfg.value = Some(StrBytes::from_string(value.to_owned()));
+    }
+    let mut res = AlterConfigsResource::default();
+    res.resource_type = resource_type;
+    res.resource_name = StrBytes::from_string(name.to_owned());
+    res.configs = vec![cfg];
+    let mut req = IncrementalAlterConfigsRequest::default();
+    req.resources = vec![res];
+    let resp: IncrementalAlterConfigsResponse = raw.call(ApiKey::IncrementalAlterConfigs, 1, &req);
+    let r = &resp.responses[0];
+    (
+        r.error_code,
+        r.error_message
+            .as_ref()
+            .map(|m| m.to_string())
+            .unwrap_or_default(),
+    )
+}
+
 /// Reads an i16 error code right after a correlation id (the bare error answer).
 pub fn bare_error(frame: &mut Bytes) -> (i32, i16) {
     (frame.get_i32(), frame.get_i16())
