@@ -14,11 +14,13 @@ import time
 import urllib.error
 import urllib.request
 
-from confluent_kafka import Consumer, OFFSET_BEGINNING, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+
+from read_back import read_back
 
 CT = "application/vnd.schemaregistry.v1+json"
 work = os.path.dirname(os.path.dirname(os.environ["SPATE_LOG"]))
@@ -182,15 +184,8 @@ other = next(n for n in nodes if n != leader)
 eventually(lambda: http(registries[other], "GET", "/subjects/avro-cluster-value/versions")[0] == 200,
            "the Avro subject never reached another node")
 de = AvroDeserializer(SchemaRegistryClient({"url": registries[other]}))
-consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sr-cluster", "enable.auto.commit": False})
-consumer.assign([TopicPartition("avro-cluster", 0, OFFSET_BEGINNING)])
-got, deadline = [], time.time() + 30
-while len(got) < 10:
-    assert time.time() < deadline, f"read {len(got)} of 10"
-    m = consumer.poll(0.5)
-    if m is not None and m.error() is None:
-        got.append(de(m.value(), ctx))
-consumer.close()
+got = read_back({"bootstrap.servers": bootstrap, "group.id": "sr-cluster"}, "avro-cluster", 10,
+                lambda m: de(m.value(), ctx))
 assert got == [{"id": i} for i in range(10)], got
 print("AvroSerializer via a follower, AvroDeserializer via another node", flush=True)
 
@@ -223,16 +218,8 @@ status, err = ingest(followers[0], "ingest-cluster",
                      {"value_schema": breaking, "records": [{"value": {"n": "x"}}]})
 assert status == 422 and err.get("error_code") == 409, (status, err)
 ctx_ingest = SerializationContext("ingest-cluster", MessageField.VALUE)
-consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "sr-cluster-ingest",
-                     "enable.auto.commit": False})
-consumer.assign([TopicPartition("ingest-cluster", 0, OFFSET_BEGINNING)])
-got, deadline = [], time.time() + 30
-while len(got) < 6:
-    assert time.time() < deadline, f"read {len(got)} of 6"
-    m = consumer.poll(0.5)
-    if m is not None and m.error() is None:
-        got.append(de(m.value(), ctx_ingest))
-consumer.close()
+got = read_back({"bootstrap.servers": bootstrap, "group.id": "sr-cluster-ingest"}, "ingest-cluster", 6,
+                lambda m: de(m.value(), ctx_ingest))
 assert got == [{"n": i} for i in range(6)], got
 print(f"HTTP ingest on follower {followers[0]} registered a new schema through leader {leader} "
       f"(id {vid}) and its records read back", flush=True)

@@ -21,7 +21,7 @@ import time
 import urllib.error
 import urllib.request
 
-from confluent_kafka import Consumer, Producer, TopicPartition, OFFSET_BEGINNING
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
@@ -31,6 +31,8 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf import timestamp_pb2  # noqa: F401 - puts timestamp.proto in the default pool
 from confluent_kafka.serialization import MessageField, SerializationContext
+
+from read_back import read_back
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.environ.get("SPATE_BIN", os.path.join(ROOT, "target", "debug", "spate"))
@@ -116,21 +118,8 @@ def ingest(spate, topic, fmt, body):
 
 def consume_raw(spate, topic, n):
     """The first `n` messages of partition 0 of `topic` (key and value bytes)."""
-    consumer = Consumer({"bootstrap.servers": spate.bootstrap, "group.id": "sr-e2e-raw",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    out, deadline = [], time.time() + 30
-    try:
-        while len(out) < n:
-            assert time.time() < deadline, f"read {len(out)} of {n} records"
-            m = consumer.poll(0.5)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            out.append((m.key(), m.value()))
-    finally:
-        consumer.close()
-    return out
+    return read_back({"bootstrap.servers": spate.bootstrap, "group.id": "sr-e2e-raw"}, topic, n,
+                     lambda m: (m.key(), m.value()))
 
 
 def create_topic(spate, topic):
@@ -152,22 +141,9 @@ def produce(spate, topic, values, serializer):
 
 def consume(spate, topic, n, deserializer):
     """The first `n` values of partition 0 of `topic`, deserialized."""
-    consumer = Consumer({"bootstrap.servers": spate.bootstrap, "group.id": "sr-e2e",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     ctx = SerializationContext(topic, MessageField.VALUE)
-    out, deadline = [], time.time() + 30
-    try:
-        while len(out) < n:
-            assert time.time() < deadline, f"read {len(out)} of {n} records"
-            m = consumer.poll(0.5)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            out.append(deserializer(m.value(), ctx))
-    finally:
-        consumer.close()
-    return out
+    return read_back({"bootstrap.servers": spate.bootstrap, "group.id": "sr-e2e"}, topic, n,
+                     lambda m: deserializer(m.value(), ctx))
 
 
 def registry_error(f):

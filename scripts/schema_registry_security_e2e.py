@@ -14,13 +14,15 @@ import time
 import urllib.error
 import urllib.request
 
-from confluent_kafka import Consumer, OFFSET_BEGINNING, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,
                                    NewTopic, ResourcePatternType, ResourceType)
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
+
+from read_back import read_back
 
 CT = "application/vnd.schemaregistry.v1+json"
 work = os.path.dirname(os.environ["SPATE_LOG"])
@@ -103,15 +105,7 @@ for i in range(1, 5):
     producer.produce("orders", value=ser({"id": i}, ctx))
 assert producer.flush(30) == 0
 de = AvroDeserializer(client("alice"))
-consumer = Consumer({**kafka("admin"), "group.id": "sr-security", "enable.auto.commit": False})
-consumer.assign([TopicPartition("orders", 0, OFFSET_BEGINNING)])
-got, deadline = [], time.time() + 30
-while len(got) < 5:
-    assert time.time() < deadline, f"read {len(got)} of 5"
-    m = consumer.poll(0.5)
-    if m is not None and m.error() is None:
-        got.append(de(m.value(), ctx))
-consumer.close()
+got = read_back({**kafka("admin"), "group.id": "sr-security"}, "orders", 5, lambda m: de(m.value(), ctx))
 assert got == [{"id": i} for i in range(5)], got
 alice = client("alice")
 latest = alice.get_latest_version("orders-value")
