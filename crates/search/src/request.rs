@@ -261,7 +261,8 @@ pub fn parse_sort(v: &Value) -> Result<Sort, SearchError> {
     Ok(first)
 }
 
-fn parse_sort_entry(v: &Value) -> Result<Sort, SearchError> {
+/// One entry of a `sort`: a field name (`"f"`, `"f:desc"`) or `{"f": "desc"}` / `{"f": {"order": ..}}`.
+pub(crate) fn parse_sort_entry(v: &Value) -> Result<Sort, SearchError> {
     let direction = |d: &str| match d.to_ascii_lowercase().as_str() {
         "asc" => Ok(Direction::Asc),
         "desc" => Ok(Direction::Desc),

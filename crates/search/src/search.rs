@@ -288,6 +288,148 @@ fn top_metrics_as_top_hits(
     Ok(json!({"sort": sort, "size": size, "docvalue_fields": metrics}))
 }
 
+/// Marks a top_hits hit (in the shaped aggregations) whose record is still to be read:
+/// `[partition, offset]`, replaced by the rendered hit in [`answer`].
+const TOP_HIT_AT: &str = "\u{1e}at";
+
+/// Elasticsearch's `top_hits` as tantivy's: tantivy's answers only fast-field values, so
+/// each hit carries its partition and offset (its record is read in the fetch phase like a
+/// normal hit's) and the values of its sort fields. Tantivy's top_hits cannot order by score
+/// (its aggregations see no scores): without a sort, hits come in index order (partition,
+/// then offset), which is Elasticsearch's order among equal scores. Partition and offset also
+/// break ties after the sort fields.
+fn top_hits_request(
+    name: &str,
+    body: &Map<String, Value>,
+    schema: &IndexSchema,
+) -> Result<Value, SearchError> {
+    let number = |k: &str, default: u64| {
+        match body.get(k) {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::Number(n)) => n.as_u64().ok_or(()),
+            Some(Value::String(s)) => s.trim().parse().map_err(|_| ()),
+            Some(_) => Err(()),
+        }
+        .map_err(|()| {
+            SearchError::parsing(format!(
+                "[aggs] [{name}] [top_hits] [{k}] must be a whole number"
+            ))
+        })
+    };
+    // Elasticsearch's defaults.
+    let size = number("size", 3)?;
+    let from = number("from", 0)?;
+    let entries: Vec<Value> = match body.get("sort") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(list)) => list.clone(),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| {
+                let mut one = Map::new();
+                one.insert(k.clone(), v.clone());
+                Value::Object(one)
+            })
+            .collect(),
+        Some(one) => vec![one.clone()],
+    };
+    let mut sort = Vec::new();
+    let mut fields = vec![Value::from("partition"), Value::from("offset")];
+    let mut dates = Vec::new();
+    for e in &entries {
+        let parsed = crate::request::parse_sort_entry(e)?;
+        let SortKey::Field(f) = parsed.key else {
+            // `_score`: index order stands in for it (see above).
+            continue;
+        };
+        if f == "offset" {
+            // `_doc`: the tie-breakers below.
+            continue;
+        }
+        let field = sort_field(schema, &f)?.unwrap_or_else(|| format!("unmapped_{f}"));
+        let order = match parsed.direction {
+            Direction::Asc => "asc",
+            Direction::Desc => "desc",
+        };
+        use spate_broker::search_config::FieldKind;
+        let date = schema.resolve(&f).is_some_and(|r| {
+            matches!(
+                r.role,
+                FieldRole::Timestamp
+                    | FieldRole::Json(FieldKind::Date)
+                    | FieldRole::Dynamic(FieldKind::Date)
+            )
+        });
+        sort.push(json!({ field.clone(): order }));
+        fields.push(Value::from(field));
+        dates.push(Value::from(date));
+    }
+    sort.push(json!({"partition": "asc"}));
+    sort.push(json!({"offset": "asc"}));
+    // The `sort` answered for each hit: the docvalue_fields after partition and offset, dates
+    // among them (marked here; tantivy ignores the key) in epoch milliseconds.
+    Ok(json!({
+        "sort": sort,
+        "size": size,
+        "from": from,
+        "docvalue_fields": fields,
+        "spate_sort_dates": dates,
+    }))
+}
+
+/// A tantivy top_hits answer (`hits: [{sort, docvalue_fields}]`) in Elasticsearch's shape,
+/// each hit marked with [`TOP_HIT_AT`] for its record to be read; `doc_count` is the hits'
+/// total (its bucket's).
+fn shape_top_hits(mapped: Option<&Value>, doc_count: Option<&Value>, out: &mut Value) {
+    let fields: Vec<&str> = mapped
+        .and_then(|m| m["top_hits"]["docvalue_fields"].as_array())
+        .map(|l| l.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let dates: Vec<bool> = mapped
+        .and_then(|m| m["top_hits"]["spate_sort_dates"].as_array())
+        .map(|l| l.iter().map(|d| d.as_bool().unwrap_or(false)).collect())
+        .unwrap_or_default();
+    let hits: Vec<Value> = out
+        .get("hits")
+        .and_then(Value::as_array)
+        .map(|hits| {
+            hits.iter()
+                .map(|h| {
+                    let values = &h["docvalue_fields"];
+                    let partition = first_value(&values["partition"]);
+                    let offset = first_value(&values["offset"]);
+                    let sort: Vec<Value> = fields
+                        .iter()
+                        .skip(2)
+                        .zip(dates.iter().chain(std::iter::repeat(&false)))
+                        .map(|(f, date)| {
+                            let v = first_value(&values[*f]);
+                            match (date, &v) {
+                                (true, Value::String(_)) => crate::dates::parse_date(&v, 0)
+                                    .map(Value::from)
+                                    .unwrap_or(v),
+                                _ => v,
+                            }
+                        })
+                        .collect();
+                    let mut hit = Map::new();
+                    hit.insert("_id".into(), Value::from(format!("{partition}-{offset}")));
+                    hit.insert("_score".into(), Value::Null);
+                    if !sort.is_empty() {
+                        hit.insert("sort".into(), Value::Array(sort));
+                    }
+                    hit.insert(TOP_HIT_AT.into(), json!([partition, offset]));
+                    Value::Object(hit)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    *out = json!({"hits": {
+        "total": {"value": doc_count.cloned().unwrap_or(Value::from(0)), "relation": "eq"},
+        "max_score": Value::Null,
+        "hits": hits,
+    }});
+}
+
 /// Maps field names in an aggregation request to the index's names and checks the types.
 fn map_aggs(
     aggs: &Map<String, Value>,
@@ -467,6 +609,10 @@ fn map_aggs_at(
                 if boolean {
                     tagged = format!("{name}{BOOLEAN_TERMS}");
                 }
+            }
+            if kind == "top_hits" {
+                mapped.insert("top_hits".into(), top_hits_request(name, &body, schema)?);
+                continue;
             }
             if kind == "top_metrics" {
                 // top_hits holds the same: the metrics of the first hits in an order.
@@ -828,6 +974,8 @@ fn field_values(r: &LogRecord, index: &PartitionIndex, names: &[String]) -> Valu
 /// Brings tantivy's aggregation answer to Elasticsearch's shape where clients notice:
 /// date_histogram keys are integers (epoch milliseconds), not floats.
 fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &mut Value) {
+    // The bucket's count: the total of a top_hits in it.
+    let doc_count = result.get("doc_count").cloned();
     let sub_of = |m: Option<&Value>, name: &str| -> Option<Value> {
         let a = m?.get(name)?;
         a.get("aggs").or_else(|| a.get("aggregations")).cloned()
@@ -900,6 +1048,10 @@ fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &
         let Some(out) = result.get_mut(name) else {
             continue;
         };
+        if spec.contains_key("top_hits") {
+            shape_top_hits(mapped.and_then(|m| m.get(name)), doc_count.as_ref(), out);
+            continue;
+        }
         if let Some(tm) = spec.get("top_metrics") {
             // top_hits answered `hits: [{sort, docvalue_fields: {index name: value}}]`, the
             // fields in the order of the metrics.
@@ -1556,6 +1708,10 @@ pub struct Partial {
     /// Partitions not searched: none of their records lies in the query's time range.
     #[serde(default)]
     pub skipped: usize,
+    /// The partitions (topic, partition) these hits and aggregations are of: where the
+    /// records of top_hits hits are read.
+    #[serde(default)]
+    pub partitions: Vec<(String, i32)>,
 }
 
 fn encode_aggs(aggs: &IntermediateAggregationResults) -> Result<String, SearchError> {
@@ -1713,6 +1869,10 @@ pub fn partial(
         aggs,
         aggs_request,
         skipped,
+        partitions: targets
+            .iter()
+            .map(|t| (t.index.topic.clone(), t.index.partition))
+            .collect(),
     })
 }
 
@@ -1847,8 +2007,13 @@ pub fn render(
 pub struct Merged {
     /// Hits matched.
     pub total: usize,
-    /// The hits of the page asked for, in order.
+    /// The hits of the page asked for, in order, then the hits of top_hits aggregations (so
+    /// that one fetch phase reads all their records).
     pub page: Vec<PartialHit>,
+    /// How many of `page` are the page's own hits.
+    hits_on_page: usize,
+    /// Where in `aggregations` (a JSON pointer) each top_hits hit of `page` goes.
+    agg_hits: Vec<String>,
     aggregations: Option<Value>,
     max_score: Option<f32>,
 }
@@ -1856,7 +2021,23 @@ pub struct Merged {
 /// The answer in Elasticsearch's shape (without `took` and `_shards`) of merged partials.
 pub fn answer(merged: Merged, req: &SearchRequest) -> Value {
     let field_sort = matches!(req.sort.key, SortKey::Field(_));
-    let hits: Vec<Value> = merged.page.into_iter().map(|h| h.hit).collect();
+    let mut page = merged.page;
+    let agg_hits = page.split_off(merged.hits_on_page.min(page.len()));
+    let mut aggregations = merged.aggregations;
+    if let Some(a) = &mut aggregations {
+        for (at, h) in merged.agg_hits.iter().zip(agg_hits) {
+            let mut hit = h.hit;
+            if let Some(m) = hit.as_object_mut() {
+                // The search's highlight and fields are its own hits', not top_hits'.
+                m.remove("highlight");
+                m.remove("fields");
+            }
+            if let Some(slot) = a.pointer_mut(at) {
+                *slot = hit;
+            }
+        }
+    }
+    let hits: Vec<Value> = page.into_iter().map(|h| h.hit).collect();
     let mut body = json!({
         "timed_out": false,
         "hits": {
@@ -1865,10 +2046,65 @@ pub fn answer(merged: Merged, req: &SearchRequest) -> Value {
             "hits": hits,
         },
     });
-    if let Some(a) = merged.aggregations {
+    if let Some(a) = aggregations {
         body["aggregations"] = a;
     }
     body
+}
+
+/// The top_hits hits in shaped aggregations `a`: where each is (a JSON pointer), and its
+/// partition and offset.
+fn top_hits_marks(a: &Value) -> Vec<(String, i32, i64)> {
+    fn walk(v: &Value, at: &mut String, out: &mut Vec<(String, i32, i64)>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(mark) = m.get(TOP_HIT_AT) {
+                    if let (Some(p), Some(o)) = (mark[0].as_i64(), mark[1].as_i64()) {
+                        out.push((at.clone(), p as i32, o));
+                    }
+                    return;
+                }
+                for (k, v) in m {
+                    let len = at.len();
+                    at.push('/');
+                    at.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                    walk(v, at, out);
+                    at.truncate(len);
+                }
+            }
+            Value::Array(list) => {
+                for (i, v) in list.iter().enumerate() {
+                    let len = at.len();
+                    at.push_str(&format!("/{i}"));
+                    walk(v, at, out);
+                    at.truncate(len);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(a, &mut String::new(), &mut out);
+    out
+}
+
+/// The answer (its index) that searched `partition`, and its topic. Tantivy's top_hits
+/// answers fast-field values only, and the index holds no topic: with several topics searched,
+/// a partition number may name several, and which one a hit is of is not known.
+fn owner_of(
+    partitions: &[(usize, String, i32)],
+    partition: i32,
+) -> Result<(usize, String), SearchError> {
+    let mut found = partitions.iter().filter(|(_, _, n)| *n == partition);
+    let Some((answer, topic, _)) = found.next() else {
+        return Ok((0, String::new()));
+    };
+    if found.any(|(_, t, _)| t != topic) {
+        return Err(SearchError::illegal(
+            "[top_hits] is supported over one topic at a time, not over several",
+        ));
+    }
+    Ok((*answer, topic.clone()))
 }
 
 /// Combines partials: orders their hits and keeps the page `req` asks for, and finishes the
@@ -1878,7 +2114,10 @@ pub fn merge_page(partials: Vec<Partial>, req: &SearchRequest) -> Result<Merged,
     let mut all: Vec<PartialHit> = Vec::new();
     let mut merged: Option<IntermediateAggregationResults> = None;
     let mut aggs_request = None;
-    for p in partials {
+    // Which answer searched which partitions (for the records of top_hits hits).
+    let mut partitions: Vec<(usize, String, i32)> = Vec::new();
+    for (i, p) in partials.into_iter().enumerate() {
+        partitions.extend(p.partitions.into_iter().map(|(t, n)| (i, t, n)));
         all.extend(p.hits);
         if let Some(a) = &p.aggs {
             let r = decode_aggs(a)?;
@@ -1920,12 +2159,47 @@ pub fn merge_page(partials: Vec<Partial>, req: &SearchRequest) -> Result<Merged,
             })?,
             None => json!({}),
         };
+        // A top_hits at the top level counts every hit.
+        if let Some(m) = result.as_object_mut() {
+            m.insert("doc_count".into(), Value::from(total));
+        }
         es_shape_aggs(a, mapped_request.as_ref(), &mut result);
+        if let Some(m) = result.as_object_mut() {
+            m.remove("doc_count");
+        }
         aggregations = Some(result);
+    }
+    let hits_on_page = page.len();
+    let mut page = page;
+    let mut agg_hits = Vec::new();
+    if let Some(a) = &aggregations {
+        for (at, partition, offset) in top_hits_marks(a) {
+            let (answer, topic) = owner_of(&partitions, partition)?;
+            let mut hit = json!({
+                "_index": topic,
+                "_id": format!("{partition}-{offset}"),
+                "_score": Value::Null,
+            });
+            if let Some(sort) = a.pointer(&at).and_then(|h| h.get("sort")) {
+                hit["sort"] = sort.clone();
+            }
+            page.push(PartialHit {
+                key: Value::Null,
+                topic,
+                partition,
+                offset,
+                score: None,
+                hit,
+                answer,
+            });
+            agg_hits.push(at);
+        }
     }
     Ok(Merged {
         total,
         page,
+        hits_on_page,
+        agg_hits,
         aggregations,
         max_score,
     })
@@ -1965,6 +2239,79 @@ pub fn count(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Six documents over two partitions: `d0`..`d5`, a minute apart, services `a` and `b`
+    /// alternating, `n` counting down.
+    fn six_docs(dir: &tempfile::TempDir) -> Vec<Target> {
+        let doc = |i: i64| {
+            json!({
+                "@timestamp": crate::dates::rfc3339_millis(1_700_000_000_000 + i * 60_000),
+                "doc_id": format!("d{i}"),
+                "service": if i % 2 == 0 { "a" } else { "b" },
+                "n": 10 - i,
+            })
+            .to_string()
+        };
+        let docs: Vec<String> = (0..6).map(doc).collect();
+        let p0: Vec<&str> = docs.iter().step_by(2).map(String::as_str).collect();
+        let p1: Vec<&str> = docs.iter().skip(1).step_by(2).map(String::as_str).collect();
+        crate::testing::indexed(dir, "events", &[&p0, &p1])
+    }
+
+    fn search(targets: &[Target], body: Value) -> Value {
+        let req = crate::request::parse_request(Some(&body)).unwrap();
+        run(targets, &req, &Limits::default(), 0).unwrap()
+    }
+
+    fn source_ids(hits: &Value) -> Vec<&str> {
+        hits["hits"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter_map(|h| h["_source"]["doc_id"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn top_hits_answers_the_sorted_first_hits_with_their_source_alone_and_under_terms() {
+        let dir = tempfile::tempdir().unwrap();
+        let targets = six_docs(&dir);
+        let alone = search(
+            &targets,
+            json!({"size": 0, "aggs": {"h": {"top_hits": {"size": 3, "sort": [{"@timestamp": "desc"}]}}}}),
+        );
+        let h = &alone["aggregations"]["h"]["hits"];
+        assert_eq!(source_ids(h), ["d5", "d4", "d3"], "{alone}");
+        assert_eq!(h["total"]["value"], json!(6));
+        let under = search(
+            &targets,
+            json!({"size": 0, "aggs": {"t": {"terms": {"field": "service.keyword"},
+                "aggs": {"h": {"top_hits": {"size": 2, "sort": [{"n": {"order": "asc"}}]}}}}}}),
+        );
+        let buckets = &under["aggregations"]["t"]["buckets"];
+        assert_eq!(buckets[0]["key"], json!("a"), "{under}");
+        assert_eq!(source_ids(&buckets[0]["h"]["hits"]), ["d4", "d2"]);
+        assert_eq!(source_ids(&buckets[1]["h"]["hits"]), ["d5", "d3"]);
+        assert_eq!(buckets[1]["h"]["hits"]["total"]["value"], json!(3));
+    }
+
+    #[test]
+    fn top_hits_without_a_sort_or_size_answers_three_hits_in_index_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let targets = six_docs(&dir);
+        let v = search(
+            &targets,
+            json!({"size": 0, "aggs": {"h": {"top_hits": {}}}}),
+        );
+        // Partition 0 holds d0, d2, d4; ties (no sort) go by partition, then offset.
+        assert_eq!(
+            source_ids(&v["aggregations"]["h"]["hits"]),
+            ["d0", "d2", "d4"],
+            "{v}"
+        );
+    }
 
     #[test]
     fn extended_stats_over_one_value_has_zero_variance_and_bounds_at_the_value() {

@@ -99,3 +99,62 @@ impl Directory for FullDisk {
         self.inner.watch(watch_callback)
     }
 }
+
+/// Searchable partitions of a new topic `name` in `dir`: partition `i` holds `partitions[i]`
+/// (JSON values, one record each), indexed and committed before this returns.
+pub fn indexed(
+    dir: &tempfile::TempDir,
+    name: &str,
+    partitions: &[&[&str]],
+) -> Vec<crate::search::Target> {
+    use spate_broker::search_config::{SearchSettings, ValueFormat};
+    let broker = broker(dir);
+    let topic = broker
+        .topics
+        .create(
+            name,
+            partitions.len() as i32,
+            spate_broker::TopicConfig::default(),
+            false,
+        )
+        .unwrap()
+        .unwrap();
+    let settings = SearchSettings {
+        enabled: true,
+        format: ValueFormat::Json,
+        fields: Vec::new(),
+        store_value: false,
+        max_fields: 1000,
+        time_field: "@timestamp".into(),
+    };
+    partitions
+        .iter()
+        .enumerate()
+        .map(|(i, values)| {
+            let p = topic.partition(i as i32).unwrap();
+            append(&p, values);
+            let index = crate::index::PartitionIndex::open(
+                &dir.path().join(format!("index-{name}-{i}")),
+                name,
+                i as i32,
+                &settings,
+                crate::index::MIN_WRITER_MEMORY_BYTES,
+                false,
+            )
+            .unwrap()
+            .index;
+            let mut writer = index.new_writer().unwrap();
+            let read = p.read(0, 1 << 20, true).unwrap();
+            let records = crate::record::decode_batches(&read.records, 0).records;
+            for r in &records {
+                let doc = crate::document::build(&index.schema, &settings, i as i32, r);
+                index.add(&writer, doc).unwrap();
+            }
+            index.commit(&mut writer, records.len() as i64).unwrap();
+            crate::search::Target {
+                index: Arc::new(index),
+                partition: p,
+            }
+        })
+        .collect()
+}
