@@ -11,6 +11,7 @@
 //! |---|---|
 //! | reading a subject, looking a schema up in it, testing compatibility against it, its config or mode | Describe on the topic (Read, Write, Delete and Alter imply it) |
 //! | registering a schema under a subject | Write on the topic |
+//! | a schema with references (registering, looking up, testing compatibility) | also Describe on each referenced subject's topic |
 //! | deleting a subject or a version | Delete on the topic |
 //! | changing or removing a subject's config or mode | AlterConfigs on the topic |
 //! | changing or removing the global config or mode | AlterConfigs on the cluster |

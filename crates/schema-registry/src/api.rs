@@ -414,6 +414,27 @@ fn check_id(reg: &Registry, guard: &MaybeGuard, id: i32) -> Result<(), ApiError>
     .into())
 }
 
+/// Refuses a schema whose references name a subject the caller may not describe: its
+/// request would build on, or probe, a schema the caller cannot read.
+fn check_references(guard: &MaybeGuard, req: &SchemaRequest) -> Result<(), ApiError> {
+    let Some(Extension(g)) = guard else {
+        return Ok(());
+    };
+    let refs = req.references.iter().flatten();
+    match refs
+        .map(|r| &r.subject)
+        .find(|s| !g.may(Operation::Describe, s))
+    {
+        None => Ok(()),
+        Some(s) => Err(RegistryError::Forbidden(format!(
+            "{} may not describe topic '{}' (the referenced subject '{s}' belongs to it)",
+            g.caller().name(),
+            access::subject_topic(s)
+        ))
+        .into()),
+    }
+}
+
 async fn subjects(
     State(reg): Reg,
     guard: MaybeGuard,
@@ -429,12 +450,14 @@ async fn subjects(
 
 async fn lookup(
     State(reg): Reg,
+    guard: MaybeGuard,
     Path(subject): Path<String>,
     Query(q): Params,
     headers: HeaderMap,
     raw: Body,
 ) -> Result<Response, ApiError> {
     let req: SchemaRequest = body(&reg, &headers, raw).await?;
+    check_references(&guard, &req)?;
     let mut a = reg.lookup(
         &subject,
         &req,
@@ -465,12 +488,14 @@ async fn versions(
 
 async fn register(
     State(reg): Reg,
+    guard: MaybeGuard,
     Path(subject): Path<String>,
     Query(q): Params,
     headers: HeaderMap,
     raw: Body,
 ) -> Result<Response, ApiError> {
     let req: SchemaRequest = body(&reg, &headers, raw).await?;
+    check_references(&guard, &req)?;
     let id = reg
         .register(&subject, req, maybe_flag(&q, "normalize"))
         .await?;
@@ -717,12 +742,14 @@ fn compatibility_answer(
 
 async fn compatible_with_version(
     State(reg): Reg,
+    guard: MaybeGuard,
     Path((subject, version)): Path<(String, String)>,
     Query(q): Params,
     headers: HeaderMap,
     raw: Body,
 ) -> Result<Response, ApiError> {
     let req: SchemaRequest = body(&reg, &headers, raw).await?;
+    check_references(&guard, &req)?;
     let (is, msgs) =
         reg.check_compatibility(&subject, Some(&version), &req, maybe_flag(&q, "normalize"))?;
     compatibility_answer(is, msgs, flag(&q, "verbose"))
@@ -730,12 +757,14 @@ async fn compatible_with_version(
 
 async fn compatible_with_subject(
     State(reg): Reg,
+    guard: MaybeGuard,
     Path(subject): Path<String>,
     Query(q): Params,
     headers: HeaderMap,
     raw: Body,
 ) -> Result<Response, ApiError> {
     let req: SchemaRequest = body(&reg, &headers, raw).await?;
+    check_references(&guard, &req)?;
     let (is, msgs) = reg.check_compatibility(&subject, None, &req, maybe_flag(&q, "normalize"))?;
     compatibility_answer(is, msgs, flag(&q, "verbose"))
 }

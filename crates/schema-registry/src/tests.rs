@@ -1012,8 +1012,9 @@ async fn a_forwarded_body_over_the_limit_is_413_and_a_leader_that_does_not_answe
     assert_eq!(reg.metrics.forward_failures.get(), 1);
 }
 
-/// Users "alice" (Describe and Write on topic orders, nothing on the cluster) and "bob"
-/// (nothing), named in the Authorization header as they are.
+/// Users "alice" (Describe and Write on topic orders, Describe on topic shared, nothing on
+/// the cluster), "bob" (nothing) and "admin" (everything), named in the Authorization header
+/// as they are.
 struct FakeAcls;
 
 impl crate::access::Access for FakeAcls {
@@ -1025,7 +1026,7 @@ impl crate::access::Access for FakeAcls {
         let user = headers
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .filter(|u| ["alice", "bob"].contains(u))
+            .filter(|u| ["alice", "bob", "admin"].contains(u))
             .ok_or("who are you")?;
         let session = spate_broker::security::Session::new(
             spate_broker::security::SecurityProtocol::Plaintext,
@@ -1044,10 +1045,15 @@ impl crate::access::Access for FakeAcls {
     ) -> bool {
         use spate_auth::acl::{Operation, ResourceType};
         let who = caller.name();
-        who == "User:alice"
-            && resource_type == ResourceType::Topic
-            && name == "orders"
-            && matches!(operation, Operation::Describe | Operation::Write)
+        let alice = |topic, ops: &[Operation]| {
+            who == "User:alice"
+                && resource_type == ResourceType::Topic
+                && name == topic
+                && ops.contains(&operation)
+        };
+        who == "User:admin"
+            || alice("orders", &[Operation::Describe, Operation::Write])
+            || alice("shared", &[Operation::Describe])
     }
 }
 
@@ -1112,6 +1118,75 @@ async fn with_security_callers_need_credentials_and_the_acls_of_the_subjects_top
     assert_eq!(status.as_u16(), 403);
     let (status, _, _) = call("GET", "/config", Some("bob"), None).await;
     assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_schema_with_references_needs_describe_on_each_referenced_subject() {
+    let reg = Registry::start(Arc::new(MemoryLog::new()), Settings::default()).await;
+    let app = crate::api::router_with(
+        reg,
+        crate::api::Hooks {
+            access: Some(Arc::new(FakeAcls)),
+            forward: None,
+        },
+    );
+    let call = |method: &str, path: &str, user: &str, body: Value| {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("authorization", user)
+            .header("content-type", CT)
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        send_to(app.clone(), req)
+    };
+    let record = |name: &str, field: Value| {
+        json!({"type": "record", "name": name, "fields": [{"name": "f", "type": field}]})
+            .to_string()
+    };
+    for (subject, name) in [("shared-value", "Shared"), ("secret-value", "Secret")] {
+        let body = json!({"schema": record(name, json!("long"))});
+        let path = format!("/subjects/{subject}/versions");
+        let (status, v, _) = call("POST", &path, "admin", body).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+    }
+    let using = |name: &str| {
+        json!({
+            "schema": record("Order", json!(name)),
+            "references": [{"name": name, "subject": format!("{}-value", name.to_lowercase()), "version": 1}],
+        })
+    };
+    // alice may write orders-value, but not build on a subject whose topic she cannot see:
+    // not to register, not to look up, not to test compatibility.
+    for (method, path) in [
+        ("POST", "/subjects/orders-value/versions"),
+        ("POST", "/subjects/orders-value"),
+        ("POST", "/compatibility/subjects/orders-value/versions"),
+        (
+            "POST",
+            "/compatibility/subjects/orders-value/versions/latest",
+        ),
+    ] {
+        let (status, v, _) = call(method, path, "alice", using("Secret")).await;
+        assert_eq!((status.as_u16(), code(&v)), (403, 40301), "{path}: {v}");
+        let message = v["message"].as_str().unwrap();
+        assert!(message.contains("'secret-value'"), "{path}: {message}");
+    }
+    // A reference to a subject she may describe is taken, and then found by lookup.
+    let (status, v, _) = call(
+        "POST",
+        "/subjects/orders-value/versions",
+        "alice",
+        using("Shared"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let (status, v, _) = call("POST", "/subjects/orders-value", "alice", using("Shared")).await;
+    assert_eq!(
+        (status, v["version"].clone()),
+        (StatusCode::OK, json!(1)),
+        "{v}"
+    );
 }
 
 #[tokio::test]
