@@ -4,12 +4,16 @@ other only). confluent-kafka's SchemaRegistryClient with basic.auth.user.info wo
 AvroSerializer and AvroDeserializer included; no credentials or a wrong password is 401
 (40101); bob gets 403 (40301) on orders-value and does not see it listed; the global config
 needs AlterConfigs on the cluster (admin may, alice may not); the node's HTTP listener path to
-the registry checks the same credentials. Needs SPATE_BOOTSTRAP, SPATE_HTTP and SPATE_LOG
-(with-spate.sh)."""
+the registry checks the same credentials; a schema whose references name a subject of a topic
+the caller may not describe is 403. Every HTTP listener serves HTTPS (a plain-HTTP request
+gets no answer), trusted through SCHEMA_REGISTRY_CA. Needs SPATE_BOOTSTRAP, SPATE_HTTP and
+SPATE_LOG (with-spate.sh) and SCHEMA_REGISTRY_CA."""
 import base64
+import http.client
 import json
 import os
 import re
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -17,7 +21,7 @@ import urllib.request
 from confluent_kafka import Producer
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,
                                    NewTopic, ResourcePatternType, ResourceType)
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -27,9 +31,12 @@ from read_back import read_back
 CT = "application/vnd.schemaregistry.v1+json"
 work = os.path.dirname(os.environ["SPATE_LOG"])
 line = open(os.path.join(work, "stdout")).read()
-registry = "http://" + re.search(r"schema registry on ([^,\s]+)", line).group(1)
+registry_addr = re.search(r"schema registry on ([^,\s]+)", line).group(1)
+registry = "https://" + registry_addr
 bootstrap = os.environ["SPATE_BOOTSTRAP"]
-http_listener = "http://" + os.environ["SPATE_HTTP"]
+http_listener = "https://" + os.environ["SPATE_HTTP"]
+CA = os.environ["SCHEMA_REGISTRY_CA"]
+TLS = ssl.create_default_context(cafile=CA)
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 
 
@@ -39,7 +46,7 @@ def kafka(user):
 
 
 def client(user=None, password=None):
-    conf = {"url": registry}
+    conf = {"url": registry, "ssl.ca.location": CA}
     if user:
         conf["basic.auth.user.info"] = f"{user}:{password or USERS[user]}"
     return SchemaRegistryClient(conf)
@@ -64,7 +71,7 @@ def raw(base, method, path, user=None, body=None):
         token = base64.b64encode(f"{user}:{USERS[user]}".encode()).decode()
         req.add_header("Authorization", f"Basic {token}")
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=30, context=TLS) as r:
             return r.status, dict(r.headers), json.loads(r.read() or b"null")
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), json.loads(e.read() or b"null")
@@ -72,17 +79,29 @@ def raw(base, method, path, user=None, body=None):
 
 # ACLs, created by the super user through the Kafka protocol.
 admin = AdminClient(kafka("admin"))
-for f in admin.create_topics([NewTopic("orders", 1, 1), NewTopic("other", 1, 1)]).values():
+topics = [NewTopic(t, 1, 1) for t in ("orders", "other", "shared", "secret")]
+for f in admin.create_topics(topics).values():
     f.result(timeout=30)
 acls = [
     AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:alice", "*",
                AclOperation.WRITE, AclPermissionType.ALLOW),
     AclBinding(ResourceType.TOPIC, "other", ResourcePatternType.LITERAL, "User:bob", "*",
                AclOperation.READ, AclPermissionType.ALLOW),
+    AclBinding(ResourceType.TOPIC, "shared", ResourcePatternType.LITERAL, "User:alice", "*",
+               AclOperation.DESCRIBE, AclPermissionType.ALLOW),
 ]
 for f in admin.create_acls(acls).values():
     f.result(timeout=30)
-print("ACLs: alice Write on orders, bob Read on other", flush=True)
+print("ACLs: alice Write on orders and Describe on shared, bob Read on other", flush=True)
+
+# Every HTTP listener speaks HTTPS only: a plain-HTTP request gets no answer.
+for addr in (registry_addr, os.environ["SPATE_HTTP"]):
+    try:
+        with urllib.request.urlopen(f"http://{addr}/subjects", timeout=10) as r:
+            raise AssertionError(f"plain HTTP to {addr} answered {r.status}")
+    except (OSError, http.client.HTTPException) as e:
+        assert not isinstance(e, urllib.error.HTTPError), f"plain HTTP to {addr} answered {e.code}"
+print("plain HTTP to the registry and to the HTTP listener: refused (HTTPS only)", flush=True)
 
 # alice: registers through the serializer (Write on orders), reads back (Describe implied).
 user_schema = json.dumps({"type": "record", "name": "Order",
@@ -133,10 +152,28 @@ refused(lambda: bob.register_schema("other-value", Schema(user_schema, "AVRO")),
 refused(lambda: bob.get_latest_version("other-value"), 404, 40401)
 print("bob: 403 (40301) on orders-value, not listed; cannot register under other-value", flush=True)
 
+# References: alice may build on a subject whose topic she may describe (shared), not on one
+# she may not (secret), neither to register nor to look up.
+admin_sr = client("admin")
+for subject, name in (("shared-value", "Shared"), ("secret-value", "Secret")):
+    admin_sr.register_schema(subject, Schema(json.dumps(
+        {"type": "record", "name": name, "fields": [{"name": "a", "type": "long"}]}), "AVRO"))
+
+
+def key_using(name, subject):
+    text = json.dumps({"type": "record", "name": "Key", "fields": [{"name": "k", "type": name}]})
+    return Schema(text, "AVRO", [SchemaReference(name, subject, 1)])
+
+
+refused(lambda: alice.register_schema("orders-key", key_using("Secret", "secret-value")), 403, 40301)
+refused(lambda: alice.lookup_schema("orders-key", key_using("Secret", "secret-value")), 403, 40301)
+key_id = alice.register_schema("orders-key", key_using("Shared", "shared-value"))
+assert alice.lookup_schema("orders-key", key_using("Shared", "shared-value")).schema_id == key_id
+print("references: 403 (40301) naming secret-value, registered naming shared-value", flush=True)
+
 # The global config: AlterConfigs on the cluster. alice may not, admin (super user) may.
 refused(lambda: alice.set_compatibility(level="NONE"), 403, 40301)
 refused(lambda: alice.delete_subject("orders-value"), 403, 40301)
-admin_sr = client("admin")
 admin_sr.set_compatibility(level="FULL")
 assert admin_sr.get_compatibility() == "FULL"
 assert alice.get_compatibility() == "FULL"

@@ -359,8 +359,9 @@ pub async fn serve_ingest(
     serve_router(listener, ingest_router(state), https).await
 }
 
-/// Serves `app` on `listener`, over TLS when `https` is given.
-async fn serve_router(
+/// Serves `app` on `listener`, over TLS when `https` is given (also the schema registry's
+/// listener, so that every HTTP port of a node speaks the same protocol).
+pub async fn serve_router(
     listener: tokio::net::TcpListener,
     app: Router,
     https: Option<tokio_rustls::TlsAcceptor>,

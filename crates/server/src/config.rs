@@ -93,7 +93,7 @@ pub struct Args {
     #[arg(long, env = "SPATE_HTTP_METRICS_AUTH", default_value = "false")]
     pub http_metrics_auth: String,
 
-    /// `true`: the HTTP listeners (--http-listen, --ingest-listen) serve HTTPS with
+    /// `true`: the HTTP listeners (--http-listen, --ingest-listen, --schema-registry-listen) serve HTTPS with
     /// --ssl-cert and --ssl-key; node-to-node HTTP then uses HTTPS too, trusting --ssl-ca.
     #[arg(long, env = "SPATE_HTTP_TLS", default_value = "false")]
     pub http_tls: String,

@@ -155,6 +155,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot listen for HTTP ingest on {addr}"))?;
             let bound = l.local_addr().context("reading the ingest address")?;
             let serving = http_state.clone();
+            let https = https.clone();
             tokio::spawn(async move {
                 if let Err(e) = spate_http::serve_ingest(l, serving, https).await {
                     tracing::error!("HTTP ingest listener failed: {e}");
@@ -266,8 +267,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     v
                 }),
             });
+            // HTTPS with --http-tls, as every HTTP listener of the node.
+            let app = spate_schema_registry::api::router_with(registry, hooks);
             tokio::spawn(async move {
-                if let Err(e) = spate_schema_registry::api::serve_with(l, registry, hooks).await {
+                if let Err(e) = spate_http::serve_router(l, app, https).await {
                     tracing::error!("schema registry listener failed: {e}");
                 }
             });
