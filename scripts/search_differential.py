@@ -111,9 +111,6 @@ KNOWN = [
      "why": "DEFECT: a composite date_histogram source refuses calendar_interval 1d (only year, month, week). "
             "Repro: {\"size\":0,\"aggs\":{\"c\":{\"composite\":{\"size\":10,\"sources\":[{\"d\":{\"date_histogram\":"
             "{\"field\":\"@timestamp\",\"calendar_interval\":\"1d\"}}}]}}}}."},
-    {"id": "DEFECT-composite-size-default", "case": r"composite", "diff": r"missing field `size`",
-     "why": "DEFECT: composite without \"size\" is refused; Elasticsearch's default is 10. Repro: {\"size\":0,"
-            "\"aggs\":{\"c\":{\"composite\":{\"sources\":[{\"s\":{\"terms\":{\"field\":\"service.keyword\"}}}]}}}}."},
     {"id": "DEFECT-multi-field-sort", "case": r"^sort ", "diff": r"sorting on more than one field is not supported",
      "why": "DEFECT (documented limitation): a sort on two fields is refused; Elasticsearch sorts by each in "
             "turn (Grafana sends only {time, _doc}, which works). Repro: {\"sort\":[{\"status\":\"asc\"},"

@@ -522,6 +522,8 @@ fn map_aggs_at(
                 body.insert("field".into(), Value::from(named));
             }
             if kind == "composite" {
+                // Elasticsearch's default page; tantivy requires one.
+                body.entry("size").or_insert_with(|| Value::from(10));
                 // Each source names its own field: `sources: [{"name": {"terms": {"field"}}}]`.
                 if let Some(Value::Array(sources)) = body.get_mut("sources") {
                     for source in sources.iter_mut().filter_map(Value::as_object_mut) {
@@ -2311,6 +2313,22 @@ mod tests {
             ["d0", "d2", "d4"],
             "{v}"
         );
+    }
+
+    #[test]
+    fn composite_without_size_answers_ten_buckets_as_elasticsearch_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let docs: Vec<String> = (0..12)
+            .map(|i| json!({"doc_id": format!("d{i:02}")}).to_string())
+            .collect();
+        let values: Vec<&str> = docs.iter().map(String::as_str).collect();
+        let targets = crate::testing::indexed(&dir, "events", &[&values]);
+        let v = search(
+            &targets,
+            json!({"size": 0, "aggs": {"c": {"composite": {"sources": [{"id": {"terms": {"field": "doc_id.keyword"}}}]}}}}),
+        );
+        let buckets = v["aggregations"]["c"]["buckets"].as_array().cloned();
+        assert_eq!(buckets.map(|b| b.len()), Some(10), "{v}");
     }
 
     #[test]
