@@ -107,10 +107,6 @@ KNOWN = [
             "\"invalid type: integer, expected a string\" for a date source), so paging does not work. Repro: "
             "{\"size\":0,\"aggs\":{\"c\":{\"composite\":{\"size\":4,\"after\":{\"s\":\"billing\"},\"sources\":"
             "[{\"s\":{\"terms\":{\"field\":\"service.keyword\"}}}]}}}}."},
-    {"id": "DEFECT-composite-calendar_interval", "case": r"composite", "diff": r"unknown variant `1d`",
-     "why": "DEFECT: a composite date_histogram source refuses calendar_interval 1d (only year, month, week). "
-            "Repro: {\"size\":0,\"aggs\":{\"c\":{\"composite\":{\"size\":10,\"sources\":[{\"d\":{\"date_histogram\":"
-            "{\"field\":\"@timestamp\",\"calendar_interval\":\"1d\"}}}]}}}}."},
     {"id": "DEFECT-multi-field-sort", "case": r"^sort ", "diff": r"sorting on more than one field is not supported",
      "why": "DEFECT (documented limitation): a sort on two fields is refused; Elasticsearch sorts by each in "
             "turn (Grafana sends only {time, _doc}, which works). Repro: {\"sort\":[{\"status\":\"asc\"},"

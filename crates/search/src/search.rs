@@ -288,6 +288,33 @@ fn top_metrics_as_top_hits(
     Ok(json!({"sort": sort, "size": size, "docvalue_fields": metrics}))
 }
 
+/// A composite date_histogram source's `calendar_interval` as tantivy takes it: the units
+/// with a fixed length (second, minute, hour, day) as that `fixed_interval` (UTC days start at
+/// the epoch's multiples, as Elasticsearch's do), weeks, months and years by their names.
+/// Quarters are refused: tantivy's composite has no such unit, and folding months into
+/// quarters would break paging.
+fn composite_calendar_interval(spec: &mut Map<String, Value>) -> Result<(), SearchError> {
+    let Some(ci) = spec.remove("calendar_interval") else {
+        return Ok(());
+    };
+    let (key, unit) = match ci.as_str().unwrap_or("") {
+        "1s" | "second" => ("fixed_interval", "1s"),
+        "1m" | "minute" => ("fixed_interval", "1m"),
+        "1h" | "hour" => ("fixed_interval", "1h"),
+        "1d" | "day" => ("fixed_interval", "1d"),
+        "1w" | "week" => ("calendar_interval", "week"),
+        "1M" | "month" => ("calendar_interval", "month"),
+        "1y" | "year" => ("calendar_interval", "year"),
+        other => {
+            return Err(SearchError::illegal(format!(
+                "[composite] [date_histogram] calendar_interval [{other}] is not supported (1s, 1m, 1h, 1d, 1w, 1M, 1y)"
+            )))
+        }
+    };
+    spec.insert(key.into(), Value::from(unit));
+    Ok(())
+}
+
 /// Marks a top_hits hit (in the shaped aggregations) whose record is still to be read:
 /// `[partition, offset]`, replaced by the rendered hit in [`answer`].
 const TOP_HIT_AT: &str = "\u{1e}at";
@@ -528,10 +555,16 @@ fn map_aggs_at(
                 if let Some(Value::Array(sources)) = body.get_mut("sources") {
                     for source in sources.iter_mut().filter_map(Value::as_object_mut) {
                         for inner in source.values_mut().filter_map(Value::as_object_mut) {
-                            for spec in inner.values_mut().filter_map(Value::as_object_mut) {
+                            for (source_kind, spec) in inner.iter_mut() {
+                                let Some(spec) = spec.as_object_mut() else {
+                                    continue;
+                                };
                                 if let Some(f) = spec.get("field").and_then(Value::as_str) {
                                     let mapped = index_name(f);
                                     spec.insert("field".into(), Value::from(mapped));
+                                }
+                                if source_kind == "date_histogram" {
+                                    composite_calendar_interval(spec)?;
                                 }
                             }
                         }
@@ -2329,6 +2362,45 @@ mod tests {
         );
         let buckets = v["aggregations"]["c"]["buckets"].as_array().cloned();
         assert_eq!(buckets.map(|b| b.len()), Some(10), "{v}");
+    }
+
+    #[test]
+    fn composite_date_histogram_takes_every_calendar_interval_elasticsearch_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let targets = six_docs(&dir);
+        // 2023-11-14T22:13:20Z and the next five minutes.
+        for (interval, first, count) in [
+            ("1m", 1_699_999_980_000_i64, 6),
+            ("minute", 1_699_999_980_000, 6),
+            ("1h", 1_699_999_200_000, 1),
+            ("1d", 1_699_920_000_000, 1),
+            ("day", 1_699_920_000_000, 1),
+            ("1w", 1_699_833_600_000, 1),
+            ("1M", 1_698_796_800_000, 1),
+            ("1y", 1_672_531_200_000, 1),
+        ] {
+            let v = search(
+                &targets,
+                json!({"size": 0, "aggs": {"c": {"composite": {"sources": [
+                    {"d": {"date_histogram": {"field": "@timestamp", "calendar_interval": interval}}}]}}}}),
+            );
+            let buckets = &v["aggregations"]["c"]["buckets"];
+            assert_eq!(buckets[0]["key"]["d"], json!(first), "{interval}: {v}");
+            assert_eq!(
+                buckets.as_array().map(Vec::len),
+                Some(count),
+                "{interval}: {v}"
+            );
+        }
+        let fixed = search(
+            &targets,
+            json!({"size": 0, "aggs": {"c": {"composite": {"sources": [
+                {"d": {"date_histogram": {"field": "@timestamp", "fixed_interval": "1d"}}}]}}}}),
+        );
+        assert_eq!(
+            fixed["aggregations"]["c"]["buckets"][0]["key"]["d"],
+            json!(1_699_920_000_000_i64)
+        );
     }
 
     #[test]
