@@ -101,12 +101,6 @@ KNOWN = [
             "size * 1.5 + 10). Repro: {\"size\":0,\"aggs\":{\"t\":{\"terms\":{\"field\":\"host.keyword\",\"size\":5}}}} "
             "-> gateway-01.eu-west-1 counted 34 (is 35) and ranked before billing-01.us-east-1; with "
             "\"shard_size\":100 spate answers right."},
-    {"id": "DEFECT-composite-after_key", "case": r"composite", "diff": r"after_key|after key|expected a string",
-     "why": "DEFECT: composite's after_key leaks tantivy's encoding ('str:gateway', 'dt:1700006400000000000' in "
-            "nanoseconds) and an `after` in Elasticsearch's shape is refused (\"invalid after key format\", or "
-            "\"invalid type: integer, expected a string\" for a date source), so paging does not work. Repro: "
-            "{\"size\":0,\"aggs\":{\"c\":{\"composite\":{\"size\":4,\"after\":{\"s\":\"billing\"},\"sources\":"
-            "[{\"s\":{\"terms\":{\"field\":\"service.keyword\"}}}]}}}}."},
     {"id": "DEFECT-multi-field-sort", "case": r"^sort ", "diff": r"sorting on more than one field is not supported",
      "why": "DEFECT (documented limitation): a sort on two fields is refused; Elasticsearch sorts by each in "
             "turn (Grafana sends only {time, _doc}, which works). Repro: {\"sort\":[{\"status\":\"asc\"},"

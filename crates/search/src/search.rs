@@ -315,6 +315,71 @@ fn composite_calendar_interval(spec: &mut Map<String, Value>) -> Result<(), Sear
     Ok(())
 }
 
+/// One value of a composite's `after` (Elasticsearch's: the key as answered, a string for a
+/// keyword, epoch milliseconds for a date histogram) in tantivy's encoding (`str:gateway`,
+/// `dt:<nanoseconds>`). `kind` is the source's (`terms`, `histogram`, `date_histogram`).
+fn composite_after_to_tantivy(
+    name: &str,
+    kind: Option<&str>,
+    v: &Value,
+) -> Result<String, SearchError> {
+    let bad = || {
+        SearchError::parsing(format!(
+            "[aggs] [{name}] [composite] [after] value {v} does not fit its source"
+        ))
+    };
+    if kind == Some("date_histogram") {
+        let ms = match v {
+            Value::Null => return Ok("null:".into()),
+            Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+            Value::String(_) => crate::dates::parse_date(v, 0),
+            _ => None,
+        }
+        .ok_or_else(bad)?;
+        let ns = ms.checked_mul(1_000_000).ok_or_else(bad)?;
+        return Ok(format!("dt:{ns}"));
+    }
+    Ok(match v {
+        Value::Null => "null:".into(),
+        // Booleans are held as their words (see BOOLEAN_TERMS).
+        Value::Bool(b) => format!("str:{b}"),
+        Value::String(s) => format!("str:{s}"),
+        Value::Number(n) if kind == Some("histogram") => {
+            format!("f64:{}", n.as_f64().ok_or_else(bad)?)
+        }
+        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => format!("i64:{i}"),
+            (None, Some(u), _) => format!("u64:{u}"),
+            (None, None, Some(f)) => format!("f64:{f}"),
+            _ => return Err(bad()),
+        },
+        _ => return Err(bad()),
+    })
+}
+
+/// A value of tantivy's composite `after_key` (`str:gateway`, `dt:<nanoseconds>`, ...) as
+/// Elasticsearch answers it: the bucket key's own value, dates in epoch milliseconds.
+fn composite_after_from_tantivy(v: &Value) -> Value {
+    let Some((kind, text)) = v.as_str().and_then(|s| s.split_once(':')) else {
+        return v.clone();
+    };
+    let number = |n: Option<Value>| n.unwrap_or_else(|| v.clone());
+    match kind {
+        "str" | "ip" => Value::from(text),
+        "null" => Value::Null,
+        "bool" => number(text.parse::<bool>().ok().map(Value::from)),
+        "i64" => number(text.parse::<i64>().ok().map(Value::from)),
+        "u64" => number(text.parse::<u64>().ok().map(Value::from)),
+        "f64" => number(text.parse::<f64>().ok().map(Value::from)),
+        "dt" => number(
+            text.parse::<i64>()
+                .ok()
+                .map(|ns| Value::from(ns.div_euclid(1_000_000))),
+        ),
+        _ => v.clone(),
+    }
+}
+
 /// Marks a top_hits hit (in the shaped aggregations) whose record is still to be read:
 /// `[partition, offset]`, replaced by the rendered hit in [`answer`].
 const TOP_HIT_AT: &str = "\u{1e}at";
@@ -552,8 +617,11 @@ fn map_aggs_at(
                 // Elasticsearch's default page; tantivy requires one.
                 body.entry("size").or_insert_with(|| Value::from(10));
                 // Each source names its own field: `sources: [{"name": {"terms": {"field"}}}]`.
+                let mut names = Vec::new();
+                let mut kinds = Vec::new();
                 if let Some(Value::Array(sources)) = body.get_mut("sources") {
                     for source in sources.iter_mut().filter_map(Value::as_object_mut) {
+                        names.extend(source.keys().cloned());
                         for inner in source.values_mut().filter_map(Value::as_object_mut) {
                             for (source_kind, spec) in inner.iter_mut() {
                                 let Some(spec) = spec.as_object_mut() else {
@@ -566,8 +634,19 @@ fn map_aggs_at(
                                 if source_kind == "date_histogram" {
                                     composite_calendar_interval(spec)?;
                                 }
+                                kinds.push(source_kind.clone());
                             }
                         }
+                    }
+                }
+                if let Some(Value::Object(after)) = body.get_mut("after") {
+                    for (source, v) in after.iter_mut() {
+                        let kind = names
+                            .iter()
+                            .position(|n| n == source)
+                            .and_then(|i| kinds.get(i))
+                            .map(String::as_str);
+                        *v = Value::from(composite_after_to_tantivy(name, kind, v)?);
                     }
                 }
             }
@@ -1083,6 +1162,13 @@ fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &
         let Some(out) = result.get_mut(name) else {
             continue;
         };
+        if spec.contains_key("composite") {
+            if let Some(Value::Object(after)) = out.get_mut("after_key") {
+                for v in after.values_mut() {
+                    *v = composite_after_from_tantivy(v);
+                }
+            }
+        }
         if spec.contains_key("top_hits") {
             shape_top_hits(mapped.and_then(|m| m.get(name)), doc_count.as_ref(), out);
             continue;
@@ -2401,6 +2487,41 @@ mod tests {
             fixed["aggregations"]["c"]["buckets"][0]["key"]["d"],
             json!(1_699_920_000_000_i64)
         );
+    }
+
+    #[test]
+    fn composite_after_key_and_after_are_plain_values_as_in_elasticsearch() {
+        let dir = tempfile::tempdir().unwrap();
+        let targets = six_docs(&dir);
+        let composite = |after: Option<Value>| {
+            let mut c = json!({"size": 1, "sources": [
+                {"s": {"terms": {"field": "service.keyword"}}},
+                {"d": {"date_histogram": {"field": "@timestamp", "fixed_interval": "1m"}}},
+                {"n": {"terms": {"field": "n"}}}]});
+            if let Some(a) = after {
+                c["after"] = a;
+            }
+            search(
+                &targets,
+                json!({"size": 0, "aggs": {"c": {"composite": c}}}),
+            )
+        };
+        let first = composite(None);
+        let after_key = first["aggregations"]["c"]["after_key"].clone();
+        // d0: service a, 22:13:00 (its minute), n 10.
+        assert_eq!(
+            after_key,
+            json!({"s": "a", "d": 1_699_999_980_000_i64, "n": 10}),
+            "{first}"
+        );
+        let next = composite(Some(after_key));
+        let c = &next["aggregations"]["c"];
+        assert_eq!(
+            c["buckets"][0]["key"],
+            json!({"s": "a", "d": 1_700_000_100_000_i64, "n": 8}),
+            "{next}"
+        );
+        assert_eq!(c["after_key"], c["buckets"][0]["key"]);
     }
 
     #[test]
