@@ -41,6 +41,8 @@ scripts/disk-full-cluster-e2e.sh
 # The built-in schema registry with confluent-kafka's SchemaRegistryClient and its Avro and
 # JSON Schema serializers, through a kill -9 and restart.
 scripts/schema-registry-e2e.sh
+# The same registry with franz-go's registry client, Serde and Kafka client (Go).
+scripts/schema-registry-franz-e2e.sh
 # The same registry on a 3-node cluster: reads on every node, writes through any node
 # forwarded to the _schemas leader, and registration going on through a surviving node after
 # the leader is killed, no id handed out twice.
