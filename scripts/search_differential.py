@@ -101,10 +101,6 @@ KNOWN = [
             "size * 1.5 + 10). Repro: {\"size\":0,\"aggs\":{\"t\":{\"terms\":{\"field\":\"host.keyword\",\"size\":5}}}} "
             "-> gateway-01.eu-west-1 counted 34 (is 35) and ranked before billing-01.us-east-1; with "
             "\"shard_size\":100 spate answers right."},
-    {"id": "DEFECT-multi-field-sort", "case": r"^sort ", "diff": r"sorting on more than one field is not supported",
-     "why": "DEFECT (documented limitation): a sort on two fields is refused; Elasticsearch sorts by each in "
-            "turn (Grafana sends only {time, _doc}, which works). Repro: {\"sort\":[{\"status\":\"asc\"},"
-            "{\"doc_id.keyword\":\"desc\"}]}."},
 ]
 KNOWN_BY_ID = {k["id"]: k for k in KNOWN}
 seen_known = set()

@@ -34,6 +34,9 @@ pub struct Sort {
     pub key: SortKey,
     /// Direction.
     pub direction: Direction,
+    /// The keys after the primary one, each with its direction, in turn; hits equal on all
+    /// of them are ordered by partition and offset.
+    pub then: Vec<(SortKey, Direction)>,
 }
 
 /// `_source` filtering.
@@ -92,6 +95,7 @@ impl Default for SearchRequest {
             sort: Sort {
                 key: SortKey::Score,
                 direction: Direction::Desc,
+                then: Vec::new(),
             },
             search_after: None,
             fields: Vec::new(),
@@ -203,7 +207,9 @@ pub fn check_window(req: &SearchRequest) -> Result<(), SearchError> {
             "Result window is too large, from + size must be less than or equal to: [{MAX_RESULT_WINDOW}] but was [{window}]. Use search_after to page through more hits."
         )));
     }
-    if req.search_after.is_some() && req.sort.key == SortKey::Score {
+    let by_score =
+        req.sort.key == SortKey::Score || req.sort.then.iter().any(|(k, _)| *k == SortKey::Score);
+    if req.search_after.is_some() && by_score {
         return Err(SearchError::illegal(
             "[search_after] needs a sort on a field (e.g. timestamp or offset), not _score",
         ));
@@ -245,21 +251,30 @@ pub fn parse_sort(v: &Value) -> Result<Sort, SearchError> {
         .map(|e| parse_sort_entry(e))
         .collect::<Result<Vec<_>, _>>()?;
     let mut it = parsed.into_iter();
-    let first = it.next().unwrap_or(Sort {
+    let mut first = it.next().unwrap_or(Sort {
         key: SortKey::Score,
         direction: Direction::Desc,
+        then: Vec::new(),
     });
     for extra in it {
         let tiebreak =
             matches!(&extra.key, SortKey::Field(f) if f == "offset" || f == "_id" || f == "_doc");
-        if !tiebreak {
-            return Err(SearchError::illegal(
-                "sorting on more than one field is not supported; hits with equal sort values are ordered by partition and offset",
-            ));
+        if tiebreak {
+            // Partition and offset break the remaining ties; a key after them never decides.
+            break;
         }
+        first.then.push((extra.key, extra.direction));
+    }
+    if first.then.len() + 1 > MAX_SORT_KEYS {
+        return Err(SearchError::illegal(format!(
+            "[sort] at most {MAX_SORT_KEYS} keys are supported before the implied tie-breakers (partition, offset)"
+        )));
     }
     Ok(first)
 }
+
+/// Most sort keys in one request (tantivy's sort keys are tuples of a fixed arity).
+pub const MAX_SORT_KEYS: usize = 4;
 
 /// One entry of a `sort`: a field name (`"f"`, `"f:desc"`) or `{"f": "desc"}` / `{"f": {"order": ..}}`.
 pub(crate) fn parse_sort_entry(v: &Value) -> Result<Sort, SearchError> {
@@ -290,6 +305,7 @@ pub(crate) fn parse_sort_entry(v: &Value) -> Result<Sort, SearchError> {
             Ok(Sort {
                 key: k,
                 direction: d,
+                then: Vec::new(),
             })
         }
         Value::Object(m) if m.len() == 1 => {
@@ -313,6 +329,7 @@ pub(crate) fn parse_sort_entry(v: &Value) -> Result<Sort, SearchError> {
             Ok(Sort {
                 key: k,
                 direction: d,
+                then: Vec::new(),
             })
         }
         other => Err(SearchError::parsing(format!(
@@ -476,7 +493,8 @@ mod tests {
             s,
             Sort {
                 key: SortKey::Field("timestamp".into()),
-                direction: Direction::Desc
+                direction: Direction::Desc,
+                then: Vec::new(),
             }
         );
         assert_eq!(
@@ -484,7 +502,13 @@ mod tests {
             Direction::Asc
         );
         assert_eq!(parse_sort(&json!("_score")).unwrap().key, SortKey::Score);
-        assert!(parse_sort(&json!([{"a": "asc"}, {"b": "asc"}])).is_err());
+        let two = parse_sort(&json!([{"a": "asc"}, {"b": "desc"}, "_doc", "c"])).unwrap();
+        assert_eq!(
+            two.then,
+            vec![(SortKey::Field("b".into()), Direction::Desc)],
+            "keys after _doc never decide"
+        );
+        assert!(parse_sort(&json!(["a", "b", "c", "d", "e"])).is_err());
     }
 
     #[test]

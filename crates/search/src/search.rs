@@ -14,7 +14,7 @@ use tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResult
 use tantivy::aggregation::{
     AggContextParams, AggregationLimitsGuard, DistributedAggregationCollector,
 };
-use tantivy::collector::sort_key::{SortByErasedType, SortByStaticFastValue};
+use tantivy::collector::sort_key::{SortByErasedType, SortByStaticFastValue, SortKeyComputer};
 use tantivy::collector::{Count, MultiCollector, TopDocs};
 use tantivy::query::{Query as TQuery, TermQuery};
 use tantivy::schema::{IndexRecordOption, OwnedValue, Value as _};
@@ -25,7 +25,7 @@ use crate::dsl::{compile, Bound, Limits, Query};
 use crate::error::SearchError;
 use crate::index::PartitionIndex;
 use crate::record::{decode_batches, decode_stored, kafka_meta, lossy, values_at, LogRecord};
-use crate::request::{filter_source, Direction, SearchRequest, SortKey};
+use crate::request::{filter_source, Direction, SearchRequest, SortKey, MAX_SORT_KEYS};
 use crate::schema::{FieldRole, IndexSchema};
 
 /// One partition to search: its index, and its log for `_source`.
@@ -40,6 +40,8 @@ pub struct Target {
 /// Merged results before they become JSON.
 struct Candidate {
     key: OwnedValue,
+    /// The values of the sort's keys after the primary one.
+    then: Vec<OwnedValue>,
     partition: i32,
     offset: i64,
     score: Option<f32>,
@@ -75,27 +77,66 @@ fn sort_field(schema: &IndexSchema, name: &str) -> Result<Option<String>, Search
     }
 }
 
-/// The query narrowed to hits after `search_after` in this partition of `topic`. Ties on
-/// the sort value are broken by partition, offset, then topic (the hit's `sort` array carries
-/// all four), so paging over several topics skips nothing.
+/// The query narrowed to hits after `search_after` in this partition of `topic`: after on
+/// the first sort key, or equal on it and after on the next, and so on; hits equal on every
+/// key are ordered by partition, offset, then topic (the hit's `sort` array carries them after
+/// the keys' values), so paging over several topics skips nothing. A missing value sorts
+/// after every value, in either direction, as Elasticsearch's default `missing: _last`.
 fn after_query(
     req: &SearchRequest,
-    field: &str,
     topic: &str,
     partition: i32,
 ) -> Result<Option<Query>, SearchError> {
     let Some(after) = &req.search_after else {
         return Ok(None);
     };
-    let primary = after
-        .first()
-        .cloned()
-        .ok_or_else(|| SearchError::parsing("[search_after] is empty"))?;
-    let asc = req.sort.direction == Direction::Asc;
-    let strictly = |field: &str, v: Value| {
+    if after.is_empty() {
+        return Err(SearchError::parsing("[search_after] is empty"));
+    }
+    let mut keys: Vec<(&str, bool)> = Vec::new();
+    for (k, d) in std::iter::once((&req.sort.key, req.sort.direction))
+        .chain(req.sort.then.iter().map(|(k, d)| (k, *d)))
+    {
+        match k {
+            SortKey::Field(f) => keys.push((f, d == Direction::Asc)),
+            // Refused before (check_window): scores cannot be ranged over.
+            SortKey::Score => return Ok(None),
+        }
+    }
+    if after.len() < keys.len() {
+        return Err(SearchError::parsing(format!(
+            "[search_after] has {} values; the sort has {} keys",
+            after.len(),
+            keys.len()
+        )));
+    }
+    let all = |must: Vec<Query>| Query::Bool {
+        must,
+        should: vec![],
+        must_not: vec![],
+        filter: vec![],
+        minimum_should_match: None,
+    };
+    let any = |should: Vec<Query>| Query::Bool {
+        must: vec![],
+        should,
+        must_not: vec![],
+        filter: vec![],
+        minimum_should_match: None,
+    };
+    let missing = |field: &str| Query::Bool {
+        must: vec![Query::MatchAll],
+        should: vec![],
+        must_not: vec![Query::Exists {
+            field: field.into(),
+        }],
+        filter: vec![],
+        minimum_should_match: None,
+    };
+    let range = |field: &str, v: Value, asc: bool, inclusive: bool| {
         let b = Some(Bound {
             value: v,
-            inclusive: false,
+            inclusive,
         });
         if asc {
             Query::Range {
@@ -111,76 +152,60 @@ fn after_query(
             }
         }
     };
-    let mut should = vec![strictly(field, primary.clone())];
-    let tie = match (
-        after.get(1).and_then(Value::as_i64),
-        after.get(2).and_then(Value::as_i64),
-    ) {
-        (Some(p), Some(o)) => {
-            let p = p as i32;
-            let partition_after = if asc { partition > p } else { partition < p };
-            if partition_after {
-                Some(Query::Term {
-                    field: field.into(),
-                    value: primary,
-                })
-            } else if partition == p {
-                // Same partition and offset in a later topic is still after.
-                let topic_after = after.get(3).and_then(Value::as_str).is_some_and(|t| {
-                    if asc {
-                        topic > t
-                    } else {
-                        topic < t
-                    }
-                });
-                let offset = if topic_after {
-                    let b = Some(Bound {
-                        value: Value::from(o),
-                        inclusive: true,
-                    });
-                    if asc {
-                        Query::Range {
-                            field: "offset".into(),
-                            lower: b,
-                            upper: None,
-                        }
-                    } else {
-                        Query::Range {
-                            field: "offset".into(),
-                            lower: None,
-                            upper: b,
-                        }
-                    }
-                } else {
-                    strictly("offset", Value::from(o))
-                };
-                Some(Query::Bool {
-                    must: vec![
-                        Query::Term {
-                            field: field.into(),
-                            value: primary,
-                        },
-                        offset,
-                    ],
-                    should: vec![],
-                    must_not: vec![],
-                    filter: vec![],
-                    minimum_should_match: None,
-                })
-            } else {
-                None
-            }
-        }
-        _ => None,
+    // Strictly after `v` on one key: a later value, or none (missing sorts last).
+    let strictly = |field: &str, v: &Value, asc: bool| match v {
+        Value::Null => Query::MatchNone,
+        v => any(vec![range(field, v.clone(), asc, false), missing(field)]),
     };
-    should.extend(tie);
-    Ok(Some(Query::Bool {
-        must: vec![],
-        should,
-        must_not: vec![],
-        filter: vec![],
-        minimum_should_match: None,
-    }))
+    let equal = |field: &str, v: &Value| match v {
+        Value::Null => missing(field),
+        v => Query::Term {
+            field: field.into(),
+            value: v.clone(),
+        },
+    };
+    let mut should = Vec::new();
+    for (i, (field, asc)) in keys.iter().enumerate() {
+        let mut must: Vec<Query> = keys[..i]
+            .iter()
+            .zip(after)
+            .map(|((f, _), v)| equal(f, v))
+            .collect();
+        must.push(strictly(field, &after[i], *asc));
+        should.push(all(must));
+    }
+    let n = keys.len();
+    let equal_on_all = || -> Vec<Query> {
+        keys.iter()
+            .zip(after)
+            .map(|((f, _), v)| equal(f, v))
+            .collect()
+    };
+    // Ties go by partition, offset and topic in the first key's direction.
+    let asc = keys[0].1;
+    if let (Some(p), Some(o)) = (
+        after.get(n).and_then(Value::as_i64),
+        after.get(n + 1).and_then(Value::as_i64),
+    ) {
+        let p = p as i32;
+        let partition_after = if asc { partition > p } else { partition < p };
+        if partition_after {
+            should.push(all(equal_on_all()));
+        } else if partition == p {
+            // Same partition and offset in a later topic is still after.
+            let topic_after = after.get(n + 2).and_then(Value::as_str).is_some_and(|t| {
+                if asc {
+                    topic > t
+                } else {
+                    topic < t
+                }
+            });
+            let mut must = equal_on_all();
+            must.push(range("offset", Value::from(o), asc, topic_after));
+            should.push(all(must));
+        }
+    }
+    Ok(Some(any(should)))
 }
 
 const ALLOWED_AGGS: &[&str] = &[
@@ -1422,8 +1447,28 @@ fn search_one(
             None => Some(String::new()),
         },
     };
-    if let (Some(_), SortKey::Field(f)) = (&req.search_after, &req.sort.key) {
-        if let Some(after) = after_query(req, f, &t.index.topic, t.index.partition)? {
+    // The keys after the primary one: each field's index name, `None` for one this index has
+    // no column of (every hit misses it: it orders nothing), or the score.
+    let then: Vec<(Option<SortByErasedType>, Order)> = req
+        .sort
+        .then
+        .iter()
+        .map(|(k, d)| {
+            let order = match d {
+                Direction::Asc => Order::Asc,
+                Direction::Desc => Order::Desc,
+            };
+            Ok(match k {
+                SortKey::Score => (Some(SortByErasedType::for_score()), order),
+                SortKey::Field(f) => (
+                    sort_field(schema, f)?.map(SortByErasedType::for_field),
+                    order,
+                ),
+            })
+        })
+        .collect::<Result<_, SearchError>>()?;
+    if let (Some(_), SortKey::Field(_)) = (&req.search_after, &req.sort.key) {
+        if let Some(after) = after_query(req, &t.index.topic, t.index.partition)? {
             let narrowed = compile(&after, schema, limits, now_ms)?;
             query = Box::new(tantivy::query::BooleanQuery::intersection(vec![
                 query, narrowed,
@@ -1431,7 +1476,8 @@ fn search_one(
         }
     }
     let window = if count_only { 0 } else { req.from + req.size };
-    let by_score_desc = sort_name.is_none() && req.sort.direction == Direction::Desc;
+    let by_score_desc =
+        sort_name.is_none() && req.sort.direction == Direction::Desc && then.is_empty();
     let aggregations = match (&req.aggs, count_only) {
         (Some(a), false) => {
             let mut aggs = parse_aggs(map_aggs(a, schema)?)?;
@@ -1454,6 +1500,7 @@ fn search_one(
     };
     let by_score = |score: f32, address: DocAddress| Candidate {
         key: OwnedValue::F64(f64::from(score)),
+        then: Vec::new(),
         partition: t.index.partition,
         offset: offset_of(address),
         score: Some(score),
@@ -1499,20 +1546,32 @@ fn search_one(
                 Some(n) if n.is_empty() => SortByErasedType::for_field("offset"),
                 Some(n) => SortByErasedType::for_field(n),
             };
-            let top = (window > 0).then(|| {
-                pass.add_collector(TopDocs::with_limit(window).order_by((
-                    (primary, order),
-                    (SortByStaticFastValue::<i64>::for_field("offset"), order),
-                )))
-            });
+            let top = if window > 0 {
+                Some(add_sorted_top(&mut pass, window, (primary, order), &then)?)
+            } else {
+                None
+            };
             fruits = searcher.search(&*query, &pass).map_err(aggregation_error)?;
-            for ((key, offset), _) in top.map(|h| h.extract(&mut fruits)).unwrap_or_default() {
+            let found = top.map(|extract| extract(&mut fruits)).unwrap_or_default();
+            for (mut keys, offset) in found {
+                // Keys of columns this index lacks were left out of the sort: put back as
+                // missing, in place.
+                let mut mapped = keys.drain(..).collect::<std::collections::VecDeque<_>>();
+                let key = mapped.pop_front().unwrap_or(OwnedValue::Null);
+                let then_values = then
+                    .iter()
+                    .map(|(s, _)| match s {
+                        Some(_) => mapped.pop_front().unwrap_or(OwnedValue::Null),
+                        None => OwnedValue::Null,
+                    })
+                    .collect();
                 let score = match (&sort_name, &key) {
                     (None, OwnedValue::F64(f)) => Some(*f as f32),
                     _ => None,
                 };
                 hits.push(Candidate {
                     key,
+                    then: then_values,
                     partition: t.index.partition,
                     offset: offset.unwrap_or(-1),
                     score,
@@ -1524,6 +1583,72 @@ fn search_one(
         aggs = aggregated.map(|h| h.extract(&mut fruits));
     }
     Ok(PartResult { total, hits, aggs })
+}
+
+/// The sort keys and offset of one hit, from [`add_sorted_top`]'s collector.
+type SortedHit = (Vec<OwnedValue>, Option<i64>);
+
+/// Takes the fruit of [`add_sorted_top`]'s collector out of a search's fruits.
+type SortedTop = Box<dyn FnOnce(&mut tantivy::collector::MultiFruit) -> Vec<SortedHit>>;
+
+/// Adds to `pass` a collector of the top `window` hits by `sorter`, giving back how to take
+/// its hits out of the fruits, each flattened by `flatten`.
+fn add_sorter<S: SortKeyComputer + Send + 'static>(
+    pass: &mut MultiCollector<'_>,
+    window: usize,
+    sorter: S,
+    flatten: fn(S::SortKey) -> SortedHit,
+) -> SortedTop {
+    let handle = pass.add_collector(TopDocs::with_limit(window).order_by(sorter));
+    Box::new(move |fruits| {
+        handle
+            .extract(fruits)
+            .into_iter()
+            .map(|(k, _)| flatten(k))
+            .collect()
+    })
+}
+
+/// Adds to `pass` the top `window` hits by `primary`, then by each key of `then` that this
+/// index has a column for, then by offset in the primary key's direction. Tantivy's sort keys
+/// are tuples, so each number of keys is its own type (up to [`MAX_SORT_KEYS`]).
+fn add_sorted_top(
+    pass: &mut MultiCollector<'_>,
+    window: usize,
+    primary: (SortByErasedType, Order),
+    then: &[(Option<SortByErasedType>, Order)],
+) -> Result<SortedTop, SearchError> {
+    let offset = (SortByStaticFastValue::<i64>::for_field("offset"), primary.1);
+    let mut keys: Vec<(SortByErasedType, Order)> = then
+        .iter()
+        .filter_map(|(s, o)| s.clone().map(|s| (s, *o)))
+        .collect();
+    keys.insert(0, primary);
+    let mut keys = keys.into_iter();
+    let (a, b, c, d) = (keys.next(), keys.next(), keys.next(), keys.next());
+    if keys.next().is_some() {
+        return Err(SearchError::illegal(format!(
+            "[sort] at most {MAX_SORT_KEYS} keys are supported"
+        )));
+    }
+    Ok(match (a, b, c, d) {
+        (Some(a), None, _, _) => add_sorter(pass, window, (a, offset), |(a, o)| (vec![a], o)),
+        (Some(a), Some(b), None, _) => add_sorter(pass, window, (a, (b, offset)), |(a, (b, o))| {
+            (vec![a, b], o)
+        }),
+        (Some(a), Some(b), Some(c), None) => {
+            add_sorter(pass, window, (a, (b, (c, offset))), |(a, (b, (c, o)))| {
+                (vec![a, b, c], o)
+            })
+        }
+        (Some(a), Some(b), Some(c), Some(d)) => add_sorter(
+            pass,
+            window,
+            (a, (b, (c, (d, offset)))),
+            |(a, (b, (c, (d, o))))| (vec![a, b, c, d], o),
+        ),
+        _ => return Err(SearchError::illegal("[sort] needs a key to sort on")),
+    })
 }
 
 /// The record at `offset` of target `ti`: from the index when it stores records, else from the
@@ -1795,6 +1920,9 @@ impl QueryWords {
 pub struct PartialHit {
     /// The primary sort value (the score when sorting by score); null when missing.
     pub key: Value,
+    /// The values of the sort's keys after the primary one (null when missing).
+    #[serde(default)]
+    pub then: Vec<Value>,
     /// Topic, the last tie-breaker between searches of several topics.
     pub topic: String,
     /// Partition, the first tie-breaker.
@@ -1871,14 +1999,27 @@ fn compare_json(a: &Value, b: &Value) -> Ordering {
 /// Hit order for `req`: the primary sort value (missing last in either direction), then
 /// partition, offset and topic.
 fn hit_order(req: &SearchRequest, x: &PartialHit, y: &PartialHit) -> Ordering {
-    let desc = req.sort.direction == Direction::Desc;
-    let primary = match (&x.key, &y.key) {
-        (Value::Null, _) | (_, Value::Null) => compare_json(&x.key, &y.key),
-        _ if desc => compare_json(&y.key, &x.key),
-        _ => compare_json(&x.key, &y.key),
+    // Missing values last in either direction.
+    let by = |a: &Value, b: &Value, d: Direction| match (a, b) {
+        (Value::Null, _) | (_, Value::Null) => compare_json(a, b),
+        _ if d == Direction::Desc => compare_json(b, a),
+        _ => compare_json(a, b),
     };
+    let desc = req.sort.direction == Direction::Desc;
+    let mut order = by(&x.key, &y.key, req.sort.direction);
+    for (i, (_, d)) in req.sort.then.iter().enumerate() {
+        if order != Ordering::Equal {
+            break;
+        }
+        let null = Value::Null;
+        order = by(
+            x.then.get(i).unwrap_or(&null),
+            y.then.get(i).unwrap_or(&null),
+            *d,
+        );
+    }
     let tie = (x.partition, x.offset, &x.topic).cmp(&(y.partition, y.offset, &y.topic));
-    primary.then(if desc { tie.reverse() } else { tie })
+    order.then(if desc { tie.reverse() } else { tie })
 }
 
 /// Searches `targets` (partitions of this node) and keeps the best `from + size` hits, not
@@ -1931,6 +2072,7 @@ pub fn partial(
                 ci,
                 PartialHit {
                     key,
+                    then: c.then.iter().map(owned_to_json).collect(),
                     topic: targets[c.target].index.topic.clone(),
                     partition: c.partition,
                     offset: c.offset,
@@ -1959,10 +2101,10 @@ pub fn partial(
                 .unwrap_or(Value::Null),
         );
         if field_sort {
-            hit.insert(
-                "sort".into(),
-                json!([h.key.clone(), c.partition, c.offset, h.topic]),
-            );
+            let mut sort = vec![h.key.clone()];
+            sort.extend(h.then.iter().cloned());
+            sort.extend([json!(c.partition), json!(c.offset), json!(h.topic)]);
+            hit.insert("sort".into(), Value::Array(sort));
         }
         h.hit = Value::Object(hit);
         hits.push(h);
@@ -2306,6 +2448,7 @@ pub fn merge_page(partials: Vec<Partial>, req: &SearchRequest) -> Result<Merged,
             }
             page.push(PartialHit {
                 key: Value::Null,
+                then: Vec::new(),
                 topic,
                 partition,
                 offset,
@@ -2362,7 +2505,7 @@ mod tests {
     use super::*;
 
     /// Six documents over two partitions: `d0`..`d5`, a minute apart, services `a` and `b`
-    /// alternating, `n` counting down.
+    /// alternating, `n` counting down, `g` cycling 0, 1, 2.
     fn six_docs(dir: &tempfile::TempDir) -> Vec<Target> {
         let doc = |i: i64| {
             json!({
@@ -2370,6 +2513,7 @@ mod tests {
                 "doc_id": format!("d{i}"),
                 "service": if i % 2 == 0 { "a" } else { "b" },
                 "n": 10 - i,
+                "g": i % 3,
             })
             .to_string()
         };
@@ -2522,6 +2666,46 @@ mod tests {
             "{next}"
         );
         assert_eq!(c["after_key"], c["buckets"][0]["key"]);
+    }
+
+    #[test]
+    fn a_sort_on_several_fields_orders_by_each_in_turn_across_partitions_and_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let targets = six_docs(&dir);
+        let sort = json!([{"g": "asc"}, {"n": {"order": "asc"}}, {"_doc": "asc"}]);
+        let v = search(&targets, json!({"size": 10, "sort": sort}));
+        let want = ["d3", "d0", "d4", "d1", "d5", "d2"];
+        assert_eq!(source_ids(&v["hits"]), want, "{v}");
+        let first = &v["hits"]["hits"][0]["sort"];
+        assert_eq!(first[0].as_f64(), Some(0.0), "{first}");
+        assert_eq!(first[1].as_f64(), Some(7.0), "{first}");
+        // Paging with each page's last sort values visits the same order.
+        let mut seen = Vec::new();
+        let mut after: Option<Value> = None;
+        for _ in 0..4 {
+            let mut body = json!({"size": 2, "sort": sort});
+            if let Some(a) = after.take() {
+                body["search_after"] = a;
+            }
+            let page = search(&targets, body);
+            let hits = page["hits"]["hits"].as_array().cloned().unwrap_or_default();
+            seen.extend(source_ids(&page["hits"]).into_iter().map(str::to_string));
+            match hits.last() {
+                Some(h) => after = Some(h["sort"].clone()),
+                None => break,
+            }
+        }
+        assert_eq!(seen, want);
+        // Descending on the second key, a missing field (all missing) in between.
+        let v = search(
+            &targets,
+            json!({"sort": [{"service.keyword": "desc"}, {"nothing": "asc"}, {"n": "desc"}]}),
+        );
+        assert_eq!(
+            source_ids(&v["hits"]),
+            ["d1", "d3", "d5", "d0", "d2", "d4"],
+            "{v}"
+        );
     }
 
     #[test]
