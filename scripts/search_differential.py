@@ -83,11 +83,6 @@ KNOWN = [
             "with search_timeout_exception although each takes ~0.1 s: an _msearch of this file's 95 cases "
             "took 8 s in spate (debug build, 2 busy cores) and failed 2 of them in one run; OpenSearch 0.65 s. "
             "Elasticsearch's timeout counts execution only (and has none by default)."},
-    {"id": "DEFECT-time_zone-ignored", "case": r"time_zone", "diff": r"buckets",
-     "why": "DEFECT: date_histogram ignores time_zone (Grafana sends it for dashboards not in UTC): days start "
-            "at 00:00 UTC instead of 00:00 Europe/Paris. Repro: {\"size\":0,\"aggs\":{\"h\":{\"date_histogram\":"
-            "{\"field\":\"@timestamp\",\"calendar_interval\":\"1d\",\"time_zone\":\"Europe/Paris\"}}}} -> OpenSearch "
-            "keys 1699830000000..., spate 1699833600000...."},
     {"id": "DEFECT-percentiles-few-values", "case": r"", "diff": r"\(beyond 2 % apart\)",
      "why": "DEFECT: percentiles over few values (small date_histogram buckets, sparse tails) take the lower "
             "neighbour instead of interpolating, far beyond 1 %: over the two values 24.37 and 30.25, p75..p99 "
@@ -639,6 +634,17 @@ CASES = [
           {"bool": {"filter": [rng_filter(), {"term": {"level.keyword": "error"}}]}})),
     ("date_histogram time_zone Europe/Paris 1d", EVENTS,
      aggs({"2": {"date_histogram": {"field": "@timestamp", "calendar_interval": "1d", "time_zone": "Europe/Paris", "min_doc_count": 0}}}, ALL)),
+    ("date_histogram time_zone +01:00 1d", EVENTS,
+     aggs({"2": {"date_histogram": {"field": "@timestamp", "calendar_interval": "1d", "time_zone": "+01:00", "min_doc_count": 0}}}, ALL)),
+    ("date_histogram time_zone America/New_York fixed 1d, 1M and 1w", EVENTS,
+     aggs({"d": {"date_histogram": {"field": "@timestamp", "fixed_interval": "1d", "time_zone": "America/New_York"}},
+           "m": {"date_histogram": {"field": "@timestamp", "calendar_interval": "1M", "time_zone": "America/New_York"}},
+           "w": {"date_histogram": {"field": "@timestamp", "calendar_interval": "1w", "time_zone": "America/New_York"}}}, ALL)),
+    ("date_histogram time_zone +05:30 1h (Grafana)", EVENTS,
+     aggs({"2": {"date_histogram": {**dh("calendar_interval", "1h", START, END - 1), "time_zone": "+05:30"}}}, ALL)),
+    ("terms > date_histogram time_zone Europe/Paris 12h", EVENTS,
+     aggs({"t": {"terms": {"field": "level.keyword"},
+                 "aggs": {"2": {"date_histogram": {**dh("fixed_interval", "12h", START, END - 1), "time_zone": "Europe/Paris"}}}}}, ALL)),
     ("date_histogram default key_as_string", EVENTS,
      aggs({"2": {"date_histogram": {"field": "@timestamp", "calendar_interval": "1d"}}}, ALL)),
     ("terms service.keyword by _count", EVENTS, aggs({"t": {"terms": {"field": "service.keyword", "size": 10, "order": {"_count": "desc"}}}})),

@@ -13,6 +13,7 @@
 //! * [`indexer`]: the background task that keeps an index up to date with its partition.
 //! * [`pool`]: the threads every indexer takes its steps on, and the bound on open writers.
 //! * [`service`]: every searchable partition of the broker, and searches across them.
+//! * [`zone`]: date_histogram's `time_zone` and local calendar units.
 
 pub mod dates;
 pub mod directory;
@@ -33,6 +34,7 @@ pub mod search;
 pub mod service;
 #[cfg(test)]
 mod testing;
+pub mod zone;
 
 pub use error::SearchError;
 pub use record::ValueDecoder;

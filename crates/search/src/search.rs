@@ -676,8 +676,24 @@ fn map_aggs_at(
                 }
             }
             if kind == "date_histogram" {
-                // Fixed lengths for the calendar units that have one.
-                if let Some(ci) = body.remove("calendar_interval") {
+                let zone = match body.remove("time_zone") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(text)) => {
+                        let zone = crate::zone::parse(&text)?;
+                        (!crate::zone::is_utc(&zone)).then_some((text, zone))
+                    }
+                    Some(other) => {
+                        return Err(SearchError::parsing(format!(
+                            "[date_histogram] time_zone must be a string, got {other}"
+                        )))
+                    }
+                };
+                if let Some((text, zone)) = zone {
+                    if let Some(tag) = zoned_histogram(&mut body, &text, &zone, foldable)? {
+                        tagged = format!("{name}\u{1e}{tag}");
+                    }
+                } else if let Some(ci) = body.remove("calendar_interval") {
+                    // Fixed lengths for the calendar units that have one.
                     let ci = ci.as_str().unwrap_or("");
                     let fixed = match ci {
                         "1s" | "second" => "1s",
@@ -714,7 +730,6 @@ fn map_aggs_at(
                     };
                     body.insert("fixed_interval".into(), Value::from(fixed));
                 }
-                body.remove("time_zone");
                 // Keys are epoch milliseconds either way (what Grafana's `epoch_millis` asks
                 // for); `key_as_string` stays RFC 3339 whatever format is named.
                 body.remove("format");
@@ -888,6 +903,137 @@ fn shape_date_metric(out: &mut Value) {
     }
 }
 
+/// A date_histogram in a zone other than UTC, as tantivy (which knows UTC and fixed lengths
+/// only) can count it. Buckets start at the start of their local unit (local midnight for
+/// days), keyed by that instant, as Elasticsearch's are:
+/// - a fixed length that divides an hour (so calendar seconds, minutes, hours): local starts
+///   are UTC ones shifted by the zone's offset modulo the length, which DST changes (whole
+///   hours) keep: tantivy's `offset` does it;
+/// - any unit in a zone of one fixed offset: the same, days and weeks as fixed lengths, months,
+///   quarters and years folded from such days;
+/// - otherwise (days, weeks, months... in a zone with DST): counted by hour (shifted by the
+///   zone's offset modulo an hour) and folded into local units after the merge, where folding
+///   is done (not under terms, filters or ranges). There, a zone's offset at the histogram's
+///   lower bound (or now) is taken as fixed: exact unless the buckets cross a DST change.
+///
+/// Answers the tag of a folded histogram (see [`fold_of`]).
+fn zoned_histogram(
+    body: &mut Map<String, Value>,
+    zone_text: &str,
+    zone: &jiff::tz::TimeZone,
+    foldable: bool,
+) -> Result<Option<String>, SearchError> {
+    use crate::zone::Unit;
+    const HOUR: i64 = 3_600_000;
+    const DAY: i64 = 24 * HOUR;
+    let unit = match (body.remove("calendar_interval"), body.get("fixed_interval")) {
+        (Some(ci), _) => {
+            let ci = ci.as_str().unwrap_or("");
+            Unit::calendar(ci).ok_or_else(|| {
+                SearchError::illegal(format!(
+                    "[date_histogram] calendar_interval [{ci}] is not a calendar unit (1m, 1h, 1d, 1w, 1M, 1q, 1y)"
+                ))
+            })?
+        }
+        (None, Some(fi)) => {
+            let fi = fi.as_str().unwrap_or("");
+            match crate::zone::duration_ms(fi) {
+                Some(ms) if ms > 0 => Unit::Fixed(ms),
+                _ => {
+                    return Err(SearchError::illegal(format!(
+                        "[date_histogram] fixed_interval [{fi}] is not a duration"
+                    )))
+                }
+            }
+        }
+        // No interval: tantivy says what is missing.
+        (None, None) => return Ok(None),
+    };
+    let user_offset = match body.remove("offset") {
+        None | Some(Value::Null) => 0,
+        Some(v) => v
+            .as_str()
+            .and_then(crate::zone::duration_ms)
+            .or_else(|| v.as_i64())
+            .ok_or_else(|| {
+                SearchError::illegal(format!("[date_histogram] offset {v} is not a duration"))
+            })?,
+    };
+    // The zone's offset where the histogram starts (its lower bound, else now).
+    let at = body
+        .get("extended_bounds")
+        .or_else(|| body.get("hard_bounds"))
+        .and_then(|b| b.get("min"))
+        .and_then(|v| crate::dates::parse_date(v, 0))
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0)
+        });
+    let zone_offset = crate::zone::offset_ms(zone, at);
+    let fixed_zone = zone.to_fixed_offset().is_ok();
+    // Bucket starts of a length as tantivy's `offset`: local starts in UTC terms.
+    let direct = |body: &mut Map<String, Value>, len: i64, extra: i64| {
+        let shift = (extra + user_offset - zone_offset).rem_euclid(len);
+        body.insert("fixed_interval".into(), Value::from(format!("{len}ms")));
+        body.insert("offset".into(), Value::from(format!("{shift}ms")));
+    };
+    let length = match unit {
+        Unit::Fixed(len) => Some((len, 0)),
+        Unit::Day => Some((DAY, 0)),
+        // Weeks start on Monday; the epoch was a Thursday.
+        Unit::Week => Some((7 * DAY, 4 * DAY)),
+        _ => None,
+    };
+    match length {
+        Some((len, extra)) if HOUR % len == 0 || fixed_zone => {
+            direct(body, len, extra);
+            return Ok(None);
+        }
+        Some((len, extra)) if !foldable => {
+            direct(body, len, extra);
+            return Ok(None);
+        }
+        None if !foldable => {
+            return Err(SearchError::illegal(format!(
+                "[date_histogram] calendar_interval [{}] is supported at the top level and under other histograms, not under terms, filters or ranges; use fixed_interval there",
+                unit.tag()
+            )))
+        }
+        _ => {}
+    }
+    // Counted on a grid whose buckets never straddle a local unit's start, folded after the
+    // merge (see `fold_calendar`); gaps are filled then.
+    let grid = if fixed_zone { DAY } else { HOUR };
+    for k in ["extended_bounds", "hard_bounds", "min_doc_count"] {
+        body.remove(k);
+    }
+    body.insert("min_doc_count".into(), Value::from(1));
+    direct(body, grid, 0);
+    Ok(Some(format!("{}@{user_offset}@{zone_text}", unit.tag())))
+}
+
+/// The rounding a folded histogram's tag names: `M`, `q`, `y` (UTC months, quarters, years),
+/// or `<unit>@<offset ms>@<time zone>` ([`zoned_histogram`]).
+fn fold_of(tag: &str) -> Option<crate::zone::Rounding> {
+    let mut parts = tag.splitn(3, '@');
+    let unit = crate::zone::Unit::from_tag(parts.next()?)?;
+    let offset_ms = match parts.next() {
+        Some(o) => o.parse().ok()?,
+        None => 0,
+    };
+    let zone = match parts.next() {
+        Some(z) => crate::zone::parse(z).ok()?,
+        None => jiff::tz::TimeZone::UTC,
+    };
+    Some(crate::zone::Rounding {
+        unit,
+        zone,
+        offset_ms,
+    })
+}
+
 /// The calendar units longer than a day, which have no fixed length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CalendarUnit {
@@ -914,48 +1060,12 @@ impl CalendarUnit {
             Self::Year => "y",
         }
     }
-
-    fn from_tag(tag: &str) -> Option<Self> {
-        match tag {
-            "M" => Some(Self::Month),
-            "q" => Some(Self::Quarter),
-            "y" => Some(Self::Year),
-            _ => None,
-        }
-    }
-
-    fn months(self) -> u8 {
-        match self {
-            Self::Month => 1,
-            Self::Quarter => 3,
-            Self::Year => 12,
-        }
-    }
-
-    /// The start (epoch ms, UTC) of the unit holding `ms`.
-    fn start(self, ms: i64) -> Option<i64> {
-        let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()?;
-        let step = self.months();
-        let month0 = (u8::from(t.month()) - 1) / step * step;
-        let month = time::Month::try_from(month0 + 1).ok()?;
-        let date = time::Date::from_calendar_date(t.year(), month, 1).ok()?;
-        Some((date.midnight().assume_utc().unix_timestamp_nanos() / 1_000_000) as i64)
-    }
-
-    /// The start of the unit after the one starting at `start`.
-    fn next(self, start: i64) -> Option<i64> {
-        let t =
-            time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(start) * 1_000_000).ok()?;
-        let months = i32::from(u8::from(t.month()) - 1) + i32::from(self.months());
-        let month = time::Month::try_from((months % 12) as u8 + 1).ok()?;
-        let date = time::Date::from_calendar_date(t.year() + months / 12, month, 1).ok()?;
-        Some((date.midnight().assume_utc().unix_timestamp_nanos() / 1_000_000) as i64)
-    }
 }
 
-/// Folds the day buckets of calendar-unit date histograms (named with their unit's tag by
-/// `map_aggs`) into months, quarters or years, merging their sub-aggregations, in the merged
-/// intermediate results of `mapped`; nested ones under histograms too.
+/// Folds the buckets of date histograms counted on a finer grid (named with their rounding's
+/// tag by `map_aggs`, see [`fold_of`]) into their units: UTC months, quarters or years, or
+/// local units of a time zone; merging their sub-aggregations, in the merged intermediate
+/// results of `mapped`; nested ones under histograms too.
 fn fold_calendar(
     mapped: &Map<String, Value>,
     results: &mut IntermediateAggregationResults,
@@ -968,9 +1078,7 @@ fn fold_calendar(
         if !(spec.get("date_histogram").is_some() || spec.get("histogram").is_some()) {
             continue;
         }
-        let unit = name
-            .rsplit_once('\u{1e}')
-            .and_then(|(_, tag)| CalendarUnit::from_tag(tag));
+        let unit = name.split_once('\u{1e}').and_then(|(_, tag)| fold_of(tag));
         let sub = spec
             .get("aggs")
             .or_else(|| spec.get("aggregations"))
@@ -1030,7 +1138,7 @@ fn fold_calendar(
 /// A calendar-unit histogram's answer as Elasticsearch gives it: under its own name, with the
 /// empty units between its first and last (and across `extended_bounds`) filled in unless
 /// `min_doc_count` is above 0.
-fn shape_calendar(spec: &Map<String, Value>, unit: CalendarUnit, out: &mut Value) {
+fn shape_calendar(spec: &Map<String, Value>, unit: &crate::zone::Rounding, out: &mut Value) {
     let body = &spec["date_histogram"];
     let min_doc_count = body
         .get("min_doc_count")
@@ -1156,19 +1264,34 @@ fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &
             all.insert(name.clone(), json!({ "buckets": buckets }));
             continue;
         }
-        let calendar = spec
+        // The mapped name of a folded histogram carries its rounding (see `fold_of`).
+        let folded = spec
             .get("date_histogram")
-            .and_then(|d| d.get("calendar_interval"))
-            .and_then(Value::as_str)
-            .and_then(CalendarUnit::parse);
-        // The mapped name of a calendar-unit histogram carries its unit.
+            .and(mapped)
+            .and_then(Value::as_object)
+            .and_then(|m| {
+                let prefix = format!("{name}\u{1e}");
+                m.keys().find_map(|k| {
+                    let rounding = fold_of(k.strip_prefix(&prefix)?)?;
+                    Some((k.clone(), rounding))
+                })
+            })
+            .or_else(|| {
+                // Without the mapped request: UTC months, quarters and years.
+                let unit = spec
+                    .get("date_histogram")
+                    .and_then(|d| d.get("calendar_interval"))
+                    .and_then(Value::as_str)
+                    .and_then(CalendarUnit::parse)?;
+                Some((format!("{name}\u{1e}{}", unit.tag()), fold_of(unit.tag())?))
+            });
         let boolean = format!("{name}{BOOLEAN_TERMS}");
-        let mapped_name = match calendar {
-            Some(u) => format!("{name}\u{1e}{}", u.tag()),
-            None if mapped.and_then(|m| m.get(&boolean)).is_some() => boolean,
-            None => name.clone(),
+        let (mapped_name, calendar) = match folded {
+            Some((n, rounding)) => (n, Some(rounding)),
+            None if mapped.and_then(|m| m.get(&boolean)).is_some() => (boolean, None),
+            None => (name.clone(), None),
         };
-        if let (Some(_), Some(all)) = (calendar, result.as_object_mut()) {
+        if let (Some(_), Some(all)) = (&calendar, result.as_object_mut()) {
             if let Some(v) = all.remove(&mapped_name) {
                 all.insert(name.clone(), v);
             }
@@ -1273,8 +1396,8 @@ fn es_shape_aggs(request: &Map<String, Value>, mapped: Option<&Value>, result: &
                 es_shape_aggs(sub, sub_of(mapped, &mapped_name).as_ref(), b);
             }
         }
-        if let Some(unit) = calendar {
-            shape_calendar(spec, unit, out);
+        if let Some(rounding) = &calendar {
+            shape_calendar(spec, rounding, out);
         }
         if let Some(range) = spec.get("range") {
             shape_ranges(range, out);
@@ -1332,7 +1455,17 @@ fn date_key_string(spec: &Map<String, Value>, ms: i64) -> String {
     match spec["date_histogram"].get("format").and_then(Value::as_str) {
         Some("epoch_millis") => ms.to_string(),
         Some("epoch_second") => (ms.div_euclid(1000)).to_string(),
-        _ => crate::dates::rfc3339_millis(ms).unwrap_or_default(),
+        // In the request's time zone, as Elasticsearch writes it (`+01:00`, `Z`).
+        _ => match spec["date_histogram"]
+            .get("time_zone")
+            .and_then(Value::as_str)
+        {
+            Some(tz) => crate::zone::parse(tz)
+                .ok()
+                .and_then(|z| crate::zone::format(&z, ms))
+                .unwrap_or_default(),
+            None => crate::dates::rfc3339_millis(ms).unwrap_or_default(),
+        },
     }
 }
 
@@ -2706,6 +2839,102 @@ mod tests {
             ["d1", "d3", "d5", "d0", "d2", "d4"],
             "{v}"
         );
+    }
+
+    #[test]
+    fn date_histogram_buckets_start_at_local_midnight_in_the_time_zone_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |ms: i64| json!({"@timestamp": crate::dates::rfc3339_millis(ms)}).to_string();
+        // 2023-11-12T23:30Z (00:30 in Paris), 2023-11-13T12:00Z, 2023-11-13T23:30Z; and noon
+        // UTC on 2023-03-25 and 2023-03-26, the day Paris moves to summer time.
+        let docs: Vec<String> = [
+            1_699_831_800_000,
+            1_699_876_800_000,
+            1_699_918_200_000,
+            1_679_745_600_000,
+            1_679_832_000_000,
+        ]
+        .into_iter()
+        .map(at)
+        .collect();
+        let values: Vec<&str> = docs.iter().map(String::as_str).collect();
+        let targets = crate::testing::indexed(&dir, "events", &[&values[..2], &values[2..]]);
+        let november = json!({"range": {"@timestamp": {"gte": 1_699_800_000_000_i64}}});
+        let histogram = |h: Value, query: &Value| {
+            let v = search(
+                &targets,
+                json!({"size": 0, "query": query, "aggs": {"h": {"date_histogram": h}}}),
+            );
+            let buckets = v["aggregations"]["h"]["buckets"].as_array().cloned();
+            buckets
+                .unwrap_or_default()
+                .iter()
+                .map(|b| {
+                    (
+                        b["key"].clone(),
+                        b["doc_count"].clone(),
+                        b["key_as_string"].clone(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let paris_days = vec![
+            (
+                json!(1_699_830_000_000_i64),
+                json!(2),
+                json!("2023-11-13T00:00:00.000+01:00"),
+            ),
+            (
+                json!(1_699_916_400_000_i64),
+                json!(1),
+                json!("2023-11-14T00:00:00.000+01:00"),
+            ),
+        ];
+        for tz in ["Europe/Paris", "+01:00"] {
+            let days = histogram(
+                json!({"field": "@timestamp", "calendar_interval": "1d", "time_zone": tz, "min_doc_count": 0}),
+                &november,
+            );
+            assert_eq!(days, paris_days, "{tz}");
+        }
+        let fixed_days = histogram(
+            json!({"field": "@timestamp", "fixed_interval": "1d", "time_zone": "Europe/Paris"}),
+            &november,
+        );
+        assert_eq!(fixed_days, paris_days);
+        let months = histogram(
+            json!({"field": "@timestamp", "calendar_interval": "1M", "time_zone": "Europe/Paris"}),
+            &november,
+        );
+        assert_eq!(months[0].0, json!(1_698_793_200_000_i64)); // 2023-10-31T23:00Z
+        assert_eq!(months[0].1, json!(3));
+        let india_hours = histogram(
+            json!({"field": "@timestamp", "calendar_interval": "1h", "time_zone": "+05:30", "min_doc_count": 1}),
+            &november,
+        );
+        // Local hours start at half past in UTC: 23:30Z is 05:00 there.
+        assert_eq!(india_hours[0].0, json!(1_699_831_800_000_i64));
+        assert_eq!(india_hours[0].2, json!("2023-11-13T05:00:00.000+05:30"));
+        assert_eq!(india_hours[1].0, json!(1_699_875_000_000_i64)); // 12:00Z in 11:30Z..12:30Z
+                                                                    // Across the change to summer time: 2023-03-26 (Paris) starts at 23:00Z the day
+                                                                    // before, 2023-03-27 at 22:00Z.
+        let march = json!({"range": {"@timestamp": {"lt": 1_690_000_000_000_i64}}});
+        let dst = histogram(
+            json!({"field": "@timestamp", "calendar_interval": "1d", "time_zone": "Europe/Paris",
+                   "extended_bounds": {"min": 1_679_745_600_000_i64, "max": 1_679_900_000_000_i64}}),
+            &march,
+        );
+        let keys: Vec<Value> = dst.iter().map(|b| b.0.clone()).collect();
+        assert_eq!(
+            keys,
+            [
+                json!(1_679_698_800_000_i64),
+                json!(1_679_785_200_000_i64),
+                json!(1_679_868_000_000_i64)
+            ],
+            "{dst:?}"
+        );
+        assert_eq!(dst[2].2, json!("2023-03-27T00:00:00.000+02:00"));
     }
 
     #[test]
