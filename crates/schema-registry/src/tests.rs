@@ -1057,16 +1057,21 @@ impl crate::access::Access for FakeAcls {
     }
 }
 
-#[tokio::test]
-async fn with_security_callers_need_credentials_and_the_acls_of_the_subjects_topic() {
+/// The API of a fresh registry whose callers are checked by [`FakeAcls`].
+async fn secured_app() -> axum::Router {
     let reg = Registry::start(Arc::new(MemoryLog::new()), Settings::default()).await;
-    let app = crate::api::router_with(
+    crate::api::router_with(
         reg,
         crate::api::Hooks {
             access: Some(Arc::new(FakeAcls)),
             forward: None,
         },
-    );
+    )
+}
+
+#[tokio::test]
+async fn with_security_callers_need_credentials_and_the_acls_of_the_subjects_topic() {
+    let app = secured_app().await;
     let call = |method: &str, path: &str, user: Option<&str>, body: Option<Value>| {
         let mut req = Request::builder().method(method).uri(path);
         if let Some(u) = user {
@@ -1122,14 +1127,7 @@ async fn with_security_callers_need_credentials_and_the_acls_of_the_subjects_top
 
 #[tokio::test]
 async fn a_schema_with_references_needs_describe_on_each_referenced_subject() {
-    let reg = Registry::start(Arc::new(MemoryLog::new()), Settings::default()).await;
-    let app = crate::api::router_with(
-        reg,
-        crate::api::Hooks {
-            access: Some(Arc::new(FakeAcls)),
-            forward: None,
-        },
-    );
+    let app = secured_app().await;
     let call = |method: &str, path: &str, user: &str, body: Value| {
         let req = Request::builder()
             .method(method)
