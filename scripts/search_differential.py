@@ -90,12 +90,6 @@ KNOWN = [
             "468.8 in spate, 589.9 in OpenSearch, 557 exactly (interpolated). Repro: {\"size\":0,\"query\":"
             "{\"range\":{\"@timestamp\":{\"gte\":1700000002000,\"lt\":1700000004000,\"format\":\"epoch_millis\"}}},"
             "\"aggs\":{\"p\":{\"percentiles\":{\"field\":\"latency_ms\",\"percents\":[99]}}}} on `logs`."},
-    {"id": "DEFECT-terms-shard_size", "case": r"^terms host", "diff": r"sum_other_doc_count|key order differs",
-     "why": "DEFECT: terms over several partitions counts wrong where Elasticsearch over several shards would "
-            "not: each partition seems to return only `size` terms (Elasticsearch's default shard_size is "
-            "size * 1.5 + 10). Repro: {\"size\":0,\"aggs\":{\"t\":{\"terms\":{\"field\":\"host.keyword\",\"size\":5}}}} "
-            "-> gateway-01.eu-west-1 counted 34 (is 35) and ranked before billing-01.us-east-1; with "
-            "\"shard_size\":100 spate answers right."},
 ]
 KNOWN_BY_ID = {k["id"]: k for k in KNOWN}
 seen_known = set()

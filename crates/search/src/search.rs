@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use spate_broker::Partition;
 use tantivy::aggregation::agg_req::Aggregations;
-use tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults;
+use tantivy::aggregation::intermediate_agg_result::{IntermediateAggregationResults, PruneMode};
 use tantivy::aggregation::{
     AggContextParams, AggregationLimitsGuard, DistributedAggregationCollector,
 };
@@ -780,9 +780,9 @@ fn map_aggs_at(
                 && !body.contains_key("shard_size")
                 && !body.contains_key("split_size")
             {
-                // Each partition answers more terms than asked, as Elasticsearch's shards do
-                // (size * 1.5 + 10): with only `size`, a term just below each partition's cut
-                // is missed and the counts merged are wrong.
+                // Each node answers more terms than asked, as Elasticsearch's shards do
+                // (size * 1.5 + 10): with only `size`, a term just below each node's cut is
+                // missed and the counts merged are wrong (the cut is made in `partial`).
                 let size = body.get("size").and_then(Value::as_u64).unwrap_or(10);
                 body.insert("shard_size".into(), Value::from(size * 3 / 2 + 10));
             }
@@ -801,6 +801,52 @@ fn map_aggs_at(
         out.insert(tagged, Value::Object(mapped));
     }
     Ok(out)
+}
+
+/// Terms a segment keeps at most (tantivy cuts each segment's terms at `segment_size`): as
+/// many as an answer may hold buckets, so that a partition counts its terms over all its
+/// segments, not the top few of each.
+const SEGMENT_TERMS: u64 = 65_000;
+
+/// Has every `terms` in `mapped` (sub-aggregations too) keep [`SEGMENT_TERMS`] per segment,
+/// or its own shard_size if larger. Elasticsearch counts a shard's terms exactly over all its
+/// segments and cuts only the shard's answer at shard_size; tantivy cuts each segment, and a
+/// partition holds many, so a term ranked just below the cut in some segments was counted
+/// short (issue 26). The cut at shard_size is made on the node's merged answer ([`partial`]).
+fn widen_segment_cut(mapped: &mut Map<String, Value>) {
+    for spec in mapped.values_mut() {
+        let Some(spec) = spec.as_object_mut() else {
+            continue;
+        };
+        if let Some(Value::Object(terms)) = spec.get_mut("terms") {
+            let asked = ["shard_size", "split_size", "segment_size"]
+                .iter()
+                .filter_map(|k| terms.remove(*k))
+                .filter_map(|v| v.as_u64())
+                .max()
+                .unwrap_or(0);
+            terms.insert("segment_size".into(), Value::from(asked.max(SEGMENT_TERMS)));
+        }
+        for k in ["aggs", "aggregations"] {
+            if let Some(Value::Object(sub)) = spec.get_mut(k) {
+                widen_segment_cut(sub);
+            }
+        }
+    }
+}
+
+/// Whether some histogram in `mapped` (or under it) is counted finely and folded into
+/// calendar units after the final merge (see [`fold_calendar`]).
+fn has_calendar_fold(mapped: &Map<String, Value>) -> bool {
+    mapped.iter().any(|(name, spec)| {
+        name.split_once('\u{1e}')
+            .is_some_and(|(_, tag)| fold_of(tag).is_some())
+            || ["aggs", "aggregations"].iter().any(|k| {
+                spec.get(*k)
+                    .and_then(Value::as_object)
+                    .is_some_and(has_calendar_fold)
+            })
+    })
 }
 
 /// `extended_stats` over one value or none as Elasticsearch answers it (Grafana reads the
@@ -1613,7 +1659,9 @@ fn search_one(
         sort_name.is_none() && req.sort.direction == Direction::Desc && then.is_empty();
     let aggregations = match (&req.aggs, count_only) {
         (Some(a), false) => {
-            let mut aggs = parse_aggs(map_aggs(a, schema)?)?;
+            let mut mapped = map_aggs(a, schema)?;
+            widen_segment_cut(&mut mapped);
+            let mut aggs = parse_aggs(mapped)?;
             crate::filter_agg::bind(&mut aggs, schema, limits, now_ms)?;
             Some(DistributedAggregationCollector::from_aggs(
                 aggs,
@@ -2253,8 +2301,22 @@ pub fn partial(
                     }
                 }
             }
+            let mapped = map_aggs(a, &t.index.schema)?;
+            if let Some(m) = &mut merged {
+                // This node's partitions were merged whole, as one Elasticsearch shard
+                // counts over all its segments; only what leaves the node is cut, at each
+                // terms' shard_size. Calendar-folded histograms are left whole: their
+                // buckets are merged into larger ones only after every node answered.
+                if !has_calendar_fold(&mapped) {
+                    m.prune_intermediate_results(
+                        &parse_aggs(mapped.clone())?,
+                        PruneMode::Intermediate,
+                    )
+                    .map_err(aggregation_error)?;
+                }
+            }
             let encoded = merged.as_ref().map(encode_aggs).transpose()?;
-            (encoded, Some(Value::Object(map_aggs(a, &t.index.schema)?)))
+            (encoded, Some(Value::Object(mapped)))
         }
         _ => (None, None),
     };
@@ -2988,5 +3050,30 @@ mod tests {
         let mut other = json!({"buckets": []});
         add_missing_bucket(&json!({"field": "level", "missing": "x"}), None, &mut other);
         assert_eq!(other["buckets"].as_array().map(Vec::len), Some(0));
+    }
+
+    #[test]
+    fn terms_count_a_term_cut_in_one_partition_whole_as_elasticsearch_counts_a_shard() {
+        // Partition 0: twelve hosts twice each and `x` once, so `x` ranks below the default
+        // shard_size of size 1 (11) there; partition 1: `x` three times. `x` has 4 in all.
+        let dir = tempfile::tempdir().unwrap();
+        let doc = |h: &str| json!({"host": h}).to_string();
+        let mut p0: Vec<String> = "abcdefghijkl"
+            .chars()
+            .flat_map(|c| [doc(&c.to_string()), doc(&c.to_string())])
+            .collect();
+        p0.push(doc("x"));
+        let p1: Vec<String> = (0..3).map(|_| doc("x")).collect();
+        let p0: Vec<&str> = p0.iter().map(String::as_str).collect();
+        let p1: Vec<&str> = p1.iter().map(String::as_str).collect();
+        let targets = crate::testing::indexed(&dir, "hosts", &[&p0, &p1]);
+        let out = search(
+            &targets,
+            json!({"size": 0, "aggs": {"t": {"terms": {"field": "host.keyword", "size": 1}}}}),
+        );
+        let t = &out["aggregations"]["t"];
+        assert_eq!(t["buckets"][0]["key"], json!("x"), "{t}");
+        assert_eq!(t["buckets"][0]["doc_count"], json!(4), "{t}");
+        assert_eq!(t["sum_other_doc_count"], json!(24), "{t}");
     }
 }
