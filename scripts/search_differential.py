@@ -83,13 +83,6 @@ KNOWN = [
             "with search_timeout_exception although each takes ~0.1 s: an _msearch of this file's 95 cases "
             "took 8 s in spate (debug build, 2 busy cores) and failed 2 of them in one run; OpenSearch 0.65 s. "
             "Elasticsearch's timeout counts execution only (and has none by default)."},
-    {"id": "DEFECT-percentiles-few-values", "case": r"", "diff": r"\(beyond 2 % apart\)",
-     "why": "DEFECT: percentiles over few values (small date_histogram buckets, sparse tails) take the lower "
-            "neighbour instead of interpolating, far beyond 1 %: over the two values 24.37 and 30.25, p75..p99 "
-            "are 24.29 in spate (below both) and 30.25 in OpenSearch; p99 of service `search` (412 values) is "
-            "468.8 in spate, 589.9 in OpenSearch, 557 exactly (interpolated). Repro: {\"size\":0,\"query\":"
-            "{\"range\":{\"@timestamp\":{\"gte\":1700000002000,\"lt\":1700000004000,\"format\":\"epoch_millis\"}}},"
-            "\"aggs\":{\"p\":{\"percentiles\":{\"field\":\"latency_ms\",\"percents\":[99]}}}} on `logs`."},
 ]
 KNOWN_BY_ID = {k["id"]: k for k in KNOWN}
 seen_known = set()

@@ -4,6 +4,7 @@
 //! read back from the log (or the index, under `search.store.value`).
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -847,6 +848,194 @@ fn has_calendar_fold(mapped: &Map<String, Value>) -> bool {
                     .is_some_and(has_calendar_fold)
             })
     })
+}
+
+/// Whether `mapped` holds a `percentiles` aggregation (sub-aggregations too).
+fn asks_percentiles(mapped: &Map<String, Value>) -> bool {
+    mapped.values().any(|spec| {
+        spec.get("percentiles").is_some()
+            || ["aggs", "aggregations"].iter().any(|k| {
+                spec.get(*k)
+                    .and_then(Value::as_object)
+                    .is_some_and(asks_percentiles)
+            })
+    })
+}
+
+/// The percents each `percentiles` in `mapped` asks for, by its name (sub-aggregations too).
+fn percents_by_name(mapped: &Map<String, Value>, out: &mut HashMap<String, Vec<f64>>) {
+    for (name, spec) in mapped {
+        if let Some(p) = spec.get("percentiles") {
+            let percents = match p.get("percents").and_then(Value::as_array) {
+                Some(list) => list.iter().filter_map(Value::as_f64).collect(),
+                // Elasticsearch's and tantivy's default.
+                None => vec![1.0, 5.0, 25.0, 50.0, 75.0, 95.0, 99.0],
+            };
+            out.insert(name.clone(), percents);
+        }
+        for k in ["aggs", "aggregations"] {
+            if let Some(sub) = spec.get(k).and_then(Value::as_object) {
+                percents_by_name(sub, out);
+            }
+        }
+    }
+}
+
+/// Has every percentiles in the merged `results` answer what Elasticsearch's t-digest
+/// answers over values it holds apart, as it holds few values (and the tails of many) one per
+/// centroid: for n values v[0] <= .. <= v[n-1], each standing at i + 0.5 on a scale of 0 to
+/// n, the q-quantile is read at q * n on that scale, linearly between the two values around
+/// it, v[0] before the first and v[n-1] past the last. Tantivy's DDSketch takes
+/// v[floor(q * (n - 1))], the lower neighbour: over 24.37 and 30.25 its p50 and p75 were
+/// 24.37 where Elasticsearch answers 27.31 and 30.25 (issue 26; the rule matched OpenSearch
+/// 2.19 to its digits over buckets of 12 to 165 values). The values of each rank still come
+/// from the sketch (1 % accurate), so large counts keep its bounded memory. Tantivy reads the answer from the sketch at the request's percents only, so each
+/// sketch is replaced by one holding just the answers at the ranks those percents fall on.
+/// Results that cannot be walked are left as they are.
+fn tdigest_ranks(mapped: &Map<String, Value>, results: &mut IntermediateAggregationResults) {
+    let mut percents = HashMap::new();
+    percents_by_name(mapped, &mut percents);
+    // Walked in the form results travel between nodes in (MessagePack: some results hold
+    // bytes that only its decoder reads back as they were written).
+    let rewritten = rmp_serde::to_vec_named(&*results)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| {
+            rmp_serde::from_slice::<serde_value::Value>(&bytes).map_err(|e| e.to_string())
+        })
+        .and_then(|mut tree| {
+            rewrite_sketches(&mut tree, &percents)?;
+            let bytes = rmp_serde::to_vec_named(&tree).map_err(|e| e.to_string())?;
+            rmp_serde::from_slice::<IntermediateAggregationResults>(&bytes)
+                .map_err(|e| e.to_string())
+        });
+    match rewritten {
+        Ok(r) => *results = r,
+        Err(e) => tracing::warn!("percentiles answered at the sketch's ranks: {e}"),
+    }
+}
+
+/// Values a rewritten sketch holds (see [`answering_sketch`]): the finer, the closer two
+/// percents may be and still fall on different ranks.
+const ANSWER_RANKS: u64 = 1_000_001;
+
+/// The q-quantile (q in [0, 1]) of the values `sketch` holds, by [`tdigest_ranks`]' rule.
+fn tdigest_quantile(sketch: &sketches_ddsketch::DDSketch, q: f64) -> Option<f64> {
+    let n = sketch.count();
+    let (min, max) = (sketch.min()?, sketch.max()?);
+    let at = |rank: usize| -> Option<f64> {
+        if rank == 0 {
+            Some(min)
+        } else if rank + 1 >= n {
+            Some(max)
+        } else {
+            // The sketch takes rank floor(q * (n - 1)); half a rank up keeps rounding off it.
+            let q = (rank as f64 + 0.5) / (n - 1) as f64;
+            sketch.quantile(q.min(1.0)).ok().flatten()
+        }
+    };
+    // Where q falls among the values' positions (v[k] at k + 0.5).
+    let at_scale = q * n as f64 - 0.5;
+    if n == 1 || at_scale <= 0.0 {
+        Some(min)
+    } else if at_scale >= (n - 1) as f64 {
+        Some(max)
+    } else {
+        let k = at_scale as usize;
+        let f = at_scale - k as f64;
+        let low = at(k)?;
+        if f == 0.0 {
+            return Some(low);
+        }
+        Some(low + f * (at(k + 1)? - low))
+    }
+}
+
+/// A sketch whose quantile at each of `percents` (as tantivy reads it: rank
+/// floor(q * (count - 1)), min at 0, max at 100) is `original`'s by [`tdigest_quantile`].
+fn answering_sketch(
+    original: &sketches_ddsketch::DDSketch,
+    percents: &[f64],
+) -> Option<sketches_ddsketch::DDSketch> {
+    let mut wanted: Vec<(u64, f64)> = Vec::new();
+    let mut sorted: Vec<f64> = percents
+        .iter()
+        .copied()
+        .filter(|p| (0.0..=100.0).contains(p))
+        .collect();
+    sorted.sort_by(f64::total_cmp);
+    for p in sorted {
+        let q = p / 100.0;
+        // Tantivy's own rank arithmetic, so that each percent lands on its block.
+        let rank = (q * (ANSWER_RANKS as f64 - 1.0)) as u64;
+        wanted.push((rank, tdigest_quantile(original, q)?));
+    }
+    let mut out = sketches_ddsketch::DDSketch::new(sketches_ddsketch::Config::defaults());
+    let mut next = 0;
+    let last = wanted.len().checked_sub(1)?;
+    for (j, &(rank, value)) in wanted.iter().enumerate() {
+        // Ranks from `next` up to this percent's (the last's: to the end) hold its answer.
+        let upto = if j == last { ANSWER_RANKS - 1 } else { rank };
+        if upto + 1 > next {
+            out.add_with_count(value, upto + 1 - next);
+            next = upto + 1;
+        }
+    }
+    Some(out)
+}
+
+/// [`tdigest_ranks`] on a generic form of tantivy's results: each percentiles result, found
+/// under its name, gets its answering sketch.
+fn rewrite_sketches(
+    v: &mut serde_value::Value,
+    percents: &HashMap<String, Vec<f64>>,
+) -> Result<(), String> {
+    use serde_value::Value as V;
+    let key = |s: &str| V::String(s.into());
+    match v {
+        V::Map(m) => {
+            for (k, child) in m.iter_mut() {
+                let asked = match k {
+                    V::String(name) => percents.get(name),
+                    _ => None,
+                };
+                let sketch = match (asked, &mut *child) {
+                    (Some(asked), V::Map(metric)) => metric
+                        .get_mut(&key("Metric"))
+                        .and_then(|m| match m {
+                            V::Map(m) => m.get_mut(&key("Percentiles")),
+                            _ => None,
+                        })
+                        .and_then(|p| match p {
+                            V::Map(p) => p.get_mut(&key("sketch")),
+                            _ => None,
+                        })
+                        .map(|s| (asked, s)),
+                    _ => None,
+                };
+                match sketch {
+                    Some((asked, sketch)) => {
+                        let original: sketches_ddsketch::DDSketch = sketch
+                            .clone()
+                            .deserialize_into()
+                            .map_err(|e| e.to_string())?;
+                        if let Some(answering) = answering_sketch(&original, asked) {
+                            *sketch =
+                                serde_value::to_value(&answering).map_err(|e| e.to_string())?;
+                        }
+                    }
+                    None => rewrite_sketches(child, percents)?,
+                }
+            }
+        }
+        V::Seq(list) => {
+            for item in list {
+                rewrite_sketches(item, percents)?;
+            }
+        }
+        V::Option(Some(inner)) | V::Newtype(inner) => rewrite_sketches(inner, percents)?,
+        _ => {}
+    }
+    Ok(())
 }
 
 /// `extended_stats` over one value or none as Elasticsearch answers it (Grafana reads the
@@ -2603,6 +2792,9 @@ pub fn merge_page(partials: Vec<Partial>, req: &SearchRequest) -> Result<Merged,
         };
         if let (Some(m), Some(Value::Object(mapped))) = (&mut merged, &mapped_request) {
             fold_calendar(mapped, m)?;
+            if asks_percentiles(mapped) {
+                tdigest_ranks(mapped, m);
+            }
         }
         let mut result = match merged {
             Some(m) => serde_json::to_value(
@@ -3075,5 +3267,60 @@ mod tests {
         assert_eq!(t["buckets"][0]["key"], json!("x"), "{t}");
         assert_eq!(t["buckets"][0]["doc_count"], json!(4), "{t}");
         assert_eq!(t["sum_other_doc_count"], json!(24), "{t}");
+    }
+
+    #[test]
+    fn percentiles_over_few_values_answer_as_tdigest_not_the_lower_neighbour() {
+        // OpenSearch (t-digest) over 24.37 and 30.25: p25 24.37, p50 the mean 27.31, p75
+        // and above 30.25.
+        let dir = tempfile::tempdir().unwrap();
+        let a = json!({"latency": 24.37}).to_string();
+        let b = json!({"latency": 30.25}).to_string();
+        let targets = crate::testing::indexed(&dir, "few", &[&[&a], &[&b]]);
+        let out = search(
+            &targets,
+            // Beside a cardinality, whose results hold bytes.
+            json!({"size": 0, "aggs": {"p": {"percentiles": {"field": "latency",
+                "percents": [25, 50, 75, 99]}}, "c": {"cardinality": {"field": "latency"}}}}),
+        );
+        let values = &out["aggregations"]["p"]["values"];
+        let near = |k: &str, want: f64| {
+            let got = values[k].as_f64().unwrap_or(f64::NAN);
+            assert!(
+                (got - want).abs() <= want * 0.011,
+                "{k}: {got} vs {want}: {values}"
+            );
+        };
+        near("25.0", 24.37);
+        near("50.0", 27.31);
+        near("75.0", 30.25);
+        near("99.0", 30.25);
+        // Five values 1..5 under a terms bucket, at 0.5, 1.5, .. 4.5 on a scale to 5: p65 is
+        // read at 3.25, a quarter of the way from 3 to 4. (Within the sketch's 1 %.)
+        let docs: Vec<String> = (1..=5)
+            .map(|i| json!({"s": "a", "latency": i}).to_string())
+            .collect();
+        let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let targets = crate::testing::indexed(&dir, "five", &[&docs]);
+        let out = search(
+            &targets,
+            json!({"size": 0, "aggs": {"t": {"terms": {"field": "s.keyword"}, "aggs": {
+                "p": {"percentiles": {"field": "latency", "percents": [10, 20, 40, 50, 65, 90]}}}}}}),
+        );
+        let values = &out["aggregations"]["t"]["buckets"][0]["p"]["values"];
+        let near = |k: &str, want: f64| {
+            let got = values[k].as_f64().unwrap_or(f64::NAN);
+            assert!(
+                (got - want).abs() <= want * 0.011,
+                "{k}: {got} vs {want}: {values}"
+            );
+        };
+        near("10.0", 1.0);
+        near("20.0", 1.5);
+        near("40.0", 2.5);
+        near("50.0", 3.0);
+        near("65.0", 3.75);
+        near("90.0", 5.0);
     }
 }
