@@ -77,12 +77,6 @@ KNOWN = [
             "for this reason). Note: spate's top_hits never orders by score (tantivy's aggregations see no "
             "scores), so under a scoring query (match) its hits without a sort are in index order, not by score."},
     # --- spate defects, each with the smallest request that shows it (on the `events` topic/index)
-    {"id": "DEFECT-timeout-counts-queueing", "case": r"^_msearch of", "diff": r"took longer than \d+ ms",
-     "why": "DEFECT (load-dependent): a search's 10-s limit (--search-timeout-ms) starts before it waits for a "
-            "search slot, so in a large _msearch (or under many concurrent searches) the queued searches fail "
-            "with search_timeout_exception although each takes ~0.1 s: an _msearch of this file's 95 cases "
-            "took 8 s in spate (debug build, 2 busy cores) and failed 2 of them in one run; OpenSearch 0.65 s. "
-            "Elasticsearch's timeout counts execution only (and has none by default)."},
 ]
 KNOWN_BY_ID = {k["id"]: k for k in KNOWN}
 seen_known = set()

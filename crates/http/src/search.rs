@@ -222,8 +222,9 @@ async fn call_node<C: Serialize, A: serde::de::DeserializeOwned>(
     let body = serde_json::to_vec(call).map_err(|e| SearchError::Index {
         reason: e.to_string(),
     })?;
-    // A node needs up to its own time limit; allow for the trip on top.
-    let limit = service.query_timeout() + Duration::from_secs(2);
+    // A node needs up to its own time limit after waiting for a slot up to its queue limit;
+    // allow for the trip on top.
+    let limit = service.queue_timeout() + service.query_timeout() + Duration::from_secs(2);
     let answer = peer::post_json(s.peer_tls(), addr, path, body, s.token(), limit)
         .await
         .map_err(|e| SearchError::Index {

@@ -22,6 +22,10 @@ pub enum SearchError {
     /// The query ran past its time budget.
     #[error("the search took longer than {0} ms and was stopped; narrow the query")]
     Timeout(u64),
+    /// No search slot came free within the queue limit (milliseconds): 429, which clients
+    /// retry, as Elasticsearch refuses a search its full search queue cannot hold.
+    #[error("no search slot came free within {0} ms: too many searches at once; retry")]
+    Rejected(u64),
     /// No partition of the search could be answered (indexes not open yet, replicas down):
     /// 503, which clients retry, as Elasticsearch answers while shards start.
     #[error("all shards failed: {0}")]
@@ -56,6 +60,7 @@ impl SearchError {
         match self {
             Self::BadRequest { .. } | Self::NotSearchable(_) | Self::Timeout(_) => 400,
             Self::NoSuchTopic(_) => 404,
+            Self::Rejected(_) => 429,
             Self::Unavailable(_) => 503,
             Self::Index { .. } => 500,
         }
@@ -68,6 +73,7 @@ impl SearchError {
             Self::NoSuchTopic(_) => "index_not_found_exception",
             Self::NotSearchable(_) => "illegal_argument_exception",
             Self::Timeout(_) => "search_timeout_exception",
+            Self::Rejected(_) => "es_rejected_execution_exception",
             Self::Unavailable(_) | Self::Index { .. } => "search_phase_execution_exception",
         }
     }

@@ -40,15 +40,19 @@ pub struct SearchConfig {
     pub max_open_writers: usize,
     /// How indexers run.
     pub indexer: IndexerSettings,
-    /// Longest a search may run before it is answered with an error.
+    /// Longest a search may run before it is answered with an error; counted from when it
+    /// starts running (it has a slot), as Elasticsearch's timeout counts execution only.
     pub query_timeout: Duration,
+    /// Longest a search waits for a slot before it is refused (429, as Elasticsearch refuses
+    /// a search its full queue cannot hold); a large `_msearch` queues its searches here.
+    pub queue_timeout: Duration,
     /// How often topic and config changes are looked for.
     pub reconcile_interval: Duration,
     /// Niceness of indexing threads (0 = the broker's priority) when not under SCHED_IDLE.
     pub indexer_nice: i32,
-    /// Searches that run at once on this node; more wait for a slot within their time
-    /// limit. A search past its limit is answered with an error but keeps its slot until
-    /// its thread finishes, so abandoned searches cannot pile up on the blocking pool.
+    /// Searches that run at once on this node; more wait for a slot, up to `queue_timeout`.
+    /// A search past its limit is answered with an error but keeps its slot until its thread
+    /// finishes, so abandoned searches cannot pile up on the blocking pool.
     pub max_concurrent_searches: usize,
     /// Run indexing threads under SCHED_IDLE (Linux): CPU only when nothing else wants it.
     pub indexer_idle: bool,
@@ -80,6 +84,7 @@ impl SearchConfig {
             max_open_writers: 16,
             indexer: IndexerSettings::default(),
             query_timeout: Duration::from_secs(10),
+            queue_timeout: Duration::from_secs(60),
             reconcile_interval: Duration::from_millis(250),
             indexer_nice: 10,
             indexer_idle: true,
@@ -809,27 +814,28 @@ impl SearchService {
         f: impl FnOnce() -> Result<T, SearchError> + Send + 'static,
     ) -> Result<T, SearchError> {
         let limit = self.config.query_timeout;
-        let slots = self.slots.clone();
-        let run = async move {
-            let permit = slots
-                .acquire_owned()
-                .await
-                .map_err(|_| SearchError::Index {
+        let queue = self.config.queue_timeout;
+        // Waiting for a slot is bounded apart: the time limit starts when the search runs,
+        // so searches queued behind others (a large _msearch) are not failed for waiting.
+        let permit = match tokio::time::timeout(queue, self.slots.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => {
+                return Err(SearchError::Index {
                     reason: "search is shutting down".into(),
-                })?;
-            // The slot is held by the thread, not by this future: a search answered as timed
-            // out still counts until it really ends.
-            tokio::task::spawn_blocking(move || {
-                let _permit = permit;
-                f()
-            })
-            .await
-            .map_err(|e| SearchError::Index {
-                reason: format!("search task failed: {e}"),
-            })?
+                })
+            }
+            Err(_) => return Err(SearchError::Rejected(queue.as_millis() as u64)),
         };
+        // The slot is held by the thread, not by this future: a search answered as timed
+        // out still counts until it really ends.
+        let run = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            f()
+        });
         match tokio::time::timeout(limit, run).await {
-            Ok(r) => r,
+            Ok(r) => r.map_err(|e| SearchError::Index {
+                reason: format!("search task failed: {e}"),
+            })?,
             Err(_) => Err(SearchError::Timeout(limit.as_millis() as u64)),
         }
     }
@@ -837,6 +843,11 @@ impl SearchService {
     /// How long a search may run; a node asking others waits a little longer than that.
     pub fn query_timeout(&self) -> Duration {
         self.config.query_timeout
+    }
+
+    /// How long a search may wait for a slot before it runs.
+    pub fn queue_timeout(&self) -> Duration {
+        self.config.queue_timeout
     }
 
     /// Records one answered search (its latency, and whether it failed) in the metrics.
@@ -939,6 +950,7 @@ mod tests {
         let mut config = SearchConfig::new(&broker.config.data_dir);
         config.max_concurrent_searches = 1;
         config.query_timeout = Duration::from_millis(50);
+        config.queue_timeout = Duration::from_millis(50);
         let service = SearchService::start(broker, config).unwrap();
         let running = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
@@ -958,9 +970,12 @@ mod tests {
         // The first search outlives its limit and is answered as timed out...
         let first = service.run_limited(search(Some(held))).await;
         assert!(matches!(first, Err(SearchError::Timeout(_))), "{first:?}");
-        // ...and the next one cannot start while it still runs.
+        // ...and the next one cannot start while it still runs: refused after its wait.
         let second = service.run_limited(search(None)).await;
-        assert!(matches!(second, Err(SearchError::Timeout(_))), "{second:?}");
+        assert!(
+            matches!(second, Err(SearchError::Rejected(_))),
+            "{second:?}"
+        );
         release.send(()).unwrap();
         while service.slots.available_permits() == 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -968,6 +983,29 @@ mod tests {
         let third = service.run_limited(search(None)).await;
         assert!(third.is_ok(), "{third:?}");
         assert_eq!(most.load(Ordering::SeqCst), 1, "never two at once");
+        service.shutdown();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_queued_search_is_timed_from_when_it_runs_not_while_it_waits_for_a_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker(&dir);
+        let mut config = SearchConfig::new(&broker.config.data_dir);
+        config.max_concurrent_searches = 1;
+        config.query_timeout = Duration::from_millis(250);
+        let service = SearchService::start(broker, config).unwrap();
+        // Four searches of 100 ms each through one slot: the last waits 300 ms, past the
+        // limit, but runs well within it.
+        let one = || {
+            service.run_limited(|| {
+                std::thread::sleep(Duration::from_millis(100));
+                Ok(())
+            })
+        };
+        let (a, b, c, d) = tokio::join!(one(), one(), one(), one());
+        for r in [a, b, c, d] {
+            assert!(r.is_ok(), "{r:?}");
+        }
         service.shutdown();
     }
 
