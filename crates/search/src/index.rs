@@ -372,14 +372,7 @@ mod tests {
     use super::*;
 
     fn settings() -> SearchSettings {
-        SearchSettings {
-            enabled: true,
-            format: spate_broker::search_config::ValueFormat::Json,
-            fields: Vec::new(),
-            store_value: false,
-            max_fields: 1000,
-            time_field: "@timestamp".into(),
-        }
+        crate::testing::json_settings()
     }
 
     /// Knows schema 1: its payload is JSON text after the header.

@@ -599,14 +599,7 @@ mod tests {
             .unwrap()
             .unwrap();
         let p = topic.partition(0).unwrap();
-        let settings = SearchSettings {
-            enabled: true,
-            format: ValueFormat::Json,
-            fields: Vec::new(),
-            store_value: false,
-            max_fields: 1000,
-            time_field: "@timestamp".into(),
-        };
+        let settings = crate::testing::json_settings();
         let full = Arc::new(AtomicBool::new(false));
         let disk = full.clone();
         let opened = PartitionIndex::open_on(
@@ -680,12 +673,8 @@ mod tests {
             .unwrap();
         let p = topic.partition(0).unwrap();
         let settings = SearchSettings {
-            enabled: true,
             format: ValueFormat::Schema,
-            fields: Vec::new(),
-            store_value: false,
-            max_fields: 1000,
-            time_field: "@timestamp".into(),
+            ..crate::testing::json_settings()
         };
         let mut opened = PartitionIndex::open(
             &dir.path().join("index"),

@@ -13,6 +13,18 @@ use tantivy::directory::{
 };
 use tantivy::Directory;
 
+/// Search settings of a `json` topic with no declared fields, as most tests index.
+pub fn json_settings() -> spate_broker::search_config::SearchSettings {
+    spate_broker::search_config::SearchSettings {
+        enabled: true,
+        format: spate_broker::search_config::ValueFormat::Json,
+        fields: Vec::new(),
+        store_value: false,
+        max_fields: 1000,
+        time_field: "@timestamp".into(),
+    }
+}
+
 /// A standalone broker with its data under `dir`.
 pub fn broker(dir: &tempfile::TempDir) -> Arc<Broker> {
     Broker::open(spate_broker::BrokerConfig::new(
@@ -107,7 +119,6 @@ pub fn indexed(
     name: &str,
     partitions: &[&[&str]],
 ) -> Vec<crate::search::Target> {
-    use spate_broker::search_config::{SearchSettings, ValueFormat};
     let broker = broker(dir);
     let topic = broker
         .topics
@@ -119,14 +130,7 @@ pub fn indexed(
         )
         .unwrap()
         .unwrap();
-    let settings = SearchSettings {
-        enabled: true,
-        format: ValueFormat::Json,
-        fields: Vec::new(),
-        store_value: false,
-        max_fields: 1000,
-        time_field: "@timestamp".into(),
-    };
+    let settings = json_settings();
     partitions
         .iter()
         .enumerate()
