@@ -215,6 +215,11 @@ impl ProducerStates {
         self.enforce_cap();
     }
 
+    /// True when a snapshot would carry nothing: no producer, no open or aborted transaction.
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty() && self.ongoing.is_empty() && self.aborted.is_empty()
+    }
+
     /// Number of producers remembered.
     #[cfg(test)]
     pub fn len(&self) -> usize {

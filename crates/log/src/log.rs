@@ -393,6 +393,11 @@ impl Log {
         self.segments.iter().map(|s| s.size).sum()
     }
 
+    /// Base offset of the segment appends go to.
+    pub fn active_base_offset(&self) -> i64 {
+        self.active().base_offset
+    }
+
     /// Number of segment files.
     pub fn segment_count(&self) -> usize {
         self.segments.len()
