@@ -312,8 +312,13 @@ fn committed_offsets_survive_the_cleaner_compacting_the_offsets_topic_and_a_rest
     for round in 0..300 {
         commit(&mut raw, round * 10);
     }
+    // One record per committed partition was written; the cleaner (backoff 200 ms) may have
+    // compacted some already, but never below the latest of each partition.
     let written = read_raw(&mut raw, "__consumer_offsets").len();
-    assert_eq!(written, 1200, "one record per committed partition");
+    assert!(
+        (4..=1200).contains(&written),
+        "{written} records for 1,200 commits of 4 partitions"
+    );
     // The cleaner keeps one record per (group, topic, partition): four.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
