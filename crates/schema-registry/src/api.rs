@@ -422,16 +422,11 @@ fn check_references(guard: &MaybeGuard, req: &SchemaRequest) -> Result<(), ApiEr
     };
     let refs = req.references.iter().flatten();
     match refs
-        .map(|r| &r.subject)
-        .find(|s| !g.may(Operation::Describe, s))
+        .map(|r| access::Need::Subject(Operation::Describe, r.subject.clone()))
+        .find(|n| !g.meets(n))
     {
         None => Ok(()),
-        Some(s) => Err(RegistryError::Forbidden(format!(
-            "{} may not describe topic '{}' (the referenced subject '{s}' belongs to it)",
-            g.caller().name(),
-            access::subject_topic(s)
-        ))
-        .into()),
+        Some(need) => Err(RegistryError::Forbidden(g.refusal(&need)).into()),
     }
 }
 
