@@ -77,15 +77,26 @@ fn add(raw: &mut Raw, txn_id: &str, pid: i64, epoch: i16, parts: &[(&str, i32)])
         topic.partitions = vec![*p];
         r.v3_and_below_topics.push(topic);
     }
-    let resp: AddPartitionsToTxnResponse = raw.call(ApiKey::AddPartitionsToTxn, 3, &r);
-    resp.results_by_topic_v3_and_below
-        .iter()
-        .flat_map(|t| {
-            t.results_by_partition
-                .iter()
-                .map(|p| p.partition_error_code)
-        })
-        .collect()
+    // Right after an EndTxn the previous transaction's markers may still be being written
+    // (PrepareCommit/PrepareAbort): the answer is CONCURRENT_TRANSACTIONS and clients retry.
+    let concurrent = code(ResponseError::ConcurrentTransactions);
+    for _ in 0..100 {
+        let resp: AddPartitionsToTxnResponse = raw.call(ApiKey::AddPartitionsToTxn, 3, &r);
+        let codes: Vec<i16> = resp
+            .results_by_topic_v3_and_below
+            .iter()
+            .flat_map(|t| {
+                t.results_by_partition
+                    .iter()
+                    .map(|p| p.partition_error_code)
+            })
+            .collect();
+        if !codes.contains(&concurrent) {
+            return codes;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("AddPartitionsToTxn kept answering CONCURRENT_TRANSACTIONS");
 }
 
 fn end(raw: &mut Raw, version: i16, txn_id: &str, pid: i64, epoch: i16, commit: bool) -> i16 {
