@@ -8,6 +8,7 @@ release broker (see scripts/bench-scale.sh, which starts it and passes its pid a
   load, null keys so records spread over every partition);
 - start-up time after a clean stop (SIGTERM) and after kill -9, until Kafka's port answers
   ApiVersions and every partition is listed again;
+- stop time (SIGTERM to exit) with idle partitions and right after producing to all of them;
 - RSS per idle connection: CONNECTIONS connections each having sent one ApiVersions request.
 
 Prints one line per number and a JSON summary at the end."""
@@ -86,8 +87,11 @@ class Broker:
                 time.sleep(0.02)
 
     def stop(self, sig):
+        """Signals the broker and waits for it to exit: the seconds that took."""
+        t = time.monotonic()
         self.proc.send_signal(sig)
-        self.proc.wait(120)
+        self.proc.wait(300)
+        return time.monotonic() - t
 
 
 def api_versions_connection(hostport):
@@ -169,7 +173,9 @@ def main():
            median_ms(lambda: admin.list_topics(topic="scale-0000", timeout=60)), "ms (median of 20)")
     # Start-up with every partition: after a clean stop, then after kill -9.
     for how, sig in (("clean", signal.SIGTERM), ("kill9", signal.SIGKILL)):
-        b.stop(sig)
+        took = b.stop(sig)
+        if how == "clean":
+            report("stop_idle_partitions_seconds", round(took, 2), f"s from SIGTERM to exit, {PARTITIONS} idle partitions")
         b = Broker()
         up = b.answers()
         admin = AdminClient({"bootstrap.servers": b.addr})
@@ -198,7 +204,9 @@ def main():
     report("produce_10_partitions_msgs", round(few), "msg/s")
     report(f"produce_{PARTITIONS}_partitions_msgs", round(many), "msg/s")
     report("produce_many_over_few", round(many / few, 2), "(bar >= 0.70)")
-    b.stop(signal.SIGTERM)
+    took = b.stop(signal.SIGTERM)
+    report("stop_busy_partitions_seconds", round(took, 2),
+           f"s from SIGTERM to exit right after producing to {PARTITIONS} partitions")
     print("summary " + json.dumps(RESULT), flush=True)
 
 

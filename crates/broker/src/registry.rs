@@ -162,10 +162,19 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BrokerEr
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".tmp{n}"));
     let tmp = PathBuf::from(tmp);
-    let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
-    f.write_all(bytes).map_err(io("write", &tmp))?;
-    f.sync_all().map_err(io("fsync", &tmp))?;
-    std::fs::rename(&tmp, path).map_err(io("rename", path))?;
+    let written = std::fs::File::create(&tmp)
+        .map_err(io("create", &tmp))
+        .and_then(|mut f| {
+            f.write_all(bytes).map_err(io("write", &tmp))?;
+            f.sync_all().map_err(io("fsync", &tmp))
+        })
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(io("rename", path)));
+    if let Err(e) = written {
+        // The old content is untouched; the temporary file would only hold space (a full
+        // disk is the usual cause) and, with its own number, is never overwritten.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     if let Some(parent) = path.parent() {
         std::fs::File::open(parent)
             .and_then(|d| d.sync_all())
@@ -706,6 +715,23 @@ impl TopicRegistry {
 mod tests {
     use super::*;
     use spate_log::FsyncPolicy;
+
+    #[test]
+    fn a_failed_atomic_write_leaves_no_temporary_file_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        // The rename fails: the target is a directory that is not empty.
+        let target = dir.path().join("topic.json");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("x"), b"x").unwrap();
+        assert!(write_atomically(&target, b"{}").is_err());
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, vec!["topic.json".to_string()]);
+        write_atomically(&dir.path().join("other.json"), b"{}").unwrap();
+        assert_eq!(std::fs::read(dir.path().join("other.json")).unwrap(), b"{}");
+    }
 
     #[test]
     fn topic_names_follow_kafka_rules() {
