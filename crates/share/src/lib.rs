@@ -1,0 +1,36 @@
+//! Share groups (KIP-932, "queues on Kafka topics") as pure state machines.
+//!
+//! In a share group, consumers do not own partitions: every member may read every partition
+//! it is assigned, possibly together with other members, and the broker hands out individual
+//! records under time-limited acquisition locks. Consumers acknowledge each record (accept,
+//! release for redelivery, reject); a record not acknowledged before its lock expires is
+//! delivered again, up to a delivery count limit, after which it is archived.
+//!
+//! - [`SharePartition`] is the delivery state of one share-partition (group, topic-partition):
+//!   the share-partition start offset (SPSO), below which every record is done, the end offset,
+//!   and between them the in-flight records, each available, acquired (by a member, until a
+//!   deadline), acknowledged or archived, with a delivery count. ShareFetch turns into
+//!   [`SharePartition::acquire`], ShareAcknowledge into [`SharePartition::acknowledge`].
+//! - [`state`] is its durable form: the `ShareSnapshot` and `ShareUpdate` records of Kafka's
+//!   `__share_group_state`, encoded as Kafka encodes them. A new leader resumes a
+//!   share-partition with [`SharePartition::from_state`]; locks are not durable, so acquired
+//!   records come back available.
+//! - [`ShareGroup`] is the membership of one share group (ShareGroupHeartbeat): members join
+//!   with epoch 0, heartbeat, leave with epoch -1 or time out; the group epoch moves with
+//!   membership and subscriptions, and the simple assignor shares partitions among members.
+//!   Members that go away come out as [`GroupEvent`]s so the broker releases their locks.
+//!
+//! Nothing here reads a clock, a socket or a disk: the current time (ms) comes in with every
+//! call, answers and records to persist come out.
+
+mod partition;
+#[cfg(test)]
+mod partition_tests;
+pub mod state;
+
+pub use partition::{
+    AckBatch, AckError, AckType, AcquiredRange, AutoOffsetReset, LoadError, Offset, RecordState,
+    ResetError, ShareMetrics, SharePartition, SharePartitionConfig, DEFAULT_DELIVERY_COUNT_LIMIT,
+    DEFAULT_LOCK_DURATION_MS, DEFAULT_MAX_IN_FLIGHT,
+};
+pub use state::{PartitionState, StateBatch};
