@@ -26,7 +26,13 @@
 mod partition;
 #[cfg(test)]
 mod partition_tests;
+#[cfg(test)]
+mod prop_tests;
 pub mod state;
+#[cfg(test)]
+mod state_tests;
+#[cfg(test)]
+mod test_rng;
 
 pub use partition::{
     AckBatch, AckError, AckType, AcquiredRange, AutoOffsetReset, LoadError, Offset, RecordState,

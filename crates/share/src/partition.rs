@@ -440,7 +440,8 @@ impl SharePartition {
 
     /// The durable view: start offset and the state of every in-flight record, as Kafka
     /// persists it. An acquired record is written as it would be after its lock expired
-    /// (available, or archived at the delivery count limit), since locks are not durable.
+    /// (available, or archived at the delivery count limit), since locks are not durable; so
+    /// `from_state(snapshot())` gives back the same snapshot.
     pub fn snapshot(&self) -> PartitionState {
         let mut batches: Vec<StateBatch> = Vec::new();
         for (&first, b) in &self.batches {
@@ -473,10 +474,22 @@ impl SharePartition {
                 _ => batches.push(sb),
             }
         }
+        // Acquired records at the limit written as archived may now lead: the durable start
+        // offset moves over them, as it will when this state is loaded.
+        let mut start = self.start;
+        let done = |b: &StateBatch| {
+            b.delivery_state == DeliveryState::Acknowledged.code()
+                || b.delivery_state == DeliveryState::Archived.code()
+        };
+        let lead = batches.iter().take_while(|b| done(b)).count();
+        if let Some(b) = batches[..lead].last() {
+            start = b.last_offset + 1;
+        }
+        batches.drain(..lead);
         PartitionState {
             state_epoch: self.state_epoch,
             leader_epoch: self.leader_epoch,
-            start_offset: self.start,
+            start_offset: start,
             batches,
         }
     }
