@@ -23,6 +23,12 @@
 //! Nothing here reads a clock, a socket or a disk: the current time (ms) comes in with every
 //! call, answers and records to persist come out.
 
+mod assignor;
+#[cfg(test)]
+mod assignor_tests;
+mod group;
+#[cfg(test)]
+mod group_tests;
 mod partition;
 #[cfg(test)]
 mod partition_tests;
@@ -34,6 +40,11 @@ mod state_tests;
 #[cfg(test)]
 mod test_rng;
 
+pub use assignor::{assign, Assignment, MemberSpec, TopicsView};
+pub use group::{
+    GroupDescription, GroupEvent, HeartbeatError, HeartbeatReply, HeartbeatRequest,
+    MemberDescription, RemovalReason, ShareGroup, ShareGroupConfig, ShareGroupState, LEAVE_EPOCH,
+};
 pub use partition::{
     AckBatch, AckError, AckType, AcquiredRange, AutoOffsetReset, LoadError, Offset, RecordState,
     ResetError, ShareMetrics, SharePartition, SharePartitionConfig, DEFAULT_DELIVERY_COUNT_LIMIT,
