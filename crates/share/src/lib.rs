@@ -47,7 +47,7 @@ pub use group::{
 };
 pub use partition::{
     AckBatch, AckError, AckType, AcquiredRange, AutoOffsetReset, LoadError, Offset, RecordState,
-    ResetError, ShareMetrics, SharePartition, SharePartitionConfig, DEFAULT_DELIVERY_COUNT_LIMIT,
-    DEFAULT_LOCK_DURATION_MS, DEFAULT_MAX_IN_FLIGHT,
+    ResetError, ShareMetrics, SharePartition, SharePartitionConfig, StateChange,
+    DEFAULT_DELIVERY_COUNT_LIMIT, DEFAULT_LOCK_DURATION_MS, DEFAULT_MAX_IN_FLIGHT,
 };
 pub use state::{PartitionState, StateBatch};

@@ -352,6 +352,30 @@ pub struct SharePartition {
     leader_epoch: i32,
     batches: BTreeMap<Offset, Batch>,
     metrics: ShareMetrics,
+    /// Offset ranges whose durable state changed since [`SharePartition::take_changes`].
+    dirty: Vec<(Offset, Offset)>,
+    /// The start offset as of the last [`SharePartition::take_changes`].
+    written_start: Offset,
+    /// The state was reset since: the next write must be a whole snapshot.
+    reset: bool,
+}
+
+/// What must be written to `__share_group_state` after some operations
+/// ([`SharePartition::take_changes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateChange {
+    /// Nothing durable changed.
+    Unchanged,
+    /// A `ShareUpdate`: the new start offset if it moved, and the durable state of the offsets
+    /// that changed (acquired records written as available, as in a snapshot).
+    Update {
+        /// The new start offset, `None` if unchanged.
+        start_offset: Option<Offset>,
+        /// The changed batches, at or above the start offset.
+        batches: Vec<StateBatch>,
+    },
+    /// The state was reset (new state epoch): a whole `ShareSnapshot` must be written.
+    Snapshot(PartitionState),
 }
 
 impl SharePartition {
@@ -367,6 +391,9 @@ impl SharePartition {
             leader_epoch: 0,
             batches: BTreeMap::new(),
             metrics: ShareMetrics::default(),
+            dirty: Vec::new(),
+            written_start: start,
+            reset: false,
         }
     }
 
@@ -435,6 +462,7 @@ impl SharePartition {
         let (lo, hi) = (p.start, p.end);
         p.coalesce(lo, hi);
         p.advance_start();
+        p.written_start = p.start;
         Ok(p)
     }
 
@@ -443,53 +471,11 @@ impl SharePartition {
     /// (available, or archived at the delivery count limit), since locks are not durable; so
     /// `from_state(snapshot())` gives back the same snapshot.
     pub fn snapshot(&self) -> PartitionState {
-        let mut batches: Vec<StateBatch> = Vec::new();
-        for (&first, b) in &self.batches {
-            let ds = match &b.state {
-                RecordState::Available => DeliveryState::Available,
-                RecordState::Acquired { .. } => {
-                    if b.delivery_count >= self.config.delivery_count_limit {
-                        DeliveryState::Archived
-                    } else {
-                        DeliveryState::Available
-                    }
-                }
-                RecordState::Acknowledged => DeliveryState::Acknowledged,
-                RecordState::Archived => DeliveryState::Archived,
-            };
-            let sb = StateBatch {
-                first_offset: first,
-                last_offset: b.last,
-                delivery_state: ds.code(),
-                delivery_count: b.delivery_count,
-            };
-            match batches.last_mut() {
-                Some(prev)
-                    if prev.last_offset + 1 == first
-                        && prev.delivery_state == sb.delivery_state
-                        && prev.delivery_count == sb.delivery_count =>
-                {
-                    prev.last_offset = b.last;
-                }
-                _ => batches.push(sb),
-            }
-        }
-        // Acquired records at the limit written as archived may now lead: the durable start
-        // offset moves over them, as it will when this state is loaded.
-        let mut start = self.start;
-        let done = |b: &StateBatch| {
-            b.delivery_state == DeliveryState::Acknowledged.code()
-                || b.delivery_state == DeliveryState::Archived.code()
-        };
-        let lead = batches.iter().take_while(|b| done(b)).count();
-        if let Some(b) = batches[..lead].last() {
-            start = b.last_offset + 1;
-        }
-        batches.drain(..lead);
+        let (start_offset, batches) = self.snapshot_batches(self.start, self.end - 1);
         PartitionState {
             state_epoch: self.state_epoch,
             leader_epoch: self.leader_epoch,
-            start_offset: start,
+            start_offset,
             batches,
         }
     }
@@ -591,7 +577,7 @@ impl SharePartition {
                 let hole_hi = (*r.start() - 1).min(window_hi);
                 self.archive_available(cursor, hole_hi);
             }
-            cursor = cursor.max(*r.end() + 1);
+            cursor = cursor.max(r.end().saturating_add(1));
         }
 
         // Redelivery: available records already in the window.
@@ -610,7 +596,7 @@ impl SharePartition {
                 if budget == 0 {
                     break;
                 }
-                let l = l.min(f + budget - 1);
+                let l = l.min(f.saturating_add(budget - 1));
                 let n = l - f + 1;
                 budget -= n;
                 if count > 0 {
@@ -639,10 +625,13 @@ impl SharePartition {
                 continue;
             }
             let f = (*r.start()).max(self.end);
-            let l = (*r.end()).min(f + budget - 1).min(max_end - 1);
+            let l = (*r.end())
+                .min(f.saturating_add(budget - 1))
+                .min(max_end - 1);
             if f > l {
                 break;
             }
+            self.mark(self.end, l);
             if f > self.end {
                 let gap_first = self.end;
                 self.batches.insert(
@@ -772,7 +761,121 @@ impl SharePartition {
         self.start = offset;
         self.end = offset;
         self.state_epoch += 1;
+        self.dirty.clear();
+        self.reset = true;
         Ok(())
+    }
+
+    /// What changed durably since the last call: what to write to `__share_group_state`.
+    pub fn take_changes(&mut self) -> StateChange {
+        if std::mem::take(&mut self.reset) {
+            self.dirty.clear();
+            self.written_start = self.start;
+            return StateChange::Snapshot(self.snapshot());
+        }
+        let mut ranges = std::mem::take(&mut self.dirty);
+        ranges.sort_unstable();
+        let start = self.durable_start();
+        let mut batches: Vec<StateBatch> = Vec::new();
+        let mut covered = start - 1;
+        for (f, l) in ranges {
+            let f = f.max(covered + 1).max(start);
+            let l = l.min(self.end - 1);
+            if f > l {
+                continue;
+            }
+            batches.extend(self.durable_batches(f, l));
+            covered = l;
+        }
+        let moved = start != self.written_start;
+        self.written_start = start;
+        if !moved && batches.is_empty() {
+            return StateChange::Unchanged;
+        }
+        StateChange::Update {
+            start_offset: moved.then_some(start),
+            batches,
+        }
+    }
+
+    /// The start offset as written durably (see [`Self::snapshot`]).
+    fn durable_start(&self) -> Offset {
+        self.snapshot_batches(self.start, self.end - 1).0
+    }
+
+    /// The durable batches of `first..=last`, merged.
+    fn durable_batches(&self, first: Offset, last: Offset) -> Vec<StateBatch> {
+        let mut out: Vec<StateBatch> = Vec::new();
+        for (f, l, b) in self.segments(first, last) {
+            let sb = StateBatch {
+                first_offset: f,
+                last_offset: l,
+                delivery_state: self.durable_state(&b).code(),
+                delivery_count: b.delivery_count,
+            };
+            match out.last_mut() {
+                Some(prev)
+                    if prev.last_offset + 1 == f
+                        && prev.delivery_state == sb.delivery_state
+                        && prev.delivery_count == sb.delivery_count =>
+                {
+                    prev.last_offset = l;
+                }
+                _ => out.push(sb),
+            }
+        }
+        out
+    }
+
+    fn durable_state(&self, b: &Batch) -> DeliveryState {
+        match &b.state {
+            RecordState::Available => DeliveryState::Available,
+            RecordState::Acquired { .. } => {
+                if b.delivery_count >= self.config.delivery_count_limit {
+                    DeliveryState::Archived
+                } else {
+                    DeliveryState::Available
+                }
+            }
+            RecordState::Acknowledged => DeliveryState::Acknowledged,
+            RecordState::Archived => DeliveryState::Archived,
+        }
+    }
+
+    /// The durable start offset and batches of the window part `first..=last`: leading
+    /// batches that are durably done are skipped.
+    fn snapshot_batches(&self, first: Offset, last: Offset) -> (Offset, Vec<StateBatch>) {
+        let mut batches = self.durable_batches(first, last);
+        let done = |b: &StateBatch| {
+            b.delivery_state == DeliveryState::Acknowledged.code()
+                || b.delivery_state == DeliveryState::Archived.code()
+        };
+        let lead = batches.iter().take_while(|b| done(b)).count();
+        let mut start = self.start;
+        if let Some(b) = batches[..lead].last() {
+            start = b.last_offset + 1;
+        }
+        batches.drain(..lead);
+        (start, batches)
+    }
+
+    fn mark(&mut self, first: Offset, last: Offset) {
+        if first > last {
+            return;
+        }
+        self.dirty.push((first, last));
+        if self.dirty.len() > 4_096 {
+            // Keep the list bounded between writes: merge overlapping ranges.
+            self.dirty.sort_unstable();
+            let mut merged: Vec<(Offset, Offset)> = Vec::with_capacity(self.dirty.len());
+            for (f, l) in self.dirty.drain(..) {
+                match merged.last_mut() {
+                    Some((_, pl)) if f <= pl.saturating_add(1) => *pl = (*pl).max(l),
+                    _ => merged.push((f, l)),
+                }
+            }
+            self.dirty = merged;
+        }
     }
 
     fn validate_acks(&self, member: &str, batches: &[AckBatch], now: i64) -> Result<(), AckError> {
@@ -788,7 +891,7 @@ impl SharePartition {
             if b.first > b.last || b.first < 0 {
                 return Err(invalid("first offset after last offset"));
             }
-            let len = b.last - b.first + 1;
+            let len = (b.last - b.first).saturating_add(1);
             if b.types.is_empty() || (b.types.len() != 1 && b.types.len() as i64 != len) {
                 return Err(invalid("acknowledge types must be one or one per offset"));
             }
@@ -875,7 +978,9 @@ impl SharePartition {
         n
     }
 
-    /// Makes the acquired batches matching `pred` available (or archived at the limit).
+    /// Makes the acquired batches matching `pred` available (or archived at the limit). Their
+    /// durable state does not change: an acquired record is already written as it would be
+    /// after its lock is gone.
     fn release_where(&mut self, pred: impl Fn(&RecordState) -> bool) -> u64 {
         let limit = self.config.delivery_count_limit;
         let mut n = 0u64;
@@ -957,6 +1062,7 @@ impl SharePartition {
 
     /// Applies `f` to every batch of `first..=last`, splitting batches at both ends.
     fn set(&mut self, first: Offset, last: Offset, mut f: impl FnMut(Offset, &mut Batch)) {
+        self.mark(first, last);
         self.split_at(first);
         self.split_at(last + 1);
         for (&k, b) in self.batches.range_mut(first..=last) {

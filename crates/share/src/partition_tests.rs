@@ -629,3 +629,59 @@ fn an_invalid_durable_state_is_refused() {
     // Kafka's "no start offset" (-1) loads as 0.
     assert_eq!(load(-1, vec![]), Ok(()));
 }
+
+#[test]
+fn take_changes_gives_the_share_updates_to_write() {
+    let mut p = sp();
+    assert_eq!(p.take_changes(), StateChange::Unchanged);
+    p.acquire("a", &[0..=9], 100, 100, 0);
+    let available = |first, last, count| StateBatch {
+        first_offset: first,
+        last_offset: last,
+        delivery_state: DeliveryState::Available.code(),
+        delivery_count: count,
+    };
+    assert_eq!(
+        p.take_changes(),
+        StateChange::Update {
+            start_offset: None,
+            batches: vec![available(0, 9, 1)]
+        }
+    );
+    p.acknowledge("a", &[AckBatch::new(0, 4, AckType::Accept)], 1)
+        .unwrap();
+    assert_eq!(
+        p.take_changes(),
+        StateChange::Update {
+            start_offset: Some(5),
+            batches: vec![]
+        }
+    );
+    p.acknowledge("a", &[AckBatch::new(7, 7, AckType::Reject)], 1)
+        .unwrap();
+    assert_eq!(
+        p.take_changes(),
+        StateChange::Update {
+            start_offset: None,
+            batches: vec![StateBatch {
+                first_offset: 7,
+                last_offset: 7,
+                delivery_state: DeliveryState::Archived.code(),
+                delivery_count: 1
+            }]
+        }
+    );
+    // A lock expiring changes nothing durable: acquired records are written as available.
+    assert_eq!(p.expire_locks(100), 4);
+    assert_eq!(p.take_changes(), StateChange::Unchanged);
+    p.reset_to(50, 100).unwrap();
+    assert_eq!(
+        p.take_changes(),
+        StateChange::Snapshot(PartitionState {
+            state_epoch: 1,
+            leader_epoch: 0,
+            start_offset: 50,
+            batches: vec![]
+        })
+    );
+}

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 
 use crate::partition::*;
-use crate::state::ShareSnapshot;
+use crate::state::{ShareSnapshot, ShareUpdate};
 use crate::test_rng::Rng;
 
 /// The obvious implementation: one entry per offset.
@@ -270,6 +270,8 @@ fn run(seed: u64, steps: usize) {
     let mut holders: BTreeMap<Offset, (String, i64)> = BTreeMap::new();
     let mut now = 0i64;
     let mut log_end: Offset = 0;
+    // What __share_group_state would hold: the first snapshot, then updates and snapshots.
+    let mut durable = ShareSnapshot::of(&p.snapshot(), 0, 0, 0);
     for step in 0..steps {
         now += rng.below(40) as i64;
         log_end += rng.below(6) as i64;
@@ -352,6 +354,14 @@ fn run(seed: u64, steps: usize) {
                     p.update_log_start(to);
                     m.update_log_start(to);
                     log_end = log_end.max(to);
+                } else if rng.below(10) == 0 && p.acquired_count() == 0 {
+                    let to = rng.below((log_end + 1) as u64) as i64;
+                    p.reset_to(to, now).expect("no locks");
+                    m = Model::new(config);
+                    m.start = to;
+                    m.end = to;
+                    m.metrics = p.metrics();
+                    holders.clear();
                 }
             }
         }
@@ -375,6 +385,24 @@ fn run(seed: u64, steps: usize) {
         assert_eq!(restored.acquired_count(), 0);
         let value = ShareSnapshot::of(&snap, 1, 0, now);
         assert_eq!(ShareSnapshot::decode(&value.encode()).as_ref(), Ok(&value));
+        // The incremental writes add up to the same durable view.
+        match p.take_changes() {
+            StateChange::Unchanged => {}
+            StateChange::Update {
+                start_offset,
+                batches,
+            } => {
+                let update = ShareUpdate::of(start_offset, &batches, 0, 0);
+                let bytes = update.encode();
+                let update = ShareUpdate::decode(&bytes).expect("own update decodes");
+                durable = durable.apply(&update);
+            }
+            StateChange::Snapshot(s) => durable = ShareSnapshot::of(&s, 0, 0, now),
+        }
+        let replayed = SharePartition::from_state(config, &durable.partition_state())
+            .expect("replayed state loads");
+        assert_eq!(replayed.snapshot(), snap, "{ctx}: updates replayed");
+        assert_eq!(p.take_changes(), StateChange::Unchanged, "{ctx}");
     }
 }
 

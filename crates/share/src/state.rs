@@ -144,6 +144,24 @@ pub struct ShareUpdate {
     pub state_batches: Vec<StateBatch>,
 }
 
+impl ShareUpdate {
+    /// The update for a [`crate::StateChange::Update`].
+    pub fn of(
+        start_offset: Option<i64>,
+        batches: &[StateBatch],
+        snapshot_epoch: i32,
+        leader_epoch: i32,
+    ) -> Self {
+        Self {
+            snapshot_epoch,
+            leader_epoch,
+            start_offset: start_offset.unwrap_or(-1),
+            delivery_complete_count: -1,
+            state_batches: batches.to_vec(),
+        }
+    }
+}
+
 impl ShareSnapshot {
     /// A snapshot of `state` written at `now`; `created` is when the state was first created.
     pub fn of(state: &PartitionState, snapshot_epoch: i32, created: i64, now: i64) -> Self {
