@@ -68,8 +68,7 @@ pub struct HeartbeatReply {
     pub member_epoch: i32,
     /// When to heartbeat next.
     pub heartbeat_interval_ms: i32,
-    /// Its assignment when it joined, when it changed, or when the request was a full one;
-    /// `None` otherwise.
+    /// Its assignment when it joined or when it changed; `None` otherwise.
     pub assignment: Option<Assignment>,
 }
 
@@ -128,10 +127,8 @@ pub enum GroupEvent {
 pub enum ShareGroupState {
     /// No members.
     Empty,
-    /// Members, every one at the assignment epoch.
+    /// Members. (Share groups have nothing to revoke, so Kafka knows no reconciling state.)
     Stable,
-    /// Members still to pick up the latest assignment.
-    Reconciling,
 }
 
 impl ShareGroupState {
@@ -140,7 +137,6 @@ impl ShareGroupState {
         match self {
             Self::Empty => "Empty",
             Self::Stable => "Stable",
-            Self::Reconciling => "Reconciling",
         }
     }
 }
@@ -148,6 +144,9 @@ impl ShareGroupState {
 #[derive(Debug, Clone)]
 struct Member {
     epoch: i32,
+    /// The epoch before the last change, still accepted: the answer that moved the member
+    /// may have been lost.
+    previous_epoch: i32,
     rack_id: Option<String>,
     client_id: String,
     client_host: String,
@@ -256,14 +255,8 @@ impl ShareGroup {
     pub fn state(&self) -> ShareGroupState {
         if self.members.is_empty() {
             ShareGroupState::Empty
-        } else if self
-            .members
-            .values()
-            .all(|m| m.epoch == self.assignment_epoch)
-        {
-            ShareGroupState::Stable
         } else {
-            ShareGroupState::Reconciling
+            ShareGroupState::Stable
         }
     }
 
@@ -300,7 +293,15 @@ impl ShareGroup {
         if req.member_epoch < LEAVE_EPOCH {
             return refuse(ResponseError::InvalidRequest, "MemberEpoch is invalid.");
         }
-        if req.member_epoch == 0 && req.subscribed_topic_names.is_none() {
+        if req.rack_id.as_deref() == Some("") {
+            return refuse(ResponseError::InvalidRequest, "RackId can't be empty.");
+        }
+        if req.member_epoch == 0
+            && req
+                .subscribed_topic_names
+                .as_ref()
+                .is_none_or(|names| names.is_empty())
+        {
             return refuse(
                 ResponseError::InvalidRequest,
                 "SubscribedTopicNames must be set in first request.",
@@ -336,7 +337,11 @@ impl ShareGroup {
                     format!("group {} has reached its maximum size", self.id),
                 )
             }
-            Some(m) if !joining && m.epoch != req.member_epoch => {
+            Some(m)
+                if !joining
+                    && m.epoch != req.member_epoch
+                    && m.previous_epoch != req.member_epoch =>
+            {
                 return refuse(
                     ResponseError::FencedMemberEpoch,
                     format!(
@@ -354,6 +359,7 @@ impl ShareGroup {
                 req.member_id.clone(),
                 Member {
                     epoch: 0,
+                    previous_epoch: 0,
                     rack_id: None,
                     client_id: String::new(),
                     client_host: String::new(),
@@ -377,6 +383,7 @@ impl ShareGroup {
         if let Some(m) = self.members.get_mut(&req.member_id) {
             m.deadline_ms = deadline_ms;
             if joining {
+                m.previous_epoch = 0;
                 m.epoch = 0;
                 m.assignment = Assignment::new();
             }
@@ -408,9 +415,15 @@ impl ShareGroup {
                 message: "member vanished".to_string(),
             })?;
         let changed = m.assignment != target;
-        m.epoch = target_epoch;
+        let behind = req.member_epoch != m.epoch;
+        if m.epoch != target_epoch {
+            m.previous_epoch = m.epoch;
+            m.epoch = target_epoch;
+        }
         m.assignment = target;
-        let send = joining || changed || req.subscribed_topic_names.is_some();
+        // Kafka sends the assignment to a member that joins and when it changes; also to a
+        // member that comes with its previous epoch, which may have missed the change.
+        let send = joining || changed || behind;
         Ok(HeartbeatReply {
             member_id: req.member_id.clone(),
             member_epoch: m.epoch,
