@@ -183,3 +183,56 @@ fn random_groups_are_balanced_and_cover_every_partition() {
         }
     }
 }
+
+#[test]
+fn random_heterogeneous_groups_get_only_subscribed_partitions_and_cover_them_all() {
+    let mut rng = Rng::new(5);
+    let names = ["t0", "t1", "t2", "t3"];
+    for _ in 0..300 {
+        let mut t = TopicsView::new();
+        for n in names {
+            if rng.below(5) != 0 {
+                t.insert(n.to_string(), (topic_id(n), rng.below(6) as i32));
+            }
+        }
+        let m: BTreeMap<String, MemberSpec> = (0..1 + rng.below(8))
+            .map(|i| {
+                let subscribed = names
+                    .iter()
+                    .filter(|_| rng.below(2) == 0)
+                    .map(|n| n.to_string())
+                    .collect();
+                (
+                    format!("m{i}"),
+                    MemberSpec {
+                        subscribed,
+                        current: Assignment::new(),
+                    },
+                )
+            })
+            .collect();
+        let r = assign(&m, &t);
+        assert_eq!(r.len(), m.len());
+        let s = sharing(&r);
+        for (member, a) in &r {
+            for (id, ps) in a {
+                let (name, (_, n)) = t
+                    .iter()
+                    .find(|(_, (tid, _))| tid == id)
+                    .expect("existing topic");
+                assert!(
+                    m[member].subscribed.contains(name),
+                    "{member} got unsubscribed {name}"
+                );
+                assert!(ps.iter().all(|p| *p < *n));
+            }
+        }
+        for (name, (id, n)) in &t {
+            if m.values().any(|spec| spec.subscribed.contains(name)) {
+                for p in 0..*n {
+                    assert!(s.contains_key(&(*id, p)), "{name}-{p} unassigned");
+                }
+            }
+        }
+    }
+}

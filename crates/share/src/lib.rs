@@ -22,6 +22,29 @@
 //!
 //! Nothing here reads a clock, a socket or a disk: the current time (ms) comes in with every
 //! call, answers and records to persist come out.
+//!
+//! ```
+//! use spate_share::{AckBatch, AckType, SharePartition, SharePartitionConfig, StateChange};
+//!
+//! // A share-partition starting at offset 0 (share.auto.offset.reset=earliest on an empty log).
+//! let mut p = SharePartition::new(SharePartitionConfig::default(), 0);
+//! // ShareFetch: the broker read offsets 0..=9 from the log at `p.next_fetch_offset()`.
+//! let acquired = p.acquire("member-1", &[0..=9], 500, 30_000, 1_000);
+//! assert_eq!((acquired[0].first, acquired[0].last, acquired[0].delivery_count), (0, 9, 1));
+//! // ShareAcknowledge: 0..=7 processed, 8..=9 released for another delivery.
+//! p.acknowledge(
+//!     "member-1",
+//!     &[AckBatch::new(0, 7, AckType::Accept), AckBatch::new(8, 9, AckType::Release)],
+//!     2_000,
+//! )
+//! .unwrap();
+//! assert_eq!(p.start_offset(), 8);
+//! // What to write to __share_group_state: a ShareUpdate with the new start offset.
+//! assert!(matches!(p.take_changes(), StateChange::Update { start_offset: Some(8), .. }));
+//! // The next delivery of 8..=9 is their second.
+//! let again = p.acquire("member-2", &[8..=9], 500, 30_000, 3_000);
+//! assert_eq!(again[0].delivery_count, 2);
+//! ```
 
 mod assignor;
 #[cfg(test)]

@@ -236,7 +236,7 @@ impl Model {
     }
 }
 
-const MEMBERS: [&str; 3] = ["a", "b", "c"];
+const MEMBERS: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
 
 /// Which member holds each offset, from the answers only: checks exclusivity of locks.
 fn check_exclusive(
@@ -259,7 +259,7 @@ fn check_exclusive(
     }
 }
 
-fn run(seed: u64, steps: usize) {
+fn run(seed: u64, steps: usize, members: u64, max_lock: u64) {
     let mut rng = Rng::new(seed);
     let config = SharePartitionConfig {
         max_in_flight: 5 + rng.below(40) as u32,
@@ -275,7 +275,7 @@ fn run(seed: u64, steps: usize) {
     for step in 0..steps {
         now += rng.below(40) as i64;
         log_end += rng.below(6) as i64;
-        let member = MEMBERS[rng.below(3) as usize];
+        let member = MEMBERS[rng.below(members) as usize];
         let ctx = format!("seed {seed} step {step}");
         match rng.below(10) {
             0..=3 => {
@@ -291,7 +291,7 @@ fn run(seed: u64, steps: usize) {
                     o = l + 1 + if rng.below(4) == 0 { 1 } else { 0 };
                 }
                 let max = rng.below(25) as u32;
-                let lock = 20 + rng.below(200) as i64;
+                let lock = 1 + rng.below(max_lock) as i64;
                 let got = p.acquire(member, &ranges, max, lock, now);
                 let want = m.acquire(member, &ranges, max, lock, now);
                 let flat: Vec<Offset> = got.iter().flat_map(|r| r.first..=r.last).collect();
@@ -409,7 +409,7 @@ fn run(seed: u64, steps: usize) {
 #[test]
 fn random_operations_match_a_per_offset_model_and_restore_to_the_same_durable_view() {
     for seed in 1..=200 {
-        run(seed, 300);
+        run(seed, 300, 3, 200);
     }
 }
 
@@ -417,6 +417,40 @@ fn random_operations_match_a_per_offset_model_and_restore_to_the_same_durable_vi
 fn no_record_is_ever_acquired_by_two_members_at_once() {
     // Many members competing for few records with short locks.
     for seed in 1_000..1_100 {
-        run(seed, 400);
+        run(seed, 400, 6, 60);
+    }
+}
+
+#[test]
+fn any_durable_state_loads_consistently_or_is_refused() {
+    let mut rng = Rng::new(4242);
+    for _ in 0..2_000 {
+        let start = rng.below(20) as i64 - 1;
+        let mut batches = Vec::new();
+        for _ in 0..rng.below(6) {
+            let first = rng.below(40) as i64 - 2;
+            batches.push(crate::state::StateBatch {
+                first_offset: first,
+                last_offset: first + rng.below(8) as i64 - 1,
+                delivery_state: rng.below(6) as i8,
+                delivery_count: rng.below(8) as i16 - 1,
+            });
+        }
+        let state = crate::state::PartitionState {
+            state_epoch: 0,
+            leader_epoch: 0,
+            start_offset: start,
+            batches,
+        };
+        let config = SharePartitionConfig {
+            max_in_flight: 50,
+            delivery_count_limit: 3,
+        };
+        if let Ok(p) = SharePartition::from_state(config, &state) {
+            p.check_invariants();
+            assert_eq!(p.acquired_count(), 0);
+            let again = SharePartition::from_state(config, &p.snapshot()).expect("reloads");
+            assert_eq!(again.snapshot(), p.snapshot());
+        }
     }
 }
