@@ -412,7 +412,8 @@ impl SharePartition {
         p.state_epoch = state.state_epoch;
         p.leader_epoch = state.leader_epoch;
         for b in sorted {
-            if b.first_offset > b.last_offset || b.first_offset < 0 {
+            if b.first_offset > b.last_offset || b.first_offset < 0 || b.last_offset == Offset::MAX
+            {
                 return Err(LoadError::InvalidBatch {
                     first: b.first_offset,
                     last: b.last_offset,
@@ -616,7 +617,7 @@ impl SharePartition {
         }
 
         // New records from the end offset on.
-        let max_end = self.start + self.config.max_in_flight as i64;
+        let max_end = self.start.saturating_add(self.config.max_in_flight as i64);
         for r in &ranges {
             if budget == 0 || self.end >= max_end {
                 break;

@@ -685,3 +685,42 @@ fn take_changes_gives_the_share_updates_to_write() {
         })
     );
 }
+
+#[test]
+fn extreme_offsets_are_handled_without_overflow() {
+    let mut p = sp();
+    let got = p.acquire("a", &[0..=Offset::MAX], u32::MAX, i64::MAX, i64::MAX - 1);
+    assert_eq!(got, vec![range(0, 1_999, 1)]);
+    let err = p
+        .acknowledge("a", &[AckBatch::new(0, Offset::MAX, AckType::Accept)], 0)
+        .unwrap_err();
+    assert!(matches!(err, AckError::OutsideWindow { .. }));
+    let huge = AckBatch {
+        first: 0,
+        last: Offset::MAX,
+        types: vec![AckType::Accept, AckType::Accept],
+    };
+    assert!(matches!(
+        p.acknowledge("a", &[huge], 0),
+        Err(AckError::InvalidBatch { .. })
+    ));
+    let state = PartitionState {
+        state_epoch: 0,
+        leader_epoch: 0,
+        start_offset: 0,
+        batches: vec![StateBatch {
+            first_offset: 0,
+            last_offset: Offset::MAX,
+            delivery_state: 0,
+            delivery_count: 0,
+        }],
+    };
+    assert!(SharePartition::from_state(SharePartitionConfig::default(), &state).is_err());
+    let mut q = SharePartition::new(SharePartitionConfig::default(), Offset::MAX - 10);
+    assert_eq!(
+        q.acquire("a", &[Offset::MAX - 10..=Offset::MAX - 1], 5, 10, 0),
+        vec![range(Offset::MAX - 10, Offset::MAX - 6, 1)]
+    );
+    q.update_log_start(Offset::MAX - 1);
+    q.check_invariants();
+}
