@@ -507,6 +507,12 @@ impl SharePartition {
         (self.end - self.start) as u64
     }
 
+    /// Offsets in the window whose delivery is complete, as written durably
+    /// (`DeliveryCompleteCount`).
+    pub fn delivery_complete_count(&self) -> i32 {
+        self.snapshot().delivery_complete_count()
+    }
+
     /// Records currently acquired by some member.
     pub fn acquired_count(&self) -> u64 {
         self.count_where(|s| matches!(s, RecordState::Acquired { .. }))

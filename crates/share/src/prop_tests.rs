@@ -392,7 +392,8 @@ fn run(seed: u64, steps: usize, members: u64, max_lock: u64) {
                 start_offset,
                 batches,
             } => {
-                let update = ShareUpdate::of(start_offset, &batches, 0, 0);
+                let update =
+                    ShareUpdate::of(start_offset, &batches, p.delivery_complete_count(), 0, 0);
                 let bytes = update.encode();
                 let update = ShareUpdate::decode(&bytes).expect("own update decodes");
                 durable = durable.apply(&update);
@@ -402,6 +403,13 @@ fn run(seed: u64, steps: usize, members: u64, max_lock: u64) {
         let replayed = SharePartition::from_state(config, &durable.partition_state())
             .expect("replayed state loads");
         assert_eq!(replayed.snapshot(), snap, "{ctx}: updates replayed");
+        if !matches!(durable.delivery_complete_count, -1) {
+            assert_eq!(
+                durable.delivery_complete_count,
+                snap.delivery_complete_count(),
+                "{ctx}"
+            );
+        }
         assert_eq!(p.take_changes(), StateChange::Unchanged, "{ctx}");
     }
 }

@@ -88,6 +88,23 @@ pub struct PartitionState {
     pub batches: Vec<StateBatch>,
 }
 
+impl PartitionState {
+    /// Offsets at or after the start offset whose delivery is complete (acknowledged or
+    /// archived): the `DeliveryCompleteCount` of Kafka 4.2+ (KIP-1226), for share group lag.
+    pub fn delivery_complete_count(&self) -> i32 {
+        let done: i64 = self
+            .batches
+            .iter()
+            .filter(|b| {
+                b.delivery_state == DeliveryState::Acknowledged.code()
+                    || b.delivery_state == DeliveryState::Archived.code()
+            })
+            .map(|b| (b.last_offset - b.first_offset).saturating_add(1).max(0))
+            .fold(0i64, |a, n| a.saturating_add(n));
+        i32::try_from(done).unwrap_or(i32::MAX)
+    }
+}
+
 /// Which share-partition a `__share_group_state` record is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ShareStateKey {
@@ -145,10 +162,12 @@ pub struct ShareUpdate {
 }
 
 impl ShareUpdate {
-    /// The update for a [`crate::StateChange::Update`].
+    /// The update for a [`crate::StateChange::Update`]; `delivery_complete_count` is
+    /// [`crate::SharePartition::delivery_complete_count`] (or -1 if unknown).
     pub fn of(
         start_offset: Option<i64>,
         batches: &[StateBatch],
+        delivery_complete_count: i32,
         snapshot_epoch: i32,
         leader_epoch: i32,
     ) -> Self {
@@ -156,7 +175,7 @@ impl ShareUpdate {
             snapshot_epoch,
             leader_epoch,
             start_offset: start_offset.unwrap_or(-1),
-            delivery_complete_count: -1,
+            delivery_complete_count,
             state_batches: batches.to_vec(),
         }
     }
@@ -170,7 +189,7 @@ impl ShareSnapshot {
             state_epoch: state.state_epoch,
             leader_epoch: state.leader_epoch,
             start_offset: state.start_offset,
-            delivery_complete_count: -1,
+            delivery_complete_count: state.delivery_complete_count(),
             create_timestamp: created,
             write_timestamp: now,
             state_batches: state.batches.clone(),

@@ -288,3 +288,23 @@ fn a_snapshot_carries_a_partition_state_unchanged() {
     let back = ShareSnapshot::decode(&s.encode()).unwrap();
     assert_eq!(back.partition_state(), state);
 }
+
+#[test]
+fn the_delivery_complete_count_counts_acknowledged_and_archived_offsets() {
+    let state = PartitionState {
+        state_epoch: 0,
+        leader_epoch: 0,
+        start_offset: 10,
+        batches: vec![
+            batch(10, 14, DeliveryState::Available, 1),
+            batch(15, 16, DeliveryState::Acknowledged, 1),
+            batch(17, 19, DeliveryState::Archived, 5),
+        ],
+    };
+    assert_eq!(state.delivery_complete_count(), 5);
+    assert_eq!(
+        ShareSnapshot::of(&state, 0, 0, 0).delivery_complete_count,
+        5
+    );
+    assert_eq!(PartitionState::default().delivery_complete_count(), 0);
+}
