@@ -67,12 +67,13 @@ fi
 
 # The binaries, on the host: no Rust toolchain image is reachable.
 cargo build --release --locked -p spate-server --bin spate -p spate-operator --bin spate-operator
-CTX="$ROOT/target/image-context"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+CTX="$TARGET/image-context"
 rm -rf "$CTX"; mkdir -p "$CTX"
 # Debug info off (the binaries shrink several times); symbols stay, so a panic's backtrace
 # still names its functions.
-strip --strip-debug -o "$CTX/spate" target/release/spate
-strip --strip-debug -o "$CTX/spate-operator" target/release/spate-operator
+strip --strip-debug -o "$CTX/spate" "$TARGET/release/spate"
+strip --strip-debug -o "$CTX/spate-operator" "$TARGET/release/spate-operator"
 cp scripts/image/rootfs.sh "$CTX/"
 
 VERSION="$(cargo metadata --no-deps --format-version 1 --offline \
