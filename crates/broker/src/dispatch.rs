@@ -115,6 +115,8 @@ pub struct Broker {
     pub groups: Arc<GroupService>,
     /// Transactions: the coordinator of the transactional ids this node holds.
     pub txns: Arc<crate::transactions::TxnService>,
+    /// Share groups (KIP-932): membership, in-flight records, durable share state.
+    pub(crate) shares: Arc<crate::share::ShareService>,
     /// What the log cleaner did.
     pub cleaner: CleanerMetrics,
     /// SCRAM credentials: what SASL checks passwords against.
@@ -218,6 +220,12 @@ impl Broker {
                 clock.clone(),
             )?
         });
+        let shares = Arc::new(crate::share::ShareService::open(
+            &topics,
+            crate::share::ShareSettings::from_env(),
+            clock.clone(),
+            config.fsync.acks_wait_for_fsync(),
+        )?);
         // A cluster keeps both in its replicated metadata (see `cluster::security`).
         let (credentials, authorizer) = if config.cluster_mode {
             (
@@ -272,6 +280,7 @@ impl Broker {
             cluster_id,
             groups,
             txns,
+            shares,
             cleaner: CleanerMetrics::default(),
             credentials,
             auth: Default::default(),
@@ -342,6 +351,7 @@ impl Broker {
     pub fn spawn_background(self: &Arc<Self>) {
         self.spawn_cleaner();
         self.groups.spawn_ticker();
+        self.shares.spawn_ticker(self.topics.clone());
         self.txns.spawn_ticker(self);
         // Transactions that were ending when the broker stopped get their markers now.
         self.txns.attach(self);
@@ -1142,6 +1152,49 @@ impl Broker {
                 spate_protocol::messages::ConsumerGroupHeartbeatResponse::default()
                     .with_error_code(refused),
             ),
+            // A share group's id cannot be used by a consumer or classic group.
+            Request::ConsumerGroupHeartbeat(r) if self.shares.has_group(&r.group_id) => {
+                let mut resp = spate_protocol::messages::ConsumerGroupHeartbeatResponse::default()
+                    .with_error_code(spate_protocol::ResponseError::GroupIdNotFound.code());
+                resp.error_message = Some(spate_protocol::StrBytes::from_string(format!(
+                    "Group {} is not a consumer group.",
+                    &*r.group_id
+                )));
+                ctx.now(&charge, resp)
+            }
+            Request::JoinGroup(r) if self.shares.has_group(&r.group_id) => ctx.now(
+                &charge,
+                spate_protocol::messages::JoinGroupResponse::default().with_error_code(
+                    spate_protocol::ResponseError::InconsistentGroupProtocol.code(),
+                ),
+            ),
+            Request::ShareGroupHeartbeat(r) if group_denied(Op::Read, &r.group_id) => ctx.now(
+                &charge,
+                spate_protocol::messages::ShareGroupHeartbeatResponse::default()
+                    .with_error_code(refused),
+            ),
+            Request::ShareFetch(r)
+                if r.group_id
+                    .as_ref()
+                    .is_some_and(|g| group_denied(Op::Read, g)) =>
+            {
+                ctx.now(
+                    &charge,
+                    spate_protocol::messages::ShareFetchResponse::default()
+                        .with_error_code(refused),
+                )
+            }
+            Request::ShareAcknowledge(r)
+                if r.group_id
+                    .as_ref()
+                    .is_some_and(|g| group_denied(Op::Read, g)) =>
+            {
+                ctx.now(
+                    &charge,
+                    spate_protocol::messages::ShareAcknowledgeResponse::default()
+                        .with_error_code(refused),
+                )
+            }
             Request::OffsetFetch(r) if version < 8 && group_denied(Op::Describe, &r.group_id) => {
                 let mut resp = spate_protocol::messages::OffsetFetchResponse::default();
                 if version >= 2 {
@@ -1241,6 +1294,26 @@ impl Broker {
                     self, version, client_id, rc.peer, r,
                 ))
             }
+            Request::ShareGroupHeartbeat(r) => {
+                let client_id = header.client_id.as_deref().unwrap_or("");
+                ctx.later(handlers::share_groups::heartbeat(
+                    self, client_id, rc.peer, r,
+                ))
+            }
+            Request::ShareGroupDescribe(r) => {
+                let mut resp = handlers::share_groups::describe(self, r);
+                for g in &mut resp.groups {
+                    if group_denied(Op::Describe, &g.group_id) {
+                        let mut d = spate_protocol::messages::share_group_describe_response::DescribedGroup::default();
+                        d.group_id = g.group_id.clone();
+                        d.error_code = refused;
+                        *g = d;
+                    }
+                }
+                ctx.now(&charge, resp)
+            }
+            Request::ShareFetch(r) => ctx.later(handlers::share_groups::fetch(self, r)),
+            Request::ShareAcknowledge(r) => ctx.later(handlers::share_groups::acknowledge(self, r)),
             Request::ConsumerGroupDescribe(r) => {
                 let mut resp = handlers::consumer_groups::describe(self, version, r);
                 for g in &mut resp.groups {

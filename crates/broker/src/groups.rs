@@ -55,7 +55,7 @@ const TICK: Duration = Duration::from_millis(100);
 /// Whether `topic` is internal: listed with `is_internal`, readable, but not produced to,
 /// deleted or resized by clients.
 pub fn is_internal(topic: &str) -> bool {
-    topic == OFFSETS_LOG || topic == spate_txn::TXN_LOG
+    topic == OFFSETS_LOG || topic == spate_txn::TXN_LOG || topic == crate::share::SHARE_STATE_LOG
 }
 
 /// Refuses deleting or resizing an internal topic (groups are mapped onto its partitions),

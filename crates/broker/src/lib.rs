@@ -22,6 +22,7 @@ mod registry;
 pub mod replica;
 pub mod search_config;
 pub mod security;
+mod share;
 mod throttle;
 pub mod time;
 mod topic_config;

@@ -79,6 +79,10 @@ throttled!(
     AddOffsetsToTxnResponse,
     EndTxnResponse,
     TxnOffsetCommitResponse,
+    ShareGroupHeartbeatResponse,
+    ShareGroupDescribeResponse,
+    ShareFetchResponse,
+    ShareAcknowledgeResponse,
 );
 
 /// DescribeQuorum has no throttle field (it is not throttled in Kafka either).

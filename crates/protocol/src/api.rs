@@ -111,6 +111,13 @@ pub const SUPPORTED: &[Supported] = &[
     // describes each member's type.
     api(ApiKey::ConsumerGroupHeartbeat, 0, 1),
     api(ApiKey::ConsumerGroupDescribe, 0, 1),
+    // KIP-932 share groups. v0 was Kafka 4.0's early access (removed in 4.1); ShareFetch and
+    // ShareAcknowledge v2 (KIP-1206 acquire modes, KIP-1222 lock renewal) are not served, so
+    // Kafka 4.3's client uses v1.
+    api(ApiKey::ShareGroupHeartbeat, 1, 1),
+    api(ApiKey::ShareGroupDescribe, 1, 1),
+    api(ApiKey::ShareFetch, 1, 1),
+    api(ApiKey::ShareAcknowledge, 1, 1),
     // The metadata quorum's voters and observers (kafka-metadata-quorum describe); v2 adds
     // each node's listeners and the replicas' directory ids (none here: one log dir).
     api(ApiKey::DescribeQuorum, 0, 2),
@@ -153,6 +160,9 @@ mod tests {
         assert!(!is_supported(9999, 0));
         assert!(is_supported(ApiKey::ConsumerGroupHeartbeat as i16, 1));
         assert!(!is_supported(ApiKey::ConsumerGroupHeartbeat as i16, 2));
-        assert!(!is_supported(ApiKey::ShareGroupHeartbeat as i16, 1));
+        // Kafka 4.0's early-access v0 of the share group APIs is not served.
+        assert!(is_supported(ApiKey::ShareGroupHeartbeat as i16, 1));
+        assert!(!is_supported(ApiKey::ShareGroupHeartbeat as i16, 0));
+        assert!(!is_supported(ApiKey::ShareFetch as i16, 2));
     }
 }

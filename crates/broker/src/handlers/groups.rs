@@ -366,6 +366,9 @@ pub fn list(b: &Broker, version: i16, req: ListGroupsRequest) -> ListGroupsRespo
     for (id, state, _) in b.groups.consumer(|c| c.list()) {
         groups.push((id, state.name(), "consumer".to_string(), "consumer"));
     }
+    for (id, state) in b.shares.list() {
+        groups.push((id, state, "share".to_string(), "share"));
+    }
     let with_offsets: Vec<String> = b
         .groups
         .offsets(|o| o.group_ids().map(str::to_string).collect());

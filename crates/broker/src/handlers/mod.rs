@@ -21,6 +21,7 @@ pub mod producer_ids;
 pub mod quorum;
 pub mod sasl;
 pub mod scram_credentials;
+pub mod share_groups;
 pub mod telemetry;
 pub mod topic_partitions;
 pub mod topics;

@@ -1,0 +1,562 @@
+//! Share groups (KIP-932) on this broker: the share groups' membership, the in-flight state of
+//! every share-partition (the pure state machines of `spate-share`), share sessions, and the
+//! durable state in `__share_group_state`.
+//!
+//! A standalone broker is at once the group coordinator, the leader of every partition and the
+//! share coordinator, so one service holds it all under one lock: the log reads of a ShareFetch
+//! are short, and acquiring under the same lock as the read keeps two members from being handed
+//! the same record.
+
+mod sessions;
+mod settings;
+mod store;
+
+use std::collections::HashMap;
+use std::ops::RangeInclusive;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use spate_protocol::batch::Batches;
+use spate_protocol::ResponseError;
+use spate_share::state::ShareSnapshot;
+use spate_share::{
+    AckBatch, AcquiredRange, GroupDescription, GroupEvent, HeartbeatError, HeartbeatReply,
+    HeartbeatRequest, ShareGroup, SharePartition, StateChange, TopicsView,
+};
+use tokio::sync::watch;
+
+pub use sessions::{Checked, TopicPartition};
+pub use settings::ShareSettings;
+pub use store::{SpKey, SHARE_STATE_LOG};
+
+use crate::error::BrokerError;
+use crate::groups::Written;
+use crate::partition::{Partition, Role};
+use crate::registry::TopicRegistry;
+use crate::time::SharedClock;
+
+/// How often locks and member sessions are checked for expiry.
+const TICK: Duration = Duration::from_millis(100);
+
+/// What one share-partition's part of a ShareFetch got.
+#[derive(Debug, Default)]
+pub struct Acquired {
+    /// Whole batches holding the acquired records (and possibly others the client skips).
+    pub records: Bytes,
+    /// The acquired offset ranges with their delivery counts.
+    pub ranges: Vec<AcquiredRange>,
+}
+
+struct Tracked {
+    part: SharePartition,
+    /// Epoch of the last snapshot written.
+    snapshot_epoch: i32,
+    /// When the state was first written (wall ms).
+    created: i64,
+}
+
+#[derive(Default)]
+struct State {
+    groups: HashMap<String, ShareGroup>,
+    partitions: HashMap<SpKey, Tracked>,
+    /// Durable states not yet resumed (loaded at start).
+    durable: HashMap<SpKey, ShareSnapshot>,
+    sessions: sessions::Sessions,
+}
+
+/// Share groups and their share-partitions.
+pub struct ShareService {
+    settings: ShareSettings,
+    clock: SharedClock,
+    /// Whether a durable write waits for fsync (the broker's fsync policy).
+    fsync: bool,
+    state: Mutex<State>,
+    store: store::StateStore,
+    /// Bumped whenever records may have become available again (released, expired, a member
+    /// gone): parked ShareFetches look again.
+    released: watch::Sender<u64>,
+}
+
+impl ShareService {
+    /// A service resuming the durable state in `__share_group_state`, if any.
+    pub fn open(
+        topics: &TopicRegistry,
+        settings: ShareSettings,
+        clock: SharedClock,
+        fsync: bool,
+    ) -> Result<Self, BrokerError> {
+        let store = store::StateStore::default();
+        let durable = store.load(topics)?;
+        if !durable.is_empty() {
+            tracing::info!(
+                share_partitions = durable.len(),
+                "share-group state loaded from {SHARE_STATE_LOG}"
+            );
+        }
+        Ok(Self {
+            settings,
+            clock,
+            fsync,
+            state: Mutex::new(State {
+                durable,
+                ..State::default()
+            }),
+            store,
+            released: watch::channel(0).0,
+        })
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &ShareSettings {
+        &self.settings
+    }
+
+    /// True when a share group of this id exists.
+    pub fn has_group(&self, group: &str) -> bool {
+        self.state.lock().groups.contains_key(group)
+    }
+
+    /// Share group ids and state names, for ListGroups.
+    pub fn list(&self) -> Vec<(String, &'static str)> {
+        self.state
+            .lock()
+            .groups
+            .values()
+            .map(|g| (g.id().to_string(), g.state().name()))
+            .collect()
+    }
+
+    /// Describes a share group, `None` if it does not exist.
+    pub fn describe(&self, group: &str) -> Option<GroupDescription> {
+        self.state
+            .lock()
+            .groups
+            .get(group)
+            .map(ShareGroup::describe)
+    }
+
+    /// Handles a ShareGroupHeartbeat; returns the answer and the durable writes it made
+    /// (share-partitions initialized, locks of departed members released).
+    pub fn heartbeat(
+        &self,
+        topics: &TopicRegistry,
+        group: &str,
+        req: &HeartbeatRequest,
+    ) -> (Result<HeartbeatReply, HeartbeatError>, Vec<Written>) {
+        let view = topics_view(topics);
+        let now = self.clock.monotonic_ms();
+        let mut st = self.state.lock();
+        let g = st
+            .groups
+            .entry(group.to_string())
+            .or_insert_with(|| ShareGroup::new(group, self.settings.group));
+        let (reply, events) = g.heartbeat(req, &view, now);
+        if g.is_empty() {
+            // A join refused, or the last member left: nothing to keep.
+            st.groups.remove(group);
+        }
+        let written = self.apply_events(&mut st, topics, group, events);
+        (reply, written)
+    }
+
+    /// Acts on what a group reported: members gone release their records, newly assigned
+    /// partitions get their state.
+    fn apply_events(
+        &self,
+        st: &mut State,
+        topics: &TopicRegistry,
+        group: &str,
+        events: Vec<GroupEvent>,
+    ) -> Vec<Written> {
+        let mut written = Vec::new();
+        let now = self.clock.monotonic_ms();
+        for e in events {
+            match e {
+                GroupEvent::MemberRemoved { member_id, .. } => {
+                    st.sessions.close(group, &member_id);
+                    let keys: Vec<SpKey> = st
+                        .partitions
+                        .keys()
+                        .filter(|k| k.0 == group)
+                        .cloned()
+                        .collect();
+                    let mut released = 0;
+                    for k in keys {
+                        if let Some(t) = st.partitions.get_mut(&k) {
+                            released += t.part.release_member(&member_id, now);
+                        }
+                        written.extend(self.persist(st, topics, &k));
+                    }
+                    if released > 0 {
+                        self.released.send_modify(|n| *n += 1);
+                    }
+                }
+                GroupEvent::PartitionsAssigned(assignment) => {
+                    for (topic_id, parts) in assignment {
+                        for p in parts {
+                            let key = (group.to_string(), topic_id, p);
+                            if let Ok(w) = self.tracked(st, topics, &key) {
+                                written.extend(w);
+                            }
+                        }
+                    }
+                }
+                GroupEvent::MemberJoined { .. } => {}
+            }
+        }
+        written
+    }
+
+    /// The share-partition of `key`, resumed from its durable state or started at
+    /// `share.auto.offset.reset` (whose first state is written: returned).
+    fn tracked(
+        &self,
+        st: &mut State,
+        topics: &TopicRegistry,
+        key: &SpKey,
+    ) -> Result<Option<Written>, ResponseError> {
+        if st.partitions.contains_key(key) {
+            return Ok(None);
+        }
+        let log = data_partition(topics, key)?;
+        let config = self.settings.partition;
+        if let Some(snap) = st.durable.remove(key) {
+            match SharePartition::from_state(config, &snap.partition_state()) {
+                Ok(mut part) => {
+                    part.update_log_start(log.log_start_offset());
+                    st.partitions.insert(
+                        key.clone(),
+                        Tracked {
+                            part,
+                            snapshot_epoch: snap.snapshot_epoch,
+                            created: snap.create_timestamp,
+                        },
+                    );
+                    return Ok(None);
+                }
+                Err(e) => {
+                    tracing::warn!(group = %key.0, partition = key.2, error = %e, "unusable share-partition state; starting afresh");
+                }
+            }
+        }
+        let start = self.settings.auto_offset_reset.start_offset(
+            log.log_start_offset(),
+            log.high_watermark(),
+            None,
+        );
+        st.partitions.insert(
+            key.clone(),
+            Tracked {
+                part: SharePartition::new(config, start),
+                snapshot_epoch: -1,
+                created: self.clock.now_ms(),
+            },
+        );
+        Ok(self.write_snapshot(st, topics, key))
+    }
+
+    /// Writes the share-partition's durable state if it changed.
+    fn persist(&self, st: &mut State, topics: &TopicRegistry, key: &SpKey) -> Option<Written> {
+        let t = st.partitions.get_mut(key)?;
+        match t.part.take_changes() {
+            StateChange::Unchanged => None,
+            StateChange::Update { .. } | StateChange::Snapshot(_) => {
+                self.write_snapshot(st, topics, key)
+            }
+        }
+    }
+
+    fn write_snapshot(
+        &self,
+        st: &mut State,
+        topics: &TopicRegistry,
+        key: &SpKey,
+    ) -> Option<Written> {
+        let t = st.partitions.get_mut(key)?;
+        // Whatever was pending is in the snapshot.
+        let _ = t.part.take_changes();
+        let now = self.clock.now_ms();
+        let snap = ShareSnapshot::of(&t.part.snapshot(), t.snapshot_epoch + 1, t.created, now);
+        match self.store.write(topics, key, &snap, now) {
+            Ok(w) => {
+                t.snapshot_epoch += 1;
+                Some(w)
+            }
+            Err(e) => {
+                tracing::warn!(group = %key.0, partition = key.2, error = ?e, "cannot write share-partition state");
+                None
+            }
+        }
+    }
+
+    /// Checks a member's share session for a ShareFetch (or, with `ack_only`, a
+    /// ShareAcknowledge) and returns what to do and which partitions the session fetches.
+    pub fn session(
+        &self,
+        group: &str,
+        member: &str,
+        epoch: i32,
+        ack_only: bool,
+        added: Vec<TopicPartition>,
+        forgotten: Vec<TopicPartition>,
+    ) -> Result<(Checked, Vec<TopicPartition>), ResponseError> {
+        let mut st = self.state.lock();
+        let known = st
+            .groups
+            .get(group)
+            .is_some_and(|g| g.describe().members.iter().any(|m| m.member_id == member));
+        if !known {
+            st.sessions.close(group, member);
+            return Err(ResponseError::UnknownMemberId);
+        }
+        let checked = if ack_only {
+            st.sessions.acknowledge(group, member, epoch)?
+        } else {
+            st.sessions.fetch(group, member, epoch)?
+        };
+        let partitions = match checked {
+            Checked::Serve if !ack_only => st.sessions.update(group, member, added, forgotten),
+            _ => Vec::new(),
+        };
+        Ok((checked, partitions))
+    }
+
+    /// Closes a member's share session, releasing what it holds (ShareFetch or
+    /// ShareAcknowledge with epoch -1).
+    pub fn close_session(&self, topics: &TopicRegistry, group: &str, member: &str) -> Vec<Written> {
+        let mut st = self.state.lock();
+        st.sessions.close(group, member);
+        let now = self.clock.monotonic_ms();
+        let keys: Vec<SpKey> = st
+            .partitions
+            .keys()
+            .filter(|k| k.0 == group)
+            .cloned()
+            .collect();
+        let mut written = Vec::new();
+        let mut released = 0;
+        for k in keys {
+            if let Some(t) = st.partitions.get_mut(&k) {
+                released += t.part.release_member(member, now);
+            }
+            written.extend(self.persist(&mut st, topics, &k));
+        }
+        if released > 0 {
+            self.released.send_modify(|n| *n += 1);
+        }
+        written
+    }
+
+    /// True when `member` of `group` subscribes to the topic of this id.
+    pub fn subscribed(
+        &self,
+        topics: &TopicRegistry,
+        group: &str,
+        member: &str,
+        topic: &uuid::Uuid,
+    ) -> bool {
+        let Some(name) = topics.get_by_id(topic).map(|t| t.name.clone()) else {
+            return false;
+        };
+        let st = self.state.lock();
+        st.groups.get(group).is_some_and(|g| {
+            g.describe()
+                .members
+                .iter()
+                .any(|m| m.member_id == member && m.subscribed_topic_names.contains(&name))
+        })
+    }
+
+    /// Applies a member's acknowledgements to one share-partition; returns the durable write.
+    pub fn acknowledge(
+        &self,
+        topics: &TopicRegistry,
+        key: &SpKey,
+        member: &str,
+        batches: &[AckBatch],
+    ) -> Result<Option<Written>, ResponseError> {
+        let now = self.clock.monotonic_ms();
+        let mut st = self.state.lock();
+        let mut written = self.tracked(&mut st, topics, key)?;
+        let Some(t) = st.partitions.get_mut(key) else {
+            return Err(ResponseError::UnknownTopicOrPartition);
+        };
+        t.part
+            .acknowledge(member, batches, now)
+            .map_err(|e| e.error())?;
+        if batches
+            .iter()
+            .any(|b| b.types.contains(&spate_share::AckType::Release))
+        {
+            self.released.send_modify(|n| *n += 1);
+        }
+        if let Some(w) = self.persist(&mut st, topics, key) {
+            written = Some(w);
+        }
+        Ok(written)
+    }
+
+    /// Reads the share-partition's log from its next fetch offset (up to the high watermark)
+    /// and acquires at most `max_records` of what is there for `member`.
+    pub fn acquire(
+        &self,
+        topics: &TopicRegistry,
+        key: &SpKey,
+        member: &str,
+        max_records: u32,
+        max_bytes: usize,
+    ) -> Result<(Acquired, Option<Written>), ResponseError> {
+        let now = self.clock.monotonic_ms();
+        let log = data_partition(topics, key)?;
+        let mut st = self.state.lock();
+        let mut written = self.tracked(&mut st, topics, key)?;
+        let Some(t) = st.partitions.get_mut(key) else {
+            return Err(ResponseError::UnknownTopicOrPartition);
+        };
+        t.part.update_log_start(log.log_start_offset());
+        let from = t.part.next_fetch_offset();
+        if max_records == 0 || from >= log.high_watermark() {
+            return Ok((Acquired::default(), written));
+        }
+        let read = log.read(from, max_bytes, true).map_err(|e| match e {
+            spate_log::LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+            e => {
+                tracing::error!(partition = key.2, error = %e, "share fetch read failed");
+                ResponseError::KafkaStorageError
+            }
+        })?;
+        let batches: Vec<(usize, usize, RangeInclusive<i64>, bool)> = Batches::new(&read.records)
+            .map(|(at, h)| {
+                (
+                    at,
+                    h.total_len(),
+                    h.base_offset..=h.last_offset(),
+                    h.is_control(),
+                )
+            })
+            .collect();
+        // Control batches hold no records for consumers: they are left out, so their offsets
+        // are archived as gaps.
+        let fetched: Vec<RangeInclusive<i64>> = batches
+            .iter()
+            .filter(|(.., control)| !control)
+            .map(|(_, _, r, _)| r.clone())
+            .collect();
+        let ranges = t.part.acquire(
+            member,
+            &fetched,
+            max_records,
+            self.settings.lock_duration_ms,
+            now,
+        );
+        if let Some(w) = self.persist(&mut st, topics, key) {
+            written = Some(w);
+        }
+        if ranges.is_empty() {
+            return Ok((Acquired::default(), written));
+        }
+        // Only the batches holding acquired records go back.
+        let mut records = Vec::new();
+        for (at, len, r, control) in &batches {
+            if !control
+                && ranges
+                    .iter()
+                    .any(|a| a.first <= *r.end() && *r.start() <= a.last)
+            {
+                records.extend_from_slice(&read.records[*at..*at + *len]);
+            }
+        }
+        Ok((
+            Acquired {
+                records: Bytes::from(records),
+                ranges,
+            },
+            written,
+        ))
+    }
+
+    /// Changes ShareFetches wait on besides appends: records released or locks expired.
+    pub fn watch_released(&self) -> watch::Receiver<u64> {
+        self.released.subscribe()
+    }
+
+    /// Waits until a write is as durable as a produce ack (see `GroupService::durable`).
+    pub fn durable(
+        &self,
+        written: &Written,
+    ) -> impl std::future::Future<Output = Result<(), ResponseError>> + Send + 'static {
+        crate::groups::wait_committed(written, self.fsync)
+    }
+
+    /// Expires member sessions and acquisition locks every 100 ms until the service is
+    /// dropped.
+    pub fn spawn_ticker(self: &Arc<Self>, topics: Arc<TopicRegistry>) {
+        let weak: Weak<Self> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(s) = weak.upgrade() else { return };
+                s.tick(&topics);
+            }
+        });
+    }
+
+    /// Acts on the time now: members without heartbeats leave, expired locks free records.
+    pub fn tick(&self, topics: &TopicRegistry) {
+        let now = self.clock.monotonic_ms();
+        let view = topics_view(topics);
+        let mut st = self.state.lock();
+        let ids: Vec<String> = st.groups.keys().cloned().collect();
+        for id in ids {
+            let events = match st.groups.get_mut(&id) {
+                Some(g) if g.next_deadline().is_some_and(|d| d <= now) => {
+                    g.expire_sessions(&view, now)
+                }
+                _ => continue,
+            };
+            if st.groups.get(&id).is_some_and(ShareGroup::is_empty) {
+                st.groups.remove(&id);
+            }
+            self.apply_events(&mut st, topics, &id, events);
+        }
+        let keys: Vec<SpKey> = st.partitions.keys().cloned().collect();
+        let mut expired = 0;
+        for k in keys {
+            if let Some(t) = st.partitions.get_mut(&k) {
+                expired += t.part.expire_locks(now);
+            }
+            self.persist(&mut st, topics, &k);
+        }
+        if expired > 0 {
+            self.released.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+/// The topics that exist now, as the share assignor sees them (internal topics excluded).
+fn topics_view(topics: &TopicRegistry) -> TopicsView {
+    topics
+        .list()
+        .into_iter()
+        .filter(|t| !crate::groups::is_internal(&t.name))
+        .map(|t| (t.name.clone(), (t.id, t.partition_count())))
+        .collect()
+}
+
+/// The log of a share-partition, if this broker leads it.
+fn data_partition(topics: &TopicRegistry, key: &SpKey) -> Result<Arc<Partition>, ResponseError> {
+    let topic = topics
+        .get_by_id(&key.1)
+        .ok_or(ResponseError::UnknownTopicId)?;
+    let p = topic
+        .partition(key.2)
+        .ok_or(ResponseError::UnknownTopicOrPartition)?;
+    if p.role() == Role::Follower {
+        return Err(ResponseError::NotLeaderOrFollower);
+    }
+    Ok(p)
+}
