@@ -70,3 +70,5 @@ scripts/security-e2e.sh
 # The same on a 3-node cluster: SASL_SSL clients, mutual TLS and HTTPS between the nodes,
 # credentials and ACLs through the quorum, Metadata per listener, kill -9 of a leader.
 scripts/security-cluster-e2e.sh
+# Share groups (KIP-932) with Kafka's console share consumer and KafkaShareConsumer members, one killed with kill -9 while holding locks.
+scripts/share-groups-e2e.sh

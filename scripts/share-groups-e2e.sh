@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# KIP-932 share groups with Apache Kafka's own Java clients against spate:
+#   1. kafka-console-share-consumer reads the records produced to a topic;
+#   2. three KafkaShareConsumer members (scripts/share/ShareWorker.java) share one partition:
+#      one takes records and is killed with kill -9 while holding their locks, the two others
+#      accept everything; the killed member's records come back after the lock duration (5 s
+#      here) and are accepted by the others. Every produced record is accepted, each exactly
+#      once (acceptances are printed only after commitSync confirms them).
+#   scripts/share-groups-e2e.sh     against a throw-away spate (target/debug/spate; SPATE_BIN overrides)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+KAFKA_KIT="$ROOT/scripts/kafka"
+# A short lock so the killed member's records come back quickly; earliest so records produced
+# before a group exists are read.
+if [[ -z "${SPATE_BOOTSTRAP:-}" ]]; then
+  export SPATE_SHARE_RECORD_LOCK_DURATION_MS=5000 SPATE_SHARE_AUTO_OFFSET_RESET=earliest
+  exec "$ROOT/scripts/with-spate.sh" -- "$0" "$@"
+fi
+"$KAFKA_KIT/fetch.sh" >/dev/null
+B="$SPATE_BOOTSTRAP"
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; [[ -f "${SPATE_LOG:-}" ]] && { echo "--- spate log" >&2; tail -30 "$SPATE_LOG" >&2; }; exit 1; }
+pass() { echo "ok: $*"; }
+produce() { # TOPIC FIRST LAST: values v-FIRST..v-LAST
+  seq "$2" "$3" | sed 's/^/v-/' | timeout 120 "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.ConsoleProducer \
+    --bootstrap-server "$B" --topic "$1" >/dev/null 2>>"$WORK/tool.err" || fail "produce to $1"
+}
+worker() { # MODE NAME
+  "$KAFKA_KIT/tool.sh" class "$ROOT/scripts/share/ShareWorker.java" "$1" "$B" "$TOPIC" "$GROUP" "$2" "$WORK/stop" \
+    >"$WORK/$2.out" 2>"$WORK/$2.err" &
+  PIDS+=($!)
+}
+
+# 1. The console share consumer.
+"$KAFKA_KIT/tool.sh" topics --bootstrap-server "$B" --create --topic share-console --partitions 2 >/dev/null 2>>"$WORK/tool.err" \
+  || fail "create share-console"
+produce share-console 1 100
+timeout 90 "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.consumer.ConsoleShareConsumer --bootstrap-server "$B" \
+  --topic share-console --group share-console-group --max-messages 100 >"$WORK/console.out" 2>"$WORK/console.err" \
+  || { cat "$WORK/console.err" >&2; fail "console share consumer"; }
+got=$(grep -c '^v-' "$WORK/console.out" || true)
+[[ "$(grep '^v-' "$WORK/console.out" | sort -u | wc -l)" == 100 ]] || fail "console share consumer read $got records, not the 100 produced"
+pass "kafka-console-share-consumer read the 100 records produced to 2 partitions"
+
+# 2. Three members on one partition, one killed while holding locks.
+TOPIC=share-work
+GROUP=share-workers
+RECORDS=3000
+"$KAFKA_KIT/tool.sh" topics --bootstrap-server "$B" --create --topic "$TOPIC" --partitions 1 >/dev/null 2>>"$WORK/tool.err" \
+  || fail "create $TOPIC"
+produce "$TOPIC" 1 "$RECORDS"
+worker hold hog; HOG=$!
+for _ in $(seq 1 90); do grep -q '^holding' "$WORK/hog.out" 2>/dev/null && break; sleep 1; done
+grep -q '^holding' "$WORK/hog.out" || { cat "$WORK/hog.err" >&2; fail "the holding member never got records"; }
+held=$(grep -c '^held ' "$WORK/hog.out")
+pass "member 'hog' holds $held records under acquisition locks"
+worker work w1
+worker work w2
+sleep 3
+kill -9 "$HOG"
+pass "member 'hog' killed (kill -9) while holding its locks"
+
+accepted() { cat "$WORK"/w1.out "$WORK"/w2.out 2>/dev/null | awk '$1=="accepted"{print $2}'; }
+for _ in $(seq 1 120); do [[ "$(accepted | sort -u | wc -l)" -ge "$RECORDS" ]] && break; sleep 1; done
+touch "$WORK/stop"
+n=$(accepted | sort -u | wc -l)
+[[ "$n" == "$RECORDS" ]] || fail "$n of $RECORDS records accepted"
+pass "every one of the $RECORDS records was accepted"
+dups=$(accepted | sort | uniq -d | wc -l)
+[[ "$dups" == 0 ]] || fail "$dups records were accepted more than once"
+pass "each record was accepted by exactly one member (w1: $(grep -c '^accepted' "$WORK/w1.out" || true), w2: $(grep -c '^accepted' "$WORK/w2.out" || true))"
+# The killed member's records were delivered a second time.
+redelivered=$(grep '^held ' "$WORK/hog.out" | awk '{print $2}' | sort > "$WORK/held"; \
+  cat "$WORK"/w1.out "$WORK"/w2.out | awk '$1=="accepted" && $3>=2 {print $2}' | sort | comm -12 - "$WORK/held" | wc -l)
+[[ "$redelivered" == "$held" ]] || fail "only $redelivered of the $held held records came back with a delivery count of 2+"
+pass "the $held records the killed member held were redelivered (delivery count 2) and accepted by the others"
+for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+PIDS=()
