@@ -26,5 +26,6 @@ mod produce_consume;
 mod quotas;
 mod search;
 mod security;
+mod share_groups;
 mod telemetry;
 mod transactions;

@@ -1,0 +1,408 @@
+//! KIP-932 share groups through raw ShareGroupHeartbeat / ShareFetch / ShareAcknowledge
+//! requests: RELEASE, REJECT, the delivery count limit and lock expiry as a member sees them,
+//! Kafka's error codes for bad input, and share state that survives kill -9.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::share_acknowledge_request::{
+    AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch as AckBatchAck,
+};
+use kafka_protocol::messages::share_fetch_request::{
+    AcknowledgementBatch, FetchPartition, FetchTopic,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::producer::FutureRecord;
+use spate_protocol::ResponseError;
+
+use crate::harness::{producer, Raw, Spate};
+use crate::produce_consume::create_topic;
+
+const ACCEPT: i8 = 1;
+const RELEASE: i8 = 2;
+const REJECT: i8 = 3;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+/// A broker whose share-partitions start at the log start and whose locks last `lock_ms`.
+fn start(lock_ms: u64) -> Spate {
+    Spate::start_with_env(
+        &[],
+        &[
+            ("SPATE_SHARE_AUTO_OFFSET_RESET", "earliest"),
+            ("SPATE_SHARE_RECORD_LOCK_DURATION_MS", &lock_ms.to_string()),
+        ],
+    )
+}
+
+async fn produce(addr: &str, topic: &str, n: usize) {
+    let p = producer(addr, &[]);
+    for i in 0..n {
+        let v = format!("v-{i}");
+        p.send(
+            FutureRecord::<(), _>::to(topic).partition(0).payload(&v),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("produce");
+    }
+}
+
+fn heartbeat(
+    raw: &mut Raw,
+    group: &str,
+    member: &str,
+    epoch: i32,
+    topics: Option<&[&str]>,
+) -> ShareGroupHeartbeatResponse {
+    let mut r = ShareGroupHeartbeatRequest::default();
+    r.group_id = s(group).into();
+    r.member_id = s(member);
+    r.member_epoch = epoch;
+    r.subscribed_topic_names = topics.map(|ts| ts.iter().map(|t| s(t).into()).collect());
+    raw.call(ApiKey::ShareGroupHeartbeat, 1, &r)
+}
+
+/// A member of a share group on one topic, with its share session.
+struct Member {
+    raw: Raw,
+    group: String,
+    id: String,
+    epoch: i32,
+    session: i32,
+    /// Which topic (its id) the member fetches.
+    topic: FetchTopic,
+}
+
+impl Member {
+    /// Joins `group` subscribed to `topic`; returns once it is assigned partition 0.
+    fn join(addr: &str, group: &str, id: &str, topic: &str) -> Self {
+        let mut raw = Raw::connect(addr);
+        let resp = heartbeat(&mut raw, group, id, 0, Some(&[topic]));
+        assert_eq!(resp.error_code, 0, "join: {:?}", resp.error_message);
+        let mut epoch = resp.member_epoch;
+        let mut assignment = resp.assignment;
+        for _ in 0..50 {
+            if assignment
+                .as_ref()
+                .is_some_and(|a| !a.topic_partitions.is_empty())
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            let r = heartbeat(&mut raw, group, id, epoch, None);
+            assert_eq!(r.error_code, 0, "heartbeat: {:?}", r.error_message);
+            epoch = r.member_epoch;
+            assignment = r.assignment.or(assignment);
+        }
+        let mut topic = FetchTopic::default();
+        topic.topic_id = assignment.expect("an assignment").topic_partitions[0].topic_id;
+        Self {
+            raw,
+            group: group.into(),
+            id: id.into(),
+            epoch,
+            session: 0,
+            topic,
+        }
+    }
+
+    fn request(&self, wait_ms: i32, acks: &[(i64, i64, i8)]) -> ShareFetchRequest {
+        let mut r = ShareFetchRequest::default();
+        r.group_id = Some(s(&self.group).into());
+        r.member_id = Some(s(&self.id));
+        r.share_session_epoch = self.session;
+        r.max_wait_ms = wait_ms;
+        r.min_bytes = 1;
+        r.max_bytes = 1 << 20;
+        r.max_records = 500;
+        r.batch_size = 500;
+        let mut p = FetchPartition::default();
+        p.partition_index = 0;
+        p.acknowledgement_batches = acks
+            .iter()
+            .map(|(first, last, t)| {
+                let mut b = AcknowledgementBatch::default();
+                b.first_offset = *first;
+                b.last_offset = *last;
+                b.acknowledge_types = vec![*t];
+                b
+            })
+            .collect();
+        let mut t = self.topic.clone();
+        t.partitions = vec![p];
+        r.topics = vec![t];
+        r
+    }
+
+    /// ShareFetch of partition 0 with these acknowledgements; the session epoch advances.
+    fn fetch(&mut self, wait_ms: i32, acks: &[(i64, i64, i8)]) -> ShareFetchResponse {
+        let req = self.request(wait_ms, acks);
+        let resp: ShareFetchResponse = self.raw.call(ApiKey::ShareFetch, 1, &req);
+        if resp.error_code == 0 {
+            self.session += 1;
+        }
+        resp
+    }
+
+    /// ShareAcknowledge of partition 0; returns the partition's error code.
+    fn acknowledge(&mut self, acks: &[(i64, i64, i8)]) -> i16 {
+        let mut r = ShareAcknowledgeRequest::default();
+        r.group_id = Some(s(&self.group).into());
+        r.member_id = Some(s(&self.id));
+        r.share_session_epoch = self.session;
+        let mut p = AcknowledgePartition::default();
+        p.partition_index = 0;
+        p.acknowledgement_batches = acks
+            .iter()
+            .map(|(first, last, t)| {
+                let mut b = AckBatchAck::default();
+                b.first_offset = *first;
+                b.last_offset = *last;
+                b.acknowledge_types = vec![*t];
+                b
+            })
+            .collect();
+        let mut t = AcknowledgeTopic::default();
+        t.topic_id = self.topic.topic_id;
+        t.partitions = vec![p];
+        r.topics = vec![t];
+        let resp: ShareAcknowledgeResponse = self.raw.call(ApiKey::ShareAcknowledge, 1, &r);
+        assert_eq!(resp.error_code, 0, "{:?}", resp.error_message);
+        self.session += 1;
+        resp.responses[0].partitions[0].error_code
+    }
+}
+
+/// The acquired (first, last, delivery count) ranges of partition 0.
+fn acquired(resp: &ShareFetchResponse) -> Vec<(i64, i64, i16)> {
+    assert_eq!(resp.error_code, 0, "{:?}", resp.error_message);
+    resp.responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .flat_map(|p| &p.acquired_records)
+        .map(|a| (a.first_offset, a.last_offset, a.delivery_count))
+        .collect()
+}
+
+fn ack_error(resp: &ShareFetchResponse) -> i16 {
+    resp.responses[0].partitions[0].acknowledge_error_code
+}
+
+#[tokio::test]
+async fn share_fetch_hands_out_records_once_and_accept_completes_them() {
+    let spate = start(30_000);
+    create_topic(&spate.addr, "sq-accept", 1, &[]).await;
+    produce(&spate.addr, "sq-accept", 5).await;
+    let mut a = Member::join(&spate.addr, "g-accept", "a", "sq-accept");
+    let mut b = Member::join(&spate.addr, "g-accept", "b", "sq-accept");
+    let got = a.fetch(5_000, &[]);
+    assert_eq!(acquired(&got), vec![(0, 4, 1)]);
+    let records = got.responses[0].partitions[0]
+        .records
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        !records.is_empty(),
+        "the acquired records come with their batches"
+    );
+    // Locked by a: b gets nothing.
+    assert!(acquired(&b.fetch(300, &[])).is_empty());
+    assert_eq!(a.acknowledge(&[(0, 4, ACCEPT)]), 0);
+    assert!(
+        acquired(&b.fetch(300, &[])).is_empty(),
+        "accepted records are done"
+    );
+    produce(&spate.addr, "sq-accept", 1).await;
+    assert_eq!(acquired(&b.fetch(5_000, &[])), vec![(5, 5, 1)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_fetch_waits_for_records_produced_during_its_max_wait() {
+    let spate = start(30_000);
+    create_topic(&spate.addr, "sq-wait", 1, &[]).await;
+    let mut a = Member::join(&spate.addr, "g-wait", "a", "sq-wait");
+    assert!(acquired(&a.fetch(0, &[])).is_empty());
+    let addr = spate.addr.clone();
+    let producing = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        produce(&addr, "sq-wait", 1).await;
+    });
+    let started = std::time::Instant::now();
+    let got = tokio::task::block_in_place(|| a.fetch(10_000, &[]));
+    producing.await.expect("producer task");
+    assert_eq!(acquired(&got), vec![(0, 0, 1)]);
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "answered when the record came"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_redelivers_with_the_delivery_count_plus_one_and_reject_archives() {
+    let spate = start(30_000);
+    create_topic(&spate.addr, "sq-release", 1, &[]).await;
+    produce(&spate.addr, "sq-release", 2).await;
+    let mut a = Member::join(&spate.addr, "g-release", "a", "sq-release");
+    assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(0, 1, 1)]);
+    // Piggybacked on the next fetch: 0 rejected, 1 released; only 1 comes back, delivered twice.
+    let again = a.fetch(5_000, &[(0, 0, REJECT), (1, 1, RELEASE)]);
+    assert_eq!(ack_error(&again), 0);
+    assert_eq!(acquired(&again), vec![(1, 1, 2)]);
+}
+
+#[tokio::test]
+async fn the_delivery_count_limit_archives_a_poison_record() {
+    let spate = start(30_000);
+    create_topic(&spate.addr, "sq-poison", 1, &[]).await;
+    produce(&spate.addr, "sq-poison", 1).await;
+    let mut a = Member::join(&spate.addr, "g-poison", "a", "sq-poison");
+    // Kafka's default group.share.delivery.count.limit is 5.
+    for delivery in 1..=5 {
+        assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(0, 0, delivery)]);
+        assert_eq!(a.acknowledge(&[(0, 0, RELEASE)]), 0);
+    }
+    assert!(
+        acquired(&a.fetch(300, &[])).is_empty(),
+        "archived after 5 deliveries"
+    );
+    produce(&spate.addr, "sq-poison", 1).await;
+    assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(1, 1, 1)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lock_redelivers_to_another_member_and_the_late_ack_is_refused() {
+    let spate = start(1_000);
+    create_topic(&spate.addr, "sq-expiry", 1, &[]).await;
+    produce(&spate.addr, "sq-expiry", 3).await;
+    let mut a = Member::join(&spate.addr, "g-expiry", "a", "sq-expiry");
+    let mut b = Member::join(&spate.addr, "g-expiry", "b", "sq-expiry");
+    assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(0, 2, 1)]);
+    // b's fetch parks until a's lock runs out (1 s), then gets the records.
+    let started = std::time::Instant::now();
+    let got = tokio::task::block_in_place(|| b.fetch(10_000, &[]));
+    assert_eq!(acquired(&got), vec![(0, 2, 2)]);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        a.acknowledge(&[(0, 2, ACCEPT)]),
+        ResponseError::InvalidRecordState.code()
+    );
+}
+
+#[tokio::test]
+async fn acknowledging_a_record_not_acquired_is_invalid_record_state() {
+    let spate = start(30_000);
+    create_topic(&spate.addr, "sq-notacq", 1, &[]).await;
+    produce(&spate.addr, "sq-notacq", 2).await;
+    let mut a = Member::join(&spate.addr, "g-notacq", "a", "sq-notacq");
+    let mut b = Member::join(&spate.addr, "g-notacq", "b", "sq-notacq");
+    assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(0, 1, 1)]);
+    assert!(acquired(&b.fetch(0, &[])).is_empty());
+    // Held by a, not b.
+    assert_eq!(
+        b.acknowledge(&[(0, 0, ACCEPT)]),
+        ResponseError::InvalidRecordState.code()
+    );
+    // Past anything ever acquired.
+    assert_eq!(
+        a.acknowledge(&[(7, 7, ACCEPT)]),
+        ResponseError::InvalidRequest.code()
+    );
+    // Nothing of a refused request is applied: a still holds 0 and 1 and can accept them.
+    assert_eq!(a.acknowledge(&[(0, 1, ACCEPT)]), 0);
+}
+
+#[tokio::test]
+async fn wrong_member_epochs_and_unknown_members_are_refused() {
+    let spate = start(30_000);
+    create_topic(&spate.addr, "sq-epochs", 1, &[]).await;
+    let mut a = Member::join(&spate.addr, "g-epochs", "a", "sq-epochs");
+    let mut raw = Raw::connect(&spate.addr);
+    let wrong = heartbeat(&mut raw, "g-epochs", "a", a.epoch + 5, None);
+    assert_eq!(wrong.error_code, ResponseError::FencedMemberEpoch.code());
+    let unknown = heartbeat(&mut raw, "g-epochs", "nobody", 3, None);
+    assert_eq!(unknown.error_code, ResponseError::UnknownMemberId.code());
+    // ShareFetch from a member that never joined.
+    let mut req = a.request(0, &[]);
+    req.member_id = Some(s("nobody"));
+    let resp: ShareFetchResponse = raw.call(ApiKey::ShareFetch, 1, &req);
+    assert_eq!(resp.error_code, ResponseError::UnknownMemberId.code());
+    // Share session epochs: a session must be opened with 0 and followed one by one.
+    let mut req = a.request(0, &[]);
+    req.share_session_epoch = 3;
+    let resp: ShareFetchResponse = raw.call(ApiKey::ShareFetch, 1, &req);
+    assert_eq!(resp.error_code, ResponseError::ShareSessionNotFound.code());
+    assert_eq!(a.fetch(0, &[]).error_code, 0);
+    let mut req = a.request(0, &[]);
+    req.share_session_epoch = 7;
+    let resp: ShareFetchResponse = raw.call(ApiKey::ShareFetch, 1, &req);
+    assert_eq!(
+        resp.error_code,
+        ResponseError::InvalidShareSessionEpoch.code()
+    );
+    assert_eq!(
+        a.fetch(0, &[]).error_code,
+        0,
+        "the session still expects epoch 1"
+    );
+}
+
+#[tokio::test]
+async fn a_share_fetch_for_a_topic_not_subscribed_is_refused() {
+    let spate = start(30_000);
+    create_topic(&spate.addr, "sq-mine", 1, &[]).await;
+    create_topic(&spate.addr, "sq-other", 1, &[]).await;
+    produce(&spate.addr, "sq-other", 1).await;
+    let other = Member::join(&spate.addr, "g-other", "x", "sq-other").topic;
+    let mut a = Member::join(&spate.addr, "g-mine", "a", "sq-mine");
+    a.topic = other;
+    let resp = a.fetch(0, &[]);
+    assert_eq!(resp.error_code, 0);
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, ResponseError::InvalidRequest.code());
+    assert!(p.acquired_records.is_empty());
+}
+
+#[tokio::test]
+async fn a_group_id_is_either_a_share_group_or_a_consumer_group() {
+    let spate = start(30_000);
+    create_topic(&spate.addr, "sq-kind", 1, &[]).await;
+    // A consumer group first: the id is not a share group.
+    let mut raw = Raw::connect(&spate.addr);
+    let mut c = ConsumerGroupHeartbeatRequest::default();
+    c.group_id = s("g-consumer").into();
+    c.member_id = s("c1");
+    c.member_epoch = 0;
+    c.rebalance_timeout_ms = 30_000;
+    c.subscribed_topic_names = Some(vec![s("sq-kind").into()]);
+    c.topic_partitions = Some(Vec::new());
+    let joined: ConsumerGroupHeartbeatResponse = raw.call(ApiKey::ConsumerGroupHeartbeat, 1, &c);
+    assert_eq!(joined.error_code, 0);
+    let share = heartbeat(&mut raw, "g-consumer", "s1", 0, Some(&["sq-kind"]));
+    assert_eq!(share.error_code, ResponseError::GroupIdNotFound.code());
+    // A share group first: the id is not a consumer group.
+    Member::join(&spate.addr, "g-share", "s1", "sq-kind");
+    c.group_id = s("g-share").into();
+    let refused: ConsumerGroupHeartbeatResponse = raw.call(ApiKey::ConsumerGroupHeartbeat, 1, &c);
+    assert_eq!(refused.error_code, ResponseError::GroupIdNotFound.code());
+}
+
+#[tokio::test]
+async fn kill_9_keeps_accepted_records_accepted_and_redelivers_what_was_in_flight() {
+    let mut spate = start(30_000);
+    create_topic(&spate.addr, "sq-crash", 1, &[]).await;
+    produce(&spate.addr, "sq-crash", 10).await;
+    let mut a = Member::join(&spate.addr, "g-crash", "a", "sq-crash");
+    assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(0, 9, 1)]);
+    assert_eq!(a.acknowledge(&[(0, 4, ACCEPT)]), 0);
+    spate.restart();
+    // Membership and sessions are not durable: the member joins again.
+    let mut a = Member::join(&spate.addr, "g-crash", "a", "sq-crash");
+    assert_eq!(
+        acquired(&a.fetch(5_000, &[])),
+        vec![(5, 9, 2)],
+        "0..=4 stay accepted; 5..=9 were in flight and come back, delivered once before"
+    );
+}
