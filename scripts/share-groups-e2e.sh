@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # KIP-932 share groups with Apache Kafka's own Java clients against spate:
-#   1. kafka-console-share-consumer reads the records produced to a topic;
+#   1. kafka-console-share-consumer reads the records produced to a topic; kafka-share-groups
+#      lists the group and describes its share-partition start offsets;
 #   2. three KafkaShareConsumer members (scripts/share/ShareWorker.java) share one partition:
 #      one takes records and is killed with kill -9 while holding their locks, the two others
 #      accept everything; the killed member's records come back after the lock duration (5 s
@@ -49,6 +50,13 @@ timeout 90 "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.consumer.ConsoleSha
 got=$(grep -c '^v-' "$WORK/console.out" || true)
 [[ "$(grep '^v-' "$WORK/console.out" | sort -u | wc -l)" == 100 ]] || fail "console share consumer read $got records, not the 100 produced"
 pass "kafka-console-share-consumer read the 100 records produced to 2 partitions"
+shares() { timeout 90 "$KAFKA_KIT/tool.sh" kafka-share-groups --bootstrap-server "$B" "$@" 2>>"$WORK/tool.err"; }
+shares --list | grep -qx share-console-group || fail "kafka-share-groups --list does not show share-console-group"
+# Every record was acknowledged (on close at the latest): the start offsets add up to 100.
+offsets=$(shares --describe --group share-console-group) || fail "kafka-share-groups --describe"
+sum=$(awk '$1=="share-console-group" && $2=="share-console" {s+=$4} END {print s+0}' <<<"$offsets")
+[[ "$sum" == 100 ]] || { echo "$offsets"; fail "share-partition start offsets add up to $sum, not 100"; }
+pass "kafka-share-groups --list shows the group; --describe: start offsets past all 100 records"
 
 # 2. Three members on one partition, one killed while holding locks.
 TOPIC=share-work
@@ -56,7 +64,7 @@ GROUP=share-workers
 RECORDS=3000
 "$KAFKA_KIT/tool.sh" topics --bootstrap-server "$B" --create --topic "$TOPIC" --partitions 1 >/dev/null 2>>"$WORK/tool.err" \
   || fail "create $TOPIC"
-produce "$TOPIC" 1 "$RECORDS"
+produce "$TOPIC" 1 1000
 worker hold hog; HOG=$!
 for _ in $(seq 1 90); do grep -q '^holding' "$WORK/hog.out" 2>/dev/null && break; sleep 1; done
 grep -q '^holding' "$WORK/hog.out" || { cat "$WORK/hog.err" >&2; fail "the holding member never got records"; }
@@ -64,9 +72,17 @@ held=$(grep -c '^held ' "$WORK/hog.out")
 pass "member 'hog' holds $held records under acquisition locks"
 worker work w1
 worker work w2
-sleep 3
+members() { shares --describe --group "$GROUP" --members 2>/dev/null | awk -v g="$GROUP" '$1==g' | wc -l; }
+for _ in $(seq 1 60); do [[ "$(members)" == 3 ]] && break; sleep 1; done
+[[ "$(members)" == 3 ]] || fail "three members never joined"
+pass "three KafkaShareConsumer members share the one partition ($(shares --describe --group "$GROUP" --members | awk -v g="$GROUP" '$1==g {print $6}' | sort | uniq -c | xargs))"
 kill -9 "$HOG"
+wait "$HOG" 2>/dev/null || true
 pass "member 'hog' killed (kill -9) while holding its locks"
+# The rest is produced while the two others consume.
+seq 1001 "$RECORDS" | while read -r i; do echo "v-$i"; (( i % 200 == 0 )) && sleep 0.3; done \
+  | timeout 120 "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$B" --topic "$TOPIC" \
+    >/dev/null 2>>"$WORK/tool.err" || fail "produce to $TOPIC"
 
 accepted() { cat "$WORK"/w1.out "$WORK"/w2.out 2>/dev/null | awk '$1=="accepted"{print $2}'; }
 for _ in $(seq 1 120); do [[ "$(accepted | sort -u | wc -l)" -ge "$RECORDS" ]] && break; sleep 1; done

@@ -1313,6 +1313,16 @@ impl Broker {
                 ctx.now(&charge, resp)
             }
             Request::ShareFetch(r) => ctx.later(handlers::share_groups::fetch(self, r)),
+            Request::DescribeShareGroupOffsets(r) => {
+                let mut resp = handlers::share_groups::describe_offsets(self, r);
+                for g in &mut resp.groups {
+                    if group_denied(Op::Describe, &g.group_id) {
+                        g.topics.clear();
+                        g.error_code = refused;
+                    }
+                }
+                ctx.now(&charge, resp)
+            }
             Request::ShareAcknowledge(r) => ctx.later(handlers::share_groups::acknowledge(self, r)),
             Request::ConsumerGroupDescribe(r) => {
                 let mut resp = handlers::consumer_groups::describe(self, version, r);

@@ -83,6 +83,7 @@ throttled!(
     ShareGroupDescribeResponse,
     ShareFetchResponse,
     ShareAcknowledgeResponse,
+    DescribeShareGroupOffsetsResponse,
 );
 
 /// DescribeQuorum has no throttle field (it is not throttled in Kafka either).

@@ -61,6 +61,7 @@ pub enum Request {
     ShareGroupDescribe(ShareGroupDescribeRequest),
     ShareFetch(ShareFetchRequest),
     ShareAcknowledge(ShareAcknowledgeRequest),
+    DescribeShareGroupOffsets(DescribeShareGroupOffsetsRequest),
     DescribeQuorum(DescribeQuorumRequest),
     AddPartitionsToTxn(AddPartitionsToTxnRequest),
     AddOffsetsToTxn(AddOffsetsToTxnRequest),
@@ -178,6 +179,7 @@ impl Request {
             ApiKey::ShareGroupDescribe => body!(ShareGroupDescribe),
             ApiKey::ShareFetch => body!(ShareFetch),
             ApiKey::ShareAcknowledge => body!(ShareAcknowledge),
+            ApiKey::DescribeShareGroupOffsets => body!(DescribeShareGroupOffsets),
             ApiKey::DescribeQuorum => body!(DescribeQuorum),
             // The supported table lists a key this match does not know: answer, don't panic.
             _ => return Ok(Decoded::Unsupported(prefix)),

@@ -525,3 +525,78 @@ pub fn acknowledge(
         resp
     }
 }
+
+/// Answers DescribeShareGroupOffsets: each share-partition's start offset (-1 for a partition
+/// without share state).
+pub fn describe_offsets(
+    b: &Broker,
+    req: DescribeShareGroupOffsetsRequest,
+) -> DescribeShareGroupOffsetsResponse {
+    use spate_protocol::messages::describe_share_group_offsets_response::{
+        DescribeShareGroupOffsetsResponseGroup as Group,
+        DescribeShareGroupOffsetsResponsePartition as Partition,
+        DescribeShareGroupOffsetsResponseTopic as Topic,
+    };
+    let mut resp = DescribeShareGroupOffsetsResponse::default();
+    for g in req.groups {
+        let mut out = Group::default();
+        out.group_id = g.group_id.clone();
+        let Some(known) = b.shares.start_offsets(&g.group_id) else {
+            out.error_code = ResponseError::GroupIdNotFound.code();
+            out.error_message = msg(format!("Group {} not found.", &*g.group_id));
+            resp.groups.push(out);
+            continue;
+        };
+        let partition = |index: i32, start: Option<(i64, i32)>| {
+            let mut p = Partition::default();
+            p.partition_index = index;
+            (p.start_offset, p.leader_epoch) = start.unwrap_or((-1, -1));
+            p
+        };
+        let mut topics: BTreeMap<String, Topic> = BTreeMap::new();
+        match g.topics {
+            // Every share-partition with state.
+            None => {
+                for (key, start, epoch) in &known {
+                    let Some(t) = b.topics.get_by_id(&key.1) else {
+                        continue;
+                    };
+                    let entry = topics.entry(t.name.clone()).or_insert_with(|| {
+                        let mut rt = Topic::default();
+                        rt.topic_name = s(&t.name).into();
+                        rt.topic_id = t.id;
+                        rt
+                    });
+                    entry
+                        .partitions
+                        .push(partition(key.2, Some((*start, *epoch))));
+                }
+            }
+            Some(asked) => {
+                for t in asked {
+                    let mut rt = Topic::default();
+                    rt.topic_name = t.topic_name.clone();
+                    let handle = b.topics.get(&t.topic_name);
+                    rt.topic_id = handle.as_ref().map(|h| h.id).unwrap_or_default();
+                    for index in t.partitions {
+                        let start = known
+                            .iter()
+                            .find(|(k, ..)| {
+                                Some(k.1) == handle.as_ref().map(|h| h.id) && k.2 == index
+                            })
+                            .map(|(_, st, ep)| (*st, *ep));
+                        let mut p = partition(index, start);
+                        if handle.is_none() {
+                            p.error_code = ResponseError::UnknownTopicOrPartition.code();
+                        }
+                        rt.partitions.push(p);
+                    }
+                    topics.insert(t.topic_name.to_string(), rt);
+                }
+            }
+        }
+        out.topics = topics.into_values().collect();
+        resp.groups.push(out);
+    }
+    resp
+}

@@ -137,6 +137,29 @@ impl ShareService {
             .map(ShareGroup::describe)
     }
 
+    /// The share-partition start offsets of a group with their state epochs, from what is in
+    /// memory and what was loaded and not resumed yet; `None` when the group is unknown.
+    pub fn start_offsets(&self, group: &str) -> Option<Vec<(SpKey, i64, i32)>> {
+        let st = self.state.lock();
+        let mut out: Vec<(SpKey, i64, i32)> = st
+            .partitions
+            .iter()
+            .filter(|(k, _)| k.0 == group)
+            .map(|(k, t)| (k.clone(), t.part.start_offset(), t.part.state_epoch()))
+            .chain(
+                st.durable
+                    .iter()
+                    .filter(|(k, _)| k.0 == group)
+                    .map(|(k, s)| (k.clone(), s.start_offset, s.state_epoch)),
+            )
+            .collect();
+        if out.is_empty() && !st.groups.contains_key(group) {
+            return None;
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Some(out)
+    }
+
     /// Handles a ShareGroupHeartbeat; returns the answer and the durable writes it made
     /// (share-partitions initialized, locks of departed members released).
     pub fn heartbeat(
@@ -148,13 +171,15 @@ impl ShareService {
         let view = topics_view(topics);
         let now = self.clock.monotonic_ms();
         let mut st = self.state.lock();
+        let existed = st.groups.contains_key(group);
         let g = st
             .groups
             .entry(group.to_string())
             .or_insert_with(|| ShareGroup::new(group, self.settings.group));
         let (reply, events) = g.heartbeat(req, &view, now);
-        if g.is_empty() {
-            // A join refused, or the last member left: nothing to keep.
+        if !existed && g.is_empty() {
+            // A refused join does not create the group. A group whose members all left stays,
+            // Empty, as in Kafka.
             st.groups.remove(group);
         }
         let written = self.apply_events(&mut st, topics, group, events);
@@ -518,9 +543,6 @@ impl ShareService {
                 }
                 _ => continue,
             };
-            if st.groups.get(&id).is_some_and(ShareGroup::is_empty) {
-                st.groups.remove(&id);
-            }
             self.apply_events(&mut st, topics, &id, events);
         }
         let keys: Vec<SpKey> = st.partitions.keys().cloned().collect();
