@@ -57,6 +57,9 @@ offsets=$(shares --describe --group share-console-group) || fail "kafka-share-gr
 sum=$(awk '$1=="share-console-group" && $2=="share-console" {s+=$4} END {print s+0}' <<<"$offsets")
 [[ "$sum" == 100 ]] || { echo "$offsets"; fail "share-partition start offsets add up to $sum, not 100"; }
 pass "kafka-share-groups --list shows the group; --describe: start offsets past all 100 records"
+shares --delete --group share-console-group >/dev/null || fail "kafka-share-groups --delete"
+shares --list | grep -qx share-console-group && fail "share-console-group still listed after --delete"
+pass "kafka-share-groups --delete removed the Empty group"
 
 # 2. Three members on one partition, one killed while holding locks.
 TOPIC=share-work

@@ -407,7 +407,11 @@ pub fn delete(b: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
     for id in req.groups_names {
         let mut r = DeletableGroupResult::default();
         r.group_id = id.clone();
-        if !b.groups.is_coordinator(&id) {
+        if b.shares.has_group(&id) {
+            if let Err(e) = b.shares.delete_group(&b.topics, &id) {
+                r.error_code = e.code();
+            }
+        } else if !b.groups.is_coordinator(&id) {
             r.error_code = ResponseError::NotCoordinator.code();
         } else if let Err(e) = b.groups.delete_group(&id) {
             r.error_code = e.code();

@@ -95,12 +95,18 @@ impl ShareService {
                 "share-group state loaded from {SHARE_STATE_LOG}"
             );
         }
+        // Groups with state exist, Empty, until members join again or they are deleted.
+        let groups = durable
+            .keys()
+            .map(|k| (k.0.clone(), ShareGroup::new(&k.0, settings.group)))
+            .collect();
         Ok(Self {
             settings,
             clock,
             fsync,
             state: Mutex::new(State {
                 durable,
+                groups,
                 ..State::default()
             }),
             store,
@@ -158,6 +164,34 @@ impl ShareService {
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Some(out)
+    }
+
+    /// Deletes an Empty share group and its share-partition state (DeleteGroups):
+    /// NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND when there is no such group.
+    pub fn delete_group(&self, topics: &TopicRegistry, group: &str) -> Result<(), ResponseError> {
+        let mut st = self.state.lock();
+        match st.groups.get(group) {
+            Some(g) if !g.is_empty() => return Err(ResponseError::NonEmptyGroup),
+            Some(_) => {}
+            None => return Err(ResponseError::GroupIdNotFound),
+        }
+        st.groups.remove(group);
+        let keys: Vec<SpKey> = st
+            .partitions
+            .keys()
+            .chain(st.durable.keys())
+            .filter(|k| k.0 == group)
+            .cloned()
+            .collect();
+        let now = self.clock.now_ms();
+        for k in keys {
+            st.partitions.remove(&k);
+            st.durable.remove(&k);
+            if let Err(e) = self.store.forget(topics, &k, now) {
+                tracing::warn!(group, partition = k.2, error = ?e, "cannot delete share-partition state");
+            }
+        }
+        Ok(())
     }
 
     /// Handles a ShareGroupHeartbeat; returns the answer and the durable writes it made

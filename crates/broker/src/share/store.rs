@@ -66,6 +66,27 @@ impl StateStore {
         snapshot: &ShareSnapshot,
         now: i64,
     ) -> Result<Written, ResponseError> {
+        self.append(topics, key, Some(Bytes::from(snapshot.encode())), now)
+    }
+
+    /// Appends a tombstone for `key`: its state is gone (the group was deleted), and
+    /// compaction drops it.
+    pub fn forget(
+        &self,
+        topics: &TopicRegistry,
+        key: &SpKey,
+        now: i64,
+    ) -> Result<Written, ResponseError> {
+        self.append(topics, key, None, now)
+    }
+
+    fn append(
+        &self,
+        topics: &TopicRegistry,
+        key: &SpKey,
+        value: Option<Bytes>,
+        now: i64,
+    ) -> Result<Written, ResponseError> {
         let partition = self.partition(topics)?;
         let record_key = ShareRecordKey::Snapshot(ShareStateKey {
             group_id: key.0.clone(),
@@ -79,7 +100,7 @@ impl StateStore {
         })?;
         let record = NewRecord {
             key: Some(Bytes::from(record_key)),
-            value: Some(Bytes::from(snapshot.encode())),
+            value,
             timestamp: now,
         };
         let built = batch::build(&[record], None, Compression::None).map_err(|e| {
