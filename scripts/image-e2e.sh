@@ -15,7 +15,9 @@
 # without tmpfs, all capabilities dropped, no-new-privileges. Every container and volume this
 # script makes is removed on exit, failed or not.
 #   scripts/image-e2e.sh        (root; SKIPPED otherwise, or when podman cannot be installed)
-# SPATE_IMAGE_E2E_NO_BUILD=1 uses the images already built (scripts/image.sh).
+# SPATE_IMAGE_E2E_NO_BUILD=1 uses the images already built (scripts/image.sh);
+# SPATE_IMAGE_PROFILE=debug SPATE_IMAGE_NO_CARGO=1 (as CI runs it) builds the images from the
+# debug binaries cargo has already built, without another (release) build.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -31,7 +33,7 @@ python3 -c "import confluent_kafka" 2>/dev/null || pip install -q confluent-kafk
 [[ -n "${SPATE_IMAGE_E2E_NO_BUILD:-}" ]] || scripts/image.sh
 VERSION="$(cargo metadata --no-deps --format-version 1 --offline \
   | python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "spate-server"))')"
-IMAGE="localhost/spate:${SPATE_IMAGE_TAG:-$VERSION}"
+IMAGE="localhost/spate:${SPATE_IMAGE_TAG:-$VERSION$([[ "${SPATE_IMAGE_PROFILE:-}" == debug ]] && echo -debug)}"
 pm image exists "$IMAGE" || { echo "image-e2e: $IMAGE not built" >&2; exit 1; }
 
 WORK="$(mktemp -d)"

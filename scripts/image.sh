@@ -15,6 +15,9 @@
 #                      binaries link this machine's glibc, so the base must not be older)
 #   SPATE_IMAGE_MIRROR Debian mirror for debootstrap (default http://deb.debian.org/debian)
 #   SPATE_IMAGE_CACHE  where the base's tarball is kept (default ~/.cache/spate-image)
+#   SPATE_IMAGE_PROFILE release (default) or debug: which cargo profile's binaries go in
+#   SPATE_IMAGE_NO_CARGO=1 takes the binaries already in $CARGO_TARGET_DIR/<profile> (CI,
+#                      whose test.sh has just built the debug ones) instead of running cargo
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -23,6 +26,13 @@ start=$SECONDS
 scripts/image/podman-setup.sh --debootstrap
 command -v strip >/dev/null 2>&1 || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq binutils >/dev/null; }
 pm() { podman --runtime runc "$@"; }
+tmp=""; CTX=""
+# Unmounted and removed on any exit, also when debootstrap, apt-get or a build fails.
+cleanup() {
+  if [[ -n "$tmp" ]]; then umount "$tmp/root/proc" 2>/dev/null || true; rm -rf "$tmp"; fi
+  [[ -z "$CTX" ]] || rm -rf "$CTX"
+}
+trap cleanup EXIT
 
 # shellcheck disable=SC1091 # the machine's own file
 SUITE="${SPATE_IMAGE_SUITE:-$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")}"
@@ -38,8 +48,6 @@ else
     echo "image.sh: making the base with debootstrap ($SUITE from $MIRROR; once, cached in $CACHE)"
     mkdir -p "$CACHE"
     tmp="$(mktemp -d)"
-    # Unmounted and removed on any exit, also when debootstrap or apt-get fails.
-    trap 'umount "$tmp/root/proc" 2>/dev/null || true; rm -rf "$tmp"' EXIT
     debootstrap --variant=minbase --include=ca-certificates "$SUITE" "$tmp/root" "$MIRROR" >"$tmp/debootstrap.log" 2>&1 \
       || { tail -n 30 "$tmp/debootstrap.log" >&2; exit 1; }
     # debootstrap takes the suite only: security fixes (glibc's among them) come from
@@ -58,22 +66,26 @@ else
     rm -rf "$tmp/root/var/lib/apt/lists/"* "$tmp/root/etc/resolv.conf"
     tar -C "$tmp/root" -cf "$CACHE/rootfs.tar.part" .
     mv "$CACHE/rootfs.tar.part" "$CACHE/rootfs.tar"
-    rm -rf "$tmp"
-    trap - EXIT
   fi
   echo "image.sh: importing $CACHE/rootfs.tar as $BASE"
   pm import -q "$CACHE/rootfs.tar" "$BASE" >/dev/null
 fi
 
 # The binaries, on the host: no Rust toolchain image is reachable.
-cargo build --release --locked -p spate-server --bin spate -p spate-operator --bin spate-operator
+PROFILE="${SPATE_IMAGE_PROFILE:-release}"
+[[ "$PROFILE" == release || "$PROFILE" == debug ]] || { echo "image.sh: SPATE_IMAGE_PROFILE is release or debug" >&2; exit 2; }
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-CTX="$TARGET/image-context"
-rm -rf "$CTX"; mkdir -p "$CTX"
+if [[ -z "${SPATE_IMAGE_NO_CARGO:-}" ]]; then
+  flags=(--locked); [[ "$PROFILE" == release ]] && flags+=(--release)
+  cargo build "${flags[@]}" -p spate-server --bin spate -p spate-operator --bin spate-operator
+fi
+CTX="$(mktemp -d)"
 # Debug info off (the binaries shrink several times); symbols stay, so a panic's backtrace
 # still names its functions.
-strip --strip-debug -o "$CTX/spate" "$TARGET/release/spate"
-strip --strip-debug -o "$CTX/spate-operator" "$TARGET/release/spate-operator"
+for bin in spate spate-operator; do
+  [[ -x "$TARGET/$PROFILE/$bin" ]] || { echo "image.sh: no $TARGET/$PROFILE/$bin" >&2; exit 1; }
+  strip --strip-debug -o "$CTX/$bin" "$TARGET/$PROFILE/$bin"
+done
 cp scripts/image/rootfs.sh "$CTX/"
 
 VERSION="$(cargo metadata --no-deps --format-version 1 --offline \
@@ -82,10 +94,11 @@ REVISION="unknown"
 if REVISION="$(git rev-parse HEAD 2>/dev/null)"; then
   [[ -z "$(git status --porcelain --untracked-files=no -- crates Cargo.toml Cargo.lock)" ]] || REVISION="$REVISION-dirty"
 fi
-TAG="${SPATE_IMAGE_TAG:-$VERSION}"
+# Debug binaries get their own tag: such an image is for tests, never to be mistaken for one.
+TAG="${SPATE_IMAGE_TAG:-$VERSION$([[ "$PROFILE" == debug ]] && echo -debug)}"
 for target in spate operator; do
   name="spate"; [[ "$target" == operator ]] && name="spate-operator"
-  echo "image.sh: building localhost/$name:$TAG (version $VERSION, revision $REVISION)"
+  echo "image.sh: building localhost/$name:$TAG (version $VERSION, revision $REVISION, $PROFILE binaries)"
   pm build -q --pull=never --network=none --target "$target" \
     --build-arg "BASE=$BASE" --build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION" \
     -t "localhost/$name:$TAG" -f "$ROOT/Dockerfile" "$CTX" >/dev/null

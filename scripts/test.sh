@@ -72,3 +72,5 @@ scripts/security-e2e.sh
 scripts/security-cluster-e2e.sh
 # Share groups (KIP-932) with Kafka's console share consumer and KafkaShareConsumer members, one killed with kill -9 while holding locks.
 scripts/share-groups-e2e.sh
+# The container images built offline (podman, from the debug binaries above) and run as the chart runs them.
+SPATE_IMAGE_PROFILE=debug SPATE_IMAGE_NO_CARGO=1 scripts/image-e2e.sh
