@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # KIP-932 share groups with Apache Kafka's own Java clients against spate:
 #   1. kafka-console-share-consumer reads the records produced to a topic; kafka-share-groups
-#      lists the group and describes its share-partition start offsets;
+#      lists the group, describes its share-partition start offsets, resets them to the
+#      earliest (the group reads everything again) and deletes the group;
 #   2. three KafkaShareConsumer members (scripts/share/ShareWorker.java) share one partition:
 #      one takes records and is killed with kill -9 while holding their locks, the two others
 #      accept everything; the killed member's records come back after the lock duration (5 s
@@ -57,6 +58,15 @@ offsets=$(shares --describe --group share-console-group) || fail "kafka-share-gr
 sum=$(awk '$1=="share-console-group" && $2=="share-console" {s+=$4} END {print s+0}' <<<"$offsets")
 [[ "$sum" == 100 ]] || { echo "$offsets"; fail "share-partition start offsets add up to $sum, not 100"; }
 pass "kafka-share-groups --list shows the group; --describe: start offsets past all 100 records"
+shares --reset-offsets --group share-console-group --topic share-console --to-earliest --execute >/dev/null \
+  || fail "kafka-share-groups --reset-offsets"
+sum=$(shares --describe --group share-console-group | awk '$1=="share-console-group" && $2=="share-console" {s+=$4} END {print s+0}')
+[[ "$sum" == 0 ]] || fail "start offsets add up to $sum after --reset-offsets --to-earliest"
+timeout 90 "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.consumer.ConsoleShareConsumer --bootstrap-server "$B" \
+  --topic share-console --group share-console-group --max-messages 100 >"$WORK/console2.out" 2>"$WORK/console2.err" \
+  || { cat "$WORK/console2.err" >&2; fail "console share consumer after the reset"; }
+[[ "$(grep '^v-' "$WORK/console2.out" | sort -u | wc -l)" == 100 ]] || fail "the reset group did not read the 100 records again"
+pass "kafka-share-groups --reset-offsets --to-earliest: the group reads the 100 records again"
 shares --delete --group share-console-group >/dev/null || fail "kafka-share-groups --delete"
 shares --list | grep -qx share-console-group && fail "share-console-group still listed after --delete"
 pass "kafka-share-groups --delete removed the Empty group"

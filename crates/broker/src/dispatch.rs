@@ -1313,6 +1313,14 @@ impl Broker {
                 ctx.now(&charge, resp)
             }
             Request::ShareFetch(r) => ctx.later(handlers::share_groups::fetch(self, r)),
+            Request::AlterShareGroupOffsets(r) if group_denied(Op::Read, &r.group_id) => ctx.now(
+                &charge,
+                spate_protocol::messages::AlterShareGroupOffsetsResponse::default()
+                    .with_error_code(refused),
+            ),
+            Request::AlterShareGroupOffsets(r) => {
+                ctx.later(handlers::share_groups::alter_offsets(self, r))
+            }
             Request::DescribeShareGroupOffsets(r) => {
                 let mut resp = handlers::share_groups::describe_offsets(self, r);
                 for g in &mut resp.groups {

@@ -84,6 +84,7 @@ throttled!(
     ShareFetchResponse,
     ShareAcknowledgeResponse,
     DescribeShareGroupOffsetsResponse,
+    AlterShareGroupOffsetsResponse,
 );
 
 /// DescribeQuorum has no throttle field (it is not throttled in Kafka either).

@@ -62,6 +62,7 @@ pub enum Request {
     ShareFetch(ShareFetchRequest),
     ShareAcknowledge(ShareAcknowledgeRequest),
     DescribeShareGroupOffsets(DescribeShareGroupOffsetsRequest),
+    AlterShareGroupOffsets(AlterShareGroupOffsetsRequest),
     DescribeQuorum(DescribeQuorumRequest),
     AddPartitionsToTxn(AddPartitionsToTxnRequest),
     AddOffsetsToTxn(AddOffsetsToTxnRequest),
@@ -180,6 +181,7 @@ impl Request {
             ApiKey::ShareFetch => body!(ShareFetch),
             ApiKey::ShareAcknowledge => body!(ShareAcknowledge),
             ApiKey::DescribeShareGroupOffsets => body!(DescribeShareGroupOffsets),
+            ApiKey::AlterShareGroupOffsets => body!(AlterShareGroupOffsets),
             ApiKey::DescribeQuorum => body!(DescribeQuorum),
             // The supported table lists a key this match does not know: answer, don't panic.
             _ => return Ok(Decoded::Unsupported(prefix)),

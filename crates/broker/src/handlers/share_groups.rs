@@ -600,3 +600,59 @@ pub fn describe_offsets(
     }
     resp
 }
+
+/// Answers AlterShareGroupOffsets once the new start offsets are durable: the group must be
+/// Empty (NON_EMPTY_GROUP otherwise).
+pub fn alter_offsets(
+    b: &Arc<Broker>,
+    req: AlterShareGroupOffsetsRequest,
+) -> impl std::future::Future<Output = AlterShareGroupOffsetsResponse> + Send + 'static {
+    use spate_protocol::messages::alter_share_group_offsets_response::{
+        AlterShareGroupOffsetsResponsePartition as Partition,
+        AlterShareGroupOffsetsResponseTopic as Topic,
+    };
+    let mut resp = AlterShareGroupOffsetsResponse::default();
+    let mut written = Vec::new();
+    let group = req.group_id.to_string();
+    if clustered(b) {
+        resp.error_code = ResponseError::UnsupportedVersion.code();
+    } else if other_group_type(b, &group) {
+        resp.error_code = ResponseError::GroupIdNotFound.code();
+        resp.error_message = msg(format!("Group {group} is not a share group."));
+    } else if b.shares.has_members(&group) == Some(true) {
+        resp.error_code = ResponseError::NonEmptyGroup.code();
+        resp.error_message = msg(format!("Share group {group} is not empty."));
+    } else {
+        for t in req.topics {
+            let mut rt = Topic::default();
+            rt.topic_name = t.topic_name.clone();
+            let handle = b.topics.get(&t.topic_name);
+            rt.topic_id = handle.as_ref().map(|h| h.id).unwrap_or_default();
+            for p in t.partitions {
+                let mut rp = Partition::default();
+                rp.partition_index = p.partition_index;
+                let outcome = match &handle {
+                    None => Err(ResponseError::UnknownTopicOrPartition),
+                    Some(h) => b.shares.alter_start_offset(
+                        &b.topics,
+                        &(group.clone(), h.id, p.partition_index),
+                        p.start_offset,
+                    ),
+                };
+                match outcome {
+                    Ok(w) => written.extend(w),
+                    Err(e) => rp.error_code = e.code(),
+                }
+                rt.partitions.push(rp);
+            }
+            resp.responses.push(rt);
+        }
+    }
+    let b = b.clone();
+    async move {
+        if let Err(e) = all_durable(&b, written).await {
+            resp.error_code = e.code();
+        }
+        resp
+    }
+}

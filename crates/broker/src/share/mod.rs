@@ -166,6 +166,36 @@ impl ShareService {
         Some(out)
     }
 
+    /// Whether the group exists and has members: `None` when it does not exist.
+    pub fn has_members(&self, group: &str) -> Option<bool> {
+        self.state.lock().groups.get(group).map(|g| !g.is_empty())
+    }
+
+    /// Moves a share-partition's start offset (AlterShareGroupOffsets); the group must have
+    /// no members. A group that does not exist yet is created, Empty.
+    pub fn alter_start_offset(
+        &self,
+        topics: &TopicRegistry,
+        key: &SpKey,
+        offset: i64,
+    ) -> Result<Option<Written>, ResponseError> {
+        let now = self.clock.monotonic_ms();
+        let mut st = self.state.lock();
+        let g = st
+            .groups
+            .entry(key.0.clone())
+            .or_insert_with(|| ShareGroup::new(&key.0, self.settings.group));
+        if !g.is_empty() {
+            return Err(ResponseError::NonEmptyGroup);
+        }
+        self.tracked(&mut st, topics, key)?;
+        let Some(t) = st.partitions.get_mut(key) else {
+            return Err(ResponseError::UnknownTopicOrPartition);
+        };
+        t.part.reset_to(offset, now).map_err(|e| e.error())?;
+        Ok(self.persist(&mut st, topics, key))
+    }
+
     /// Deletes an Empty share group and its share-partition state (DeleteGroups):
     /// NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND when there is no such group.
     pub fn delete_group(&self, topics: &TopicRegistry, group: &str) -> Result<(), ResponseError> {
