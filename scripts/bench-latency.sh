@@ -8,14 +8,16 @@
 # Env: SHAPES ("standalone cluster"), SIZES ("256 4096"), ACKS ("1 all"), PCTS ("10 50 80"),
 # FSYNC (interval), PRODUCERS (4), PARTITIONS (3), DURATION (10 s), WARMUP (3 s),
 # SAT_DURATION (8 s), KAFKA (1; 0 skips Kafka), OUT (target/bench-latency/<date>),
-# SPATE_BIN (default: built here with --release).
+# SPATE_BIN (default: built here with --release), PIN (0; 1 runs every broker process on CPU 0
+# and spate-bench on CPU 1, so the client cannot take the broker's core: on two cores the
+# client needs more than one of them at 256 B, and an unpinned run measures CPU contention).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KAFKA_KIT="$ROOT/scripts/kafka"
 SHAPES="${SHAPES:-standalone cluster}" SIZES="${SIZES:-256 4096}" ACKS_LIST="${ACKS:-1 all}"
 PCTS="${PCTS:-10 50 80}" FSYNC="${FSYNC:-interval}" PRODUCERS="${PRODUCERS:-4}"
 PARTITIONS="${PARTITIONS:-3}" DURATION="${DURATION:-10}" WARMUP="${WARMUP:-3}"
-SAT_DURATION="${SAT_DURATION:-8}" WITH_KAFKA="${KAFKA:-1}"
+SAT_DURATION="${SAT_DURATION:-8}" WITH_KAFKA="${KAFKA:-1}" PIN="${PIN:-0}"
 OUT="${OUT:-$ROOT/target/bench-latency/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT"
 if [[ -z "${SPATE_BIN:-}" ]]; then
@@ -35,7 +37,9 @@ point() {
   local name="$broker-$shape-$size-$acks-$pct" limit=() secs="$DURATION"
   [[ "$rate" -gt 0 ]] && limit=(--rate-limit "$rate")
   [[ "$pct" == sat ]] && secs="$SAT_DURATION"
-  "$BENCH" -b "$bootstrap" -t "lat-$size-$acks-$pct" --create-topic -p "$PARTITIONS" -r "$rf" \
+  local client=()
+  [[ "$PIN" == 1 ]] && client=(taskset -c 1)
+  "${client[@]}" "$BENCH" -b "$bootstrap" -t "lat-$size-$acks-$pct" --create-topic -p "$PARTITIONS" -r "$rf" \
     -c "$PRODUCERS" -s "$size" --acks "$acks" --linger-ms 0 -d "$secs" -w "$WARMUP" \
     "${limit[@]}" --no-progress --json-output "$OUT/$name.json" > "$OUT/$name.txt" 2>&1 \
     || { echo "spate-bench failed for $name:" >&2; tail -5 "$OUT/$name.txt" >&2; return 0; }
@@ -68,26 +72,36 @@ series() {
   done
 }
 export -f point series
-export BENCH OUT POINTS RATES SIZES ACKS_LIST PCTS PRODUCERS PARTITIONS DURATION WARMUP SAT_DURATION
+export BENCH OUT POINTS RATES SIZES ACKS_LIST PCTS PRODUCERS PARTITIONS DURATION WARMUP SAT_DURATION PIN
+
+# pin PID...: every thread of each process on CPU 0 (threads started later inherit it).
+pin() {
+  [[ "$PIN" == 1 ]] || return 0
+  local p
+  for p in "$@"; do taskset -a -p -c 0 "$p" > /dev/null; done
+}
+export -f pin
 
 for shape in $SHAPES; do
   echo "== spate $shape (fsync $FSYNC)"
   if [[ "$shape" == standalone ]]; then
     "$ROOT/scripts/with-spate.sh" --spate-arg --fsync --spate-arg "$FSYNC" -- \
-      bash -c 'series spate standalone "$SPATE_BOOTSTRAP" 1'
+      bash -c 'pin "$SPATE_PID" && series spate standalone "$SPATE_BOOTSTRAP" 1'
   else
     "$ROOT/scripts/with-spate-cluster.sh" --spate-arg --fsync --spate-arg "$FSYNC" -- \
-      bash -c 'series spate cluster "$SPATE_BOOTSTRAP" 3'
+      bash -c 'pin $(echo "$SPATE_NODE_PIDS" | sed "s/[0-9]*=//g") && series spate cluster "$SPATE_BOOTSTRAP" 3'
   fi
   [[ "$WITH_KAFKA" == 1 ]] || continue
   echo "== kafka $shape"
   KDIR="$(mktemp -d /tmp/kafka-latency.XXXX)"
   if [[ "$shape" == standalone ]]; then
     KAFKA_PORT=19092 KAFKA_DATA_DIR="$KDIR" KAFKA_FRESH=1 "$KAFKA_KIT/start.sh" > "$OUT/kafka-start.log"
+    pin $(pgrep -f -- "$KDIR" || true)
     series kafka standalone 127.0.0.1:19092 1 || true
     KAFKA_PORT=19092 KAFKA_DATA_DIR="$KDIR" "$KAFKA_KIT/stop.sh" >/dev/null 2>&1 || true
   else
     KAFKA_CLUSTER_DIR="$KDIR" KAFKA_FRESH=1 "$KAFKA_KIT/start-cluster.sh" > "$OUT/kafka-start.log"
+    pin $(pgrep -f -- "$KDIR" || true)
     series kafka cluster 127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094 3 || true
     KAFKA_CLUSTER_DIR="$KDIR" "$KAFKA_KIT/stop-cluster.sh" >/dev/null 2>&1 || true
   fi

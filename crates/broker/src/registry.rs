@@ -152,6 +152,44 @@ impl Topic {
     }
 }
 
+/// Threads for per-partition disk work at start-up and shutdown: it waits on fsync, not on
+/// the CPU, and the disk completes concurrent fsyncs side by side (ext4 commits them together).
+const DISK_THREADS: usize = 16;
+
+/// `f` of every item, computed on up to [`DISK_THREADS`] threads; the results in order.
+pub(crate) fn side_by_side<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    if items.len() <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = items.len().min(DISK_THREADS);
+    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else {
+                            return out;
+                        };
+                        out.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| match w.join() {
+                Ok(out) => out,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    });
+    done.sort_unstable_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
 /// Writes `bytes` to `path` so that readers see either the old or the new content, and the
 /// new content survives a crash once this returns.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), BrokerError> {
@@ -312,6 +350,7 @@ impl TopicRegistry {
             removals: Mutex::new(Vec::new()),
         };
         let mut notes = reg.empty_trash();
+        let mut found = Vec::new();
         for entry in std::fs::read_dir(&root).map_err(io("list", &root))? {
             let entry = entry.map_err(io("list", &root))?;
             let path = entry.path();
@@ -346,7 +385,9 @@ impl TopicRegistry {
                 remove_quietly(&aside, &mut notes);
                 continue;
             }
-            let topic = reg.load_topic(&name, path, file, &mut notes)?;
+            found.push((name, path, file));
+        }
+        for topic in reg.load_topics(found, &mut notes)? {
             reg.insert(topic);
         }
         Ok((reg, notes))
@@ -375,44 +416,84 @@ impl TopicRegistry {
         file: TopicFile,
         notes: &mut Vec<String>,
     ) -> Result<Arc<Topic>, BrokerError> {
-        let log_config = file.config.log_config();
-        let hosted: Option<std::collections::BTreeSet<i32>> =
-            file.hosted.map(|h| h.into_iter().collect());
-        let mut partitions = Vec::with_capacity(file.partitions.max(0) as usize);
-        for p in 0..file.partitions {
-            if hosted.as_ref().is_some_and(|h| !h.contains(&p)) {
-                // Left behind by a crash while the replica was being moved away.
-                let stale = dir.join(p.to_string());
-                if stale.exists() {
-                    remove_quietly(&stale, notes);
-                    notes.push(format!("{name}-{p}: removed a replica no longer held here"));
+        let mut loaded = self.load_topics(vec![(name.to_string(), dir, file)], notes)?;
+        loaded.pop().ok_or_else(|| BrokerError::CorruptMetadata {
+            path: self.root.join(name),
+            reason: "topic not loaded".to_string(),
+        })
+    }
+
+    /// Opens (or creates) the hosted partitions of `found` topics, all of them side by side.
+    fn load_topics(
+        &self,
+        found: Vec<(String, PathBuf, TopicFile)>,
+        notes: &mut Vec<String>,
+    ) -> Result<Vec<Arc<Topic>>, BrokerError> {
+        // (topic, partition, whether it is a cluster replica) of every hosted partition.
+        let mut jobs: Vec<(usize, i32, bool)> = Vec::new();
+        for (t, (name, dir, file)) in found.iter().enumerate() {
+            let hosted: Option<std::collections::BTreeSet<i32>> =
+                file.hosted.as_ref().map(|h| h.iter().copied().collect());
+            for p in 0..file.partitions {
+                if hosted.as_ref().is_some_and(|h| !h.contains(&p)) {
+                    // Left behind by a crash while the replica was being moved away.
+                    let stale = dir.join(p.to_string());
+                    if stale.exists() {
+                        remove_quietly(&stale, notes);
+                        notes.push(format!("{name}-{p}: removed a replica no longer held here"));
+                    }
+                    continue;
                 }
-                partitions.push(None);
-                continue;
+                jobs.push((t, p, hosted.is_some()));
             }
-            let open = if hosted.is_some() {
+        }
+        let configs: Vec<_> = found
+            .iter()
+            .map(|(_, _, f)| f.config.log_config())
+            .collect();
+        // Opening a partition costs a few fsyncs (its active segment, its directory, the
+        // shutdown marker's removal): one after another, 1,000 partitions took 7 to 12 s to
+        // start on this machine's disk.
+        let opened = side_by_side(&jobs, |&(t, p, replica)| {
+            let open = if replica {
                 Partition::open_replica
             } else {
                 Partition::open
             };
-            let (partition, n) = open(
-                &dir.join(p.to_string()),
+            open(
+                &found[t].1.join(p.to_string()),
                 p,
-                log_config.clone(),
+                configs[t].clone(),
                 self.flusher.clone(),
-            )?;
+            )
+        });
+        let mut partitions: Vec<Vec<Option<Arc<Partition>>>> = found
+            .iter()
+            .map(|(_, _, f)| vec![None; f.partitions.max(0) as usize])
+            .collect();
+        for (&(t, p, _), result) in jobs.iter().zip(opened) {
+            let (partition, n) = result?;
+            let name = &found[t].0;
             notes.extend(n.into_iter().map(|n| format!("{name}-{p}: {n}")));
-            partitions.push(Some(Arc::new(partition)));
+            if let Some(slot) = partitions[t].get_mut(p as usize) {
+                *slot = Some(Arc::new(partition));
+            }
         }
-        Ok(Arc::new(Topic {
-            metrics: TopicMetrics::default(),
-            name: name.to_string(),
-            id: file.id,
-            dir,
-            partitions: RwLock::new(partitions),
-            sparse: std::sync::atomic::AtomicBool::new(hosted.is_some()),
-            config: RwLock::new(file.config),
-        }))
+        Ok(found
+            .into_iter()
+            .zip(partitions)
+            .map(|((name, dir, file), partitions)| {
+                Arc::new(Topic {
+                    metrics: TopicMetrics::default(),
+                    sparse: std::sync::atomic::AtomicBool::new(file.hosted.is_some()),
+                    name,
+                    id: file.id,
+                    dir,
+                    partitions: RwLock::new(partitions),
+                    config: RwLock::new(file.config),
+                })
+            })
+            .collect())
     }
 
     fn insert(&self, topic: Arc<Topic>) {
@@ -715,6 +796,22 @@ impl TopicRegistry {
 mod tests {
     use super::*;
     use spate_log::FsyncPolicy;
+
+    #[test]
+    fn side_by_side_gives_every_result_in_the_order_of_its_items() {
+        let items: Vec<u64> = (0..100).collect();
+        let threads = Mutex::new(std::collections::HashSet::new());
+        let out = side_by_side(&items, |i| {
+            threads.lock().insert(std::thread::current().id());
+            // A wait, as an fsync is: the other threads take the next items meanwhile.
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            i * 2
+        });
+        assert_eq!(out, items.iter().map(|i| i * 2).collect::<Vec<_>>());
+        assert!(threads.lock().len() > 1, "the work ran on one thread");
+        assert_eq!(side_by_side(&[7u8], |i| *i), vec![7]);
+        assert!(side_by_side(&[] as &[u8], |i| *i).is_empty());
+    }
 
     #[test]
     fn a_failed_atomic_write_leaves_no_temporary_file_behind() {
