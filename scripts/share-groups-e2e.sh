@@ -2,7 +2,7 @@
 # KIP-932 share groups with Apache Kafka's own Java clients against spate:
 #   1. kafka-console-share-consumer reads the records produced to a topic; kafka-share-groups
 #      lists the group, describes its share-partition start offsets, resets them to the
-#      earliest (the group reads everything again) and deletes the group;
+#      earliest (the group reads everything again), deletes them and deletes the group;
 #   2. three KafkaShareConsumer members (scripts/share/ShareWorker.java) share one partition:
 #      one takes records and is killed with kill -9 while holding their locks, the two others
 #      accept everything; the killed member's records come back after the lock duration (5 s
@@ -67,6 +67,11 @@ timeout 90 "$KAFKA_KIT/tool.sh" class org.apache.kafka.tools.consumer.ConsoleSha
   || { cat "$WORK/console2.err" >&2; fail "console share consumer after the reset"; }
 [[ "$(grep '^v-' "$WORK/console2.out" | sort -u | wc -l)" == 100 ]] || fail "the reset group did not read the 100 records again"
 pass "kafka-share-groups --reset-offsets --to-earliest: the group reads the 100 records again"
+shares --delete-offsets --group share-console-group --topic share-console >/dev/null || fail "kafka-share-groups --delete-offsets"
+d=$(shares --describe --group share-console-group) || fail "kafka-share-groups --describe after --delete-offsets"
+awk '$1=="share-console-group" && $2=="share-console"' <<<"$d" | grep -q . \
+  && fail "share-console still has share-partition state after --delete-offsets"
+pass "kafka-share-groups --delete-offsets forgot the topic's share-partition state"
 shares --delete --group share-console-group >/dev/null || fail "kafka-share-groups --delete"
 shares --list | grep -qx share-console-group && fail "share-console-group still listed after --delete"
 pass "kafka-share-groups --delete removed the Empty group"

@@ -85,6 +85,7 @@ throttled!(
     ShareAcknowledgeResponse,
     DescribeShareGroupOffsetsResponse,
     AlterShareGroupOffsetsResponse,
+    DeleteShareGroupOffsetsResponse,
 );
 
 /// DescribeQuorum has no throttle field (it is not throttled in Kafka either).

@@ -121,6 +121,7 @@ pub const SUPPORTED: &[Supported] = &[
     // v1 adds the lag (KIP-1226), which the codec does not know yet.
     api(ApiKey::DescribeShareGroupOffsets, 0, 0),
     api(ApiKey::AlterShareGroupOffsets, 0, 0),
+    api(ApiKey::DeleteShareGroupOffsets, 0, 0),
     // The metadata quorum's voters and observers (kafka-metadata-quorum describe); v2 adds
     // each node's listeners and the replicas' directory ids (none here: one log dir).
     api(ApiKey::DescribeQuorum, 0, 2),

@@ -63,6 +63,7 @@ pub enum Request {
     ShareAcknowledge(ShareAcknowledgeRequest),
     DescribeShareGroupOffsets(DescribeShareGroupOffsetsRequest),
     AlterShareGroupOffsets(AlterShareGroupOffsetsRequest),
+    DeleteShareGroupOffsets(DeleteShareGroupOffsetsRequest),
     DescribeQuorum(DescribeQuorumRequest),
     AddPartitionsToTxn(AddPartitionsToTxnRequest),
     AddOffsetsToTxn(AddOffsetsToTxnRequest),
@@ -182,6 +183,7 @@ impl Request {
             ApiKey::ShareAcknowledge => body!(ShareAcknowledge),
             ApiKey::DescribeShareGroupOffsets => body!(DescribeShareGroupOffsets),
             ApiKey::AlterShareGroupOffsets => body!(AlterShareGroupOffsets),
+            ApiKey::DeleteShareGroupOffsets => body!(DeleteShareGroupOffsets),
             ApiKey::DescribeQuorum => body!(DescribeQuorum),
             // The supported table lists a key this match does not know: answer, don't panic.
             _ => return Ok(Decoded::Unsupported(prefix)),

@@ -656,3 +656,42 @@ pub fn alter_offsets(
         resp
     }
 }
+
+/// Answers DeleteShareGroupOffsets: an Empty group forgets the share-partition state of the
+/// topics named.
+pub fn delete_offsets(
+    b: &Broker,
+    req: DeleteShareGroupOffsetsRequest,
+) -> DeleteShareGroupOffsetsResponse {
+    use spate_protocol::messages::delete_share_group_offsets_response::DeleteShareGroupOffsetsResponseTopic as Topic;
+    let mut resp = DeleteShareGroupOffsetsResponse::default();
+    let group = req.group_id.to_string();
+    match b.shares.has_members(&group) {
+        None => {
+            resp.error_code = ResponseError::GroupIdNotFound.code();
+            resp.error_message = msg(format!("Group {group} not found."));
+            return resp;
+        }
+        Some(true) => {
+            resp.error_code = ResponseError::NonEmptyGroup.code();
+            resp.error_message = msg(format!("Share group {group} is not empty."));
+            return resp;
+        }
+        Some(false) => {}
+    }
+    for t in req.topics {
+        let mut rt = Topic::default();
+        rt.topic_name = t.topic_name.clone();
+        match b.topics.get(&t.topic_name) {
+            None => rt.error_code = ResponseError::UnknownTopicOrPartition.code(),
+            Some(h) => {
+                rt.topic_id = h.id;
+                if let Err(e) = b.shares.delete_topic_state(&b.topics, &group, &h.id) {
+                    rt.error_code = e.code();
+                }
+            }
+        }
+        resp.responses.push(rt);
+    }
+    resp
+}

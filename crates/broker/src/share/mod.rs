@@ -196,6 +196,36 @@ impl ShareService {
         Ok(self.persist(&mut st, topics, key))
     }
 
+    /// Forgets the share-partition state of one topic in an Empty group
+    /// (DeleteShareGroupOffsets): its partitions start afresh at `share.auto.offset.reset`.
+    pub fn delete_topic_state(
+        &self,
+        topics: &TopicRegistry,
+        group: &str,
+        topic: &uuid::Uuid,
+    ) -> Result<(), ResponseError> {
+        let mut st = self.state.lock();
+        match st.groups.get(group) {
+            Some(g) if !g.is_empty() => return Err(ResponseError::NonEmptyGroup),
+            Some(_) => {}
+            None => return Err(ResponseError::GroupIdNotFound),
+        }
+        let keys: Vec<SpKey> = st
+            .partitions
+            .keys()
+            .chain(st.durable.keys())
+            .filter(|k| k.0 == group && k.1 == *topic)
+            .cloned()
+            .collect();
+        let now = self.clock.now_ms();
+        for k in keys {
+            st.partitions.remove(&k);
+            st.durable.remove(&k);
+            self.store.forget(topics, &k, now)?;
+        }
+        Ok(())
+    }
+
     /// Deletes an Empty share group and its share-partition state (DeleteGroups):
     /// NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND when there is no such group.
     pub fn delete_group(&self, topics: &TopicRegistry, group: &str) -> Result<(), ResponseError> {
