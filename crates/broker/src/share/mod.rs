@@ -676,3 +676,5 @@ fn data_partition(topics: &TopicRegistry, key: &SpKey) -> Result<Arc<Partition>,
     }
     Ok(p)
 }
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,209 @@
+//! ShareService over a real topic registry in a temp dir, with a clock the tests move.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use spate_log::{Flusher, FsyncPolicy};
+use spate_protocol::batch::{self, NewRecord};
+use spate_protocol::records::Compression;
+use spate_share::{AckBatch, AckType, HeartbeatRequest};
+
+use super::*;
+use crate::time::ManualClock;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    topics: TopicRegistry,
+    clock: Arc<ManualClock>,
+    svc: ShareService,
+    topic_id: uuid::Uuid,
+}
+
+fn settings() -> ShareSettings {
+    ShareSettings {
+        lock_duration_ms: 1_000,
+        auto_offset_reset: spate_share::AutoOffsetReset::Earliest,
+        ..ShareSettings::default()
+    }
+}
+
+fn fixture(records: usize) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
+    let (topics, _) = TopicRegistry::open(dir.path(), flusher).unwrap();
+    let topic = topics
+        .create("t", 1, crate::TopicConfig::default(), false)
+        .unwrap()
+        .unwrap();
+    let p = topic.partition(0).unwrap();
+    for i in 0..records {
+        let b = batch::build(
+            &[NewRecord {
+                key: None,
+                value: Some(Bytes::from(format!("v-{i}"))),
+                timestamp: 0,
+            }],
+            None,
+            Compression::None,
+        )
+        .unwrap();
+        let h = batch::validate(&b).unwrap();
+        p.append(&b, &h, None).unwrap();
+    }
+    let clock = ManualClock::new(1_000_000);
+    let svc = ShareService::open(&topics, settings(), clock.clone(), false).unwrap();
+    Fixture {
+        topic_id: topic.id,
+        _dir: dir,
+        topics,
+        clock,
+        svc,
+    }
+}
+
+fn join(f: &Fixture, member: &str) {
+    let req = HeartbeatRequest {
+        member_id: member.into(),
+        member_epoch: 0,
+        rack_id: None,
+        subscribed_topic_names: Some(vec!["t".into()]),
+        client_id: "c".into(),
+        client_host: "h".into(),
+    };
+    let (reply, _) = f.svc.heartbeat(&f.topics, "g", &req);
+    reply.unwrap();
+}
+
+fn leave(f: &Fixture, member: &str) {
+    let req = HeartbeatRequest {
+        member_id: member.into(),
+        member_epoch: spate_share::LEAVE_EPOCH,
+        rack_id: None,
+        subscribed_topic_names: None,
+        client_id: "c".into(),
+        client_host: "h".into(),
+    };
+    let (reply, _) = f.svc.heartbeat(&f.topics, "g", &req);
+    reply.unwrap();
+}
+
+fn key(f: &Fixture) -> SpKey {
+    ("g".to_string(), f.topic_id, 0)
+}
+
+fn ranges(f: &Fixture, member: &str) -> Vec<(i64, i64, i16)> {
+    acquire(&f.svc, f, member)
+}
+
+/// What `member` acquires through `svc`: (first, last, delivery count) ranges.
+fn acquire(svc: &ShareService, f: &Fixture, member: &str) -> Vec<(i64, i64, i16)> {
+    let (got, _) = svc
+        .acquire(&f.topics, &key(f), member, 100, 1 << 20)
+        .unwrap();
+    got.ranges
+        .iter()
+        .map(|r| (r.first, r.last, r.delivery_count))
+        .collect()
+}
+
+#[test]
+fn acquired_records_come_with_the_batches_that_hold_them() {
+    let f = fixture(3);
+    join(&f, "a");
+    let (got, _) = f.svc.acquire(&f.topics, &key(&f), "a", 2, 1 << 20).unwrap();
+    assert_eq!(got.ranges.len(), 1);
+    assert_eq!((got.ranges[0].first, got.ranges[0].last), (0, 1));
+    let batches: Vec<i64> = Batches::new(&got.records)
+        .map(|(_, h)| h.base_offset)
+        .collect();
+    assert_eq!(batches, vec![0, 1], "only the batches of acquired records");
+}
+
+#[test]
+fn a_member_leaving_releases_its_records_for_the_others() {
+    let f = fixture(3);
+    join(&f, "a");
+    join(&f, "b");
+    assert_eq!(ranges(&f, "a"), vec![(0, 2, 1)]);
+    assert!(ranges(&f, "b").is_empty());
+    leave(&f, "a");
+    assert_eq!(ranges(&f, "b"), vec![(0, 2, 2)]);
+}
+
+#[test]
+fn the_ticker_expires_locks_and_wakes_parked_fetches() {
+    let f = fixture(2);
+    join(&f, "a");
+    join(&f, "b");
+    assert_eq!(ranges(&f, "a"), vec![(0, 1, 1)]);
+    let mut released = f.svc.watch_released();
+    released.borrow_and_update();
+    f.clock.advance(1_000);
+    f.svc.tick(&f.topics);
+    assert!(released.has_changed().unwrap(), "parked fetches are woken");
+    assert_eq!(ranges(&f, "b"), vec![(0, 1, 2)]);
+}
+
+#[test]
+fn a_member_whose_session_times_out_is_removed_and_its_records_released() {
+    let f = fixture(1);
+    join(&f, "a");
+    assert_eq!(ranges(&f, "a"), vec![(0, 0, 1)]);
+    // Kafka's default group.share.session.timeout.ms: 45 s.
+    f.clock.advance(45_001);
+    f.svc.tick(&f.topics);
+    assert_eq!(f.svc.has_members("g"), Some(false));
+    join(&f, "b");
+    assert_eq!(ranges(&f, "b"), vec![(0, 0, 2)]);
+}
+
+#[test]
+fn the_state_written_is_the_state_a_reopened_service_resumes() {
+    let f = fixture(4);
+    join(&f, "a");
+    assert_eq!(ranges(&f, "a"), vec![(0, 3, 1)]);
+    f.svc
+        .acknowledge(
+            &f.topics,
+            &key(&f),
+            "a",
+            &[AckBatch::new(0, 1, AckType::Accept)],
+        )
+        .unwrap();
+    let reopened = ShareService::open(&f.topics, settings(), f.clock.clone(), false).unwrap();
+    assert_eq!(
+        reopened.start_offsets("g").unwrap(),
+        vec![(key(&f), 2, 0)],
+        "0 and 1 accepted"
+    );
+    assert_eq!(
+        reopened.has_members("g"),
+        Some(false),
+        "the group is back, Empty"
+    );
+    assert_eq!(
+        acquire(&reopened, &f, "b"),
+        vec![(2, 3, 2)],
+        "in flight before: delivered once already"
+    );
+}
+
+#[test]
+fn deleting_an_empty_group_forgets_its_state_and_a_busy_one_is_refused() {
+    let f = fixture(1);
+    join(&f, "a");
+    assert_eq!(ranges(&f, "a"), vec![(0, 0, 1)]);
+    assert_eq!(
+        f.svc.delete_group(&f.topics, "g"),
+        Err(ResponseError::NonEmptyGroup)
+    );
+    leave(&f, "a");
+    f.svc.delete_group(&f.topics, "g").unwrap();
+    assert_eq!(f.svc.start_offsets("g"), None);
+    let reopened = ShareService::open(&f.topics, settings(), f.clock.clone(), false).unwrap();
+    assert_eq!(
+        reopened.start_offsets("g"),
+        None,
+        "the tombstone is replayed"
+    );
+}
