@@ -17,8 +17,9 @@ const FEATURES_EPOCH: i64 = 1;
 
 /// The features this broker supports (min, max) and the level each is finalized at. Only
 /// what spate implements: `group.version` 1 is the KIP-848 consumer protocol,
-/// `transaction.version` 2 KIP-890's; `share.version` stays unadvertised until share groups
-/// exist, so clients that read features do not take them for granted.
+/// `transaction.version` 2 KIP-890's. `share.version` is not advertised: Kafka's share
+/// consumer and kafka-share-groups do not read it, and share groups are served by standalone
+/// brokers only, so a feature finalized cluster-wide would promise too much.
 const FEATURES: &[(&str, i16, i16, i16)] = &[
     (
         "metadata.version",
