@@ -133,7 +133,8 @@ fn unknown_api_keys_and_versions_get_unsupported_version() {
         .api_keys
         .iter()
         .any(|k| k.api_key == 0 && k.max_version >= 9));
-    // The KIP-848 consumer protocol is advertised at Kafka 4.3's range; share groups are not.
+    // The KIP-848 consumer protocol is advertised at Kafka 4.3's range; share groups (KIP-932)
+    // at v1 only (Kafka 4.0's early-access v0 is gone).
     assert!(resp
         .api_keys
         .iter()
@@ -142,7 +143,8 @@ fn unknown_api_keys_and_versions_get_unsupported_version() {
     assert!(resp
         .api_keys
         .iter()
-        .all(|k| k.api_key != ApiKey::ShareGroupHeartbeat as i16));
+        .any(|k| k.api_key == ApiKey::ShareGroupHeartbeat as i16
+            && (k.min_version, k.max_version) == (1, 1)));
     // Transactions are advertised at Kafka 4.3's ranges.
     for (key, range) in [
         (ApiKey::AddPartitionsToTxn, (0, 5)),
