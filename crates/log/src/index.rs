@@ -154,9 +154,14 @@ impl SparseIndex {
         self.entries.bytes().to_vec()
     }
 
-    /// Writes the entries to `path` and syncs it, leaving the index as it is (clean shutdown).
+    /// Writes the entries to `path` and syncs it, leaving the index as it is (clean shutdown
+    /// of the active segment). The file is rewritten in place, keeping its inode: an active
+    /// index is held in memory, never mapped, and a new inode per partition per shutdown made
+    /// ext4's inode allocation most of a stop with thousands of partitions. A shutdown that
+    /// dies half-way leaves no valid shutdown marker, so the next start does not trust this
+    /// file.
     pub(crate) fn save(&self, storage: &dyn Storage, path: &Path) -> Result<(), LogError> {
-        write_index(storage, path, self.entries.bytes())
+        write_index_file(storage, path, self.entries.bytes(), false)
     }
 
     /// Switches to reading entries from an index file written with [`write_index`], once the
@@ -224,15 +229,28 @@ impl SparseIndex {
     }
 }
 
-/// Writes index entries to `path` and syncs them.
+/// Writes index entries to `path`, as a new file, and syncs them.
 pub(crate) fn write_index(
     storage: &dyn Storage,
     path: &Path,
     bytes: &[u8],
 ) -> Result<(), LogError> {
-    // A new inode, never the old one truncated: a live memory map of the old file (a sealed
-    // index still being read) would fault on the truncated pages.
-    crate::storage::remove_if_exists(storage, path).ctx("remove old index", path)?;
+    write_index_file(storage, path, bytes, true)
+}
+
+/// Writes index entries to `path` and syncs them; with `new_inode` the old file is removed
+/// first instead of truncated.
+fn write_index_file(
+    storage: &dyn Storage,
+    path: &Path,
+    bytes: &[u8],
+    new_inode: bool,
+) -> Result<(), LogError> {
+    // A new inode, never the old one truncated, wherever the old file may be mapped: a live
+    // memory map of it (a sealed index still being read) would fault on the truncated pages.
+    if new_inode {
+        crate::storage::remove_if_exists(storage, path).ctx("remove old index", path)?;
+    }
     let f = storage
         .open(path, OpenMode::CreateTruncate)
         .ctx("create index", path)?;

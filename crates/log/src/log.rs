@@ -16,7 +16,7 @@ use crate::epochs::{EpochEntry, LeaderEpochCache};
 use crate::error::{IoContext, LogError};
 use crate::segment::{self, SealJob, SealedIndexes, Segment};
 use crate::start_offset::StartCheckpoint;
-use crate::storage::{FsStorage, Storage};
+use crate::storage::{FsStorage, OpenMode, Storage};
 
 /// Where an append landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,7 +206,7 @@ impl Log {
             segments.push(seg);
         }
         // The marker describes one shutdown only: from now on the log may change again.
-        remove_clean_marker(&*storage, dir)?;
+        spend_clean_marker(&*storage, dir)?;
         // A sealed segment that recovery shortened leaves a gap before its successor; the data
         // after such a gap cannot be trusted to follow on, so drop it. (A gap compaction left,
         // after whole batches at a segment's end were removed, is no damage.)
@@ -993,10 +993,7 @@ impl Log {
         }
         let active = self.active();
         active.save_for_shutdown()?;
-        let marker = format!("{} {}\n", active.next_offset, active.size);
-        let path = self.dir.join(CLEAN_MARKER);
-        crate::storage::write_atomically(&*self.storage, &path, marker.as_bytes())
-            .ctx("write shutdown marker", &path)
+        write_clean_marker(&*self.storage, &self.dir, active.next_offset, active.size)
     }
 
     /// Removes the whole log directory.
@@ -1037,18 +1034,62 @@ fn epochs_from_headers(segments: &[Segment]) -> Result<Vec<EpochEntry>, LogError
 /// Marks a log whose active segment was saved by a clean shutdown.
 const CLEAN_MARKER: &str = "clean_shutdown";
 
-/// The active segment's end offset and size as the last clean shutdown saved them.
+/// The marker's text: the active segment's end offset and size, and a digest of both so
+/// that a marker torn by a crash while it was written is not taken for a valid one.
+fn clean_marker_text(next_offset: i64, size: u64) -> String {
+    let fields = format!("{next_offset} {size}");
+    let digest = xxhash_rust::xxh3::xxh3_64(fields.as_bytes());
+    format!("{fields} {digest:016x}\n")
+}
+
+/// Writes the shutdown marker after the active segment and its indexes are on disk. It is
+/// rewritten in place rather than renamed into place: the marker only says "scan or not", a
+/// torn one fails its digest, and a new inode per partition per shutdown made ext4's inode
+/// allocation most of a stop with thousands of partitions.
+fn write_clean_marker(
+    storage: &dyn Storage,
+    dir: &Path,
+    next_offset: i64,
+    size: u64,
+) -> Result<(), LogError> {
+    let path = dir.join(CLEAN_MARKER);
+    let existed = storage.open(&path, OpenMode::Existing).is_ok();
+    let f = storage
+        .open(&path, OpenMode::CreateTruncate)
+        .ctx("create shutdown marker", &path)?;
+    f.write_all_at(clean_marker_text(next_offset, size).as_bytes(), 0)
+        .and_then(|()| f.sync_data())
+        .ctx("write shutdown marker", &path)?;
+    if !existed {
+        storage.sync_dir(dir).ctx("fsync log dir", dir)?;
+    }
+    Ok(())
+}
+
+/// The active segment's end offset and size as the last clean shutdown saved them; `None`
+/// for a spent, torn or missing marker (and for one in the format before the digest).
 fn read_clean_marker(storage: &dyn Storage, dir: &Path) -> Option<(i64, u64)> {
     let bytes = storage.read(&dir.join(CLEAN_MARKER)).ok()?;
     let text = String::from_utf8(bytes).ok()?;
     let mut parts = text.split_whitespace();
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    let next = parts.next()?.parse().ok()?;
+    let size = parts.next()?.parse().ok()?;
+    (clean_marker_text(next, size) == text).then_some((next, size))
 }
 
-fn remove_clean_marker(storage: &dyn Storage, dir: &Path) -> Result<(), LogError> {
+/// Spends the marker: it describes one shutdown only. It is emptied, not removed, so the next
+/// shutdown writes into the same file.
+fn spend_clean_marker(storage: &dyn Storage, dir: &Path) -> Result<(), LogError> {
     let path = dir.join(CLEAN_MARKER);
-    if crate::storage::remove_if_exists(storage, &path).ctx("remove shutdown marker", &path)? {
-        storage.sync_dir(dir).ctx("fsync log dir", dir)?;
+    let f = match storage.open(&path, OpenMode::Existing) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).ctx("open shutdown marker", &path),
+    };
+    if f.len().ctx("read shutdown marker", &path)? > 0 {
+        f.set_len(0)
+            .and_then(|()| f.sync_data())
+            .ctx("empty shutdown marker", &path)?;
     }
     Ok(())
 }
