@@ -536,28 +536,43 @@ impl ShareService {
         };
         t.part.update_log_start(log.log_start_offset());
         let from = t.part.next_fetch_offset();
-        if max_records == 0 || from >= log.high_watermark() {
+        let limit = if self.settings.read_committed {
+            log.last_stable_offset()
+        } else {
+            log.high_watermark()
+        };
+        if max_records == 0 || from >= limit {
             return Ok((Acquired::default(), written));
         }
-        let read = log.read(from, max_bytes, true).map_err(|e| match e {
-            spate_log::LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-            e => {
-                tracing::error!(partition = key.2, error = %e, "share fetch read failed");
-                ResponseError::KafkaStorageError
-            }
-        })?;
+        let read = log
+            .read_upto(from, max_bytes, true, limit)
+            .map_err(|e| match e {
+                spate_log::LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+                e => {
+                    tracing::error!(partition = key.2, error = %e, "share fetch read failed");
+                    ResponseError::KafkaStorageError
+                }
+            })?;
+        let aborted = if self.settings.read_committed {
+            log.aborted_in(from, limit)
+        } else {
+            Vec::new()
+        };
+        // (position, length, offsets, left out) of each batch read.
         let batches: Vec<(usize, usize, RangeInclusive<i64>, bool)> = Batches::new(&read.records)
             .map(|(at, h)| {
-                (
-                    at,
-                    h.total_len(),
-                    h.base_offset..=h.last_offset(),
-                    h.is_control(),
-                )
+                let left_out = h.is_control()
+                    || (h.is_transactional()
+                        && aborted.iter().any(|a| {
+                            a.producer_id == h.producer_id
+                                && a.first_offset <= h.base_offset
+                                && h.last_offset() < a.last_offset
+                        }));
+                (at, h.total_len(), h.base_offset..=h.last_offset(), left_out)
             })
             .collect();
-        // Control batches hold no records for consumers: they are left out, so their offsets
-        // are archived as gaps.
+        // Control batches hold no records for consumers, and a read_committed group never
+        // sees aborted ones: they are left out, so their offsets are archived as gaps.
         let fetched: Vec<RangeInclusive<i64>> = batches
             .iter()
             .filter(|(.., control)| !control)

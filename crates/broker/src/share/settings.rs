@@ -1,10 +1,11 @@
 //! Share group settings: Kafka's `group.share.*` defaults.
 //!
-//! They are not broker flags yet. Two can be changed through the environment, for tests that
-//! cannot wait 30 s for a lock to expire and for reading what was produced before a group
-//! existed: `SPATE_SHARE_RECORD_LOCK_DURATION_MS` (Kafka's `group.share.record.lock.duration.ms`)
-//! and `SPATE_SHARE_AUTO_OFFSET_RESET` (the `share.auto.offset.reset` of every group:
-//! `latest`, `earliest`).
+//! They are not broker flags yet. Three can be changed through the environment, for tests that
+//! cannot wait 30 s for a lock to expire, for reading what was produced before a group
+//! existed, and for transactional data: `SPATE_SHARE_RECORD_LOCK_DURATION_MS` (Kafka's
+//! `group.share.record.lock.duration.ms`), `SPATE_SHARE_AUTO_OFFSET_RESET` (the
+//! `share.auto.offset.reset` of every group: `latest`, `earliest`) and
+//! `SPATE_SHARE_ISOLATION_LEVEL` (the `share.isolation.level` of every group).
 
 use spate_share::{AutoOffsetReset, ShareGroupConfig, SharePartitionConfig};
 
@@ -19,6 +20,10 @@ pub struct ShareSettings {
     pub lock_duration_ms: i64,
     /// Where a share-partition without state starts (latest).
     pub auto_offset_reset: AutoOffsetReset,
+    /// `share.isolation.level=read_committed`: records are handed out only up to the last
+    /// stable offset, and those of aborted transactions are archived, never delivered (Kafka's
+    /// default is read_uncommitted).
+    pub read_committed: bool,
 }
 
 impl Default for ShareSettings {
@@ -28,6 +33,7 @@ impl Default for ShareSettings {
             partition: SharePartitionConfig::default(),
             lock_duration_ms: spate_share::DEFAULT_LOCK_DURATION_MS,
             auto_offset_reset: AutoOffsetReset::Latest,
+            read_committed: false,
         }
     }
 }
@@ -47,6 +53,13 @@ impl ShareSettings {
             match AutoOffsetReset::parse(&v) {
                 Some(r) => s.auto_offset_reset = r,
                 None => tracing::warn!(value = %v, "ignoring SPATE_SHARE_AUTO_OFFSET_RESET"),
+            }
+        }
+        if let Ok(v) = std::env::var("SPATE_SHARE_ISOLATION_LEVEL") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "read_committed" => s.read_committed = true,
+                "read_uncommitted" => s.read_committed = false,
+                _ => tracing::warn!(value = %v, "ignoring SPATE_SHARE_ISOLATION_LEVEL"),
             }
         }
         s

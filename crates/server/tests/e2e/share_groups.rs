@@ -406,3 +406,46 @@ async fn kill_9_keeps_accepted_records_accepted_and_redelivers_what_was_in_fligh
         "0..=4 stay accepted; 5..=9 were in flight and come back, delivered once before"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_committed_share_groups_stop_at_the_lso_and_never_see_aborted_records() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let spate = Spate::start_with_env(
+        &[],
+        &[
+            ("SPATE_SHARE_AUTO_OFFSET_RESET", "earliest"),
+            ("SPATE_SHARE_ISOLATION_LEVEL", "read_committed"),
+        ],
+    );
+    create_topic(&spate.addr, "sq-txn", 1, &[]).await;
+    let t = Duration::from_secs(30);
+    let p: BaseProducer = crate::harness::client_config(&spate.addr)
+        .set("transactional.id", "share-tx")
+        .create()
+        .expect("transactional producer");
+    let send = |v: &str| {
+        p.send(BaseRecord::<(), str>::to("sq-txn").partition(0).payload(v))
+            .expect("send");
+        p.flush(t).expect("flush");
+    };
+    tokio::task::block_in_place(|| {
+        p.init_transactions(t).expect("init");
+        // Offsets: 0 aborted, 1 its marker, 2 committed, 3 its marker, 4 still open.
+        p.begin_transaction().expect("begin");
+        send("aborted");
+        p.abort_transaction(t).expect("abort");
+        p.begin_transaction().expect("begin");
+        send("committed");
+        p.commit_transaction(t).expect("commit");
+        p.begin_transaction().expect("begin");
+        send("open");
+    });
+    let mut a = Member::join(&spate.addr, "g-txn", "a", "sq-txn");
+    assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(2, 2, 1)]);
+    assert!(
+        acquired(&a.fetch(300, &[])).is_empty(),
+        "offset 4 is past the last stable offset"
+    );
+    tokio::task::block_in_place(|| p.commit_transaction(t).expect("commit"));
+    assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(4, 4, 1)]);
+}
