@@ -33,7 +33,8 @@ python3 -c "import confluent_kafka" 2>/dev/null || pip install -q confluent-kafk
 [[ -n "${SPATE_IMAGE_E2E_NO_BUILD:-}" ]] || scripts/image.sh
 VERSION="$(cargo metadata --no-deps --format-version 1 --offline \
   | python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "spate-server"))')"
-IMAGE="localhost/spate:${SPATE_IMAGE_TAG:-$VERSION$([[ "${SPATE_IMAGE_PROFILE:-}" == debug ]] && echo -debug)}"
+suffix=""; if [[ "${SPATE_IMAGE_PROFILE:-}" == debug ]]; then suffix="-debug"; fi
+IMAGE="localhost/spate:${SPATE_IMAGE_TAG:-$VERSION$suffix}"
 pm image exists "$IMAGE" || { echo "image-e2e: $IMAGE not built" >&2; exit 1; }
 
 WORK="$(mktemp -d)"

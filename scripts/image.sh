@@ -95,7 +95,8 @@ if REVISION="$(git rev-parse HEAD 2>/dev/null)"; then
   [[ -z "$(git status --porcelain --untracked-files=no -- crates Cargo.toml Cargo.lock)" ]] || REVISION="$REVISION-dirty"
 fi
 # Debug binaries get their own tag: such an image is for tests, never to be mistaken for one.
-TAG="${SPATE_IMAGE_TAG:-$VERSION$([[ "$PROFILE" == debug ]] && echo -debug)}"
+suffix=""; if [[ "$PROFILE" == debug ]]; then suffix="-debug"; fi
+TAG="${SPATE_IMAGE_TAG:-$VERSION$suffix}"
 for target in spate operator; do
   name="spate"; [[ "$target" == operator ]] && name="spate-operator"
   echo "image.sh: building localhost/$name:$TAG (version $VERSION, revision $REVISION, $PROFILE binaries)"
