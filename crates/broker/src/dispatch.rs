@@ -639,7 +639,14 @@ impl Broker {
             )
         };
         let reply = match req {
-            Request::ApiVersions(r) => ctx.now(&charge, handlers::api_versions::handle(version, r)),
+            Request::ApiVersions(r) => ctx.now(
+                &charge,
+                handlers::api_versions::handle(
+                    version,
+                    r,
+                    !handlers::share_groups::clustered(self),
+                ),
+            ),
             Request::Metadata(mut r) => {
                 let all = r.topics.is_none()
                     || (version == 0 && r.topics.as_ref().is_some_and(|t| t.is_empty()));

@@ -4,7 +4,7 @@ use spate_protocol::api::SUPPORTED;
 use spate_protocol::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
 };
-use spate_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use spate_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use spate_protocol::{ResponseError, StrBytes};
 
 /// `metadata.version` levels: 3.3-IV3, the oldest Kafka 4 accepts, up to 4.3-IV0, the Kafka
@@ -50,9 +50,22 @@ fn features(resp: &mut ApiVersionsResponse) {
     resp.finalized_features_epoch = FEATURES_EPOCH;
 }
 
-fn ranges() -> Vec<ApiVersion> {
+/// KIP-932's APIs: a cluster refuses them for now (share-partition state is not replicated
+/// yet), so a clustered broker does not advertise them either.
+const SHARE_GROUP_APIS: [ApiKey; 7] = [
+    ApiKey::ShareGroupHeartbeat,
+    ApiKey::ShareGroupDescribe,
+    ApiKey::ShareFetch,
+    ApiKey::ShareAcknowledge,
+    ApiKey::DescribeShareGroupOffsets,
+    ApiKey::AlterShareGroupOffsets,
+    ApiKey::DeleteShareGroupOffsets,
+];
+
+fn ranges(share_groups: bool) -> Vec<ApiVersion> {
     SUPPORTED
         .iter()
+        .filter(|s| share_groups || !SHARE_GROUP_APIS.contains(&s.key))
         .map(|s| {
             let mut v = ApiVersion::default();
             v.api_key = s.key as i16;
@@ -73,10 +86,11 @@ fn valid_software_field(s: &str) -> bool {
             && b.iter().all(ok))
 }
 
-/// Answers an ApiVersions request; the feature fields exist from v3 on.
-pub fn handle(version: i16, req: ApiVersionsRequest) -> ApiVersionsResponse {
+/// Answers an ApiVersions request; the feature fields exist from v3 on. `share_groups`: whether
+/// this broker serves KIP-932's APIs.
+pub fn handle(version: i16, req: ApiVersionsRequest, share_groups: bool) -> ApiVersionsResponse {
     let mut resp = ApiVersionsResponse::default();
-    resp.api_keys = ranges();
+    resp.api_keys = ranges(share_groups);
     if version >= 3 {
         features(&mut resp);
     }
@@ -92,7 +106,7 @@ pub fn handle(version: i16, req: ApiVersionsRequest) -> ApiVersionsResponse {
 pub fn unsupported() -> ApiVersionsResponse {
     let mut resp = ApiVersionsResponse::default();
     resp.error_code = ResponseError::UnsupportedVersion.code();
-    resp.api_keys = ranges();
+    resp.api_keys = ranges(true);
     resp
 }
 
@@ -102,9 +116,9 @@ mod tests {
 
     #[test]
     fn features_are_advertised_from_v3_with_metadata_version_finalized_at_kafka_4_3() {
-        let old = handle(2, ApiVersionsRequest::default());
+        let old = handle(2, ApiVersionsRequest::default(), true);
         assert!(old.supported_features.is_empty() && old.finalized_features.is_empty());
-        let new = handle(3, ApiVersionsRequest::default());
+        let new = handle(3, ApiVersionsRequest::default(), true);
         let mv = new
             .supported_features
             .iter()
@@ -133,6 +147,23 @@ mod tests {
             .supported_features
             .iter()
             .any(|f| f.name.as_str() == "share.version"));
+    }
+
+    #[test]
+    fn a_broker_that_does_not_serve_share_groups_does_not_advertise_them() {
+        let keys = |share| -> Vec<i16> {
+            handle(3, ApiVersionsRequest::default(), share)
+                .api_keys
+                .iter()
+                .map(|k| k.api_key)
+                .collect()
+        };
+        let (standalone, clustered) = (keys(true), keys(false));
+        for api in SHARE_GROUP_APIS {
+            assert!(standalone.contains(&(api as i16)), "{api:?}");
+            assert!(!clustered.contains(&(api as i16)), "{api:?}");
+        }
+        assert_eq!(standalone.len() - clustered.len(), SHARE_GROUP_APIS.len());
     }
 
     #[test]

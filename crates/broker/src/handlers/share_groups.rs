@@ -36,8 +36,8 @@ fn s(v: &str) -> StrBytes {
 }
 
 /// Share groups are served by a standalone broker only: in a cluster the share state would
-/// have to follow partition leadership, which is not built yet.
-fn clustered(b: &Broker) -> bool {
+/// have to follow partition leadership, which is not built yet. True in a cluster.
+pub(crate) fn clustered(b: &Broker) -> bool {
     b.cluster.get().is_some() || b.config.cluster_mode
 }
 
