@@ -9,12 +9,12 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Affinity, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    SecretKeySelector, SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec,
-    TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
-    WeightedPodAffinityTerm,
+    Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
+    EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, SecretKeySelector, SecretVolumeSource, SecurityContext, Service,
+    ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
+    VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -691,10 +691,15 @@ pub fn pod_template(c: &SpateCluster, founding: i32) -> Result<PodTemplateSpec, 
         readiness_probe: Some(http_probe("/ready", 5, 3, https)),
         liveness_probe: Some(http_probe("/health", 10, 6, https)),
         resources: s.resources.clone(),
+        // As the chart's: no capability is needed (ports above 1024, files owned by fsGroup).
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             read_only_root_filesystem: Some(true),
             run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_string()]),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
         volume_mounts: Some(volume_mounts),
@@ -1091,13 +1096,13 @@ pub(crate) mod tests {
         plain.spec.metrics.service_monitor = true;
         assert_eq!(
             desired_hashes(&plain),
-            ["c87eded447528c11", "251ccc8bba57f5d5", "84945fde4cdd2d6b"]
+            ["77c90d689c148c5c", "251ccc8bba57f5d5", "84945fde4cdd2d6b"]
         );
         let token_only =
             with_security(serde_json::json!({"adminTokenSecret": {"name": "s", "key": "k"}}));
         assert_eq!(
             desired_hashes(&token_only),
-            ["f0cc47dc69055e68", "251ccc8bba57f5d5", "84945fde4cdd2d6b"]
+            ["04d5a759aefcb2ae", "251ccc8bba57f5d5", "84945fde4cdd2d6b"]
         );
         let toml = config_toml(&token_only).expect("toml");
         assert!(toml.contains("listen = \"0.0.0.0:9092\"\n"));

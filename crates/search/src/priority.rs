@@ -17,7 +17,10 @@ pub(crate) fn lower(idle: bool, nice: i32) {
             if idle_can_be_boosted() && set_policy(libc::SCHED_IDLE) {
                 return;
             }
-            tracing::warn!("search indexers cannot run under SCHED_IDLE here (a SCHED_IDLE thread could not be raised back while it holds a partition's lock, which needs CAP_SYS_NICE); nicing them instead");
+            // Expected in a container without CAP_SYS_NICE (the chart drops every capability):
+            // said once, as information, not as a warning at every start.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| tracing::info!("search indexers cannot run under SCHED_IDLE here (a SCHED_IDLE thread could not be raised back while it holds a partition's lock, which needs CAP_SYS_NICE); nicing them instead"));
             nice = nice.max(10);
         }
         if nice <= 0 {
