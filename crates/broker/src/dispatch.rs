@@ -220,6 +220,7 @@ impl Broker {
         let shares = Arc::new(crate::share::ShareService::open(
             &topics,
             crate::share::ShareSettings::from_env(),
+            crate::share::group_configs::GroupConfigs::open(&config.data_dir)?,
             clock.clone(),
             config.fsync.acks_wait_for_fsync(),
         )?);

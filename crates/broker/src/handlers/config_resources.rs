@@ -1,7 +1,7 @@
 //! ListConfigResources (KIP-1142; v0 was ListClientMetricsResources): the resources that can
 //! hold configs, which `kafka-configs.sh --describe` without a name lists before describing
-//! each. spate holds topic and broker configs; it has no client-metrics subscriptions, group
-//! or logger configs, so those types list nothing.
+//! each. spate holds topic, broker and share group configs; it has no client-metrics
+//! subscriptions or logger configs, so those types list nothing.
 
 use std::sync::Arc;
 
@@ -55,6 +55,12 @@ pub fn handle(
     if let (true, Some(v)) = (types.contains(&BROKER), &view) {
         for node in &v.brokers {
             out.push(resource(BROKER, node.node_id.0.to_string()));
+        }
+    }
+    if types.contains(&GROUP) {
+        // Groups with configs set; describing a group's configs needs no other listing.
+        for g in b.shares.group_configs().groups() {
+            out.push(resource(GROUP, g));
         }
     }
     out.sort_by(|x, y| {

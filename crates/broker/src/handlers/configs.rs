@@ -21,6 +21,9 @@ use crate::Broker;
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
+const RESOURCE_GROUP: i8 = 32;
+/// DescribeConfigs' source of a value a group sets (Kafka's GROUP_CONFIG).
+const SOURCE_GROUP: i8 = 8;
 const SOURCE_TOPIC: i8 = 1;
 /// ConfigSource DYNAMIC_BROKER_CONFIG.
 const SOURCE_DYNAMIC_BROKER: i8 = 2;
@@ -271,6 +274,91 @@ pub(crate) fn cluster_broker_entries(
     Ok(entries)
 }
 
+/// A share group's configs: those it sets, and the defaults of the rest. Share groups are
+/// served by standalone brokers only, so a cluster has no group configs.
+fn group_entries(b: &Broker, group: &str) -> Result<Vec<Entry>, (ResponseError, String)> {
+    use crate::share::group_configs::DEFINITIONS;
+    if crate::handlers::share_groups::clustered(b) {
+        return Err((
+            ResponseError::InvalidRequest,
+            "group configs are served by standalone brokers only".to_string(),
+        ));
+    }
+    let set = b.shares.group_configs().get(group);
+    let base = b.shares.settings();
+    Ok(DEFINITIONS
+        .iter()
+        .map(|d| {
+            let (value, source) = match set.get(d.name) {
+                Some(v) => (v.clone(), SOURCE_GROUP),
+                None => ((d.default)(base), SOURCE_DEFAULT),
+            };
+            Entry {
+                name: d.name.to_string(),
+                value,
+                source,
+                read_only: false,
+                kind: if d.int {
+                    ConfigType::Int
+                } else {
+                    ConfigType::String
+                },
+                doc: d.doc,
+            }
+        })
+        .collect())
+}
+
+/// IncrementalAlterConfigs of a group resource: SET and DELETE of share group configs.
+fn alter_group_configs(
+    b: &Broker,
+    r: &spate_protocol::messages::incremental_alter_configs_request::AlterConfigsResource,
+    validate_only: bool,
+) -> Result<(), TopicError> {
+    use crate::share::group_configs::ChangeError;
+    if crate::handlers::share_groups::clustered(b) {
+        return Err(TopicError::new(
+            ResponseError::InvalidRequest,
+            "group configs are served by standalone brokers only",
+        ));
+    }
+    let mut changes = Vec::new();
+    for c in &r.configs {
+        let key = c.name.to_string();
+        match c.config_operation {
+            OP_SET => match &c.value {
+                Some(v) => changes.push((key, Some(v.to_string()))),
+                None => {
+                    return Err(TopicError::new(
+                        ResponseError::InvalidConfig,
+                        format!("{key}: no value given"),
+                    ))
+                }
+            },
+            OP_DELETE => changes.push((key, None)),
+            OP_APPEND | OP_SUBTRACT => {
+                return Err(TopicError::new(
+                    ResponseError::InvalidConfig,
+                    format!("{key} is not a list; APPEND and SUBTRACT apply only to lists"),
+                ))
+            }
+            op => {
+                return Err(TopicError::new(
+                    ResponseError::InvalidRequest,
+                    format!("unknown config operation {op}"),
+                ))
+            }
+        }
+    }
+    b.shares
+        .group_configs()
+        .change(r.resource_name.as_str(), &changes, validate_only)
+        .map_err(|e| match e {
+            ChangeError::Invalid(m) => TopicError::new(ResponseError::InvalidConfig, m),
+            ChangeError::Storage(m) => TopicError::new(ResponseError::KafkaStorageError, m),
+        })
+}
+
 /// Answers DescribeConfigs.
 pub fn describe(b: &Broker, version: i16, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
     let mut resp = DescribeConfigsResponse::default();
@@ -287,6 +375,7 @@ pub fn describe(b: &Broker, version: i16, req: DescribeConfigsRequest) -> Descri
                 )),
             },
             RESOURCE_BROKER => b.topology().broker_configs(b, r.resource_name.as_str()),
+            RESOURCE_GROUP => group_entries(b, r.resource_name.as_str()),
             other => Err((
                 ResponseError::InvalidRequest,
                 format!("resource type {other} has no configs here"),
@@ -397,6 +486,16 @@ pub fn incremental_alter(
 ) -> IncrementalAlterConfigsResponse {
     let mut resp = IncrementalAlterConfigsResponse::default();
     for r in req.resources {
+        if r.resource_type == RESOURCE_GROUP {
+            let result = alter_group_configs(b, &r, req.validate_only);
+            resp.responses.push(resource_response!(
+                IncrementalAlterResourceResponse,
+                r.resource_type,
+                r.resource_name,
+                result
+            ));
+            continue;
+        }
         if r.resource_type == RESOURCE_BROKER {
             let result = b.topology().alter_broker_configs(b, &r, req.validate_only);
             resp.responses.push(resource_response!(

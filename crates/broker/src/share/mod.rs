@@ -7,6 +7,7 @@
 //! are short, and acquiring under the same lock as the read keeps two members from being handed
 //! the same record.
 
+pub mod group_configs;
 mod sessions;
 mod settings;
 mod store;
@@ -69,6 +70,8 @@ struct State {
 /// Share groups and their share-partitions.
 pub struct ShareService {
     settings: ShareSettings,
+    /// Per-group overrides of `settings` (`kafka-configs --entity-type groups`).
+    configs: group_configs::GroupConfigs,
     clock: SharedClock,
     /// Whether a durable write waits for fsync (the broker's fsync policy).
     fsync: bool,
@@ -84,6 +87,7 @@ impl ShareService {
     pub fn open(
         topics: &TopicRegistry,
         settings: ShareSettings,
+        configs: group_configs::GroupConfigs,
         clock: SharedClock,
         fsync: bool,
     ) -> Result<Self, BrokerError> {
@@ -102,6 +106,7 @@ impl ShareService {
             .collect();
         Ok(Self {
             settings,
+            configs,
             clock,
             fsync,
             state: Mutex::new(State {
@@ -114,9 +119,19 @@ impl ShareService {
         })
     }
 
-    /// The settings in force.
+    /// The settings in force for groups that set no config of their own.
     pub fn settings(&self) -> &ShareSettings {
         &self.settings
+    }
+
+    /// The per-group configs.
+    pub fn group_configs(&self) -> &group_configs::GroupConfigs {
+        &self.configs
+    }
+
+    /// The settings in force for `group`.
+    pub fn settings_for(&self, group: &str) -> ShareSettings {
+        self.configs.settings_for(group, &self.settings)
     }
 
     /// True when a share group of this id exists.
@@ -360,7 +375,7 @@ impl ShareService {
                 }
             }
         }
-        let start = self.settings.auto_offset_reset.start_offset(
+        let start = self.settings_for(&key.0).auto_offset_reset.start_offset(
             log.log_start_offset(),
             log.high_watermark(),
             None,
@@ -528,6 +543,7 @@ impl ShareService {
         max_bytes: usize,
     ) -> Result<(Acquired, Option<Written>), ResponseError> {
         let now = self.clock.monotonic_ms();
+        let settings = self.settings_for(&key.0);
         let log = data_partition(topics, key)?;
         let mut st = self.state.lock();
         let mut written = self.tracked(&mut st, topics, key)?;
@@ -536,7 +552,7 @@ impl ShareService {
         };
         t.part.update_log_start(log.log_start_offset());
         let from = t.part.next_fetch_offset();
-        let limit = if self.settings.read_committed {
+        let limit = if settings.read_committed {
             log.last_stable_offset()
         } else {
             log.high_watermark()
@@ -553,7 +569,7 @@ impl ShareService {
                     ResponseError::KafkaStorageError
                 }
             })?;
-        let aborted = if self.settings.read_committed {
+        let aborted = if settings.read_committed {
             log.aborted_in(from, limit)
         } else {
             Vec::new()
@@ -582,7 +598,7 @@ impl ShareService {
             member,
             &fetched,
             max_records,
-            self.settings.lock_duration_ms,
+            settings.lock_duration_ms,
             now,
         );
         if let Some(w) = self.persist(&mut st, topics, key) {

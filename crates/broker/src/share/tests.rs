@@ -1,5 +1,6 @@
 //! ShareService over a real topic registry in a temp dir, with a clock the tests move.
 
+use super::group_configs::GroupConfigs;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -51,7 +52,14 @@ fn fixture(records: usize) -> Fixture {
         p.append(&b, &h, None).unwrap();
     }
     let clock = ManualClock::new(1_000_000);
-    let svc = ShareService::open(&topics, settings(), clock.clone(), false).unwrap();
+    let svc = ShareService::open(
+        &topics,
+        settings(),
+        GroupConfigs::in_memory(),
+        clock.clone(),
+        false,
+    )
+    .unwrap();
     Fixture {
         topic_id: topic.id,
         _dir: dir,
@@ -170,7 +178,14 @@ fn the_state_written_is_the_state_a_reopened_service_resumes() {
             &[AckBatch::new(0, 1, AckType::Accept)],
         )
         .unwrap();
-    let reopened = ShareService::open(&f.topics, settings(), f.clock.clone(), false).unwrap();
+    let reopened = ShareService::open(
+        &f.topics,
+        settings(),
+        GroupConfigs::in_memory(),
+        f.clock.clone(),
+        false,
+    )
+    .unwrap();
     assert_eq!(
         reopened.start_offsets("g").unwrap(),
         vec![(key(&f), 2, 0)],
@@ -200,7 +215,14 @@ fn deleting_an_empty_group_forgets_its_state_and_a_busy_one_is_refused() {
     leave(&f, "a");
     f.svc.delete_group(&f.topics, "g").unwrap();
     assert_eq!(f.svc.start_offsets("g"), None);
-    let reopened = ShareService::open(&f.topics, settings(), f.clock.clone(), false).unwrap();
+    let reopened = ShareService::open(
+        &f.topics,
+        settings(),
+        GroupConfigs::in_memory(),
+        f.clock.clone(),
+        false,
+    )
+    .unwrap();
     assert_eq!(
         reopened.start_offsets("g"),
         None,

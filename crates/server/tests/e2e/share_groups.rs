@@ -449,3 +449,120 @@ async fn read_committed_share_groups_stop_at_the_lso_and_never_see_aborted_recor
     tokio::task::block_in_place(|| p.commit_transaction(t).expect("commit"));
     assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(4, 4, 1)]);
 }
+
+/// IncrementalAlterConfigs of group `group`'s configs: the resource's error code.
+fn alter_group_configs(raw: &mut Raw, group: &str, set: &[(&str, Option<&str>)]) -> i16 {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    let mut res = AlterConfigsResource::default();
+    res.resource_type = 32;
+    res.resource_name = s(group);
+    res.configs = set
+        .iter()
+        .map(|(k, v)| {
+            let mut c = AlterableConfig::default();
+            c.name = s(k);
+            c.config_operation = if v.is_some() { 0 } else { 1 };
+            c.value = v.map(s);
+            c
+        })
+        .collect();
+    let mut r = IncrementalAlterConfigsRequest::default();
+    r.resources = vec![res];
+    let resp: IncrementalAlterConfigsResponse = raw.call(ApiKey::IncrementalAlterConfigs, 1, &r);
+    resp.responses[0].error_code
+}
+
+/// DescribeConfigs of group `group`: (name, value, source) of each config.
+fn describe_group_configs(raw: &mut Raw, group: &str) -> Vec<(String, String, i8)> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    let mut res = DescribeConfigsResource::default();
+    res.resource_type = 32;
+    res.resource_name = s(group);
+    res.configuration_keys = None;
+    let mut r = DescribeConfigsRequest::default();
+    r.resources = vec![res];
+    let resp: DescribeConfigsResponse = raw.call(ApiKey::DescribeConfigs, 4, &r);
+    assert_eq!(
+        resp.results[0].error_code, 0,
+        "{:?}",
+        resp.results[0].error_message
+    );
+    resp.results[0]
+        .configs
+        .iter()
+        .map(|c| {
+            (
+                c.name.to_string(),
+                c.value.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+                c.config_source,
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn group_configs_set_where_a_group_starts_are_checked_and_survive_a_restart() {
+    // Kafka's defaults: share-partitions start at the log end.
+    let mut spate = Spate::start(&[]);
+    create_topic(&spate.addr, "sq-configs", 1, &[]).await;
+    produce(&spate.addr, "sq-configs", 4).await;
+    let mut raw = Raw::connect(&spate.addr);
+    let invalid = ResponseError::InvalidConfig.code();
+    // Kafka's rules: a known key, a valid value, a lock duration from 15 to 60 s.
+    assert_eq!(
+        alter_group_configs(
+            &mut raw,
+            "g-early",
+            &[("share.auto.offset.reset", Some("soon"))]
+        ),
+        invalid
+    );
+    assert_eq!(
+        alter_group_configs(
+            &mut raw,
+            "g-early",
+            &[("share.record.lock.duration.ms", Some("10"))]
+        ),
+        invalid
+    );
+    assert_eq!(
+        alter_group_configs(&mut raw, "g-early", &[("no.such.config", Some("1"))]),
+        invalid
+    );
+    assert_eq!(
+        alter_group_configs(
+            &mut raw,
+            "g-early",
+            &[
+                ("share.auto.offset.reset", Some("earliest")),
+                ("share.record.lock.duration.ms", Some("20000")),
+            ]
+        ),
+        0
+    );
+    let described = describe_group_configs(&mut raw, "g-early");
+    assert!(described.contains(&("share.auto.offset.reset".into(), "earliest".into(), 8)));
+    assert!(described.contains(&("share.record.lock.duration.ms".into(), "20000".into(), 8)));
+    assert!(described.contains(&("share.isolation.level".into(), "read_uncommitted".into(), 5)));
+    // Kept across a restart, set before the group exists: it reads what was produced before.
+    spate.kill9();
+    spate.restart();
+    let mut early = Member::join(&spate.addr, "g-early", "a", "sq-configs");
+    assert_eq!(acquired(&early.fetch(2000, &[])), vec![(0, 3, 1)]);
+    // A group without configs starts at the end.
+    let mut late = Member::join(&spate.addr, "g-late", "b", "sq-configs");
+    assert_eq!(acquired(&late.fetch(300, &[])), vec![]);
+    // DELETE returns a key to its default.
+    let mut raw = Raw::connect(&spate.addr);
+    assert_eq!(
+        alter_group_configs(&mut raw, "g-early", &[("share.auto.offset.reset", None)]),
+        0
+    );
+    assert!(describe_group_configs(&mut raw, "g-early").contains(&(
+        "share.auto.offset.reset".into(),
+        "latest".into(),
+        5
+    )));
+}
