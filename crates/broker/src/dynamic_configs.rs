@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use parking_lot::Mutex;
 
 use crate::disk::DiskWatermark;
-use crate::error::{io, BrokerError};
+use crate::error::BrokerError;
 
 /// The file in the data dir holding the values set (a JSON object of strings).
 pub const FILE: &str = "dynamic-broker-configs.json";
@@ -79,16 +79,7 @@ impl DynamicConfigs {
     /// Loads the values set in `data_dir` (none when the file is missing).
     pub fn open(data_dir: &Path) -> Result<Self, BrokerError> {
         let path = data_dir.join(FILE);
-        let values = match std::fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice(&bytes).map_err(|e| BrokerError::CorruptMetadata {
-                    path: path.clone(),
-                    reason: e.to_string(),
-                })?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => return Err(io("read", &path)(e)),
-        };
+        let values = crate::registry::read_json_or_default(&path)?;
         Ok(Self {
             path,
             values: Mutex::new(values),

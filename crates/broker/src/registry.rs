@@ -152,6 +152,20 @@ impl Topic {
     }
 }
 
+/// The JSON content of `path`, or the default value when the file does not exist.
+pub(crate) fn read_json_or_default<T: serde::de::DeserializeOwned + Default>(
+    path: &Path,
+) -> Result<T, BrokerError> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| BrokerError::CorruptMetadata {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(T::default()),
+        Err(e) => Err(io("read", path)(e)),
+    }
+}
+
 /// Threads for per-partition disk work at start-up and shutdown: it waits on fsync, not on
 /// the CPU, and the disk completes concurrent fsyncs side by side (ext4 commits them together).
 const DISK_THREADS: usize = 16;

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use spate_share::AutoOffsetReset;
 
 use super::ShareSettings;
-use crate::error::{io, BrokerError};
+use crate::error::BrokerError;
 
 /// The file in the data dir: a JSON object of group id to its configs set.
 pub const FILE: &str = "share-group-configs.json";
@@ -105,16 +105,7 @@ impl GroupConfigs {
     /// Loads the configs kept in `data_dir`.
     pub fn open(data_dir: &Path) -> Result<Self, BrokerError> {
         let path = data_dir.join(FILE);
-        let values = match std::fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice(&bytes).map_err(|e| BrokerError::CorruptMetadata {
-                    path: path.clone(),
-                    reason: e.to_string(),
-                })?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => return Err(io("read", &path)(e)),
-        };
+        let values = crate::registry::read_json_or_default(&path)?;
         Ok(Self {
             path: Some(path),
             values: Mutex::new(values),

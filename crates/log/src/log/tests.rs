@@ -311,16 +311,7 @@ fn clean_shutdown_lets_the_next_start_skip_the_scan() {
     drop(log);
     // Damage a byte inside the last batch: a scan would cut the log there, so an intact end
     // offset shows the scan was skipped and the saved state used.
-    let active = std::fs::read_dir(dir.path())
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .max()
-        .unwrap();
-    let mut bytes = std::fs::read(&active).unwrap();
-    let last = bytes.len() - 3;
-    bytes[last] ^= 0xff;
-    std::fs::write(&active, &bytes).unwrap();
+    damage_last_batch(dir.path());
     let (mut log, notes) = open_with_notes(dir.path(), small_segments());
     assert!(notes.is_empty(), "{notes:?}");
     assert_eq!(log.end_offset(), 60);
