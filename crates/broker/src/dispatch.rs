@@ -299,6 +299,11 @@ impl Broker {
         Ok((broker, notes))
     }
 
+    /// Each share group's records on this broker (for /metrics).
+    pub fn share_group_stats(&self) -> Vec<crate::ShareGroupStats> {
+        self.shares.group_stats()
+    }
+
     /// Flushes outstanding writes and saves producer states and logs so the next start is
     /// quick; call before exit.
     pub fn shutdown(&self) {

@@ -286,6 +286,56 @@ fn sanitize(name: &str) -> String {
 
 /// Client quota usage per quota entity: Kafka's per-user / per-client-id byte-rate,
 /// throttle-time and request-time metrics.
+/// Share groups (KIP-932): each group's records across its share-partitions on this broker.
+fn render_share_groups(w: &mut Writer, b: &Broker) {
+    let stats = b.share_group_stats();
+    type Pick = fn(&spate_broker::ShareGroupStats) -> u64;
+    let families: [(&str, &str, &str, Pick); 6] = [
+        (
+            "spate_share_group_records_in_flight",
+            "gauge",
+            "Records between the share-partitions' start and end offsets, whatever their state.",
+            |s| s.in_flight,
+        ),
+        (
+            "spate_share_group_records_acquired",
+            "gauge",
+            "Records under an acquisition lock now.",
+            |s| s.acquired,
+        ),
+        (
+            "spate_share_group_lock_expiries_total",
+            "counter",
+            "Acquisition locks that ran out before their record was acknowledged or released.",
+            |s| s.lock_expiries,
+        ),
+        (
+            "spate_share_group_redeliveries_total",
+            "counter",
+            "Records delivered again (released, or their lock ran out).",
+            |s| s.redeliveries,
+        ),
+        (
+            "spate_share_group_records_archived_total",
+            "counter",
+            "Records archived: rejected, at the delivery count limit, or gaps.",
+            |s| s.archived,
+        ),
+        (
+            "spate_share_group_records_accepted_total",
+            "counter",
+            "Records acknowledged with ACCEPT.",
+            |s| s.accepted,
+        ),
+    ];
+    for (name, kind, help, pick) in families {
+        w.family(name, kind, help);
+        for s in &stats {
+            w.sample(name, &[("group", s.group.as_str())], pick(s) as f64);
+        }
+    }
+}
+
 fn render_transactions(w: &mut Writer, b: &Broker) {
     let t = &b.txns.metrics;
     w.family(
@@ -687,6 +737,7 @@ pub fn render(b: &Broker) -> String {
     }
 
     render_transactions(&mut w, b);
+    render_share_groups(&mut w, b);
     render_cleaner(&mut w, b);
     render_security(&mut w, b);
     w.family(

@@ -67,6 +67,25 @@ struct State {
     sessions: sessions::Sessions,
 }
 
+/// One share group's records across its share-partitions on this broker, for /metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShareGroupStats {
+    /// The group id.
+    pub group: String,
+    /// Records between the share-partitions' start and end offsets, whatever their state.
+    pub in_flight: u64,
+    /// Records under an acquisition lock now.
+    pub acquired: u64,
+    /// Locks that ran out before their record was acknowledged or released.
+    pub lock_expiries: u64,
+    /// Records delivered again.
+    pub redeliveries: u64,
+    /// Records archived (rejected, at the delivery count limit, or gaps).
+    pub archived: u64,
+    /// Records accepted.
+    pub accepted: u64,
+}
+
 /// Share groups and their share-partitions.
 pub struct ShareService {
     settings: ShareSettings,
@@ -122,6 +141,38 @@ impl ShareService {
     /// The settings in force for groups that set no config of their own.
     pub fn settings(&self) -> &ShareSettings {
         &self.settings
+    }
+
+    /// Each share group's records across its share-partitions, by group id.
+    pub fn group_stats(&self) -> Vec<ShareGroupStats> {
+        let st = self.state.lock();
+        let mut by_group: std::collections::BTreeMap<&str, ShareGroupStats> = st
+            .groups
+            .keys()
+            .map(|g| {
+                let stats = ShareGroupStats {
+                    group: g.clone(),
+                    ..Default::default()
+                };
+                (g.as_str(), stats)
+            })
+            .collect();
+        for (key, t) in &st.partitions {
+            let s = by_group
+                .entry(key.0.as_str())
+                .or_insert_with(|| ShareGroupStats {
+                    group: key.0.clone(),
+                    ..Default::default()
+                });
+            let m = t.part.metrics();
+            s.in_flight += t.part.in_flight_count();
+            s.acquired += t.part.acquired_count();
+            s.lock_expiries += m.lock_expiries;
+            s.redeliveries += m.redeliveries;
+            s.archived += m.archived;
+            s.accepted += m.accepted;
+        }
+        by_group.into_values().collect()
     }
 
     /// The per-group configs.

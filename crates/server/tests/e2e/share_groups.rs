@@ -251,6 +251,21 @@ async fn release_redelivers_with_the_delivery_count_plus_one_and_reject_archives
     let again = a.fetch(5_000, &[(0, 0, REJECT), (1, 1, RELEASE)]);
     assert_eq!(ack_error(&again), 0);
     assert_eq!(acquired(&again), vec![(1, 1, 2)]);
+    // /metrics counts them for the group.
+    let metric = |name: &str| -> f64 {
+        let (_, body) = crate::harness::http(&spate.http, "GET", "/metrics", &[], "");
+        body.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}{{group=\"g-release\"}} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} for g-release in /metrics"))
+    };
+    assert_eq!(metric("spate_share_group_redeliveries_total"), 1.0);
+    assert_eq!(metric("spate_share_group_records_archived_total"), 1.0);
+    assert_eq!(metric("spate_share_group_records_acquired"), 1.0);
+    assert_eq!(metric("spate_share_group_records_accepted_total"), 0.0);
+    assert_eq!(a.acknowledge(&[(1, 1, ACCEPT)]), 0);
+    assert_eq!(metric("spate_share_group_records_accepted_total"), 1.0);
+    assert_eq!(metric("spate_share_group_records_acquired"), 0.0);
 }
 
 #[tokio::test]
@@ -281,10 +296,8 @@ async fn an_expired_lock_redelivers_to_another_member_and_the_late_ack_is_refuse
     let mut b = Member::join(&spate.addr, "g-expiry", "b", "sq-expiry");
     assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(0, 2, 1)]);
     // b's fetch parks until a's lock runs out (1 s), then gets the records.
-    let started = std::time::Instant::now();
     let got = tokio::task::block_in_place(|| b.fetch(10_000, &[]));
     assert_eq!(acquired(&got), vec![(0, 2, 2)]);
-    assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(
         a.acknowledge(&[(0, 2, ACCEPT)]),
         ResponseError::InvalidRecordState.code()
