@@ -3,7 +3,7 @@
 # idle connection, Metadata latency, produce across many partitions against across 10, and
 # start-up time after a clean stop and after kill -9. See scripts/bench_scale.py.
 #   scripts/bench-scale.sh
-# Env: PARTITIONS (10000), PER_TOPIC (100), CONNECTIONS (10000), PRODUCE_SECONDS (10),
+# Env: PARTITIONS (10000), PER_TOPIC (100), CONNECTIONS (10000), PRODUCE_SECONDS (10), PRODUCE_ROUNDS (3),
 # OUT (target/bench-scale/<date>), SPATE_BIN / BENCH_BIN (default: built here, --release).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
