@@ -72,22 +72,9 @@ pub struct HeartbeatReply {
     pub assignment: Option<Assignment>,
 }
 
-/// A refused heartbeat: Kafka's error code and a message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{error:?}: {message}")]
-pub struct HeartbeatError {
-    /// Error code.
-    pub error: ResponseError,
-    /// Why.
-    pub message: String,
-}
-
-fn refuse<T>(error: ResponseError, message: impl Into<String>) -> Result<T, HeartbeatError> {
-    Err(HeartbeatError {
-        error,
-        message: message.into(),
-    })
-}
+// A refused heartbeat is the same for share and consumer groups.
+use spate_groups::consumer_group::refuse;
+pub use spate_groups::consumer_group::HeartbeatError;
 
 /// Why a member went away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

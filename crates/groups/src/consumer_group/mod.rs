@@ -106,8 +106,9 @@ pub struct HeartbeatResponse {
     pub assignment: Option<TopicPartitions>,
 }
 
-/// A refused heartbeat: Kafka's error code and a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A refused heartbeat: Kafka's error code and a message (of consumer and share groups).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{error:?}: {message}")]
 pub struct HeartbeatError {
     /// Error code.
     pub error: ResponseError,
@@ -115,7 +116,8 @@ pub struct HeartbeatError {
     pub message: String,
 }
 
-fn refuse<T>(error: ResponseError, message: impl Into<String>) -> Result<T, HeartbeatError> {
+/// A heartbeat refused with `error` and `message`.
+pub fn refuse<T>(error: ResponseError, message: impl Into<String>) -> Result<T, HeartbeatError> {
     Err(HeartbeatError {
         error,
         message: message.into(),
