@@ -131,10 +131,9 @@ impl Partition {
     ) -> Result<(Self, Vec<String>), BrokerError> {
         let (log, mut notes) = Log::open_on(storage, dir, config, flusher, now_ms())?;
         let snapshot_path = dir.join(SNAPSHOT_FILE);
-        let had_snapshot = snapshot_path.exists();
-        let (from, producers) = rebuild_producers(&log, &snapshot_path, &mut notes)?;
+        let (from, producers, had_snapshot) = rebuild_producers(&log, &snapshot_path, &mut notes)?;
         let end = log.end_offset();
-        // No producer state, and the last snapshot already in the active segment: as after a
+        // No producer state, and a sound snapshot already in the active segment: as after a
         // snapshot written in this segment, the next one waits for a roll or for producer
         // state. A restart must not cost every partition a new snapshot file (a stop of 2,000
         // busy partitions created 2,000 of them).
@@ -678,7 +677,7 @@ impl Partition {
             self.snapshot_segment.store(i64::MIN, Ordering::Relaxed);
         }
         let mut notes = Vec::new();
-        let (_, producers) = rebuild_producers(&st.log, &self.snapshot_path, &mut notes)?;
+        let (_, producers, _) = rebuild_producers(&st.log, &self.snapshot_path, &mut notes)?;
         st.producers = producers;
         self.high_watermark.send_if_modified(|hw| {
             let changed = *hw > end;
@@ -1147,29 +1146,30 @@ fn synced_end(log: &Log) -> Option<i64> {
 }
 
 /// Producer states from the snapshot (when sound and not ahead of the log) plus the batches
-/// after it, or from every batch; returns the offset the replay started at and the states.
+/// after it, or from every batch; returns the offset the replay started at, the states, and
+/// whether a sound snapshot was used.
 fn rebuild_producers(
     log: &Log,
     snapshot_path: &Path,
     notes: &mut Vec<String>,
-) -> Result<(i64, ProducerStates), BrokerError> {
-    let (from, mut producers) = match std::fs::read(snapshot_path) {
+) -> Result<(i64, ProducerStates, bool), BrokerError> {
+    let (from, mut producers, sound) = match std::fs::read(snapshot_path) {
         Ok(bytes) => match ProducerStates::from_snapshot(&bytes) {
-            Ok((offset, states)) if offset <= log.end_offset() => (offset, states),
+            Ok((offset, states)) if offset <= log.end_offset() => (offset, states, true),
             Ok(_) => {
                 notes.push(
                     "producer state snapshot is ahead of the log; rebuilt from the log".into(),
                 );
-                (log.start_offset(), ProducerStates::default())
+                (log.start_offset(), ProducerStates::default(), false)
             }
             Err(e) => {
                 notes.push(format!(
                     "producer state snapshot unreadable ({e:?}); rebuilt from the log"
                 ));
-                (log.start_offset(), ProducerStates::default())
+                (log.start_offset(), ProducerStates::default(), false)
             }
         },
-        Err(_) => (log.start_offset(), ProducerStates::default()),
+        Err(_) => (log.start_offset(), ProducerStates::default(), false),
     };
     log.for_each_batch(from.max(log.start_offset()), |h, marker| {
         if h.last_offset() >= from {
@@ -1177,7 +1177,7 @@ fn rebuild_producers(
         }
     })?;
     producers.forget_aborted_below(log.start_offset());
-    Ok((from, producers))
+    Ok((from, producers, sound))
 }
 
 /// What one clean of a compacted partition did.
