@@ -339,6 +339,26 @@ impl MemoryLog {
     pub fn all(&self) -> Vec<Record> {
         self.records.lock().clone()
     }
+
+    /// A log holding what compaction leaves of this one once its tombstones have expired: the
+    /// latest record of each key, in log order, tombstones gone.
+    pub fn compacted(&self) -> Arc<Self> {
+        let all = self.records.lock();
+        let mut latest = std::collections::HashMap::new();
+        for (i, r) in all.iter().enumerate() {
+            latest.insert(r.key.as_slice(), i);
+        }
+        let kept = all
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| r.value.is_some() && latest.get(r.key.as_slice()) == Some(i))
+            .map(|(_, r)| r.clone())
+            .collect();
+        Arc::new(Self {
+            records: Mutex::new(kept),
+            ..Self::default()
+        })
+    }
 }
 
 impl SchemaLog for Arc<MemoryLog> {

@@ -1,7 +1,8 @@
 //! The records of the `_schemas` topic in Confluent's format: JSON keys naming what a record is
 //! about (`keytype` SCHEMA, CONFIG, MODE, DELETE_SUBJECT, CLEAR_SUBJECT or NOOP) and JSON
 //! values, so a registry's data can be moved between spate and other Confluent-compatible
-//! registries by copying the topic.
+//! registries by copying the topic. One key type is spate's own, SPATE_ID_HIGH_WATER (see
+//! [`Key::IdHighWater`]); registries that do not know it skip it.
 //!
 //! Keys are written with their fields in one fixed order, so the same logical key is always
 //! the same bytes and compaction keeps only its latest record.
@@ -10,6 +11,9 @@ use serde::{Deserialize, Serialize};
 
 /// The compacted topic the registry keeps its state in.
 pub const TOPIC: &str = "_schemas";
+
+/// The key type of [`Key::IdHighWater`], named as spate's so no other registry's type collides.
+const ID_HIGH_WATER: &str = "SPATE_ID_HIGH_WATER";
 
 /// What a `_schemas` record is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +47,11 @@ pub enum Key {
     },
     /// A record with no effect (other registries write them to find the end of the topic).
     Noop,
+    /// The highest schema id handed out so far ([`IdHighWaterValue`]). Written with every
+    /// permanent delete: once compaction has removed a deleted version's SCHEMA record and its
+    /// tombstone, this record is what keeps a restarted registry from handing that id out
+    /// again (a record written with the old schema would then decode with the new one).
+    IdHighWater,
 }
 
 /// A key as it is written: fields in the order Confluent writes them.
@@ -137,6 +146,12 @@ impl Key {
                 version: None,
                 magic: 0,
             },
+            Key::IdHighWater => RawKey {
+                keytype: ID_HIGH_WATER.into(),
+                subject: Skip::Absent,
+                version: None,
+                magic: 0,
+            },
         };
         // A struct of strings and integers always serializes.
         serde_json::to_vec(&raw).unwrap_or_default()
@@ -162,6 +177,7 @@ impl Key {
                 subject: need(subject)?,
             },
             "NOOP" => Key::Noop,
+            ID_HIGH_WATER => Key::IdHighWater,
             _ => return Ok(None),
         }))
     }
@@ -235,6 +251,13 @@ pub struct DeleteSubjectValue {
     pub version: i32,
 }
 
+/// The value of a SPATE_ID_HIGH_WATER record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdHighWaterValue {
+    /// The highest schema id handed out when the record was written.
+    pub id: i32,
+}
+
 /// The value of a CLEAR_SUBJECT record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClearSubjectValue {
@@ -292,6 +315,10 @@ mod tests {
             String::from_utf8(Key::Noop.encode()).unwrap(),
             r#"{"keytype":"NOOP","magic":0}"#
         );
+        assert_eq!(
+            String::from_utf8(Key::IdHighWater.encode()).unwrap(),
+            r#"{"keytype":"SPATE_ID_HIGH_WATER","magic":0}"#
+        );
     }
 
     #[test]
@@ -316,6 +343,7 @@ mod tests {
                 subject: "a".into(),
             },
             Key::Noop,
+            Key::IdHighWater,
         ] {
             assert_eq!(Key::decode(&k.encode()).unwrap(), Some(k));
         }

@@ -845,14 +845,15 @@ impl Registry {
                 subject: subject.to_string(),
                 version: n,
             };
-            let record = if permanent {
+            let records = if permanent {
                 if !v.deleted {
                     return Err(RegistryError::VersionNotSoftDeleted {
                         subject: subject.to_string(),
                         version: n,
                     });
                 }
-                Record::tombstone(&key)
+                // The version's id may be the highest: keep it past compaction.
+                vec![Record::tombstone(&key), st.id_high_water()]
             } else {
                 if v.deleted {
                     return Err(RegistryError::VersionSoftDeleted {
@@ -863,7 +864,7 @@ impl Registry {
                 let s = st.schema(v.id).ok_or_else(|| {
                     RegistryError::SchemaNotFound(format!("schema {} not found", v.id))
                 })?;
-                Record::new(
+                vec![Record::new(
                     &key,
                     &SchemaValue {
                         subject: subject.to_string(),
@@ -874,9 +875,9 @@ impl Registry {
                         schema: s.text.clone(),
                         deleted: true,
                     },
-                )
+                )]
             };
-            Ok((vec![record], n))
+            Ok((records, n))
         })
         .await
     }
@@ -933,6 +934,7 @@ impl Registry {
                     })
                 })
                 .collect();
+            records.push(st.id_high_water());
             records.push(Record::new(
                 &Key::ClearSubject {
                     subject: subject.to_string(),

@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use crate::compat::Level;
 use crate::error::RegistryError;
-use crate::records::{ConfigValue, DeleteSubjectValue, Key, ModeValue, Reference, SchemaValue};
+use crate::records::{
+    ConfigValue, DeleteSubjectValue, IdHighWaterValue, Key, ModeValue, Record, Reference,
+    SchemaValue,
+};
 use crate::schema::{canonical_of_text, Resolved, SchemaType};
 
 /// Most schemas one schema may reference, transitively.
@@ -125,7 +128,8 @@ pub struct Store {
     uses: HashMap<i32, usize>,
     configs: BTreeMap<Option<String>, ConfigValue>,
     modes: BTreeMap<Option<String>, Mode>,
-    /// Highest id ever seen (ids are not reused while this process runs).
+    /// Highest id ever seen, in a SCHEMA record or a SPATE_ID_HIGH_WATER record (so ids are
+    /// not reused, across restarts and compaction too).
     max_id: i32,
     /// Offset of the next record to apply.
     pub next_offset: i64,
@@ -220,6 +224,16 @@ impl Store {
                 true
             }
             Key::Noop => true,
+            Key::IdHighWater => match value {
+                None => true,
+                Some(v) => match serde_json::from_slice::<IdHighWaterValue>(v) {
+                    Ok(h) => {
+                        self.max_id = self.max_id.max(h.id);
+                        true
+                    }
+                    Err(_) => false,
+                },
+            },
         };
         if !ok {
             self.skipped += 1;
@@ -395,6 +409,12 @@ impl Store {
         self.by_identity.get(identity).copied()
     }
 
+    /// A record of the highest id handed out, for a permanent delete to write: it outlives
+    /// the deleted versions' records once compaction removes them.
+    pub fn id_high_water(&self) -> Record {
+        Record::new(&Key::IdHighWater, &IdHighWaterValue { id: self.max_id })
+    }
+
     /// The id the next new schema gets.
     pub fn next_id(&self) -> i32 {
         self.max_id.saturating_add(1)
@@ -558,7 +578,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::{ClearSubjectValue, Record};
+    use crate::records::ClearSubjectValue;
 
     fn schema_record(subject: &str, version: i32, id: i32, text: &str, deleted: bool) -> Record {
         Record::new(

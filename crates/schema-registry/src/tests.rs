@@ -324,6 +324,30 @@ async fn bad_input_gets_confluents_error_codes() {
 }
 
 #[tokio::test]
+async fn an_id_freed_by_a_permanent_delete_is_not_handed_out_again_after_compaction() {
+    let api = Api::new().await;
+    assert_eq!(api.register("u", USER_V1).await.1["id"], 1);
+    assert_eq!(api.register("u", USER_V2).await.1["id"], 2);
+    assert_eq!(api.register("w", r#""string""#).await.1["id"], 3);
+    // The versions holding the two highest ids go for good: one by version, one by subject.
+    api.call("DELETE", "/subjects/u/versions/2", None).await;
+    let (_, v) = api
+        .call("DELETE", "/subjects/u/versions/2?permanent=true", None)
+        .await;
+    assert_eq!(v, json!(2));
+    api.call("DELETE", "/subjects/w", None).await;
+    let (_, v) = api.call("DELETE", "/subjects/w?permanent=true", None).await;
+    assert_eq!(v, json!([1]));
+    // Compaction removes their SCHEMA records and tombstones; a restart reads what is left.
+    let after = Api::over(api.log.compacted(), Settings::default()).await;
+    assert_eq!(after.get("/subjects/u/versions").await.1, json!([1]));
+    assert_eq!(code(&after.get("/schemas/ids/3").await.1), 40403);
+    let (s, v) = after.register("x", r#""long""#).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["id"], 4, "ids 2 and 3 were handed out once already");
+}
+
+#[tokio::test]
 async fn deletes_go_soft_then_permanent_and_say_when_out_of_order() {
     let api = Api::new().await;
     api.register("u", USER_V1).await;
