@@ -261,7 +261,7 @@ impl Store {
         if !self.schemas.contains_key(&v.id) {
             let identity = Identity {
                 schema_type,
-                canonical: canonical_of_text(&v.schema),
+                canonical: self.stored_canonical(schema_type, &v.schema, &v.references),
                 references: v.references.clone(),
             };
             self.by_identity.entry(identity.clone()).or_insert(v.id);
@@ -277,6 +277,23 @@ impl Store {
             );
         }
         true
+    }
+
+    /// The canonical form a stored schema is known by. A Protobuf schema this registry wrote
+    /// is stored in its canonical text already, but one moved in from another registry keeps
+    /// that registry's text (layout, comments, relative names), so it is parsed to find the
+    /// form a registration here computes; text that does not parse keeps itself.
+    fn stored_canonical(&self, schema_type: SchemaType, text: &str, refs: &[Reference]) -> String {
+        if schema_type == SchemaType::Protobuf {
+            let parsed = self
+                .resolve(refs)
+                .ok()
+                .and_then(|resolved| crate::protobuf::parse(text, &resolved).ok());
+            if let Some(model) = parsed {
+                return model.canonical();
+            }
+        }
+        canonical_of_text(text)
     }
 
     fn remove_version(&mut self, subject: &str, version: i32) {

@@ -737,6 +737,46 @@ async fn protobuf_text_and_its_descriptor_register_as_one_schema_and_serve_both_
 }
 
 #[tokio::test]
+async fn a_protobuf_schema_moved_in_from_another_registry_is_the_same_schema_registered_here() {
+    use crate::log::SchemaLog;
+    use crate::records::{Key, Record, SchemaValue};
+    // Another registry's record: its own text, layout and comments included, and its own id.
+    let log = MemoryLog::new();
+    let moved_in = SchemaValue {
+        subject: "orders-value".into(),
+        version: 1,
+        id: 7,
+        schema_type: Some("PROTOBUF".into()),
+        references: vec![],
+        schema: PROTO_V1.into(),
+        deleted: false,
+    };
+    let key = Key::Schema {
+        subject: "orders-value".into(),
+        version: 1,
+    };
+    log.append(vec![Record::new(&key, &moved_in)])
+        .await
+        .unwrap();
+    let api = Api::over(log, Settings::default()).await;
+    // Served as it was written there.
+    assert_eq!(api.get("/schemas/ids/7").await.1["schema"], PROTO_V1);
+    // The same schema in another layout is that schema: its id, no new version.
+    let relaid = PROTO_V1
+        .replace('\n', " ")
+        .replace(" // the order's id", "");
+    let body = json!({"schema": relaid, "schemaType": "PROTOBUF"});
+    let (s, v) = api.register_json("orders-value", body.clone()).await;
+    assert_eq!((s, v["id"].as_i64()), (StatusCode::OK, Some(7)), "{v}");
+    assert_eq!(
+        api.get("/subjects/orders-value/versions").await.1,
+        json!([1])
+    );
+    let (_, v) = api.register_json("orders-copy", body).await;
+    assert_eq!(v["id"], 7);
+}
+
+#[tokio::test]
 async fn protobuf_imports_resolve_through_references() {
     let api = Api::new().await;
     let address = "syntax = \"proto3\"; package acme; message Address { string city = 1; }";
