@@ -1341,6 +1341,33 @@ impl Broker {
                 ctx.now(&charge, resp)
             }
             Request::ShareAcknowledge(r) => ctx.later(handlers::share_groups::acknowledge(self, r)),
+            // The share coordinator's APIs are the cluster's own traffic: without ClusterAction
+            // every share-partition is refused. Their answers have no throttle field, so they
+            // go out as futures.
+            Request::InitializeShareGroupState(r) => {
+                let allowed = !cluster_denied(Op::ClusterAction);
+                ctx.later(handlers::share_state::initialize(self, allowed, r))
+            }
+            Request::ReadShareGroupState(r) => {
+                let allowed = !cluster_denied(Op::ClusterAction);
+                ctx.later(std::future::ready(handlers::share_state::read(
+                    self, allowed, r,
+                )))
+            }
+            Request::WriteShareGroupState(r) => {
+                let allowed = !cluster_denied(Op::ClusterAction);
+                ctx.later(handlers::share_state::write(self, allowed, r))
+            }
+            Request::DeleteShareGroupState(r) => {
+                let allowed = !cluster_denied(Op::ClusterAction);
+                ctx.later(handlers::share_state::delete(self, allowed, r))
+            }
+            Request::ReadShareGroupStateSummary(r) => {
+                let allowed = !cluster_denied(Op::ClusterAction);
+                ctx.later(std::future::ready(handlers::share_state::summary(
+                    self, allowed, r,
+                )))
+            }
             Request::ConsumerGroupDescribe(r) => {
                 let mut resp = handlers::consumer_groups::describe(self, version, r);
                 for g in &mut resp.groups {

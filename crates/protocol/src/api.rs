@@ -122,6 +122,14 @@ pub const SUPPORTED: &[Supported] = &[
     api(ApiKey::DescribeShareGroupOffsets, 0, 0),
     api(ApiKey::AlterShareGroupOffsets, 0, 0),
     api(ApiKey::DeleteShareGroupOffsets, 0, 0),
+    // The share coordinator's state APIs, which brokers send one another (ClusterAction).
+    // Kafka 4.3 has WriteShareGroupState and ReadShareGroupStateSummary v1 (the delivery
+    // complete count of KIP-1226), which the codec does not know yet.
+    api(ApiKey::InitializeShareGroupState, 0, 0),
+    api(ApiKey::ReadShareGroupState, 0, 0),
+    api(ApiKey::WriteShareGroupState, 0, 0),
+    api(ApiKey::DeleteShareGroupState, 0, 0),
+    api(ApiKey::ReadShareGroupStateSummary, 0, 0),
     // The metadata quorum's voters and observers (kafka-metadata-quorum describe); v2 adds
     // each node's listeners and the replicas' directory ids (none here: one log dir).
     api(ApiKey::DescribeQuorum, 0, 2),

@@ -52,7 +52,7 @@ fn features(resp: &mut ApiVersionsResponse) {
 
 /// KIP-932's APIs: a cluster refuses them for now (share-partition state is not replicated
 /// yet), so a clustered broker does not advertise them either.
-const SHARE_GROUP_APIS: [ApiKey; 7] = [
+const SHARE_GROUP_APIS: [ApiKey; 12] = [
     ApiKey::ShareGroupHeartbeat,
     ApiKey::ShareGroupDescribe,
     ApiKey::ShareFetch,
@@ -60,6 +60,11 @@ const SHARE_GROUP_APIS: [ApiKey; 7] = [
     ApiKey::DescribeShareGroupOffsets,
     ApiKey::AlterShareGroupOffsets,
     ApiKey::DeleteShareGroupOffsets,
+    ApiKey::InitializeShareGroupState,
+    ApiKey::ReadShareGroupState,
+    ApiKey::WriteShareGroupState,
+    ApiKey::DeleteShareGroupState,
+    ApiKey::ReadShareGroupStateSummary,
 ];
 
 fn ranges(share_groups: bool) -> Vec<ApiVersion> {

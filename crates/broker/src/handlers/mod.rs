@@ -22,6 +22,7 @@ pub mod quorum;
 pub mod sasl;
 pub mod scram_credentials;
 pub mod share_groups;
+pub mod share_state;
 pub mod telemetry;
 pub mod topic_partitions;
 pub mod topics;

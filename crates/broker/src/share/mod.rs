@@ -3,10 +3,12 @@
 //! durable state in `__share_group_state`.
 //!
 //! A standalone broker is at once the group coordinator, the leader of every partition and the
-//! share coordinator, so one service holds it all under one lock: the log reads of a ShareFetch
-//! are short, and acquiring under the same lock as the read keeps two members from being handed
-//! the same record.
+//! share coordinator. One service holds the groups and the share-partitions it leads under one
+//! lock: the log reads of a ShareFetch are short, and acquiring under the same lock as the read
+//! keeps two members from being handed the same record. Their durable state goes through the
+//! share coordinator ([`ShareCoordinator`]), as a remote leader's would, with its fencing.
 
+mod coordinator;
 pub mod group_configs;
 mod sessions;
 mod settings;
@@ -21,13 +23,13 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use spate_protocol::batch::Batches;
 use spate_protocol::ResponseError;
-use spate_share::state::ShareSnapshot;
 use spate_share::{
     AckBatch, AcquiredRange, GroupDescription, GroupEvent, HeartbeatError, HeartbeatReply,
     HeartbeatRequest, ShareGroup, SharePartition, StateChange, TopicsView,
 };
 use tokio::sync::watch;
 
+pub use coordinator::{ShareCoordinator, StateWrite};
 pub use sessions::{Checked, TopicPartition};
 pub use settings::ShareSettings;
 pub use store::{SpKey, SHARE_STATE_LOG};
@@ -52,18 +54,17 @@ pub struct Acquired {
 
 struct Tracked {
     part: SharePartition,
-    /// Epoch of the last snapshot written.
-    snapshot_epoch: i32,
-    /// When the state was first written (wall ms).
-    created: i64,
+    /// The data partition's leader epoch when this broker took the share-partition on: its
+    /// writes to the share coordinator carry it, so a later leader fences them.
+    leader_epoch: i32,
 }
 
 #[derive(Default)]
 struct State {
     groups: HashMap<String, ShareGroup>,
+    /// Share-partitions this broker leads and has taken on; the others' durable state is
+    /// with the share coordinator until a fetch, acknowledgement or assignment needs them.
     partitions: HashMap<SpKey, Tracked>,
-    /// Durable states not yet resumed (loaded at start).
-    durable: HashMap<SpKey, ShareSnapshot>,
     sessions: sessions::Sessions,
 }
 
@@ -98,7 +99,7 @@ pub struct ShareService {
     /// Whether a durable write waits for fsync (the broker's fsync policy).
     fsync: bool,
     state: Mutex<State>,
-    store: store::StateStore,
+    coordinator: Arc<ShareCoordinator>,
     /// Bumped whenever records may have become available again (released, expired, a member
     /// gone): parked ShareFetches look again.
     released: watch::Sender<u64>,
@@ -113,8 +114,8 @@ impl ShareService {
         clock: SharedClock,
         fsync: bool,
     ) -> Result<Self, BrokerError> {
-        let store = store::StateStore::default();
-        let durable = store.load(topics)?;
+        let coordinator = Arc::new(ShareCoordinator::open(topics)?);
+        let durable = coordinator.keys(None);
         if !durable.is_empty() {
             tracing::info!(
                 share_partitions = durable.len(),
@@ -123,7 +124,7 @@ impl ShareService {
         }
         // Groups with state exist, Empty, until members join again or they are deleted.
         let groups = durable
-            .keys()
+            .iter()
             .map(|k| (k.0.clone(), ShareGroup::new(&k.0, settings.group)))
             .collect();
         Ok(Self {
@@ -132,13 +133,31 @@ impl ShareService {
             clock,
             fsync,
             state: Mutex::new(State {
-                durable,
                 groups,
                 ..State::default()
             }),
-            store,
+            coordinator,
             released: watch::channel(0).0,
         })
+    }
+
+    /// The share coordinator this broker runs (the share-group state APIs).
+    pub fn coordinator(&self) -> &Arc<ShareCoordinator> {
+        &self.coordinator
+    }
+
+    /// Drops what this broker holds in memory of a share-partition whose durable state was
+    /// changed through the share-group state APIs: its next use reads that state. Records it
+    /// had acquired come back as the durable state says (available, their delivery counted).
+    pub fn forget_tracked(&self, key: &SpKey) {
+        if self.state.lock().partitions.remove(key).is_some() {
+            self.released.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// The wall clock of this service, in ms (the timestamps of state records).
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     /// The settings in force for groups that set no config of their own.
@@ -213,7 +232,7 @@ impl ShareService {
     }
 
     /// The share-partition start offsets of a group with their state epochs, from what is in
-    /// memory and what was loaded and not resumed yet; `None` when the group is unknown.
+    /// memory and, for the rest, the share coordinator; `None` when the group is unknown.
     pub fn start_offsets(&self, group: &str) -> Option<Vec<(SpKey, i64, i32)>> {
         let st = self.state.lock();
         let mut out: Vec<(SpKey, i64, i32)> = st
@@ -221,13 +240,15 @@ impl ShareService {
             .iter()
             .filter(|(k, _)| k.0 == group)
             .map(|(k, t)| (k.clone(), t.part.start_offset(), t.part.state_epoch()))
-            .chain(
-                st.durable
-                    .iter()
-                    .filter(|(k, _)| k.0 == group)
-                    .map(|(k, s)| (k.clone(), s.start_offset, s.state_epoch)),
-            )
             .collect();
+        for k in self.coordinator.keys(Some(group)) {
+            if st.partitions.contains_key(&k) {
+                continue;
+            }
+            if let Some(s) = self.coordinator.summary(&k) {
+                out.push((k, s.start_offset, s.state_epoch));
+            }
+        }
         if out.is_empty() && !st.groups.contains_key(group) {
             return None;
         }
@@ -262,7 +283,7 @@ impl ShareService {
             return Err(ResponseError::UnknownTopicOrPartition);
         };
         t.part.reset_to(offset, now).map_err(|e| e.error())?;
-        Ok(self.persist(&mut st, topics, key))
+        self.persist(&mut st, topics, key)
     }
 
     /// Forgets the share-partition state of one topic in an Empty group
@@ -279,18 +300,17 @@ impl ShareService {
             Some(_) => {}
             None => return Err(ResponseError::GroupIdNotFound),
         }
-        let keys: Vec<SpKey> = st
-            .partitions
-            .keys()
-            .chain(st.durable.keys())
+        let keys: Vec<SpKey> = self
+            .coordinator
+            .keys(Some(group))
+            .into_iter()
+            .chain(st.partitions.keys().cloned())
             .filter(|k| k.0 == group && k.1 == *topic)
-            .cloned()
             .collect();
         let now = self.clock.now_ms();
         for k in keys {
             st.partitions.remove(&k);
-            st.durable.remove(&k);
-            self.store.forget(topics, &k, now)?;
+            self.coordinator.delete(topics, &k, now)?;
         }
         Ok(())
     }
@@ -305,18 +325,16 @@ impl ShareService {
             None => return Err(ResponseError::GroupIdNotFound),
         }
         st.groups.remove(group);
-        let keys: Vec<SpKey> = st
-            .partitions
-            .keys()
-            .chain(st.durable.keys())
-            .filter(|k| k.0 == group)
-            .cloned()
+        let keys: Vec<SpKey> = self
+            .coordinator
+            .keys(Some(group))
+            .into_iter()
+            .chain(st.partitions.keys().filter(|k| k.0 == group).cloned())
             .collect();
         let now = self.clock.now_ms();
         for k in keys {
             st.partitions.remove(&k);
-            st.durable.remove(&k);
-            if let Err(e) = self.store.forget(topics, &k, now) {
+            if let Err(e) = self.coordinator.delete(topics, &k, now) {
                 tracing::warn!(group, partition = k.2, error = ?e, "cannot delete share-partition state");
             }
         }
@@ -375,7 +393,9 @@ impl ShareService {
                         if let Some(t) = st.partitions.get_mut(&k) {
                             released += t.part.release_member(&member_id, now);
                         }
-                        written.extend(self.persist(st, topics, &k));
+                        // A failed write was logged; the records are free in memory
+                        // and their locks would have run out anyway.
+                        written.extend(self.persist(st, topics, &k).ok().flatten());
                     }
                     if released > 0 {
                         self.released.send_modify(|n| *n += 1);
@@ -409,19 +429,15 @@ impl ShareService {
             return Ok(None);
         }
         let log = data_partition(topics, key)?;
+        let leader_epoch = log.leader_epoch();
         let config = self.settings.partition;
-        if let Some(snap) = st.durable.remove(key) {
+        if let Some(snap) = self.coordinator.read(key, leader_epoch)? {
             match SharePartition::from_state(config, &snap.partition_state()) {
                 Ok(mut part) => {
+                    part.set_leader_epoch(leader_epoch);
                     part.update_log_start(log.log_start_offset());
-                    st.partitions.insert(
-                        key.clone(),
-                        Tracked {
-                            part,
-                            snapshot_epoch: snap.snapshot_epoch,
-                            created: snap.create_timestamp,
-                        },
-                    );
+                    st.partitions
+                        .insert(key.clone(), Tracked { part, leader_epoch });
                     return Ok(None);
                 }
                 Err(e) => {
@@ -434,47 +450,83 @@ impl ShareService {
             log.high_watermark(),
             None,
         );
-        st.partitions.insert(
-            key.clone(),
-            Tracked {
-                part: SharePartition::new(config, start),
-                snapshot_epoch: -1,
-                created: self.clock.now_ms(),
-            },
-        );
-        Ok(self.write_snapshot(st, topics, key))
+        let mut part = SharePartition::new(config, start);
+        part.set_leader_epoch(leader_epoch);
+        // The first state is the start offset alone.
+        let _ = part.take_changes();
+        let now = self.clock.now_ms();
+        let written = self.coordinator.initialize(
+            topics,
+            key,
+            part.state_epoch(),
+            part.start_offset(),
+            now,
+        )?;
+        st.partitions
+            .insert(key.clone(), Tracked { part, leader_epoch });
+        Ok(Some(written))
     }
 
-    /// Writes the share-partition's durable state if it changed.
-    fn persist(&self, st: &mut State, topics: &TopicRegistry, key: &SpKey) -> Option<Written> {
-        let t = st.partitions.get_mut(key)?;
-        match t.part.take_changes() {
-            StateChange::Unchanged => None,
-            StateChange::Update { .. } | StateChange::Snapshot(_) => {
-                self.write_snapshot(st, topics, key)
-            }
-        }
-    }
-
-    fn write_snapshot(
+    /// Sends what changed in the share-partition's durable state to the share coordinator.
+    /// A write the coordinator fences (a newer leader, or the state reset under it) drops the
+    /// share-partition from memory: the next use reads the coordinator's state again. The
+    /// error is the caller's to answer with: what it changed is not durable.
+    fn persist(
         &self,
         st: &mut State,
         topics: &TopicRegistry,
         key: &SpKey,
-    ) -> Option<Written> {
-        let t = st.partitions.get_mut(key)?;
-        // Whatever was pending is in the snapshot.
-        let _ = t.part.take_changes();
+    ) -> Result<Option<Written>, ResponseError> {
+        let Some(t) = st.partitions.get_mut(key) else {
+            return Ok(None);
+        };
         let now = self.clock.now_ms();
-        let snap = ShareSnapshot::of(&t.part.snapshot(), t.snapshot_epoch + 1, t.created, now);
-        match self.store.write(topics, key, &snap, now) {
-            Ok(w) => {
-                t.snapshot_epoch += 1;
-                Some(w)
+        let outcome = match t.part.take_changes() {
+            StateChange::Unchanged => return Ok(None),
+            StateChange::Update {
+                start_offset,
+                batches,
+            } => self.coordinator.write(
+                topics,
+                key,
+                &StateWrite {
+                    state_epoch: t.part.state_epoch(),
+                    leader_epoch: t.leader_epoch,
+                    start_offset: start_offset.unwrap_or(-1),
+                    batches,
+                    delivery_complete_count: t.part.delivery_complete_count(),
+                },
+                now,
+            ),
+            // A reset: the state starts again under its new state epoch, then takes whatever
+            // is in flight already.
+            StateChange::Snapshot(state) => self
+                .coordinator
+                .initialize(topics, key, state.state_epoch, state.start_offset, now)
+                .and_then(|w| {
+                    if state.batches.is_empty() {
+                        return Ok(w);
+                    }
+                    let write = StateWrite {
+                        state_epoch: state.state_epoch,
+                        leader_epoch: t.leader_epoch,
+                        start_offset: state.start_offset,
+                        delivery_complete_count: state.delivery_complete_count(),
+                        batches: state.batches,
+                    };
+                    self.coordinator.write(topics, key, &write, now)
+                }),
+        };
+        match outcome {
+            Ok(w) => Ok(Some(w)),
+            Err(e @ (ResponseError::FencedLeaderEpoch | ResponseError::FencedStateEpoch)) => {
+                tracing::info!(group = %key.0, partition = key.2, error = ?e, "share-partition state fenced by the share coordinator; reading it again");
+                st.partitions.remove(key);
+                Err(e)
             }
             Err(e) => {
                 tracing::warn!(group = %key.0, partition = key.2, error = ?e, "cannot write share-partition state");
-                None
+                Err(e)
             }
         }
     }
@@ -529,7 +581,7 @@ impl ShareService {
             if let Some(t) = st.partitions.get_mut(&k) {
                 released += t.part.release_member(member, now);
             }
-            written.extend(self.persist(&mut st, topics, &k));
+            written.extend(self.persist(&mut st, topics, &k).ok().flatten());
         }
         if released > 0 {
             self.released.send_modify(|n| *n += 1);
@@ -580,7 +632,7 @@ impl ShareService {
         {
             self.released.send_modify(|n| *n += 1);
         }
-        if let Some(w) = self.persist(&mut st, topics, key) {
+        if let Some(w) = self.persist(&mut st, topics, key)? {
             written = Some(w);
         }
         Ok(written)
@@ -659,7 +711,7 @@ impl ShareService {
             settings.lock_duration_ms,
             now,
         );
-        if let Some(w) = self.persist(&mut st, topics, key) {
+        if let Some(w) = self.persist(&mut st, topics, key)? {
             written = Some(w);
         }
         if ranges.is_empty() {
@@ -734,7 +786,7 @@ impl ShareService {
             if let Some(t) = st.partitions.get_mut(&k) {
                 expired += t.part.expire_locks(now);
             }
-            self.persist(&mut st, topics, &k);
+            let _ = self.persist(&mut st, topics, &k);
         }
         if expired > 0 {
             self.released.send_modify(|n| *n += 1);

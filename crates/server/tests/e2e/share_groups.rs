@@ -14,6 +14,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::producer::FutureRecord;
 use spate_protocol::ResponseError;
+use uuid::Uuid;
 
 use crate::harness::{producer, Raw, Spate};
 use crate::produce_consume::create_topic;
@@ -578,4 +579,210 @@ async fn group_configs_set_where_a_group_starts_are_checked_and_survive_a_restar
         "latest".into(),
         5
     )));
+}
+
+/// One share-partition of a state API request.
+fn state_summary(raw: &mut Raw, group: &str, topic: Uuid, p: i32) -> (i16, i32, i64) {
+    use kafka_protocol::messages::read_share_group_state_summary_request::{
+        PartitionData, ReadStateSummaryData,
+    };
+    let mut part = PartitionData::default();
+    part.partition = p;
+    let mut t = ReadStateSummaryData::default();
+    t.topic_id = topic;
+    t.partitions = vec![part];
+    let mut r = ReadShareGroupStateSummaryRequest::default();
+    r.group_id = s(group);
+    r.topics = vec![t];
+    let resp: ReadShareGroupStateSummaryResponse =
+        raw.call(ApiKey::ReadShareGroupStateSummary, 0, &r);
+    let p = &resp.results[0].partitions[0];
+    (p.error_code, p.state_epoch, p.start_offset)
+}
+
+/// A state batch: first and last offset, delivery state and count.
+type Batch = (i64, i64, i8, i16);
+
+/// ReadShareGroupState: the error, start offset and state batches.
+fn state_read(
+    raw: &mut Raw,
+    group: &str,
+    topic: Uuid,
+    leader_epoch: i32,
+) -> (i16, i64, Vec<Batch>) {
+    use kafka_protocol::messages::read_share_group_state_request::{PartitionData, ReadStateData};
+    let mut part = PartitionData::default();
+    part.partition = 0;
+    part.leader_epoch = leader_epoch;
+    let mut t = ReadStateData::default();
+    t.topic_id = topic;
+    t.partitions = vec![part];
+    let mut r = ReadShareGroupStateRequest::default();
+    r.group_id = s(group);
+    r.topics = vec![t];
+    let resp: ReadShareGroupStateResponse = raw.call(ApiKey::ReadShareGroupState, 0, &r);
+    let p = &resp.results[0].partitions[0];
+    let batches = p
+        .state_batches
+        .iter()
+        .map(|b| {
+            (
+                b.first_offset,
+                b.last_offset,
+                b.delivery_state,
+                b.delivery_count,
+            )
+        })
+        .collect();
+    (p.error_code, p.start_offset, batches)
+}
+
+/// WriteShareGroupState of partition `p`; the partition's error code.
+fn state_write(
+    raw: &mut Raw,
+    group: &str,
+    topic: Uuid,
+    p: i32,
+    epochs: (i32, i32),
+    batches: &[Batch],
+) -> i16 {
+    use kafka_protocol::messages::write_share_group_state_request::{
+        PartitionData, StateBatch, WriteStateData,
+    };
+    let mut part = PartitionData::default();
+    part.partition = p;
+    (part.state_epoch, part.leader_epoch) = epochs;
+    part.start_offset = -1;
+    part.state_batches = batches
+        .iter()
+        .map(|(f, l, st, c)| {
+            let mut b = StateBatch::default();
+            (
+                b.first_offset,
+                b.last_offset,
+                b.delivery_state,
+                b.delivery_count,
+            ) = (*f, *l, *st, *c);
+            b
+        })
+        .collect();
+    let mut t = WriteStateData::default();
+    t.topic_id = topic;
+    t.partitions = vec![part];
+    let mut r = WriteShareGroupStateRequest::default();
+    r.group_id = s(group);
+    r.topics = vec![t];
+    let resp: WriteShareGroupStateResponse = raw.call(ApiKey::WriteShareGroupState, 0, &r);
+    resp.results[0].partitions[0].error_code
+}
+
+#[tokio::test]
+async fn the_share_state_apis_serve_what_the_leader_wrote_and_a_reset_fences_older_writes() {
+    use kafka_protocol::messages::delete_share_group_state_request::{
+        DeleteStateData, PartitionData as DeletePartition,
+    };
+    use kafka_protocol::messages::initialize_share_group_state_request::{
+        InitializeStateData, PartitionData as InitPartition,
+    };
+    const AVAILABLE: i8 = 0;
+    const ACKNOWLEDGED: i8 = 2;
+    let mut spate = start(30_000);
+    create_topic(&spate.addr, "sq-state", 1, &[]).await;
+    produce(&spate.addr, "sq-state", 10).await;
+    let mut a = Member::join(&spate.addr, "g-state", "a", "sq-state");
+    let topic = a.topic.topic_id;
+    assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(0, 9, 1)]);
+    assert_eq!(a.acknowledge(&[(0, 4, ACCEPT)]), 0);
+    let mut raw = Raw::connect(&spate.addr);
+    // What the share-partition leader wrote: 0..=4 done, 5..=9 delivered once.
+    assert_eq!(state_summary(&mut raw, "g-state", topic, 0), (0, 0, 5));
+    assert_eq!(
+        state_read(&mut raw, "g-state", topic, 0),
+        (0, 5, vec![(5, 9, AVAILABLE, 1)])
+    );
+    // Another writer acknowledges 5..=6; the leader takes that state on at its next fetch.
+    assert_eq!(
+        state_write(
+            &mut raw,
+            "g-state",
+            topic,
+            0,
+            (0, 0),
+            &[(5, 6, ACKNOWLEDGED, 1)]
+        ),
+        0
+    );
+    assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(7, 9, 2)]);
+    // A reset (AlterShareGroupOffsets' way): a new state epoch from offset 8.
+    let mut part = InitPartition::default();
+    (part.partition, part.state_epoch, part.start_offset) = (0, 1, 8);
+    let mut init_topic = InitializeStateData::default();
+    init_topic.topic_id = topic;
+    init_topic.partitions = vec![part];
+    let mut init = InitializeShareGroupStateRequest::default();
+    init.group_id = s("g-state");
+    init.topics = vec![init_topic];
+    let resp: InitializeShareGroupStateResponse =
+        raw.call(ApiKey::InitializeShareGroupState, 0, &init);
+    assert_eq!(resp.results[0].partitions[0].error_code, 0);
+    assert_eq!(
+        state_write(
+            &mut raw,
+            "g-state",
+            topic,
+            0,
+            (0, 0),
+            &[(8, 8, ACKNOWLEDGED, 1)]
+        ),
+        ResponseError::FencedStateEpoch.code(),
+        "a write from before the reset"
+    );
+    assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(8, 9, 1)]);
+    // Bad input changes nothing.
+    assert_eq!(
+        state_write(&mut raw, "g-state", topic, 0, (1, 1), &[]),
+        ResponseError::UnknownLeaderEpoch.code(),
+        "a leader epoch the partition never had"
+    );
+    assert_eq!(
+        state_write(
+            &mut raw,
+            "g-state",
+            topic,
+            0,
+            (1, 0),
+            &[(9, 8, ACKNOWLEDGED, 1)]
+        ),
+        ResponseError::InvalidRequest.code()
+    );
+    assert_eq!(
+        state_write(&mut raw, "g-state", topic, -1, (1, 0), &[]),
+        ResponseError::InvalidRequest.code()
+    );
+    assert_eq!(
+        state_write(&mut raw, "g-state", Uuid::from_u128(42), 0, (1, 0), &[]),
+        ResponseError::UnknownTopicOrPartition.code()
+    );
+    assert_eq!(
+        state_summary(&mut raw, "g-state", topic, 1).0,
+        ResponseError::UnknownTopicOrPartition.code()
+    );
+    // The state survives kill -9; a delete removes it for good.
+    spate.restart();
+    let mut raw = Raw::connect(&spate.addr);
+    assert_eq!(state_summary(&mut raw, "g-state", topic, 0), (0, 1, 8));
+    let mut dp = DeletePartition::default();
+    dp.partition = 0;
+    let mut dt = DeleteStateData::default();
+    dt.topic_id = topic;
+    dt.partitions = vec![dp];
+    let mut del = DeleteShareGroupStateRequest::default();
+    del.group_id = s("g-state");
+    del.topics = vec![dt];
+    let resp: DeleteShareGroupStateResponse = raw.call(ApiKey::DeleteShareGroupState, 0, &del);
+    assert_eq!(resp.results[0].partitions[0].error_code, 0);
+    assert_eq!(state_summary(&mut raw, "g-state", topic, 0), (0, 0, -1));
+    spate.restart();
+    let mut raw = Raw::connect(&spate.addr);
+    assert_eq!(state_summary(&mut raw, "g-state", topic, 0), (0, 0, -1));
 }
