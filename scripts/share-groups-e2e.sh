@@ -16,7 +16,7 @@ KAFKA_KIT="$ROOT/scripts/kafka"
 # may set, so through the environment). Where the groups start is set per group with
 # kafka-configs below, as a Kafka user would.
 if [[ -z "${SPATE_BOOTSTRAP:-}" ]]; then
-  export SPATE_SHARE_RECORD_LOCK_DURATION_MS=5000
+  export SPATE_GROUP_SHARE_RECORD_LOCK_DURATION_MS=5000
   exec "$ROOT/scripts/with-spate.sh" -- "$0" "$@"
 fi
 "$KAFKA_KIT/fetch.sh" >/dev/null

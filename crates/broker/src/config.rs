@@ -54,6 +54,8 @@ pub struct BrokerConfig {
     /// Most producer ids remembered per partition; beyond it the least recently used one is
     /// forgotten.
     pub max_producer_ids_per_partition: usize,
+    /// Share groups' broker-wide settings (`group.share.*`).
+    pub share: crate::share::ShareSettings,
     /// Bytes of requests and responses in flight before connections stop reading.
     pub memory_limit_bytes: usize,
     /// Per-connection buffer for outgoing responses.
@@ -173,6 +175,7 @@ impl BrokerConfig {
             cluster_mode: false,
             producer_id_expiration_ms: ProducerLimits::default().expiration_ms,
             max_producer_ids_per_partition: ProducerLimits::default().max_producers,
+            share: crate::share::ShareSettings::default(),
             memory_limit_bytes: ProduceProfile::Balanced.memory_limit_bytes(),
             write_buffer_bytes: ProduceProfile::Balanced.write_buffer_bytes(),
             max_connections: 10_000,

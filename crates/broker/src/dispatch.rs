@@ -219,7 +219,7 @@ impl Broker {
         });
         let shares = Arc::new(crate::share::ShareService::open(
             &topics,
-            crate::share::ShareSettings::from_env(),
+            config.share,
             crate::share::group_configs::GroupConfigs::open(&config.data_dir)?,
             clock.clone(),
             config.fsync.acks_wait_for_fsync(),

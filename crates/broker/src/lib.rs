@@ -37,7 +37,7 @@ pub use groups::{is_internal, refuse_internal, GroupService, GroupSettings};
 pub use partition::Partition;
 pub use producer_state::ProducerLimits;
 pub use registry::{validate_topic_name, Topic, TopicError, TopicMetrics, TopicRegistry};
-pub use share::ShareGroupStats;
+pub use share::{ShareGroupStats, ShareSettings};
 pub use throttle::TopicBackPressure;
 pub use topic_config::{set_broker_defaults, ConfigDef, TopicConfig, TopicConfigError};
 

@@ -178,6 +178,56 @@ pub struct Args {
     #[arg(long, env = "SPATE_FETCH_MAX_BYTES", default_value_t = spate_broker::DEFAULT_FETCH_MAX_BYTES as u64)]
     pub fetch_max_bytes: u64,
 
+    /// How long a share group member holds the records it acquired before they are offered
+    /// to others (Kafka's group.share.record.lock.duration.ms; a group's own
+    /// share.record.lock.duration.ms overrides it).
+    #[arg(
+        long,
+        env = "SPATE_GROUP_SHARE_RECORD_LOCK_DURATION_MS",
+        default_value_t = 30_000
+    )]
+    pub group_share_record_lock_duration_ms: u64,
+
+    /// A share group record delivered this many times is archived instead of being offered
+    /// again (Kafka's group.share.delivery.count.limit, 2 to 10).
+    #[arg(
+        long,
+        env = "SPATE_GROUP_SHARE_DELIVERY_COUNT_LIMIT",
+        default_value_t = 5
+    )]
+    pub group_share_delivery_count_limit: u16,
+
+    /// Most records in flight (acquired or waiting for redelivery) per share-partition
+    /// (Kafka's group.share.partition.max.record.locks, 100 to 10,000).
+    #[arg(
+        long,
+        env = "SPATE_GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS",
+        default_value_t = 2_000
+    )]
+    pub group_share_partition_max_record_locks: u32,
+
+    /// A share group member without a heartbeat for this long leaves its group and its
+    /// records are released (Kafka's group.share.session.timeout.ms).
+    #[arg(
+        long,
+        env = "SPATE_GROUP_SHARE_SESSION_TIMEOUT_MS",
+        default_value_t = 45_000
+    )]
+    pub group_share_session_timeout_ms: u64,
+
+    /// How often share group members are told to heartbeat (Kafka's
+    /// group.share.heartbeat.interval.ms); below the session timeout.
+    #[arg(
+        long,
+        env = "SPATE_GROUP_SHARE_HEARTBEAT_INTERVAL_MS",
+        default_value_t = 5_000
+    )]
+    pub group_share_heartbeat_interval_ms: u64,
+
+    /// Most members of one share group (Kafka's group.share.max.size, 1 to 1,000).
+    #[arg(long, env = "SPATE_GROUP_SHARE_MAX_SIZE", default_value_t = 200)]
+    pub group_share_max_size: u32,
+
     /// Idempotent producers that wrote nothing for this long are forgotten, at the next
     /// retention pass (Kafka's producer.id.expiration.ms). A forgotten producer that writes
     /// again gets UNKNOWN_PRODUCER_ID and resets its sequence.
@@ -823,6 +873,70 @@ impl Args {
         Ok(on)
     }
 
+    /// The `--group-share-*` flags against Kafka's bounds for the same configs.
+    fn check_share_groups(&self) -> anyhow::Result<()> {
+        let within = |flag: &str, v: u64, lo: u64, hi: u64| -> anyhow::Result<()> {
+            if !(lo..=hi).contains(&v) {
+                bail!("{flag} must be between {lo} and {hi}, got {v}");
+            }
+            Ok(())
+        };
+        within(
+            "--group-share-record-lock-duration-ms",
+            self.group_share_record_lock_duration_ms,
+            1_000,
+            3_600_000,
+        )?;
+        within(
+            "--group-share-delivery-count-limit",
+            self.group_share_delivery_count_limit.into(),
+            2,
+            10,
+        )?;
+        within(
+            "--group-share-partition-max-record-locks",
+            self.group_share_partition_max_record_locks.into(),
+            100,
+            10_000,
+        )?;
+        within(
+            "--group-share-session-timeout-ms",
+            self.group_share_session_timeout_ms,
+            1,
+            i32::MAX as u64,
+        )?;
+        within(
+            "--group-share-max-size",
+            self.group_share_max_size.into(),
+            1,
+            1_000,
+        )?;
+        if self.group_share_heartbeat_interval_ms == 0
+            || self.group_share_heartbeat_interval_ms >= self.group_share_session_timeout_ms
+        {
+            bail!(
+                "--group-share-heartbeat-interval-ms must be at least 1 and below \
+                 --group-share-session-timeout-ms ({}), got {}",
+                self.group_share_session_timeout_ms,
+                self.group_share_heartbeat_interval_ms
+            );
+        }
+        Ok(())
+    }
+
+    /// Share group settings from the `--group-share-*` flags, with the environment's
+    /// defaults for groups that set no config of their own (see `ShareSettings::from_env`).
+    fn share_settings(&self) -> spate_broker::ShareSettings {
+        let mut s = spate_broker::ShareSettings::from_env();
+        s.lock_duration_ms = self.group_share_record_lock_duration_ms as i64;
+        s.partition.delivery_count_limit = self.group_share_delivery_count_limit as i16;
+        s.partition.max_in_flight = self.group_share_partition_max_record_locks;
+        s.group.session_timeout_ms = self.group_share_session_timeout_ms as i64;
+        s.group.heartbeat_interval_ms = self.group_share_heartbeat_interval_ms as i32;
+        s.group.max_size = self.group_share_max_size as usize;
+        s
+    }
+
     /// `--http-tls`, checked against what it needs.
     pub fn http_tls(&self) -> anyhow::Result<bool> {
         let on = parse_bool("--http-tls", &self.http_tls)?;
@@ -936,6 +1050,7 @@ impl Args {
                 self.producer_id_expiration_ms
             );
         }
+        self.check_share_groups()?;
         if self.max_producer_ids_per_partition == 0 {
             bail!("--max-producer-ids-per-partition must be at least 1");
         }
@@ -1083,6 +1198,7 @@ impl Args {
         c.fetch_max_bytes = self.fetch_max_bytes as usize;
         c.producer_id_expiration_ms = self.producer_id_expiration_ms as i64;
         c.max_producer_ids_per_partition = self.max_producer_ids_per_partition;
+        c.share = self.share_settings();
         c.disk_watermark = spate_broker::disk::DiskWatermark {
             min_free_bytes: self.disk_min_free_bytes,
             min_free_percent: self.disk_min_free_percent,
@@ -1128,6 +1244,51 @@ mod tests {
             ("127.0.0.1", 9092)
         );
         assert!(c.auto_create_topics);
+    }
+
+    #[test]
+    fn group_share_flags_map_to_share_settings_within_kafkas_bounds() {
+        let a = Args::try_parse_from(["spate"]).unwrap();
+        let c = a.broker_config("127.0.0.1:9092".parse().unwrap()).unwrap();
+        assert_eq!(c.share.lock_duration_ms, 30_000);
+        assert_eq!(c.share.partition.delivery_count_limit, 5);
+        assert_eq!(c.share.partition.max_in_flight, 2_000);
+        assert_eq!(c.share.group.session_timeout_ms, 45_000);
+        assert_eq!(c.share.group.heartbeat_interval_ms, 5_000);
+        assert_eq!(c.share.group.max_size, 200);
+        let set = Args::try_parse_from([
+            "spate",
+            "--group-share-delivery-count-limit",
+            "3",
+            "--group-share-record-lock-duration-ms",
+            "1000",
+        ])
+        .unwrap();
+        let c = set
+            .broker_config("127.0.0.1:9092".parse().unwrap())
+            .unwrap();
+        assert_eq!(
+            (
+                c.share.partition.delivery_count_limit,
+                c.share.lock_duration_ms
+            ),
+            (3, 1_000)
+        );
+        for bad in [
+            ["--group-share-delivery-count-limit", "11"],
+            ["--group-share-delivery-count-limit", "1"],
+            ["--group-share-record-lock-duration-ms", "999"],
+            ["--group-share-partition-max-record-locks", "99"],
+            ["--group-share-max-size", "0"],
+            ["--group-share-heartbeat-interval-ms", "45000"],
+        ] {
+            let a = Args::try_parse_from(["spate", bad[0], bad[1]]).unwrap();
+            let e = a
+                .broker_config("127.0.0.1:9092".parse().unwrap())
+                .expect_err(bad[0])
+                .to_string();
+            assert!(e.contains(bad[0]), "{e}");
+        }
     }
 
     #[test]

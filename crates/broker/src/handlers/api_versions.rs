@@ -17,9 +17,8 @@ const FEATURES_EPOCH: i64 = 1;
 
 /// The features this broker supports (min, max) and the level each is finalized at. Only
 /// what spate implements: `group.version` 1 is the KIP-848 consumer protocol,
-/// `transaction.version` 2 KIP-890's. `share.version` is not advertised: Kafka's share
-/// consumer and kafka-share-groups do not read it, and share groups are served by standalone
-/// brokers only, so a feature finalized cluster-wide would promise too much.
+/// `transaction.version` 2 KIP-890's. `share.version` ([`SHARE_VERSION`]) is added where
+/// share groups are served.
 const FEATURES: &[(&str, i16, i16, i16)] = &[
     (
         "metadata.version",
@@ -33,9 +32,15 @@ const FEATURES: &[(&str, i16, i16, i16)] = &[
     ("transaction.version", 0, 2, 2),
 ];
 
+/// `share.version` 1: KIP-932 share groups. Only a broker that serves them (a standalone one)
+/// advertises it, finalized at 1 as Kafka 4.2+ finalizes it once share groups are on; a
+/// clustered broker leaves it out, as it leaves out the share APIs.
+const SHARE_VERSION: (&str, i16, i16, i16) = ("share.version", 0, 1, 1);
+
 /// Fills the v3+ feature fields (KIP-584), as `kafka-features.sh describe` reads them.
-fn features(resp: &mut ApiVersionsResponse) {
-    for &(name, min, max, finalized) in FEATURES {
+fn features(resp: &mut ApiVersionsResponse, share_groups: bool) {
+    let share = share_groups.then_some(&SHARE_VERSION);
+    for &(name, min, max, finalized) in FEATURES.iter().chain(share) {
         let mut s = SupportedFeatureKey::default();
         s.name = StrBytes::from_static_str(name);
         s.min_version = min;
@@ -97,7 +102,7 @@ pub fn handle(version: i16, req: ApiVersionsRequest, share_groups: bool) -> ApiV
     let mut resp = ApiVersionsResponse::default();
     resp.api_keys = ranges(share_groups);
     if version >= 3 {
-        features(&mut resp);
+        features(&mut resp, share_groups);
     }
     if !valid_software_field(&req.client_software_name)
         || !valid_software_field(&req.client_software_version)
@@ -147,9 +152,21 @@ mod tests {
             .find(|f| f.name.as_str() == "transaction.version")
             .expect("transaction.version finalized");
         assert_eq!((tv.min_version_level, tv.max_version_level), (2, 2));
-        // Features of protocols spate lacks are not claimed.
-        assert!(!new
+        // Share groups are finalized at share.version 1 where they are served, and not
+        // claimed where they are not.
+        let sv = new
+            .finalized_features
+            .iter()
+            .find(|f| f.name.as_str() == "share.version")
+            .expect("share.version finalized");
+        assert_eq!((sv.min_version_level, sv.max_version_level), (1, 1));
+        let clustered = handle(3, ApiVersionsRequest::default(), false);
+        assert!(!clustered
             .supported_features
+            .iter()
+            .any(|f| f.name.as_str() == "share.version"));
+        assert!(!clustered
+            .finalized_features
             .iter()
             .any(|f| f.name.as_str() == "share.version"));
     }

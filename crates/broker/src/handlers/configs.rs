@@ -129,6 +129,47 @@ fn broker_entries(b: &Broker) -> Vec<Entry> {
             "Idempotent producers idle this long are forgotten.",
         ),
     ];
+    let share = &c.share;
+    for (name, value, kind, doc) in [
+        (
+            "group.share.record.lock.duration.ms",
+            share.lock_duration_ms.to_string(),
+            ConfigType::Int,
+            "How long a share group member holds the records it acquired.",
+        ),
+        (
+            "group.share.delivery.count.limit",
+            share.partition.delivery_count_limit.to_string(),
+            ConfigType::Int,
+            "Deliveries of a share group record before it is archived.",
+        ),
+        (
+            "group.share.partition.max.record.locks",
+            share.partition.max_in_flight.to_string(),
+            ConfigType::Int,
+            "Most in-flight records per share-partition.",
+        ),
+        (
+            "group.share.session.timeout.ms",
+            share.group.session_timeout_ms.to_string(),
+            ConfigType::Int,
+            "A share group member without a heartbeat for this long leaves its group.",
+        ),
+        (
+            "group.share.heartbeat.interval.ms",
+            share.group.heartbeat_interval_ms.to_string(),
+            ConfigType::Int,
+            "How often share group members heartbeat.",
+        ),
+        (
+            "group.share.max.size",
+            share.group.max_size.to_string(),
+            ConfigType::Int,
+            "Most members of one share group.",
+        ),
+    ] {
+        v.push(fixed(name, value, kind, doc));
+    }
     // Topic defaults, under their broker-level names as Kafka reports them.
     for (broker_name, topic_name) in [
         ("log.retention.ms", "retention.ms"),

@@ -1,11 +1,10 @@
-//! Share group settings: Kafka's `group.share.*` defaults.
+//! Share group settings: Kafka's `group.share.*` configs.
 //!
-//! They are not broker flags yet. Three can be changed through the environment, for tests that
-//! cannot wait 30 s for a lock to expire, for reading what was produced before a group
-//! existed, and for transactional data: `SPATE_SHARE_RECORD_LOCK_DURATION_MS` (Kafka's
-//! `group.share.record.lock.duration.ms`), `SPATE_SHARE_AUTO_OFFSET_RESET` (the
-//! `share.auto.offset.reset` of every group: `latest`, `earliest`) and
-//! `SPATE_SHARE_ISOLATION_LEVEL` (the `share.isolation.level` of every group).
+//! The broker-wide ones come from the `--group-share-*` flags. Two defaults for groups that
+//! set no config of their own can be changed through the environment, for reading what was
+//! produced before a group existed and for transactional data: `SPATE_SHARE_AUTO_OFFSET_RESET`
+//! (`latest`, `earliest`) and `SPATE_SHARE_ISOLATION_LEVEL` (`read_uncommitted`,
+//! `read_committed`).
 
 use spate_share::{AutoOffsetReset, ShareGroupConfig, SharePartitionConfig};
 
@@ -39,16 +38,10 @@ impl Default for ShareSettings {
 }
 
 impl ShareSettings {
-    /// Kafka's defaults, with the overrides the environment sets (unparsable values are
+    /// Kafka's defaults, with the group defaults the environment sets (unparsable values are
     /// ignored with a warning).
     pub fn from_env() -> Self {
         let mut s = Self::default();
-        if let Ok(v) = std::env::var("SPATE_SHARE_RECORD_LOCK_DURATION_MS") {
-            match v.parse::<i64>() {
-                Ok(ms) if ms > 0 => s.lock_duration_ms = ms,
-                _ => tracing::warn!(value = %v, "ignoring SPATE_SHARE_RECORD_LOCK_DURATION_MS"),
-            }
-        }
         if let Ok(v) = std::env::var("SPATE_SHARE_AUTO_OFFSET_RESET") {
             match AutoOffsetReset::parse(&v) {
                 Some(r) => s.auto_offset_reset = r,

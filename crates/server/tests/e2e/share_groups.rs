@@ -33,7 +33,10 @@ fn start(lock_ms: u64) -> Spate {
         &[],
         &[
             ("SPATE_SHARE_AUTO_OFFSET_RESET", "earliest"),
-            ("SPATE_SHARE_RECORD_LOCK_DURATION_MS", &lock_ms.to_string()),
+            (
+                "SPATE_GROUP_SHARE_RECORD_LOCK_DURATION_MS",
+                &lock_ms.to_string(),
+            ),
         ],
     )
 }
@@ -288,6 +291,50 @@ async fn the_delivery_count_limit_archives_a_poison_record() {
     assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(1, 1, 1)]);
 }
 
+#[tokio::test]
+async fn the_group_share_flags_set_the_delivery_limit_and_describe_configs_shows_them() {
+    let spate = Spate::start_with_env(
+        &[
+            "--group-share-delivery-count-limit",
+            "2",
+            "--group-share-record-lock-duration-ms",
+            "20000",
+        ],
+        &[("SPATE_SHARE_AUTO_OFFSET_RESET", "earliest")],
+    );
+    create_topic(&spate.addr, "sq-flags", 1, &[]).await;
+    produce(&spate.addr, "sq-flags", 1).await;
+    let mut a = Member::join(&spate.addr, "g-flags", "a", "sq-flags");
+    for delivery in 1..=2 {
+        assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(0, 0, delivery)]);
+        assert_eq!(a.acknowledge(&[(0, 0, RELEASE)]), 0);
+    }
+    assert!(
+        acquired(&a.fetch(300, &[])).is_empty(),
+        "archived after 2 deliveries"
+    );
+    let mut raw = Raw::connect(&spate.addr);
+    let configs = describe_configs(&mut raw, 4, "0");
+    let value = |name: &str| {
+        configs
+            .iter()
+            .find(|(n, ..)| n == name)
+            .map(|(_, v, source)| (v.clone(), *source))
+            .unwrap_or_else(|| panic!("{name} not described"))
+    };
+    const STATIC_BROKER_CONFIG: i8 = 4;
+    assert_eq!(
+        value("group.share.delivery.count.limit"),
+        ("2".into(), STATIC_BROKER_CONFIG)
+    );
+    assert_eq!(
+        value("group.share.record.lock.duration.ms"),
+        ("20000".into(), STATIC_BROKER_CONFIG)
+    );
+    assert_eq!(value("group.share.session.timeout.ms").0, "45000");
+    assert_eq!(value("group.share.max.size").0, "200");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_lock_redelivers_to_another_member_and_the_late_ack_is_refused() {
     let spate = start(1_000);
@@ -490,10 +537,16 @@ fn alter_group_configs(raw: &mut Raw, group: &str, set: &[(&str, Option<&str>)])
 
 /// DescribeConfigs of group `group`: (name, value, source) of each config.
 fn describe_group_configs(raw: &mut Raw, group: &str) -> Vec<(String, String, i8)> {
+    describe_configs(raw, 32, group)
+}
+
+/// DescribeConfigs of one resource (a group: 32, a broker: 4): (name, value, source) of each
+/// config.
+fn describe_configs(raw: &mut Raw, resource_type: i8, name: &str) -> Vec<(String, String, i8)> {
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
     let mut res = DescribeConfigsResource::default();
-    res.resource_type = 32;
-    res.resource_name = s(group);
+    res.resource_type = resource_type;
+    res.resource_name = s(name);
     res.configuration_keys = None;
     let mut r = DescribeConfigsRequest::default();
     r.resources = vec![res];
