@@ -445,11 +445,20 @@ impl ShareService {
                 }
             }
         }
-        let start = self.settings_for(&key.0).auto_offset_reset.start_offset(
-            log.log_start_offset(),
-            log.high_watermark(),
-            None,
-        );
+        let reset = self.settings_for(&key.0).auto_offset_reset;
+        // `by_duration`: the first record written at or after now minus the duration, as
+        // ListOffsets finds it by timestamp; none (or a log that cannot say) is the log end.
+        let at_time = match reset {
+            spate_share::AutoOffsetReset::ByDuration(ms) => log
+                .offset_for_timestamp(self.clock.now_ms().saturating_sub(ms))
+                .unwrap_or_else(|e| {
+                    tracing::warn!(partition = key.2, error = %e, "cannot look up an offset by time for share.auto.offset.reset");
+                    None
+                })
+                .map(|found| found.offset),
+            _ => None,
+        };
+        let start = reset.start_offset(log.log_start_offset(), log.high_watermark(), at_time);
         let mut part = SharePartition::new(config, start);
         part.set_leader_epoch(leader_epoch);
         // The first state is the start offset alone.

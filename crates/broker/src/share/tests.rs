@@ -29,6 +29,11 @@ fn settings() -> ShareSettings {
 }
 
 fn fixture(records: usize) -> Fixture {
+    fixture_with(&vec![0; records], settings())
+}
+
+/// A fixture whose records carry these timestamps, one record each.
+fn fixture_with(timestamps: &[i64], settings: ShareSettings) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let flusher = Flusher::start(FsyncPolicy::Never).unwrap();
     let (topics, _) = TopicRegistry::open(dir.path(), flusher).unwrap();
@@ -37,12 +42,12 @@ fn fixture(records: usize) -> Fixture {
         .unwrap()
         .unwrap();
     let p = topic.partition(0).unwrap();
-    for i in 0..records {
+    for (i, ts) in timestamps.iter().enumerate() {
         let b = batch::build(
             &[NewRecord {
                 key: None,
                 value: Some(Bytes::from(format!("v-{i}"))),
-                timestamp: 0,
+                timestamp: *ts,
             }],
             None,
             Compression::None,
@@ -54,7 +59,7 @@ fn fixture(records: usize) -> Fixture {
     let clock = ManualClock::new(1_000_000);
     let svc = ShareService::open(
         &topics,
-        settings(),
+        settings,
         GroupConfigs::in_memory(),
         clock.clone(),
         false,
@@ -125,6 +130,30 @@ fn acquired_records_come_with_the_batches_that_hold_them() {
         .map(|(_, h)| h.base_offset)
         .collect();
     assert_eq!(batches, vec![0, 1], "only the batches of acquired records");
+}
+
+#[test]
+fn by_duration_starts_a_new_share_partition_at_the_first_record_that_recent() {
+    // The clock reads 1,000,000 ms: 30 s back is 970,000, where the third record is.
+    let f = fixture_with(
+        &[1_000, 500_000, 970_000, 990_000],
+        ShareSettings {
+            auto_offset_reset: spate_share::AutoOffsetReset::ByDuration(30_000),
+            ..settings()
+        },
+    );
+    join(&f, "a");
+    assert_eq!(ranges(&f, "a"), vec![(2, 3, 1)]);
+    // Nothing that recent: the log end, as `latest`.
+    let old = fixture_with(
+        &[1_000, 2_000],
+        ShareSettings {
+            auto_offset_reset: spate_share::AutoOffsetReset::ByDuration(30_000),
+            ..settings()
+        },
+    );
+    join(&old, "a");
+    assert!(ranges(&old, "a").is_empty());
 }
 
 #[test]
