@@ -8,16 +8,20 @@
 #   scripts/k8s/down.sh WORKDIR
 #
 # Binaries come from scripts/k8s/build.sh's cache ($SPATE_K8S_CACHE, ~/.cache/spate-k8s).
-# K8S_NODES (default 6) fake nodes, K8S_PVS (default 12) 1Gi volumes of class `manual`.
+# K8S_NODES (default 6) fake nodes, K8S_PVS (default 12) 1Gi volumes of class `manual`;
+# K8S_KWOK=0 starts no kwok (scripts/image/kubelet-operator-e2e.sh brings a real kubelet).
 set -euo pipefail
 W="${1:?usage: up.sh WORKDIR}"
 CACHE="${SPATE_K8S_CACHE:-$HOME/.cache/spate-k8s}"
 BIN="$CACHE/bin"
 NODES="${K8S_NODES:-6}"
+KWOK="${K8S_KWOK:-1}"
 PVS="${K8S_PVS:-12}"
 mkdir -p "$W"
 W="$(cd "$W" && pwd)"
-for b in etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl; do
+bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+[ "$KWOK" = 0 ] || bins+=(kwok)
+for b in "${bins[@]}"; do
   [ -x "$BIN/$b" ] || { echo "up.sh: $BIN/$b missing: run scripts/k8s/build.sh" >&2; exit 2; }
 done
 : >"$W/pids"
@@ -90,7 +94,7 @@ start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$W/ku
   --service-account-private-key-file "$W/pki/sa.key" --root-ca-file "$W/pki/apiserver.crt" \
   --controllers '*,-nodeipam,-cloud-node-lifecycle,-route,-service'
 start kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$W/kubeconfig" --leader-elect=false --secure-port=0
-start kwok "$BIN/kwok" --kubeconfig "$W/kubeconfig" --manage-all-nodes=false \
+[ "$KWOK" = 0 ] || start kwok "$BIN/kwok" --kubeconfig "$W/kubeconfig" --manage-all-nodes=false \
   --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
   --node-lease-duration-seconds=40 --cidr=10.0.0.1/24 --node-ip=10.0.0.1 \
   --config "$CACHE/kwok-stages.yaml"
@@ -108,7 +112,7 @@ status:
   capacity: {cpu: "32", memory: 256Gi, pods: "110"}
 ---
 NODE
-done | "$K" apply -f - >/dev/null
+done | { if [ "$NODES" = 0 ]; then cat >/dev/null; else "$K" apply -f - >/dev/null; fi; }
 # Admission taints new nodes not-ready until the node lifecycle controller sees them Ready;
 # kwok reports them Ready at once, so drop the taint rather than wait for that controller.
 for i in $(seq 1 "$NODES"); do
@@ -137,7 +141,7 @@ spec:
   hostPath: {path: /tmp/kwok-pv-$i}
 ---
 PV
-done | "$K" apply -f - >/dev/null
+done | { if [ "$PVS" = 0 ]; then cat >/dev/null; else "$K" apply -f - >/dev/null; fi; }
 # The namespace's default ServiceAccount (pods need it) comes from the controller-manager.
 for _ in $(seq 1 120); do "$K" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5; done
 echo "control plane up: KUBECONFIG=$W/kubeconfig (logs in $W)"
