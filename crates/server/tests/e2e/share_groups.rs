@@ -272,6 +272,18 @@ async fn release_redelivers_with_the_delivery_count_plus_one_and_reject_archives
     assert_eq!(metric("spate_share_group_records_acquired"), 0.0);
 }
 
+/// Record 0 is delivered `limit` times, released each time, and then never again.
+fn release_until_archived(a: &mut Member, limit: i16) {
+    for delivery in 1..=limit {
+        assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(0, 0, delivery)]);
+        assert_eq!(a.acknowledge(&[(0, 0, RELEASE)]), 0);
+    }
+    assert!(
+        acquired(&a.fetch(300, &[])).is_empty(),
+        "archived after {limit} deliveries"
+    );
+}
+
 #[tokio::test]
 async fn the_delivery_count_limit_archives_a_poison_record() {
     let spate = start(30_000);
@@ -279,14 +291,7 @@ async fn the_delivery_count_limit_archives_a_poison_record() {
     produce(&spate.addr, "sq-poison", 1).await;
     let mut a = Member::join(&spate.addr, "g-poison", "a", "sq-poison");
     // Kafka's default group.share.delivery.count.limit is 5.
-    for delivery in 1..=5 {
-        assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(0, 0, delivery)]);
-        assert_eq!(a.acknowledge(&[(0, 0, RELEASE)]), 0);
-    }
-    assert!(
-        acquired(&a.fetch(300, &[])).is_empty(),
-        "archived after 5 deliveries"
-    );
+    release_until_archived(&mut a, 5);
     produce(&spate.addr, "sq-poison", 1).await;
     assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(1, 1, 1)]);
 }
@@ -305,14 +310,7 @@ async fn the_group_share_flags_set_the_delivery_limit_and_describe_configs_shows
     create_topic(&spate.addr, "sq-flags", 1, &[]).await;
     produce(&spate.addr, "sq-flags", 1).await;
     let mut a = Member::join(&spate.addr, "g-flags", "a", "sq-flags");
-    for delivery in 1..=2 {
-        assert_eq!(acquired(&a.fetch(5_000, &[])), vec![(0, 0, delivery)]);
-        assert_eq!(a.acknowledge(&[(0, 0, RELEASE)]), 0);
-    }
-    assert!(
-        acquired(&a.fetch(300, &[])).is_empty(),
-        "archived after 2 deliveries"
-    );
+    release_until_archived(&mut a, 2);
     let mut raw = Raw::connect(&spate.addr);
     let configs = describe_configs(&mut raw, 4, "0");
     let value = |name: &str| {
