@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 use spate_protocol::ResponseError;
-use spate_share::state::{ShareSnapshot, ShareUpdate, StateBatch};
+use spate_share::state::{DeliveryState, ShareSnapshot, ShareUpdate, StateBatch};
 
 use super::store::{SpKey, StateStore};
 use crate::error::BrokerError;
@@ -166,7 +166,13 @@ impl ShareCoordinator {
         w: &StateWrite,
         now: i64,
     ) -> Result<Written, ResponseError> {
-        if w.start_offset < -1 || w.batches.iter().any(|b| b.first_offset > b.last_offset) {
+        let bad_batch = |b: &StateBatch| {
+            b.first_offset < 0
+                || b.first_offset > b.last_offset
+                || b.delivery_count < 0
+                || DeliveryState::from_code(b.delivery_state).is_none()
+        };
+        if w.start_offset < -1 || w.batches.iter().any(bad_batch) {
             return Err(ResponseError::InvalidRequest);
         }
         let mut states = self.states.lock();
@@ -415,6 +421,16 @@ mod tests {
         );
         assert_eq!(
             err(c.write(&topics, &key(2), &write(0, 0, -7, vec![]), 2)),
+            Some(ResponseError::InvalidRequest)
+        );
+        // A delivery state the schema does not define (0, 1, 2 and 4 are).
+        assert_eq!(
+            err(c.write(
+                &topics,
+                &key(2),
+                &write(0, 0, -1, vec![batch(5, 6, 3, 1)]),
+                2
+            )),
             Some(ResponseError::InvalidRequest)
         );
         assert_eq!(c.summary(&key(2)).unwrap().start_offset, 5);

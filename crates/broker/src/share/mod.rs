@@ -431,6 +431,9 @@ impl ShareService {
         let log = data_partition(topics, key)?;
         let leader_epoch = log.leader_epoch();
         let config = self.settings.partition;
+        // A state this broker cannot use is started afresh under the next state epoch, which
+        // the coordinator takes over the old one.
+        let mut state_epoch = 0;
         if let Some(snap) = self.coordinator.read(key, leader_epoch)? {
             match SharePartition::from_state(config, &snap.partition_state()) {
                 Ok(mut part) => {
@@ -442,6 +445,7 @@ impl ShareService {
                 }
                 Err(e) => {
                     tracing::warn!(group = %key.0, partition = key.2, error = %e, "unusable share-partition state; starting afresh");
+                    state_epoch = snap.state_epoch.saturating_add(1);
                 }
             }
         }
@@ -459,7 +463,15 @@ impl ShareService {
             _ => None,
         };
         let start = reset.start_offset(log.log_start_offset(), log.high_watermark(), at_time);
-        let mut part = SharePartition::new(config, start);
+        let fresh = spate_share::PartitionState {
+            state_epoch,
+            leader_epoch,
+            start_offset: start,
+            batches: Vec::new(),
+        };
+        // A state without batches always loads.
+        let mut part = SharePartition::from_state(config, &fresh)
+            .unwrap_or_else(|_| SharePartition::new(config, start));
         part.set_leader_epoch(leader_epoch);
         // The first state is the start offset alone.
         let _ = part.take_changes();

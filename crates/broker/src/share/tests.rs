@@ -75,6 +75,11 @@ fn fixture_with(timestamps: &[i64], settings: ShareSettings) -> Fixture {
 }
 
 fn join(f: &Fixture, member: &str) {
+    join_to(&f.svc, f, member);
+}
+
+/// `member` joins group g of `svc`, subscribed to t.
+fn join_to(svc: &ShareService, f: &Fixture, member: &str) {
     let req = HeartbeatRequest {
         member_id: member.into(),
         member_epoch: 0,
@@ -83,7 +88,7 @@ fn join(f: &Fixture, member: &str) {
         client_id: "c".into(),
         client_host: "h".into(),
     };
-    let (reply, _) = f.svc.heartbeat(&f.topics, "g", &req);
+    let (reply, _) = svc.heartbeat(&f.topics, "g", &req);
     reply.unwrap();
 }
 
@@ -154,6 +159,41 @@ fn by_duration_starts_a_new_share_partition_at_the_first_record_that_recent() {
     );
     join(&old, "a");
     assert!(ranges(&old, "a").is_empty());
+}
+
+#[test]
+fn a_state_the_broker_cannot_use_starts_afresh_under_a_newer_state_epoch() {
+    let f = fixture(3);
+    // What another writer left: state epoch 3 and a delivery state no schema defines.
+    let bad = spate_share::state::ShareSnapshot {
+        snapshot_epoch: 0,
+        state_epoch: 3,
+        leader_epoch: 0,
+        start_offset: 0,
+        delivery_complete_count: -1,
+        create_timestamp: 0,
+        write_timestamp: 0,
+        state_batches: vec![spate_share::StateBatch {
+            first_offset: 0,
+            last_offset: 1,
+            delivery_state: 9,
+            delivery_count: 1,
+        }],
+    };
+    store::StateStore::default()
+        .write(&f.topics, &key(&f), &bad, 0)
+        .unwrap();
+    let svc = ShareService::open(
+        &f.topics,
+        settings(),
+        GroupConfigs::in_memory(),
+        f.clock.clone(),
+        false,
+    )
+    .unwrap();
+    join_to(&svc, &f, "a");
+    assert_eq!(acquire(&svc, &f, "a"), vec![(0, 2, 1)]);
+    assert_eq!(svc.coordinator().summary(&key(&f)).unwrap().state_epoch, 4);
 }
 
 #[test]
