@@ -74,6 +74,18 @@ fn fixture_with(timestamps: &[i64], settings: ShareSettings) -> Fixture {
     }
 }
 
+/// A service opened again over the fixture's topics: what a restart resumes.
+fn reopen(f: &Fixture) -> ShareService {
+    ShareService::open(
+        &f.topics,
+        settings(),
+        GroupConfigs::in_memory(),
+        f.clock.clone(),
+        false,
+    )
+    .unwrap()
+}
+
 fn join(f: &Fixture, member: &str) {
     join_to(&f.svc, f, member);
 }
@@ -183,14 +195,7 @@ fn a_state_the_broker_cannot_use_starts_afresh_under_a_newer_state_epoch() {
     store::StateStore::default()
         .write(&f.topics, &key(&f), &bad, 0)
         .unwrap();
-    let svc = ShareService::open(
-        &f.topics,
-        settings(),
-        GroupConfigs::in_memory(),
-        f.clock.clone(),
-        false,
-    )
-    .unwrap();
+    let svc = reopen(&f);
     join_to(&svc, &f, "a");
     assert_eq!(acquire(&svc, &f, "a"), vec![(0, 2, 1)]);
     assert_eq!(svc.coordinator().summary(&key(&f)).unwrap().state_epoch, 4);
@@ -247,14 +252,7 @@ fn the_state_written_is_the_state_a_reopened_service_resumes() {
             &[AckBatch::new(0, 1, AckType::Accept)],
         )
         .unwrap();
-    let reopened = ShareService::open(
-        &f.topics,
-        settings(),
-        GroupConfigs::in_memory(),
-        f.clock.clone(),
-        false,
-    )
-    .unwrap();
+    let reopened = reopen(&f);
     assert_eq!(
         reopened.start_offsets("g").unwrap(),
         vec![(key(&f), 2, 0)],
@@ -284,14 +282,7 @@ fn deleting_an_empty_group_forgets_its_state_and_a_busy_one_is_refused() {
     leave(&f, "a");
     f.svc.delete_group(&f.topics, "g").unwrap();
     assert_eq!(f.svc.start_offsets("g"), None);
-    let reopened = ShareService::open(
-        &f.topics,
-        settings(),
-        GroupConfigs::in_memory(),
-        f.clock.clone(),
-        false,
-    )
-    .unwrap();
+    let reopened = reopen(&f);
     assert_eq!(
         reopened.start_offsets("g"),
         None,
