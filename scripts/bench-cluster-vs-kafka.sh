@@ -25,6 +25,11 @@ export SPATE_BIN
 python3 -c "import confluent_kafka" 2>/dev/null || pip install -q confluent-kafka
 "$KAFKA_KIT/fetch.sh" >/dev/null
 
+# Kafka's kit (scripts/kafka/start.sh) sets group.initial.rebalance.delay.ms=0, so spate runs
+# with the same: with its default of 3 s, every ConsumerPerformance run waited 3 s more for its
+# group to form, which its records/s counts.
+SAME_AS_KAFKA=(--spate-arg --group-initial-rebalance-delay-ms --spate-arg 0)
+
 # 1. Kafka's cluster.
 KDIR="$(mktemp -d /tmp/kafka-cluster-bench.XXXX)"
 KAFKA_CLUSTER_DIR="$KDIR" KAFKA_FRESH=1 "$KAFKA_KIT/start-cluster.sh" > "$OUT/kafka-start.log"
@@ -40,7 +45,7 @@ KAFKA_CLUSTER_DIR="$KDIR" "$KAFKA_KIT/stop-cluster.sh" >/dev/null 2>&1 || true
 rm -rf "$KDIR"
 
 # 2. spate's cluster.
-"$ROOT/scripts/with-spate-cluster.sh" --spate-arg --fsync --spate-arg "$FSYNC" -- bash -c '
+"$ROOT/scripts/with-spate-cluster.sh" --spate-arg --fsync --spate-arg "$FSYNC" "${SAME_AS_KAFKA[@]}" -- bash -c '
   set -euo pipefail
   pids=""; for e in $SPATE_NODE_PIDS; do pids="$pids ${e#*=}"; done
   echo "== spate cluster ('"$FSYNC"') pids$pids at $SPATE_BOOTSTRAP"
@@ -51,7 +56,7 @@ rm -rf "$KDIR"
 '
 
 # 3. spate standalone, same suite with replication factor 1.
-"$ROOT/scripts/with-spate.sh" --spate-arg --fsync --spate-arg "$FSYNC" -- bash -c '
+"$ROOT/scripts/with-spate.sh" --spate-arg --fsync --spate-arg "$FSYNC" "${SAME_AS_KAFKA[@]}" -- bash -c '
   echo "== spate standalone pid $SPATE_PID at $SPATE_BOOTSTRAP"
   "'"$ROOT"'/scripts/drop-page-cache.sh"
   BENCH_PARTITIONS=3 BENCH_RF=1 BENCH_PID="$SPATE_PID" BENCH_PREFIX=standalone "'"$KAFKA_KIT"'/bench.sh" "$SPATE_BOOTSTRAP" 2>&1 | tee "'"$OUT"'/spate-standalone.txt"

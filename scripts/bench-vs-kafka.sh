@@ -46,8 +46,9 @@ for policy in "${policies[@]}"; do
 for entry in "${bins[@]}"; do
   label="${entry%%=*}"; bin="${entry#*=}"
   SDIR="$(mktemp -d /tmp/spate-bench.XXXX)"
+  # group.initial.rebalance.delay.ms=0, as Kafka's kit sets it (scripts/kafka/start.sh).
   "$bin" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --data-dir "$SDIR/data" --fsync "$policy" \
-    > "$SDIR/stdout" 2> "$SDIR/spate.log" &
+    --group-initial-rebalance-delay-ms 0 > "$SDIR/stdout" 2> "$SDIR/spate.log" &
   SPID=$!
   for _ in $(seq 1 100); do [[ -s "$SDIR/stdout" ]] && break; sleep 0.1; done
   SB=$(awk 'NR==1{print $4}' "$SDIR/stdout")
