@@ -92,17 +92,22 @@ impl PartitionState {
     /// Offsets at or after the start offset whose delivery is complete (acknowledged or
     /// archived): the `DeliveryCompleteCount` of Kafka 4.2+ (KIP-1226), for share group lag.
     pub fn delivery_complete_count(&self) -> i32 {
-        let done: i64 = self
-            .batches
-            .iter()
-            .filter(|b| {
-                b.delivery_state == DeliveryState::Acknowledged.code()
-                    || b.delivery_state == DeliveryState::Archived.code()
-            })
-            .map(|b| (b.last_offset - b.first_offset).saturating_add(1).max(0))
-            .fold(0i64, |a, n| a.saturating_add(n));
-        i32::try_from(done).unwrap_or(i32::MAX)
+        delivery_complete_count(&self.batches)
     }
+}
+
+/// Offsets in `batches` whose delivery is complete (acknowledged or archived), saturating at
+/// `i32::MAX`: the `DeliveryCompleteCount` of a state whose batches start at its start offset.
+pub fn delivery_complete_count(batches: &[StateBatch]) -> i32 {
+    let done: i64 = batches
+        .iter()
+        .filter(|b| {
+            b.delivery_state == DeliveryState::Acknowledged.code()
+                || b.delivery_state == DeliveryState::Archived.code()
+        })
+        .map(|b| (b.last_offset - b.first_offset).saturating_add(1).max(0))
+        .fold(0i64, |a, n| a.saturating_add(n));
+    i32::try_from(done).unwrap_or(i32::MAX)
 }
 
 /// Which share-partition a `__share_group_state` record is about.

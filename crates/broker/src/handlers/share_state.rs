@@ -228,7 +228,6 @@ pub fn write(
                         delivery_count: sb.delivery_count,
                     })
                     .collect(),
-                delivery_complete_count: -1,
             };
             let outcome = share_partition(b, allowed, &req.group_id, t.topic_id, p.partition)
                 .and_then(|key| {

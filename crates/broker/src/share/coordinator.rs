@@ -13,7 +13,9 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 use spate_protocol::ResponseError;
-use spate_share::state::{DeliveryState, ShareSnapshot, ShareUpdate, StateBatch};
+use spate_share::state::{
+    delivery_complete_count, DeliveryState, ShareSnapshot, ShareUpdate, StateBatch,
+};
 
 use super::store::{SpKey, StateStore};
 use crate::error::BrokerError;
@@ -31,8 +33,6 @@ pub struct StateWrite {
     pub start_offset: i64,
     /// Batches whose state changed; they replace what the stored state says of their offsets.
     pub batches: Vec<StateBatch>,
-    /// Offsets at or after the start offset whose delivery is complete (-1: unknown).
-    pub delivery_complete_count: i32,
 }
 
 /// A share-partition's state as ReadShareGroupStateSummary gives it.
@@ -202,7 +202,7 @@ impl ShareCoordinator {
         let update = ShareUpdate::of(
             (w.start_offset >= 0).then_some(w.start_offset),
             &w.batches,
-            w.delivery_complete_count,
+            -1,
             base.snapshot_epoch,
             if w.leader_epoch >= 0 {
                 w.leader_epoch
@@ -211,6 +211,9 @@ impl ShareCoordinator {
             },
         );
         let mut next = base.apply(&update);
+        // Derived from the merged batches, not taken from the writer: a write that carries
+        // no count (WriteShareGroupState v0) would otherwise leave the old one standing.
+        next.delivery_complete_count = delivery_complete_count(&next.state_batches);
         next.snapshot_epoch = base.snapshot_epoch + 1;
         next.state_epoch = w.state_epoch;
         next.write_timestamp = now;
@@ -296,7 +299,6 @@ mod tests {
             leader_epoch,
             start_offset: start,
             batches,
-            delivery_complete_count: -1,
         }
     }
 
@@ -324,6 +326,7 @@ mod tests {
         .unwrap();
         let s = c.read(&key(0), 0).unwrap().unwrap();
         assert_eq!(s.start_offset, 10);
+        assert_eq!(s.delivery_complete_count, 2, "12..=13 acknowledged");
         assert_eq!(
             s.state_batches,
             vec![

@@ -515,7 +515,6 @@ impl ShareService {
                     leader_epoch: t.leader_epoch,
                     start_offset: start_offset.unwrap_or(-1),
                     batches,
-                    delivery_complete_count: t.part.delivery_complete_count(),
                 },
                 now,
             ),
@@ -532,7 +531,6 @@ impl ShareService {
                         state_epoch: state.state_epoch,
                         leader_epoch: t.leader_epoch,
                         start_offset: state.start_offset,
-                        delivery_complete_count: state.delivery_complete_count(),
                         batches: state.batches,
                     };
                     self.coordinator.write(topics, key, &write, now)
