@@ -223,6 +223,7 @@ impl Broker {
             crate::share::group_configs::GroupConfigs::open(&config.data_dir)?,
             clock.clone(),
             config.fsync.acks_wait_for_fsync(),
+            config.cluster_mode,
         )?);
         // A cluster keeps both in its replicated metadata (see `cluster::security`).
         let (credentials, authorizer) = if config.cluster_mode {
@@ -645,14 +646,7 @@ impl Broker {
             )
         };
         let reply = match req {
-            Request::ApiVersions(r) => ctx.now(
-                &charge,
-                handlers::api_versions::handle(
-                    version,
-                    r,
-                    !handlers::share_groups::clustered(self),
-                ),
-            ),
+            Request::ApiVersions(r) => ctx.now(&charge, handlers::api_versions::handle(version, r)),
             Request::Metadata(mut r) => {
                 let all = r.topics.is_none()
                     || (version == 0 && r.topics.as_ref().is_some_and(|t| t.is_empty()));
@@ -1328,17 +1322,26 @@ impl Broker {
                         .with_error_code(refused),
                 ),
             Request::DeleteShareGroupOffsets(r) => {
-                ctx.now(&charge, handlers::share_groups::delete_offsets(self, r))
+                ctx.later(handlers::share_groups::delete_offsets(self, r))
             }
             Request::DescribeShareGroupOffsets(r) => {
-                let mut resp = handlers::share_groups::describe_offsets(self, r);
-                for g in &mut resp.groups {
-                    if group_denied(Op::Describe, &g.group_id) {
-                        g.topics.clear();
-                        g.error_code = refused;
+                let denied: Vec<_> = r
+                    .groups
+                    .iter()
+                    .filter(|g| group_denied(Op::Describe, &g.group_id))
+                    .map(|g| g.group_id.clone())
+                    .collect();
+                let work = handlers::share_groups::describe_offsets(self, r);
+                ctx.later(async move {
+                    let mut resp = work.await;
+                    for g in &mut resp.groups {
+                        if denied.contains(&g.group_id) {
+                            g.topics.clear();
+                            g.error_code = refused;
+                        }
                     }
-                }
-                ctx.now(&charge, resp)
+                    resp
+                })
             }
             Request::ShareAcknowledge(r) => ctx.later(handlers::share_groups::acknowledge(self, r)),
             // The share coordinator's APIs are the cluster's own traffic: without ClusterAction

@@ -16,6 +16,7 @@ mod operations;
 mod peer;
 mod reconcile;
 mod security;
+mod share;
 mod throttle;
 mod txn;
 
@@ -136,6 +137,9 @@ pub(crate) struct Local {
     pub(crate) security: security::SecurityTables,
     /// The data dir's free space: a full disk stops replica fetches of client topics.
     pub(crate) disk: Arc<crate::disk::DiskSpace>,
+    /// Share groups: membership, share-partitions this node leads, share coordinators of
+    /// the `__share_group_state` partitions it leads.
+    pub(crate) shares: Arc<crate::share::ShareService>,
 }
 
 /// This node's part in the cluster; lives inside [`Broker`] once joined.
@@ -163,6 +167,8 @@ pub struct Cluster {
     creating_offsets_topic: AtomicBool,
     /// A proposal to create `__transaction_state` is out (it is created on first use).
     creating_txn_topic: AtomicBool,
+    /// A proposal to create `__share_group_state` is out (it is created on first use).
+    creating_share_topic: AtomicBool,
     /// Connections to other brokers for transaction markers and KIP-890 verifications.
     pub(crate) txn_peers: PeerPool,
     /// This node's producer-id block: next id and end (exclusive).
@@ -488,6 +494,7 @@ impl Broker {
             offsets_partitions: self.config.groups.offsets_partitions,
             offsets_segment_bytes: self.config.groups.offsets_segment_bytes,
             txns: self.txns.clone(),
+            shares: self.shares.clone(),
             disk: self.disk.clone(),
             security: security::SecurityTables {
                 credentials: self.credentials.clone(),
@@ -510,6 +517,7 @@ impl Broker {
             stopping: AtomicBool::new(false),
             creating_offsets_topic: AtomicBool::new(false),
             creating_txn_topic: AtomicBool::new(false),
+            creating_share_topic: AtomicBool::new(false),
             txn_peers: PeerPool::new("spate-txn", 4),
             producer_ids: Mutex::new((0, 0)),
             follower_throttle: throttle::ByteRate::new(),
@@ -541,6 +549,11 @@ impl Broker {
         };
         self.groups.set_clustered();
         self.txns.set_clustered();
+        self.shares
+            .set_route(Arc::new(Arc::new(share::ClusterStates {
+                cluster: Arc::downgrade(&cluster),
+                peers: PeerPool::new("spate-share", 4),
+            })));
         let session = cluster
             .node
             .start_broker_session(info, cluster.settings.heartbeat_interval);

@@ -128,6 +128,15 @@ pub(super) fn apply(
         |index| b.txns.step_down(index),
     );
     b.txns.resume();
+    // The share coordinators of the state partitions this node leads, and the share groups
+    // of the offsets partitions it leads.
+    complete &= follow_internal_leaders(
+        b,
+        crate::share::SHARE_STATE_LOG,
+        |index, count, p, epoch| b.shares.coordinator().take_over(index, count, p, epoch),
+        |index| b.shares.coordinator().step_down(index),
+    );
+    b.shares.retain_groups(|g| b.groups.is_coordinator(g));
     for local in b.topics.list() {
         let gone = image.topic(&local.name).is_none_or(|t| t.id != local.id);
         if gone {

@@ -4,7 +4,7 @@ use spate_protocol::api::SUPPORTED;
 use spate_protocol::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
 };
-use spate_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+use spate_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use spate_protocol::{ResponseError, StrBytes};
 
 /// `metadata.version` levels: 3.3-IV3, the oldest Kafka 4 accepts, up to 4.3-IV0, the Kafka
@@ -17,8 +17,7 @@ const FEATURES_EPOCH: i64 = 1;
 
 /// The features this broker supports (min, max) and the level each is finalized at. Only
 /// what spate implements: `group.version` 1 is the KIP-848 consumer protocol,
-/// `transaction.version` 2 KIP-890's. `share.version` ([`SHARE_VERSION`]) is added where
-/// share groups are served.
+/// `transaction.version` 2 KIP-890's; `share.version` is [`SHARE_VERSION`].
 const FEATURES: &[(&str, i16, i16, i16)] = &[
     (
         "metadata.version",
@@ -32,15 +31,13 @@ const FEATURES: &[(&str, i16, i16, i16)] = &[
     ("transaction.version", 0, 2, 2),
 ];
 
-/// `share.version` 1: KIP-932 share groups. Only a broker that serves them (a standalone one)
-/// advertises it, finalized at 1 as Kafka 4.2+ finalizes it once share groups are on; a
-/// clustered broker leaves it out, as it leaves out the share APIs.
+/// `share.version` 1: KIP-932 share groups, finalized at 1 as Kafka 4.2+ finalizes it once
+/// share groups are on (standalone and in a cluster).
 const SHARE_VERSION: (&str, i16, i16, i16) = ("share.version", 0, 1, 1);
 
 /// Fills the v3+ feature fields (KIP-584), as `kafka-features.sh describe` reads them.
-fn features(resp: &mut ApiVersionsResponse, share_groups: bool) {
-    let share = share_groups.then_some(&SHARE_VERSION);
-    for &(name, min, max, finalized) in FEATURES.iter().chain(share) {
+fn features(resp: &mut ApiVersionsResponse) {
+    for &(name, min, max, finalized) in FEATURES.iter().chain([&SHARE_VERSION]) {
         let mut s = SupportedFeatureKey::default();
         s.name = StrBytes::from_static_str(name);
         s.min_version = min;
@@ -55,27 +52,9 @@ fn features(resp: &mut ApiVersionsResponse, share_groups: bool) {
     resp.finalized_features_epoch = FEATURES_EPOCH;
 }
 
-/// KIP-932's APIs: a cluster refuses them for now (share-partition state is not replicated
-/// yet), so a clustered broker does not advertise them either.
-const SHARE_GROUP_APIS: [ApiKey; 12] = [
-    ApiKey::ShareGroupHeartbeat,
-    ApiKey::ShareGroupDescribe,
-    ApiKey::ShareFetch,
-    ApiKey::ShareAcknowledge,
-    ApiKey::DescribeShareGroupOffsets,
-    ApiKey::AlterShareGroupOffsets,
-    ApiKey::DeleteShareGroupOffsets,
-    ApiKey::InitializeShareGroupState,
-    ApiKey::ReadShareGroupState,
-    ApiKey::WriteShareGroupState,
-    ApiKey::DeleteShareGroupState,
-    ApiKey::ReadShareGroupStateSummary,
-];
-
-fn ranges(share_groups: bool) -> Vec<ApiVersion> {
+fn ranges() -> Vec<ApiVersion> {
     SUPPORTED
         .iter()
-        .filter(|s| share_groups || !SHARE_GROUP_APIS.contains(&s.key))
         .map(|s| {
             let mut v = ApiVersion::default();
             v.api_key = s.key as i16;
@@ -96,13 +75,12 @@ fn valid_software_field(s: &str) -> bool {
             && b.iter().all(ok))
 }
 
-/// Answers an ApiVersions request; the feature fields exist from v3 on. `share_groups`: whether
-/// this broker serves KIP-932's APIs.
-pub fn handle(version: i16, req: ApiVersionsRequest, share_groups: bool) -> ApiVersionsResponse {
+/// Answers an ApiVersions request; the feature fields exist from v3 on.
+pub fn handle(version: i16, req: ApiVersionsRequest) -> ApiVersionsResponse {
     let mut resp = ApiVersionsResponse::default();
-    resp.api_keys = ranges(share_groups);
+    resp.api_keys = ranges();
     if version >= 3 {
-        features(&mut resp, share_groups);
+        features(&mut resp);
     }
     if !valid_software_field(&req.client_software_name)
         || !valid_software_field(&req.client_software_version)
@@ -116,7 +94,7 @@ pub fn handle(version: i16, req: ApiVersionsRequest, share_groups: bool) -> ApiV
 pub fn unsupported() -> ApiVersionsResponse {
     let mut resp = ApiVersionsResponse::default();
     resp.error_code = ResponseError::UnsupportedVersion.code();
-    resp.api_keys = ranges(true);
+    resp.api_keys = ranges();
     resp
 }
 
@@ -126,9 +104,9 @@ mod tests {
 
     #[test]
     fn features_are_advertised_from_v3_with_metadata_version_finalized_at_kafka_4_3() {
-        let old = handle(2, ApiVersionsRequest::default(), true);
+        let old = handle(2, ApiVersionsRequest::default());
         assert!(old.supported_features.is_empty() && old.finalized_features.is_empty());
-        let new = handle(3, ApiVersionsRequest::default(), true);
+        let new = handle(3, ApiVersionsRequest::default());
         let mv = new
             .supported_features
             .iter()
@@ -152,40 +130,13 @@ mod tests {
             .find(|f| f.name.as_str() == "transaction.version")
             .expect("transaction.version finalized");
         assert_eq!((tv.min_version_level, tv.max_version_level), (2, 2));
-        // Share groups are finalized at share.version 1 where they are served, and not
-        // claimed where they are not.
+        // Share groups are finalized at share.version 1.
         let sv = new
             .finalized_features
             .iter()
             .find(|f| f.name.as_str() == "share.version")
             .expect("share.version finalized");
         assert_eq!((sv.min_version_level, sv.max_version_level), (1, 1));
-        let clustered = handle(3, ApiVersionsRequest::default(), false);
-        assert!(!clustered
-            .supported_features
-            .iter()
-            .any(|f| f.name.as_str() == "share.version"));
-        assert!(!clustered
-            .finalized_features
-            .iter()
-            .any(|f| f.name.as_str() == "share.version"));
-    }
-
-    #[test]
-    fn a_broker_that_does_not_serve_share_groups_does_not_advertise_them() {
-        let keys = |share| -> Vec<i16> {
-            handle(3, ApiVersionsRequest::default(), share)
-                .api_keys
-                .iter()
-                .map(|k| k.api_key)
-                .collect()
-        };
-        let (standalone, clustered) = (keys(true), keys(false));
-        for api in SHARE_GROUP_APIS {
-            assert!(standalone.contains(&(api as i16)), "{api:?}");
-            assert!(!clustered.contains(&(api as i16)), "{api:?}");
-        }
-        assert_eq!(standalone.len() - clustered.len(), SHARE_GROUP_APIS.len());
     }
 
     #[test]

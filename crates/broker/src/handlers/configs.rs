@@ -322,7 +322,7 @@ fn group_entries(b: &Broker, group: &str) -> Result<Vec<Entry>, (ResponseError, 
     if crate::handlers::share_groups::clustered(b) {
         return Err((
             ResponseError::InvalidRequest,
-            "group configs are served by standalone brokers only".to_string(),
+            "group configs are not replicated across a cluster yet: set them per broker with --group-share-* flags".to_string(),
         ));
     }
     let set = b.shares.group_configs().get(group);
@@ -360,7 +360,7 @@ fn alter_group_configs(
     if crate::handlers::share_groups::clustered(b) {
         return Err(TopicError::new(
             ResponseError::InvalidRequest,
-            "group configs are served by standalone brokers only",
+            "group configs are not replicated across a cluster yet: set them per broker with --group-share-* flags",
         ));
     }
     let mut changes = Vec::new();

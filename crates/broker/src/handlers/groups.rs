@@ -401,13 +401,44 @@ pub fn list(b: &Broker, version: i16, req: ListGroupsRequest) -> ListGroupsRespo
     resp
 }
 
+/// Deletes the share-group state of every share-partition of `group` from the cluster's
+/// share coordinators (after DeleteGroups removed the group).
+fn delete_share_state(b: &Broker, group: &str) {
+    let Some(route) = b.shares.route() else {
+        return;
+    };
+    let keys = super::share_groups::cluster_keys(b, group, None);
+    let group = group.to_string();
+    tokio::spawn(async move {
+        let found = match route.summaries(group.clone(), keys).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(group, error = ?e, "cannot find the share-group state of a deleted group");
+                return;
+            }
+        };
+        for (key, _) in found {
+            if let Err(e) = route.delete(key).await {
+                tracing::warn!(group, error = ?e, "cannot delete the share-group state of a deleted group");
+            }
+        }
+    });
+}
+
 /// Answers DeleteGroups: groups without members lose their offsets too.
 pub fn delete(b: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
     let mut resp = DeleteGroupsResponse::default();
     for id in req.groups_names {
         let mut r = DeletableGroupResult::default();
         r.group_id = id.clone();
-        if b.shares.has_group(&id) {
+        if b.shares.has_group(&id) && b.shares.clustered() {
+            // The group goes now; its share-partitions' state is deleted from their share
+            // coordinators, on other nodes, in the background.
+            match b.shares.remove_empty_group(&id) {
+                Ok(()) => delete_share_state(b, &id),
+                Err(e) => r.error_code = e.code(),
+            }
+        } else if b.shares.has_group(&id) {
             if let Err(e) = b.shares.delete_group(&b.topics, &id) {
                 r.error_code = e.code();
             }

@@ -22,8 +22,7 @@ use spate_share::{AckBatch, AckType, HeartbeatRequest};
 use uuid::Uuid;
 
 use super::{group_operations, msg};
-use crate::groups::Written;
-use crate::share::{Checked, SpKey, TopicPartition};
+use crate::share::{Checked, Members, Persisted, SpKey, TopicPartition};
 use crate::Broker;
 
 /// Upper bound on how long a ShareFetch may wait, whatever the client asks.
@@ -35,10 +34,46 @@ fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }
 
-/// Share groups are served by a standalone broker only: in a cluster the share state would
-/// have to follow partition leadership, which is not built yet. True in a cluster.
+/// True in a cluster: membership, share-partitions and their durable state may each be on
+/// another node (see [`crate::share`]).
 pub(crate) fn clustered(b: &Broker) -> bool {
     b.cluster.get().is_some() || b.config.cluster_mode
+}
+
+/// Every share-partition of `topics` (all client topics when `None`) in the cluster's
+/// metadata, for group `group`.
+pub(crate) fn cluster_keys(b: &Broker, group: &str, topics: Option<&[uuid::Uuid]>) -> Vec<SpKey> {
+    let Some(c) = b.cluster.get() else {
+        return Vec::new();
+    };
+    let image = c.image();
+    image
+        .topics()
+        .values()
+        .filter(|t| !crate::groups::is_internal(&t.name))
+        .filter(|t| topics.is_none_or(|ids| ids.contains(&t.id)))
+        .flat_map(|t| (0..t.partitions.len() as i32).map(move |p| (group.to_string(), t.id, p)))
+        .collect()
+}
+
+/// A topic's id and partition count, from the cluster's metadata in a cluster (a node holds
+/// replicas of some topics only) and from this broker's topics otherwise.
+fn topic_named(b: &Broker, name: &str) -> Option<(uuid::Uuid, i32)> {
+    match b.cluster.get() {
+        Some(c) => c
+            .image()
+            .topic(name)
+            .map(|t| (t.id, t.partitions.len() as i32)),
+        None => b.topics.get(name).map(|t| (t.id, t.partition_count())),
+    }
+}
+
+/// The name of a topic by id (see [`topic_named`]).
+fn topic_name(b: &Broker, id: &uuid::Uuid) -> Option<String> {
+    match b.cluster.get() {
+        Some(c) => c.image().topic_by_id(*id).map(|t| t.name.clone()),
+        None => b.topics.get_by_id(id).map(|t| t.name.clone()),
+    }
 }
 
 /// True when a classic or consumer group uses this id.
@@ -51,8 +86,8 @@ fn other_group_type(b: &Broker, group: &str) -> bool {
 }
 
 /// Waits for every write; the first failure wins.
-async fn all_durable(b: &Arc<Broker>, written: Vec<Written>) -> Result<(), ResponseError> {
-    let waits: Vec<_> = written.iter().map(|w| b.shares.durable(w)).collect();
+async fn all_durable(b: &Arc<Broker>, written: Vec<Persisted>) -> Result<(), ResponseError> {
+    let waits: Vec<_> = written.into_iter().map(|w| b.shares.durable(w)).collect();
     for w in waits {
         w.await?;
     }
@@ -74,16 +109,13 @@ pub fn heartbeat(
     req: ShareGroupHeartbeatRequest,
 ) -> impl std::future::Future<Output = ShareGroupHeartbeatResponse> + Send + 'static {
     let group = req.group_id.to_string();
-    let answered = if clustered(b) {
-        Err(heartbeat_error(
-            ResponseError::UnsupportedVersion,
-            Some("share groups are served by standalone spate brokers only".into()),
-        ))
-    } else if group.is_empty() {
+    let answered = if group.is_empty() {
         Err(heartbeat_error(
             ResponseError::InvalidRequest,
             Some("GroupId can't be empty.".into()),
         ))
+    } else if !b.groups.is_coordinator(&group) {
+        Err(heartbeat_error(ResponseError::NotCoordinator, None))
     } else if other_group_type(b, &group) {
         Err(heartbeat_error(
             ResponseError::GroupIdNotFound,
@@ -171,12 +203,7 @@ pub fn describe(b: &Broker, req: ShareGroupDescribeRequest) -> ShareGroupDescrib
                             .map(|(tid, ps)| {
                                 let mut tp = DescribedPartitions::default();
                                 tp.topic_id = *tid;
-                                tp.topic_name = s(&b
-                                    .topics
-                                    .get_by_id(tid)
-                                    .map(|t| t.name.clone())
-                                    .unwrap_or_default())
-                                .into();
+                                tp.topic_name = s(&topic_name(b, tid).unwrap_or_default()).into();
                                 tp.partitions = ps.iter().copied().collect();
                                 tp
                             })
@@ -185,6 +212,9 @@ pub fn describe(b: &Broker, req: ShareGroupDescribeRequest) -> ShareGroupDescrib
                         out
                     })
                     .collect();
+            }
+            None if !b.groups.is_coordinator(&id) => {
+                g.error_code = ResponseError::NotCoordinator.code();
             }
             None if other_group_type(b, &id) => {
                 g.error_code = ResponseError::GroupIdNotFound.code();
@@ -218,7 +248,7 @@ fn apply_acks(
     key: &SpKey,
     member: &str,
     batches: Option<Vec<AckBatch>>,
-    written: &mut Vec<Written>,
+    written: &mut Vec<Persisted>,
 ) -> i16 {
     let Some(batches) = batches else {
         return ResponseError::InvalidRequest.code();
@@ -263,7 +293,9 @@ pub fn fetch(
     b: &Arc<Broker>,
     req: ShareFetchRequest,
 ) -> impl std::future::Future<Output = ShareFetchResponse> + Send + 'static {
-    let prepared = prepare_fetch(b, &req);
+    // Standalone the session and acknowledgements are handled now, in request order; a
+    // cluster node may first have to ask other nodes (membership, share-partition state).
+    let prepared = (!clustered(b)).then(|| prepare_fetch(b, &req, None));
     let b = b.clone();
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     let max_records = u32::try_from(req.max_records)
@@ -275,10 +307,22 @@ pub fn fetch(
         .min(b.config.fetch_max_bytes)
         .max(1);
     async move {
+        let prepared = match prepared {
+            Some(p) => p,
+            None => prepare_clustered(&b, &req).await,
+        };
         let (member, mut slots, written) = match prepared {
             Ok(p) => p,
             Err(resp) => return resp,
         };
+        if clustered(&b) {
+            for slot in slots.iter_mut().filter(|s| !s.done) {
+                if let Err(e) = b.shares.take_on(&b.topics, &slot.key).await {
+                    slot.data.error_code = e.code();
+                    slot.done = true;
+                }
+            }
+        }
         if let Err(e) = all_durable(&b, written).await {
             return fetch_error(e);
         }
@@ -369,13 +413,54 @@ pub fn fetch(
     }
 }
 
-type PreparedFetch = Result<(String, Vec<Slot>, Vec<Written>), ShareFetchResponse>;
+type PreparedFetch = Result<(String, Vec<Slot>, Vec<Persisted>), ShareFetchResponse>;
+
+/// The members of a group whose coordinator is another node, as it knows them; `Ok(None)`
+/// when this node coordinates the group (or there is no cluster). A group it does not know
+/// has no members.
+async fn members_for(
+    b: &Broker,
+    group: &str,
+    member: &str,
+) -> Result<Option<Arc<Members>>, ResponseError> {
+    match b
+        .shares
+        .remote_members(group, member, b.groups.is_coordinator(group))
+        .await
+    {
+        Err(ResponseError::GroupIdNotFound) => Ok(Some(Arc::new(Members::new()))),
+        other => other,
+    }
+}
+
+/// A cluster node's ShareFetch preparation: the membership from the group's coordinator,
+/// the share-partitions acknowledged taken on, then as standalone.
+async fn prepare_clustered(b: &Arc<Broker>, req: &ShareFetchRequest) -> PreparedFetch {
+    let (Some(group), Some(member)) = (req.group_id.as_deref(), req.member_id.as_deref()) else {
+        return Err(fetch_error(ResponseError::InvalidRequest));
+    };
+    let members = members_for(b, group, member).await.map_err(fetch_error)?;
+    for t in &req.topics {
+        for p in t
+            .partitions
+            .iter()
+            .filter(|p| !p.acknowledgement_batches.is_empty())
+        {
+            // A failure shows as the acknowledgement's error.
+            let _ = b
+                .shares
+                .take_on(
+                    &b.topics,
+                    &(group.to_string(), t.topic_id, p.partition_index),
+                )
+                .await;
+        }
+    }
+    prepare_fetch(b, req, members.as_deref())
+}
 
 /// The synchronous part of a ShareFetch: session, acknowledgements, which partitions.
-fn prepare_fetch(b: &Broker, req: &ShareFetchRequest) -> PreparedFetch {
-    if clustered(b) {
-        return Err(fetch_error(ResponseError::UnsupportedVersion));
-    }
+fn prepare_fetch(b: &Broker, req: &ShareFetchRequest, members: Option<&Members>) -> PreparedFetch {
     let (Some(group), Some(member)) = (req.group_id.as_deref(), req.member_id.as_deref()) else {
         return Err(fetch_error(ResponseError::InvalidRequest));
     };
@@ -396,12 +481,10 @@ fn prepare_fetch(b: &Broker, req: &ShareFetchRequest) -> PreparedFetch {
     let (checked, session) = b
         .shares
         .session(
-            &group,
-            &member,
-            req.share_session_epoch,
+            (&group, &member, req.share_session_epoch),
             false,
-            added,
-            forgotten,
+            (added, forgotten),
+            members,
         )
         .map_err(fetch_error)?;
     let mut slots: BTreeMap<TopicPartition, Slot> = BTreeMap::new();
@@ -444,7 +527,10 @@ fn prepare_fetch(b: &Broker, req: &ShareFetchRequest) -> PreparedFetch {
     }
     for tp in session {
         let s = slots.entry(tp).or_insert_with(|| slot(b, tp));
-        if !b.shares.subscribed(&b.topics, &group, &member, &tp.0) {
+        if !b
+            .shares
+            .subscribed(&b.topics, &group, &member, &tp.0, members)
+        {
             s.data.error_code = if b.topics.get_by_id(&tp.0).is_none() {
                 ResponseError::UnknownTopicId.code()
             } else {
@@ -470,17 +556,26 @@ pub fn acknowledge(
         resp.error_code = e.code();
         resp
     };
-    let prepared = (|| {
-        if clustered(b) {
-            return Err(error(ResponseError::UnsupportedVersion));
-        }
+    let ack_group = req.group_id.as_ref().map(|g| g.to_string());
+    let ack_member = req.member_id.as_ref().map(|m| m.to_string());
+    let ack_partitions: Vec<(Uuid, i32)> = req
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.topic_id, p.partition_index)))
+        .collect();
+    let prepare = move |b: &Broker, members: Option<&Members>| {
         let (Some(group), Some(member)) = (req.group_id.as_deref(), req.member_id.as_deref())
         else {
             return Err(error(ResponseError::InvalidRequest));
         };
         let (checked, _) = b
             .shares
-            .session(group, member, req.share_session_epoch, true, vec![], vec![])
+            .session(
+                (group, member, req.share_session_epoch),
+                true,
+                (vec![], vec![]),
+                members,
+            )
             .map_err(error)?;
         let mut written = Vec::new();
         let mut resp = ShareAcknowledgeResponse::default();
@@ -512,9 +607,38 @@ pub fn acknowledge(
             written.extend(b.shares.close_session(&b.topics, group, member));
         }
         Ok((resp, written))
-    })();
+    };
+    // Standalone now, in request order; a cluster node asks other nodes first.
+    let (prepared, prepare) = if clustered(b) {
+        (None, Some(prepare))
+    } else {
+        (Some(prepare(b, None)), None)
+    };
     let b = b.clone();
     async move {
+        let prepared = match (prepared, prepare) {
+            (Some(p), _) => p,
+            (None, Some(prepare)) => {
+                let (group, member) = (ack_group.as_deref(), ack_member.as_deref());
+                let members = match (group, member) {
+                    (Some(g), Some(m)) => match members_for(&b, g, m).await {
+                        Ok(members) => {
+                            for (topic, partition) in &ack_partitions {
+                                let _ = b
+                                    .shares
+                                    .take_on(&b.topics, &(g.to_string(), *topic, *partition))
+                                    .await;
+                            }
+                            members
+                        }
+                        Err(e) => return error(e),
+                    },
+                    _ => None,
+                };
+                prepare(&b, members.as_deref())
+            }
+            (None, None) => return error(ResponseError::UnknownServerError),
+        };
         let (resp, written) = match prepared {
             Ok(p) => p,
             Err(resp) => return resp,
@@ -526,83 +650,142 @@ pub fn acknowledge(
     }
 }
 
+/// A share group's known start offsets: (share-partition, start offset, state epoch).
+type Known = Vec<(SpKey, i64, i32)>;
+
+/// The start offsets a cluster's share coordinators hold for `group` (of `topics`, or of
+/// every topic); `None` when the group is neither known here nor has state anywhere.
+pub(crate) async fn cluster_start_offsets(
+    b: &Broker,
+    group: &str,
+    topics: Option<&[Uuid]>,
+) -> Result<Option<Known>, ResponseError> {
+    let Some(route) = b.shares.route() else {
+        return Ok(b.shares.start_offsets(group));
+    };
+    let keys = cluster_keys(b, group, topics);
+    let found = route.summaries(group.to_string(), keys).await?;
+    if found.is_empty() && !b.shares.has_group(group) {
+        return Ok(None);
+    }
+    let mut known: Known = found
+        .into_iter()
+        .map(|(k, s)| (k, s.start_offset, s.state_epoch))
+        .collect();
+    known.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Some(known))
+}
+
 /// Answers DescribeShareGroupOffsets: each share-partition's start offset (-1 for a partition
 /// without share state).
 pub fn describe_offsets(
-    b: &Broker,
+    b: &Arc<Broker>,
     req: DescribeShareGroupOffsetsRequest,
-) -> DescribeShareGroupOffsetsResponse {
+) -> impl std::future::Future<Output = DescribeShareGroupOffsetsResponse> + Send + 'static {
+    use spate_protocol::messages::describe_share_group_offsets_response::DescribeShareGroupOffsetsResponseGroup as Group;
+    let b = b.clone();
+    async move {
+        let mut resp = DescribeShareGroupOffsetsResponse::default();
+        for g in req.groups {
+            let known = if !b.groups.is_coordinator(&g.group_id) {
+                Err(ResponseError::NotCoordinator)
+            } else if clustered(&b) {
+                let ids: Option<Vec<Uuid>> = g.topics.as_ref().map(|ts| {
+                    ts.iter()
+                        .filter_map(|t| topic_named(&b, &t.topic_name).map(|(id, _)| id))
+                        .collect()
+                });
+                cluster_start_offsets(&b, &g.group_id, ids.as_deref()).await
+            } else {
+                Ok(b.shares.start_offsets(&g.group_id))
+            };
+            match known {
+                Ok(Some(known)) => resp.groups.push(group_offsets(&b, g, &known)),
+                Ok(None) => {
+                    let mut out = Group::default();
+                    out.group_id = g.group_id.clone();
+                    out.error_code = ResponseError::GroupIdNotFound.code();
+                    out.error_message = msg(format!("Group {} not found.", &*g.group_id));
+                    resp.groups.push(out);
+                }
+                Err(e) => {
+                    let mut out = Group::default();
+                    out.group_id = g.group_id.clone();
+                    out.error_code = e.code();
+                    resp.groups.push(out);
+                }
+            }
+        }
+        resp
+    }
+}
+
+/// One group's part of a DescribeShareGroupOffsets answer, from its known start offsets.
+fn group_offsets(
+    b: &Broker,
+    g: spate_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup,
+    known: &Known,
+) -> spate_protocol::messages::describe_share_group_offsets_response::DescribeShareGroupOffsetsResponseGroup{
     use spate_protocol::messages::describe_share_group_offsets_response::{
         DescribeShareGroupOffsetsResponseGroup as Group,
         DescribeShareGroupOffsetsResponsePartition as Partition,
         DescribeShareGroupOffsetsResponseTopic as Topic,
     };
-    let mut resp = DescribeShareGroupOffsetsResponse::default();
-    for g in req.groups {
-        let mut out = Group::default();
-        out.group_id = g.group_id.clone();
-        let Some(known) = b.shares.start_offsets(&g.group_id) else {
-            out.error_code = ResponseError::GroupIdNotFound.code();
-            out.error_message = msg(format!("Group {} not found.", &*g.group_id));
-            resp.groups.push(out);
-            continue;
-        };
-        let partition = |index: i32, start: Option<(i64, i32)>| {
-            let mut p = Partition::default();
-            p.partition_index = index;
-            (p.start_offset, p.leader_epoch) = start.unwrap_or((-1, -1));
-            p
-        };
-        let mut topics: BTreeMap<String, Topic> = BTreeMap::new();
-        match g.topics {
-            // Every share-partition with state.
-            None => {
-                for (key, start, epoch) in &known {
-                    let Some(t) = b.topics.get_by_id(&key.1) else {
-                        continue;
-                    };
-                    let entry = topics.entry(t.name.clone()).or_insert_with(|| {
-                        let mut rt = Topic::default();
-                        rt.topic_name = s(&t.name).into();
-                        rt.topic_id = t.id;
-                        rt
-                    });
-                    entry
-                        .partitions
-                        .push(partition(key.2, Some((*start, *epoch))));
-                }
-            }
-            Some(asked) => {
-                for t in asked {
+    let mut out = Group::default();
+    out.group_id = g.group_id.clone();
+    let partition = |index: i32, start: Option<(i64, i32)>| {
+        let mut p = Partition::default();
+        p.partition_index = index;
+        (p.start_offset, p.leader_epoch) = start.unwrap_or((-1, -1));
+        p
+    };
+    let mut topics: BTreeMap<String, Topic> = BTreeMap::new();
+    match g.topics {
+        // Every share-partition with state.
+        None => {
+            for (key, start, epoch) in known {
+                let Some(name) = topic_name(b, &key.1) else {
+                    continue;
+                };
+                let entry = topics.entry(name.clone()).or_insert_with(|| {
                     let mut rt = Topic::default();
-                    rt.topic_name = t.topic_name.clone();
-                    let handle = b.topics.get(&t.topic_name);
-                    rt.topic_id = handle.as_ref().map(|h| h.id).unwrap_or_default();
-                    for index in t.partitions {
-                        let start = known
-                            .iter()
-                            .find(|(k, ..)| {
-                                Some(k.1) == handle.as_ref().map(|h| h.id) && k.2 == index
-                            })
-                            .map(|(_, st, ep)| (*st, *ep));
-                        let mut p = partition(index, start);
-                        if handle.is_none() {
-                            p.error_code = ResponseError::UnknownTopicOrPartition.code();
-                        }
-                        rt.partitions.push(p);
-                    }
-                    topics.insert(t.topic_name.to_string(), rt);
-                }
+                    rt.topic_name = s(&name).into();
+                    rt.topic_id = key.1;
+                    rt
+                });
+                entry
+                    .partitions
+                    .push(partition(key.2, Some((*start, *epoch))));
             }
         }
-        out.topics = topics.into_values().collect();
-        resp.groups.push(out);
+        Some(asked) => {
+            for t in asked {
+                let mut rt = Topic::default();
+                rt.topic_name = t.topic_name.clone();
+                let id = topic_named(b, &t.topic_name).map(|(id, _)| id);
+                rt.topic_id = id.unwrap_or_default();
+                for index in t.partitions {
+                    let start = known
+                        .iter()
+                        .find(|(k, ..)| Some(k.1) == id && k.2 == index)
+                        .map(|(_, st, ep)| (*st, *ep));
+                    let mut p = partition(index, start);
+                    if id.is_none() {
+                        p.error_code = ResponseError::UnknownTopicOrPartition.code();
+                    }
+                    rt.partitions.push(p);
+                }
+                topics.insert(t.topic_name.to_string(), rt);
+            }
+        }
     }
-    resp
+    out.topics = topics.into_values().collect();
+    out
 }
 
 /// Answers AlterShareGroupOffsets once the new start offsets are durable: the group must be
-/// Empty (NON_EMPTY_GROUP otherwise).
+/// Empty (NON_EMPTY_GROUP otherwise). In a cluster each share-partition's state starts again
+/// at the new offset under a newer state epoch, which fences what its leader holds.
 pub fn alter_offsets(
     b: &Arc<Broker>,
     req: AlterShareGroupOffsetsRequest,
@@ -613,9 +796,10 @@ pub fn alter_offsets(
     };
     let mut resp = AlterShareGroupOffsetsResponse::default();
     let mut written = Vec::new();
+    let mut cluster_work = Vec::new();
     let group = req.group_id.to_string();
-    if clustered(b) {
-        resp.error_code = ResponseError::UnsupportedVersion.code();
+    if !b.groups.is_coordinator(&group) {
+        resp.error_code = ResponseError::NotCoordinator.code();
     } else if other_group_type(b, &group) {
         resp.error_code = ResponseError::GroupIdNotFound.code();
         resp.error_message = msg(format!("Group {group} is not a share group."));
@@ -623,21 +807,29 @@ pub fn alter_offsets(
         resp.error_code = ResponseError::NonEmptyGroup.code();
         resp.error_message = msg(format!("Share group {group} is not empty."));
     } else {
-        for t in req.topics {
+        for (ti, t) in req.topics.into_iter().enumerate() {
             let mut rt = Topic::default();
             rt.topic_name = t.topic_name.clone();
-            let handle = b.topics.get(&t.topic_name);
-            rt.topic_id = handle.as_ref().map(|h| h.id).unwrap_or_default();
-            for p in t.partitions {
+            let handle = topic_named(b, &t.topic_name);
+            rt.topic_id = handle.map(|h| h.0).unwrap_or_default();
+            for (pi, p) in t.partitions.into_iter().enumerate() {
                 let mut rp = Partition::default();
                 rp.partition_index = p.partition_index;
-                let outcome = match &handle {
+                let key = handle.map(|h| (group.clone(), h.0, p.partition_index));
+                let outcome = match key {
+                    Some(_) if p.partition_index < 0 || p.start_offset < 0 => {
+                        Err(ResponseError::InvalidRequest)
+                    }
+                    Some(k) if clustered(b) => {
+                        if handle.is_some_and(|h| p.partition_index < h.1) {
+                            cluster_work.push((ti, pi, k, p.start_offset));
+                            Ok(None)
+                        } else {
+                            Err(ResponseError::UnknownTopicOrPartition)
+                        }
+                    }
+                    Some(k) => b.shares.alter_start_offset(&b.topics, &k, p.start_offset),
                     None => Err(ResponseError::UnknownTopicOrPartition),
-                    Some(h) => b.shares.alter_start_offset(
-                        &b.topics,
-                        &(group.clone(), h.id, p.partition_index),
-                        p.start_offset,
-                    ),
                 };
                 match outcome {
                     Ok(w) => written.extend(w),
@@ -650,6 +842,23 @@ pub fn alter_offsets(
     }
     let b = b.clone();
     async move {
+        if let Some(route) = b.shares.route() {
+            for (ti, pi, key, offset) in cluster_work {
+                let outcome = async {
+                    let now = route
+                        .summaries(key.0.clone(), vec![key.clone()])
+                        .await?
+                        .into_iter()
+                        .next()
+                        .map_or(0, |(_, s)| s.state_epoch.saturating_add(1));
+                    route.initialize(key.clone(), now, offset).await
+                }
+                .await;
+                if let Err(e) = outcome {
+                    resp.responses[ti].partitions[pi].error_code = e.code();
+                }
+            }
+        }
         if let Err(e) = all_durable(&b, written).await {
             resp.error_code = e.code();
         }
@@ -660,38 +869,72 @@ pub fn alter_offsets(
 /// Answers DeleteShareGroupOffsets: an Empty group forgets the share-partition state of the
 /// topics named.
 pub fn delete_offsets(
-    b: &Broker,
+    b: &Arc<Broker>,
     req: DeleteShareGroupOffsetsRequest,
-) -> DeleteShareGroupOffsetsResponse {
+) -> impl std::future::Future<Output = DeleteShareGroupOffsetsResponse> + Send + 'static {
     use spate_protocol::messages::delete_share_group_offsets_response::DeleteShareGroupOffsetsResponseTopic as Topic;
-    let mut resp = DeleteShareGroupOffsetsResponse::default();
-    let group = req.group_id.to_string();
-    match b.shares.has_members(&group) {
-        None => {
+    let b = b.clone();
+    async move {
+        let mut resp = DeleteShareGroupOffsetsResponse::default();
+        let group = req.group_id.to_string();
+        if !b.groups.is_coordinator(&group) {
+            resp.error_code = ResponseError::NotCoordinator.code();
+            return resp;
+        }
+        let ids: Vec<Uuid> = req
+            .topics
+            .iter()
+            .filter_map(|t| topic_named(&b, &t.topic_name).map(|h| h.0))
+            .collect();
+        let known = match b.shares.has_members(&group) {
+            Some(true) => {
+                resp.error_code = ResponseError::NonEmptyGroup.code();
+                resp.error_message = msg(format!("Share group {group} is not empty."));
+                return resp;
+            }
+            Some(false) => None,
+            None if clustered(&b) => match cluster_start_offsets(&b, &group, Some(&ids)).await {
+                Ok(Some(k)) => Some(k),
+                Ok(None) => Some(Vec::new()),
+                Err(e) => {
+                    resp.error_code = e.code();
+                    return resp;
+                }
+            },
+            None => Some(Vec::new()),
+        };
+        if known.as_ref().is_some_and(Vec::is_empty) && !b.shares.has_group(&group) {
             resp.error_code = ResponseError::GroupIdNotFound.code();
             resp.error_message = msg(format!("Group {group} not found."));
             return resp;
         }
-        Some(true) => {
-            resp.error_code = ResponseError::NonEmptyGroup.code();
-            resp.error_message = msg(format!("Share group {group} is not empty."));
-            return resp;
-        }
-        Some(false) => {}
-    }
-    for t in req.topics {
-        let mut rt = Topic::default();
-        rt.topic_name = t.topic_name.clone();
-        match b.topics.get(&t.topic_name) {
-            None => rt.error_code = ResponseError::UnknownTopicOrPartition.code(),
-            Some(h) => {
-                rt.topic_id = h.id;
-                if let Err(e) = b.shares.delete_topic_state(&b.topics, &group, &h.id) {
-                    rt.error_code = e.code();
+        for t in req.topics {
+            let mut rt = Topic::default();
+            rt.topic_name = t.topic_name.clone();
+            match topic_named(&b, &t.topic_name) {
+                None => rt.error_code = ResponseError::UnknownTopicOrPartition.code(),
+                Some((id, _)) => {
+                    rt.topic_id = id;
+                    let outcome = match b.shares.route() {
+                        Some(route) => {
+                            let keys = cluster_keys(&b, &group, Some(&[id]));
+                            let mut result = Ok(());
+                            for k in keys {
+                                if let Err(e) = route.delete(k).await {
+                                    result = Err(e);
+                                }
+                            }
+                            result
+                        }
+                        None => b.shares.delete_topic_state(&b.topics, &group, &id),
+                    };
+                    if let Err(e) = outcome {
+                        rt.error_code = e.code();
+                    }
                 }
             }
+            resp.responses.push(rt);
         }
-        resp.responses.push(rt);
+        resp
     }
-    resp
 }

@@ -32,32 +32,47 @@ fn share_partition(
     if !allowed {
         return Err(ResponseError::ClusterAuthorizationFailed);
     }
-    if clustered(b) {
-        // Share-partition state does not follow partition leadership in a cluster yet.
-        return Err(ResponseError::UnsupportedVersion);
-    }
     if group.is_empty() || partition < 0 {
         return Err(ResponseError::InvalidRequest);
     }
-    let known = b
-        .topics
-        .get_by_id(&topic)
-        .is_some_and(|t| partition < t.partition_count());
+    // A cluster node keeps the state of share-partitions whose data it may not replicate:
+    // the cluster's metadata says which exist.
+    let known = match b.cluster.get() {
+        Some(c) => c
+            .image()
+            .topic_by_id(topic)
+            .is_some_and(|t| (partition as usize) < t.partitions.len()),
+        None => b
+            .topics
+            .get_by_id(&topic)
+            .is_some_and(|t| partition < t.partition_count()),
+    };
     if !known {
         return Err(ResponseError::UnknownTopicOrPartition);
     }
-    Ok((group.to_string(), topic, partition))
+    let key = (group.to_string(), topic, partition);
+    if clustered(b) && !b.shares.coordinator().owns(&key) {
+        return Err(ResponseError::NotCoordinator);
+    }
+    Ok(key)
 }
 
 /// Refuses a leader epoch newer than the data partition's own (UNKNOWN_LEADER_EPOCH): the
 /// share coordinator would remember it and fence the real leader for good.
 fn check_leader_epoch(b: &Broker, key: &SpKey, leader_epoch: i32) -> Result<(), ResponseError> {
-    let current = b
-        .topics
-        .get_by_id(&key.1)
-        .and_then(|t| t.partition(key.2))
-        .map(|p| p.leader_epoch())
-        .ok_or(ResponseError::UnknownTopicOrPartition)?;
+    let current = match b.cluster.get() {
+        Some(c) => c
+            .image()
+            .topic_by_id(key.1)
+            .and_then(|t| t.partition(key.2))
+            .map(|p| p.leader_epoch),
+        None => b
+            .topics
+            .get_by_id(&key.1)
+            .and_then(|t| t.partition(key.2))
+            .map(|p| p.leader_epoch()),
+    }
+    .ok_or(ResponseError::UnknownTopicOrPartition)?;
     if leader_epoch > current {
         return Err(ResponseError::UnknownLeaderEpoch);
     }
@@ -72,7 +87,9 @@ fn error_message(e: ResponseError) -> Option<StrBytes> {
         ResponseError::FencedStateEpoch => {
             "the state epoch is older than the share-partition's (its state was reset)"
         }
-        ResponseError::UnsupportedVersion => "share-group state is served by standalone brokers",
+        ResponseError::NotCoordinator => {
+            "this node is not the share coordinator of the share-partition (it leads another part of __share_group_state)"
+        }
         ResponseError::InvalidRequest => {
             "an empty group id, a negative partition or offset, or a batch whose first offset is after its last"
         }
@@ -92,7 +109,7 @@ async fn durable(
 ) -> Vec<(usize, usize, ResponseError)> {
     let mut failed = Vec::new();
     for (t, p, w) in written {
-        if let Err(e) = b.shares.durable(&w).await {
+        if let Err(e) = b.shares.written_durable(&w).await {
             failed.push((t, p, e));
         }
     }

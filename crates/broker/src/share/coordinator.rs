@@ -56,30 +56,95 @@ struct Entry {
 pub struct ShareCoordinator {
     store: StateStore,
     states: Mutex<HashMap<SpKey, Entry>>,
+    /// State partitions taken over in a cluster, with the leader epoch they were loaded at.
+    led: Mutex<HashMap<usize, i32>>,
+}
+
+fn entry((k, snapshot): (SpKey, ShareSnapshot)) -> (SpKey, Entry) {
+    let leader_epoch = snapshot.leader_epoch;
+    (
+        k,
+        Entry {
+            snapshot,
+            leader_epoch,
+        },
+    )
 }
 
 impl ShareCoordinator {
-    /// A coordinator holding what `__share_group_state` holds, if it exists.
+    /// A standalone broker's coordinator, holding what `__share_group_state` holds, if it
+    /// exists.
     pub fn open(topics: &TopicRegistry) -> Result<Self, BrokerError> {
-        let store = StateStore::default();
-        let states = store
-            .load(topics)?
-            .into_iter()
-            .map(|(k, snapshot)| {
-                let leader_epoch = snapshot.leader_epoch;
-                (
-                    k,
-                    Entry {
-                        snapshot,
-                        leader_epoch,
-                    },
-                )
-            })
-            .collect();
+        let store = StateStore::new(false);
+        let states = store.load(topics)?.into_iter().map(entry).collect();
         Ok(Self {
             store,
             states: Mutex::new(states),
+            led: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// A cluster node's coordinator: it holds nothing until it leads state partitions
+    /// ([`ShareCoordinator::take_over`]).
+    pub fn clustered() -> Self {
+        Self {
+            store: StateStore::new(true),
+            states: Mutex::new(HashMap::new()),
+            led: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// This node now leads state partition `index` (of `count`): the states kept there are
+    /// rebuilt from its replica of the log, and this coordinator answers for them. Doing it
+    /// again at the same partition is a reload (a new leader epoch).
+    pub fn take_over(
+        &self,
+        index: usize,
+        count: usize,
+        partition: std::sync::Arc<crate::partition::Partition>,
+        epoch: i32,
+    ) -> Result<(), BrokerError> {
+        if self.led.lock().get(&index) == Some(&epoch) {
+            return Ok(());
+        }
+        let loaded = StateStore::load_partition(&partition)?;
+        let mut states = self.states.lock();
+        states.retain(|k, _| super::store::state_partition_for(k, count) != index);
+        let n = loaded.len();
+        states.extend(loaded.into_iter().map(entry));
+        self.store.hold(index, count, partition);
+        self.led.lock().insert(index, epoch);
+        tracing::info!(
+            partition = index,
+            epoch,
+            share_partitions = n,
+            "share coordinator of a state partition: rebuilt from the replicated log"
+        );
+        Ok(())
+    }
+
+    /// This node no longer leads state partition `index`: its states are the new leader's.
+    pub fn step_down(&self, index: usize) {
+        if !self.store.release(index) {
+            return;
+        }
+        self.led.lock().remove(&index);
+        let mut states = self.states.lock();
+        let before = states.len();
+        if let Some(count) = self.store.count() {
+            states.retain(|k, _| super::store::state_partition_for(k, count) != index);
+        }
+        tracing::info!(
+            partition = index,
+            share_partitions = before - states.len(),
+            "no longer the share coordinator of a state partition"
+        );
+    }
+
+    /// Whether this coordinator answers for the state of `key` now (standalone: always, once
+    /// the topic exists or can be created).
+    pub fn owns(&self, key: &SpKey) -> bool {
+        self.store.holds(key) || (!self.store.clustered() && self.store.count().is_none())
     }
 
     /// Every share-partition with state, optionally only those of `group`.

@@ -6,10 +6,19 @@
 //! share coordinator. One service holds the groups and the share-partitions it leads under one
 //! lock: the log reads of a ShareFetch are short, and acquiring under the same lock as the read
 //! keeps two members from being handed the same record. Their durable state goes through the
-//! share coordinator ([`ShareCoordinator`]), as a remote leader's would, with its fencing.
+//! share coordinator ([`ShareCoordinator`]), with its fencing.
+//!
+//! In a cluster the three roles are spread as in Kafka: a group's membership is on the leader
+//! of its `__consumer_offsets` partition, a share-partition is served by its data partition's
+//! leader, and its durable state is kept by the share coordinator leading its
+//! `__share_group_state` partition, on this node or another ([`StateRoute`]). The leader sends
+//! each share-partition's changes through its own lane, one at a time and in the order they
+//! were made, and answers a client only once its change is durable there; a new leader reads
+//! the state at its new leader epoch, which fences the old leader's writes.
 
 mod coordinator;
 pub mod group_configs;
+mod route;
 mod sessions;
 mod settings;
 mod store;
@@ -29,10 +38,11 @@ use spate_share::{
 };
 use tokio::sync::watch;
 
-pub use coordinator::{ShareCoordinator, StateWrite};
+pub use coordinator::{ShareCoordinator, StateSummary, StateWrite};
+pub use route::{Members, Persisted, StateRoute};
 pub use sessions::{Checked, TopicPartition};
 pub use settings::ShareSettings;
-pub use store::{SpKey, SHARE_STATE_LOG};
+pub use store::{state_partition_for, SpKey, CLUSTER_PARTITIONS, SHARE_STATE_LOG};
 
 use crate::error::BrokerError;
 use crate::groups::Written;
@@ -57,6 +67,10 @@ struct Tracked {
     /// The data partition's leader epoch when this broker took the share-partition on: its
     /// writes to the share coordinator carry it, so a later leader fences them.
     leader_epoch: i32,
+    /// In a cluster, the ordered lane its changes go to the share coordinator through.
+    lane: Option<route::Lane>,
+    /// Tells this taking-on from a later one (a lane's failure drops only its own).
+    generation: u64,
 }
 
 #[derive(Default)]
@@ -103,18 +117,33 @@ pub struct ShareService {
     /// Bumped whenever records may have become available again (released, expired, a member
     /// gone): parked ShareFetches look again.
     released: watch::Sender<u64>,
+    /// In a cluster, where durable state goes (set once the cluster runs).
+    route: std::sync::OnceLock<Arc<dyn StateRoute>>,
+    /// This service, for the lanes it spawns.
+    me: std::sync::OnceLock<Weak<Self>>,
+    /// One taking-on at a time per share-partition (a cluster's reads are remote).
+    taking: Mutex<HashMap<SpKey, Arc<tokio::sync::Mutex<()>>>>,
+    generations: std::sync::atomic::AtomicU64,
+    /// A group's members as its (remote) coordinator last described them, and when.
+    members: Mutex<HashMap<String, (std::time::Instant, Arc<Members>)>>,
 }
 
 impl ShareService {
-    /// A service resuming the durable state in `__share_group_state`, if any.
+    /// A service resuming the durable state in `__share_group_state`, if any. A cluster
+    /// node's (`clustered`) holds nothing until it leads partitions and state partitions.
     pub fn open(
         topics: &TopicRegistry,
         settings: ShareSettings,
         configs: group_configs::GroupConfigs,
         clock: SharedClock,
         fsync: bool,
+        clustered: bool,
     ) -> Result<Self, BrokerError> {
-        let coordinator = Arc::new(ShareCoordinator::open(topics)?);
+        let coordinator = Arc::new(if clustered {
+            ShareCoordinator::clustered()
+        } else {
+            ShareCoordinator::open(topics)?
+        });
         let durable = coordinator.keys(None);
         if !durable.is_empty() {
             tracing::info!(
@@ -138,7 +167,42 @@ impl ShareService {
             }),
             coordinator,
             released: watch::channel(0).0,
+            route: std::sync::OnceLock::new(),
+            me: std::sync::OnceLock::new(),
+            taking: Mutex::new(HashMap::new()),
+            generations: std::sync::atomic::AtomicU64::new(1),
+            members: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Cluster mode: durable state goes through `route` from now on.
+    pub fn set_route(self: &Arc<Self>, route: Arc<dyn StateRoute>) {
+        let _ = self.me.set(Arc::downgrade(self));
+        let _ = self.route.set(route);
+    }
+
+    /// Where durable state goes in a cluster (`None` standalone).
+    pub fn route(&self) -> Option<Arc<dyn StateRoute>> {
+        self.route.get().cloned()
+    }
+
+    /// Whether this service is a cluster node's (state may be on other nodes).
+    pub fn clustered(&self) -> bool {
+        self.route.get().is_some()
+    }
+
+    /// Drops the groups this node no longer coordinates (their offsets partition moved):
+    /// members find the new coordinator and join again there.
+    pub fn retain_groups(&self, keep: impl Fn(&str) -> bool) {
+        let mut st = self.state.lock();
+        let before = st.groups.len();
+        st.groups.retain(|id, _| keep(id));
+        if st.groups.len() != before {
+            tracing::info!(
+                groups = before - st.groups.len(),
+                "share groups handed over to another coordinator"
+            );
+        }
     }
 
     /// The share coordinator this broker runs (the share-group state APIs).
@@ -268,7 +332,7 @@ impl ShareService {
         topics: &TopicRegistry,
         key: &SpKey,
         offset: i64,
-    ) -> Result<Option<Written>, ResponseError> {
+    ) -> Result<Option<Persisted>, ResponseError> {
         let now = self.clock.monotonic_ms();
         let mut st = self.state.lock();
         let g = st
@@ -341,6 +405,20 @@ impl ShareService {
         Ok(())
     }
 
+    /// Cluster mode: removes an Empty share group from this coordinator (DeleteGroups); its
+    /// share-partitions' state is the caller's to delete from their share coordinators.
+    pub fn remove_empty_group(&self, group: &str) -> Result<(), ResponseError> {
+        let mut st = self.state.lock();
+        match st.groups.get(group) {
+            Some(g) if !g.is_empty() => Err(ResponseError::NonEmptyGroup),
+            Some(_) => {
+                st.groups.remove(group);
+                Ok(())
+            }
+            None => Err(ResponseError::GroupIdNotFound),
+        }
+    }
+
     /// Handles a ShareGroupHeartbeat; returns the answer and the durable writes it made
     /// (share-partitions initialized, locks of departed members released).
     pub fn heartbeat(
@@ -348,7 +426,7 @@ impl ShareService {
         topics: &TopicRegistry,
         group: &str,
         req: &HeartbeatRequest,
-    ) -> (Result<HeartbeatReply, HeartbeatError>, Vec<Written>) {
+    ) -> (Result<HeartbeatReply, HeartbeatError>, Vec<Persisted>) {
         let view = topics_view(topics);
         let now = self.clock.monotonic_ms();
         let mut st = self.state.lock();
@@ -375,7 +453,7 @@ impl ShareService {
         topics: &TopicRegistry,
         group: &str,
         events: Vec<GroupEvent>,
-    ) -> Vec<Written> {
+    ) -> Vec<Persisted> {
         let mut written = Vec::new();
         let now = self.clock.monotonic_ms();
         for e in events {
@@ -401,6 +479,9 @@ impl ShareService {
                         self.released.send_modify(|n| *n += 1);
                     }
                 }
+                // In a cluster the data partitions' leaders take their share-partitions on
+                // at the first fetch (their state may be on other nodes).
+                GroupEvent::PartitionsAssigned(_) if self.clustered() => {}
                 GroupEvent::PartitionsAssigned(assignment) => {
                     for (topic_id, parts) in assignment {
                         for p in parts {
@@ -418,34 +499,75 @@ impl ShareService {
     }
 
     /// The share-partition of `key`, resumed from its durable state or started at
-    /// `share.auto.offset.reset` (whose first state is written: returned).
+    /// `share.auto.offset.reset` (whose first state is written: returned). In a cluster it
+    /// must have been taken on ([`ShareService::take_on`]) at the partition's leader epoch.
     fn tracked(
         &self,
         st: &mut State,
         topics: &TopicRegistry,
         key: &SpKey,
-    ) -> Result<Option<Written>, ResponseError> {
+    ) -> Result<Option<Persisted>, ResponseError> {
+        let log = data_partition(topics, key)?;
+        let leader_epoch = log.leader_epoch();
+        if self.clustered() {
+            return match st.partitions.get(key) {
+                Some(t) if t.leader_epoch == leader_epoch => Ok(None),
+                _ => Err(ResponseError::NotLeaderOrFollower),
+            };
+        }
         if st.partitions.contains_key(key) {
             return Ok(None);
         }
-        let log = data_partition(topics, key)?;
-        let leader_epoch = log.leader_epoch();
+        let stored = self
+            .coordinator
+            .read(key, leader_epoch)?
+            .map(|snap| snap.partition_state());
+        let (part, fresh) = self.resume_or_start(key, &log, leader_epoch, stored);
+        let written = match fresh {
+            Some((state_epoch, start)) => Some(Persisted::Local(self.coordinator.initialize(
+                topics,
+                key,
+                state_epoch,
+                start,
+                self.clock.now_ms(),
+            )?)),
+            None => None,
+        };
+        st.partitions.insert(
+            key.clone(),
+            Tracked {
+                part,
+                leader_epoch,
+                lane: None,
+                generation: 0,
+            },
+        );
+        Ok(written)
+    }
+
+    /// The share-partition resumed from `stored`, or started afresh at
+    /// `share.auto.offset.reset` with the (state epoch, start offset) to initialize.
+    fn resume_or_start(
+        &self,
+        key: &SpKey,
+        log: &Partition,
+        leader_epoch: i32,
+        stored: Option<spate_share::PartitionState>,
+    ) -> (SharePartition, Option<(i32, i64)>) {
         let config = self.settings.partition;
         // A state this broker cannot use is started afresh under the next state epoch, which
         // the coordinator takes over the old one.
         let mut state_epoch = 0;
-        if let Some(snap) = self.coordinator.read(key, leader_epoch)? {
-            match SharePartition::from_state(config, &snap.partition_state()) {
+        if let Some(stored) = stored {
+            match SharePartition::from_state(config, &stored) {
                 Ok(mut part) => {
                     part.set_leader_epoch(leader_epoch);
                     part.update_log_start(log.log_start_offset());
-                    st.partitions
-                        .insert(key.clone(), Tracked { part, leader_epoch });
-                    return Ok(None);
+                    return (part, None);
                 }
                 Err(e) => {
                     tracing::warn!(group = %key.0, partition = key.2, error = %e, "unusable share-partition state; starting afresh");
-                    state_epoch = snap.state_epoch.saturating_add(1);
+                    state_epoch = stored.state_epoch.saturating_add(1);
                 }
             }
         }
@@ -475,34 +597,161 @@ impl ShareService {
         part.set_leader_epoch(leader_epoch);
         // The first state is the start offset alone.
         let _ = part.take_changes();
-        let now = self.clock.now_ms();
-        let written = self.coordinator.initialize(
-            topics,
-            key,
-            part.state_epoch(),
-            part.start_offset(),
-            now,
-        )?;
-        st.partitions
-            .insert(key.clone(), Tracked { part, leader_epoch });
-        Ok(Some(written))
+        let init = (part.state_epoch(), part.start_offset());
+        (part, Some(init))
+    }
+
+    /// Cluster mode: takes the share-partition of `key` on as its data partition's leader,
+    /// reading its state from its share coordinator at this leader epoch (which fences any
+    /// earlier leader's writes), or initializing it there. Done once per leader epoch;
+    /// standalone there is nothing to do.
+    pub async fn take_on(&self, topics: &TopicRegistry, key: &SpKey) -> Result<(), ResponseError> {
+        let Some(route) = self.route.get().cloned() else {
+            return Ok(());
+        };
+        let log = data_partition(topics, key)?;
+        let epoch = log.leader_epoch();
+        let taken = |svc: &Self| {
+            svc.state
+                .lock()
+                .partitions
+                .get(key)
+                .is_some_and(|t| t.leader_epoch == epoch)
+        };
+        if taken(self) {
+            return Ok(());
+        }
+        let gate = self.taking.lock().entry(key.clone()).or_default().clone();
+        let _one = gate.lock().await;
+        if taken(self) {
+            return Ok(());
+        }
+        let stored = route.read(key.clone(), epoch).await.map_err(|e| match e {
+            // A newer leader has read the state: this node is not the leader any more.
+            ResponseError::FencedLeaderEpoch => ResponseError::NotLeaderOrFollower,
+            e => e,
+        })?;
+        let (part, fresh) = self.resume_or_start(key, &log, epoch, stored);
+        if let Some((state_epoch, start)) = fresh {
+            route
+                .initialize(key.clone(), state_epoch, start)
+                .await
+                .inspect_err(|e| {
+                    tracing::warn!(group = %key.0, partition = key.2, error = ?e, "cannot initialize share-partition state");
+                })?;
+        }
+        if log.role() == Role::Follower || log.leader_epoch() != epoch {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
+        let generation = self
+            .generations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let lane = route::Lane::spawn(
+            route,
+            self.me.get().cloned().unwrap_or_default(),
+            key.clone(),
+            generation,
+        );
+        let resumed = fresh.is_none();
+        self.state.lock().partitions.insert(
+            key.clone(),
+            Tracked {
+                part,
+                leader_epoch: epoch,
+                lane: Some(lane),
+                generation,
+            },
+        );
+        tracing::info!(group = %key.0, partition = key.2, leader_epoch = epoch, resumed, "share-partition taken on");
+        // Records it had in flight under an older leader are available again.
+        self.released.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    /// A lane's write failed: what is in memory is no longer what is durable, so the
+    /// share-partition is dropped and read again at its next use.
+    fn lane_failed(&self, key: &SpKey, generation: u64, error: ResponseError) {
+        let mut st = self.state.lock();
+        if st
+            .partitions
+            .get(key)
+            .is_some_and(|t| t.generation == generation)
+        {
+            st.partitions.remove(key);
+            tracing::info!(group = %key.0, partition = key.2, error = ?error, "share-partition state not written; reading it again at its next use");
+            drop(st);
+            self.released.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// The members of `group` and their subscriptions as the group's coordinator on another
+    /// node knows them (`None`: this node coordinates it, or there is no cluster). A member
+    /// not in what was last seen, or a view older than a second, asks again.
+    pub async fn remote_members(
+        &self,
+        group: &str,
+        member: &str,
+        local: bool,
+    ) -> Result<Option<Arc<Members>>, ResponseError> {
+        let Some(route) = self.route.get().cloned() else {
+            return Ok(None);
+        };
+        if local {
+            return Ok(None);
+        }
+        if let Some((at, m)) = self.members.lock().get(group) {
+            if at.elapsed() < Duration::from_secs(1) && m.contains_key(member) {
+                return Ok(Some(m.clone()));
+            }
+        }
+        let m = Arc::new(route.members(group.to_string()).await?);
+        let mut cache = self.members.lock();
+        // Bounded: a node serves the groups whose members fetch from it.
+        if cache.len() > 10_000 {
+            cache.retain(|_, (at, _)| at.elapsed() < Duration::from_secs(10));
+        }
+        cache.insert(group.to_string(), (std::time::Instant::now(), m.clone()));
+        Ok(Some(m))
     }
 
     /// Sends what changed in the share-partition's durable state to the share coordinator.
     /// A write the coordinator fences (a newer leader, or the state reset under it) drops the
     /// share-partition from memory: the next use reads the coordinator's state again. The
-    /// error is the caller's to answer with: what it changed is not durable.
+    /// error is the caller's to answer with: what it changed is not durable. In a cluster the
+    /// change goes into the share-partition's lane and its outcome comes later.
     fn persist(
         &self,
         st: &mut State,
         topics: &TopicRegistry,
         key: &SpKey,
-    ) -> Result<Option<Written>, ResponseError> {
+    ) -> Result<Option<Persisted>, ResponseError> {
         let Some(t) = st.partitions.get_mut(key) else {
             return Ok(None);
         };
         let now = self.clock.now_ms();
-        let outcome = match t.part.take_changes() {
+        let change = t.part.take_changes();
+        if let Some(lane) = &t.lane {
+            let op = match change {
+                StateChange::Unchanged => return Ok(None),
+                StateChange::Update {
+                    start_offset,
+                    batches,
+                } => route::LaneOp::Write(StateWrite {
+                    state_epoch: t.part.state_epoch(),
+                    leader_epoch: t.leader_epoch,
+                    start_offset: start_offset.unwrap_or(-1),
+                    batches,
+                }),
+                StateChange::Snapshot(state) => route::LaneOp::Reset(StateWrite {
+                    state_epoch: state.state_epoch,
+                    leader_epoch: t.leader_epoch,
+                    start_offset: state.start_offset,
+                    batches: state.batches,
+                }),
+            };
+            return Ok(Some(lane.send(op)));
+        }
+        let outcome = match change {
             StateChange::Unchanged => return Ok(None),
             StateChange::Update {
                 start_offset,
@@ -537,7 +786,7 @@ impl ShareService {
                 }),
         };
         match outcome {
-            Ok(w) => Ok(Some(w)),
+            Ok(w) => Ok(Some(Persisted::Local(w))),
             Err(e @ (ResponseError::FencedLeaderEpoch | ResponseError::FencedStateEpoch)) => {
                 tracing::info!(group = %key.0, partition = key.2, error = ?e, "share-partition state fenced by the share coordinator; reading it again");
                 st.partitions.remove(key);
@@ -551,21 +800,24 @@ impl ShareService {
     }
 
     /// Checks a member's share session for a ShareFetch (or, with `ack_only`, a
-    /// ShareAcknowledge) and returns what to do and which partitions the session fetches.
+    /// ShareAcknowledge) and returns what to do and which partitions the session fetches:
+    /// `changes` are the partitions the fetch adds and those it forgets. The member is known
+    /// to this node's group coordinator, or to `remote` (the group's members on another node).
     pub fn session(
         &self,
-        group: &str,
-        member: &str,
-        epoch: i32,
+        (group, member, epoch): (&str, &str, i32),
         ack_only: bool,
-        added: Vec<TopicPartition>,
-        forgotten: Vec<TopicPartition>,
+        (added, forgotten): (Vec<TopicPartition>, Vec<TopicPartition>),
+        remote: Option<&Members>,
     ) -> Result<(Checked, Vec<TopicPartition>), ResponseError> {
         let mut st = self.state.lock();
-        let known = st
-            .groups
-            .get(group)
-            .is_some_and(|g| g.describe().members.iter().any(|m| m.member_id == member));
+        let known = match remote {
+            Some(m) => m.contains_key(member),
+            None => st
+                .groups
+                .get(group)
+                .is_some_and(|g| g.describe().members.iter().any(|m| m.member_id == member)),
+        };
         if !known {
             st.sessions.close(group, member);
             return Err(ResponseError::UnknownMemberId);
@@ -584,7 +836,12 @@ impl ShareService {
 
     /// Closes a member's share session, releasing what it holds (ShareFetch or
     /// ShareAcknowledge with epoch -1).
-    pub fn close_session(&self, topics: &TopicRegistry, group: &str, member: &str) -> Vec<Written> {
+    pub fn close_session(
+        &self,
+        topics: &TopicRegistry,
+        group: &str,
+        member: &str,
+    ) -> Vec<Persisted> {
         let mut st = self.state.lock();
         st.sessions.close(group, member);
         let now = self.clock.monotonic_ms();
@@ -615,10 +872,14 @@ impl ShareService {
         group: &str,
         member: &str,
         topic: &uuid::Uuid,
+        remote: Option<&Members>,
     ) -> bool {
         let Some(name) = topics.get_by_id(topic).map(|t| t.name.clone()) else {
             return false;
         };
+        if let Some(m) = remote {
+            return m.get(member).is_some_and(|topics| topics.contains(&name));
+        }
         let st = self.state.lock();
         st.groups.get(group).is_some_and(|g| {
             g.describe()
@@ -635,7 +896,7 @@ impl ShareService {
         key: &SpKey,
         member: &str,
         batches: &[AckBatch],
-    ) -> Result<Option<Written>, ResponseError> {
+    ) -> Result<Option<Persisted>, ResponseError> {
         let now = self.clock.monotonic_ms();
         let mut st = self.state.lock();
         let mut written = self.tracked(&mut st, topics, key)?;
@@ -666,7 +927,7 @@ impl ShareService {
         member: &str,
         max_records: u32,
         max_bytes: usize,
-    ) -> Result<(Acquired, Option<Written>), ResponseError> {
+    ) -> Result<(Acquired, Option<Persisted>), ResponseError> {
         let now = self.clock.monotonic_ms();
         let settings = self.settings_for(&key.0);
         let log = data_partition(topics, key)?;
@@ -761,8 +1022,23 @@ impl ShareService {
         self.released.subscribe()
     }
 
-    /// Waits until a write is as durable as a produce ack (see `GroupService::durable`).
+    /// Waits until a change is as durable as a produce ack (see `GroupService::durable`):
+    /// in the local log, or with the share coordinator on another node.
     pub fn durable(
+        &self,
+        persisted: Persisted,
+    ) -> impl std::future::Future<Output = Result<(), ResponseError>> + Send + 'static {
+        let fsync = self.fsync;
+        async move {
+            match persisted {
+                Persisted::Local(w) => crate::groups::wait_committed(&w, fsync).await,
+                Persisted::Remote(rx) => rx.await.unwrap_or(Err(ResponseError::UnknownServerError)),
+            }
+        }
+    }
+
+    /// Waits until a write to this broker's own state log is as durable as a produce ack.
+    pub fn written_durable(
         &self,
         written: &Written,
     ) -> impl std::future::Future<Output = Result<(), ResponseError>> + Send + 'static {

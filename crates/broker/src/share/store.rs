@@ -5,6 +5,12 @@
 //! topic is compacted, which keeps only the latest record of a key, so only self-contained
 //! records survive cleaning. Deltas (`ShareUpdate`) written by others are still understood on
 //! replay.
+//!
+//! A share-partition's state lives in the state partition its key hashes to, as in Kafka
+//! ([`state_partition_for`]). Standalone, the topic has one partition and this broker holds
+//! it. In a cluster it has [`CLUSTER_PARTITIONS`], replicated like `__consumer_offsets`, and
+//! the store writes only to the partitions this node leads (handed over by the share
+//! coordinator's take-over).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,23 +30,62 @@ use crate::registry::TopicRegistry;
 /// The internal topic holding share-group state, as Kafka names it.
 pub const SHARE_STATE_LOG: &str = "__share_group_state";
 
-/// One partition: a standalone broker is the share coordinator of every share-partition, so
-/// spreading the state over several partitions would buy nothing.
-const PARTITIONS: i32 = 1;
+/// One partition standalone: a standalone broker is the share coordinator of every
+/// share-partition, so spreading the state over several partitions would buy nothing.
+const STANDALONE_PARTITIONS: i32 = 1;
+/// Partitions of the state topic in a cluster, Kafka's
+/// `share.coordinator.state.topic.num.partitions` default: the share coordinators' work is
+/// spread over the nodes leading them.
+pub const CLUSTER_PARTITIONS: i32 = 50;
 /// Segment size of the state topic (Kafka's `share.coordinator.state.topic.segment.bytes`).
 const SEGMENT_BYTES: u64 = 100 << 20;
 
 /// Which share-partition: (group id, topic id, partition index).
 pub type SpKey = (String, uuid::Uuid, i32);
 
-/// Reads and writes `__share_group_state`.
+/// The state partition (of `count`) holding the state of `key`: Kafka's share coordinator
+/// key `group:topicId:partition` (the topic id in Kafka's base64 text), its Java hash made
+/// non-negative as Kafka's `Utils.abs`, modulo the count.
+pub fn state_partition_for(key: &SpKey, count: usize) -> usize {
+    use base64::Engine;
+    let topic = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.1.as_bytes());
+    let text = format!("{}:{}:{}", key.0, topic, key.2);
+    let mut h: i32 = 0;
+    for unit in text.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    let positive = if h == i32::MIN { 0 } else { h.unsigned_abs() };
+    positive as usize % count.max(1)
+}
+
+/// The state partitions this store writes to: all of them standalone, those this node leads
+/// in a cluster.
 #[derive(Default)]
+struct Held {
+    /// The topic's partition count (0: not known yet).
+    count: usize,
+    parts: HashMap<usize, Arc<Partition>>,
+}
+
+/// Reads and writes `__share_group_state`.
 pub struct StateStore {
-    partition: Mutex<Option<Arc<Partition>>>,
+    held: Mutex<Held>,
+    /// A cluster creates the topic through its controller and hands partitions over as this
+    /// node comes to lead them; standalone, the store creates it on first use.
+    clustered: bool,
 }
 
 impl StateStore {
-    /// Every share-partition's latest durable state, from the topic if it exists.
+    /// An empty store; `clustered` as in [`StateStore::clustered`].
+    pub fn new(clustered: bool) -> Self {
+        Self {
+            held: Mutex::new(Held::default()),
+            clustered,
+        }
+    }
+
+    /// Every share-partition's latest durable state, from the topic if it exists
+    /// (standalone: every partition is this broker's).
     pub fn load(
         &self,
         topics: &TopicRegistry,
@@ -49,13 +94,55 @@ impl StateStore {
             return Ok(HashMap::new());
         };
         let mut out = HashMap::new();
+        let mut held = self.held.lock();
+        held.count = topic.partition_count().max(0) as usize;
         for p in topic.partitions() {
             replay(&p, &mut out)?;
-            if p.index == 0 {
-                *self.partition.lock() = Some(p);
-            }
+            held.parts.insert(p.index.max(0) as usize, p);
         }
         Ok(out)
+    }
+
+    /// The states kept in one partition (a cluster node taking over its leadership).
+    pub fn load_partition(p: &Partition) -> Result<HashMap<SpKey, ShareSnapshot>, BrokerError> {
+        let mut out = HashMap::new();
+        replay(p, &mut out)?;
+        Ok(out)
+    }
+
+    /// Writes to partition `index` (of `count`) go to `p` from now on.
+    pub fn hold(&self, index: usize, count: usize, p: Arc<Partition>) {
+        let mut held = self.held.lock();
+        if held.count != count {
+            held.count = count;
+            held.parts.retain(|i, _| *i < count);
+        }
+        held.parts.insert(index, p);
+    }
+
+    /// Partition `index` is no longer written here.
+    pub fn release(&self, index: usize) -> bool {
+        self.held.lock().parts.remove(&index).is_some()
+    }
+
+    /// The topic's partition count, once known.
+    pub fn count(&self) -> Option<usize> {
+        let n = self.held.lock().count;
+        (n > 0).then_some(n)
+    }
+
+    /// Whether this store is a cluster node's.
+    pub fn clustered(&self) -> bool {
+        self.clustered
+    }
+
+    /// Whether the state of `key` is written here now.
+    pub fn holds(&self, key: &SpKey) -> bool {
+        let held = self.held.lock();
+        held.count > 0
+            && held
+                .parts
+                .contains_key(&state_partition_for(key, held.count))
     }
 
     /// Appends `snapshot` as the state of `key`; creates the topic on first use.
@@ -87,7 +174,7 @@ impl StateStore {
         value: Option<Bytes>,
         now: i64,
     ) -> Result<Written, ResponseError> {
-        let partition = self.partition(topics)?;
+        let partition = self.partition(topics, key)?;
         let record_key = ShareRecordKey::Snapshot(ShareStateKey {
             group_id: key.0.clone(),
             topic_id: key.1,
@@ -127,33 +214,43 @@ impl StateStore {
         }
     }
 
-    fn partition(&self, topics: &TopicRegistry) -> Result<Arc<Partition>, ResponseError> {
-        let mut held = self.partition.lock();
-        if let Some(p) = held.as_ref() {
-            return Ok(p.clone());
+    fn partition(
+        &self,
+        topics: &TopicRegistry,
+        key: &SpKey,
+    ) -> Result<Arc<Partition>, ResponseError> {
+        let mut held = self.held.lock();
+        if held.count == 0 && !self.clustered {
+            let topic = match topics.get(SHARE_STATE_LOG) {
+                Some(t) => t,
+                None => match topics.create(
+                    SHARE_STATE_LOG,
+                    STANDALONE_PARTITIONS,
+                    crate::groups::offsets_topic_config(SEGMENT_BYTES),
+                    false,
+                ) {
+                    Ok(Some(t)) => t,
+                    Ok(None) | Err(_) => topics
+                        .get(SHARE_STATE_LOG)
+                        .ok_or(ResponseError::CoordinatorNotAvailable)?,
+                },
+            };
+            held.count = topic.partition_count().max(0) as usize;
+            for p in topic.partitions() {
+                held.parts.insert(p.index.max(0) as usize, p);
+            }
         }
-        let topic = match topics.get(SHARE_STATE_LOG) {
-            Some(t) => t,
-            None => match topics.create(
-                SHARE_STATE_LOG,
-                PARTITIONS,
-                crate::groups::offsets_topic_config(SEGMENT_BYTES),
-                false,
-            ) {
-                Ok(Some(t)) => t,
-                Ok(None) | Err(_) => topics
-                    .get(SHARE_STATE_LOG)
-                    .ok_or(ResponseError::CoordinatorNotAvailable)?,
-            },
-        };
-        let p = topic
-            .partitions()
-            .into_iter()
-            .find(|p| p.index == 0)
+        if held.count == 0 {
+            return Err(ResponseError::CoordinatorNotAvailable);
+        }
+        let index = state_partition_for(key, held.count);
+        // A partition handed over but since deposed is not written: the new leader's
+        // coordinator owns the state.
+        held.parts
+            .get(&index)
             .filter(|p| p.role() != Role::Follower)
-            .ok_or(ResponseError::CoordinatorNotAvailable)?;
-        *held = Some(p.clone());
-        Ok(p)
+            .cloned()
+            .ok_or(ResponseError::NotCoordinator)
     }
 }
 

@@ -63,6 +63,7 @@ fn fixture_with(timestamps: &[i64], settings: ShareSettings) -> Fixture {
         GroupConfigs::in_memory(),
         clock.clone(),
         false,
+        false,
     )
     .unwrap();
     Fixture {
@@ -81,6 +82,7 @@ fn reopen(f: &Fixture) -> ShareService {
         settings(),
         GroupConfigs::in_memory(),
         f.clock.clone(),
+        false,
         false,
     )
     .unwrap()
@@ -192,7 +194,7 @@ fn a_state_the_broker_cannot_use_starts_afresh_under_a_newer_state_epoch() {
             delivery_count: 1,
         }],
     };
-    store::StateStore::default()
+    store::StateStore::new(false)
         .write(&f.topics, &key(&f), &bad, 0)
         .unwrap();
     let svc = reopen(&f);

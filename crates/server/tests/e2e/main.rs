@@ -27,5 +27,6 @@ mod quotas;
 mod search;
 mod security;
 mod share_groups;
+mod share_groups_cluster;
 mod telemetry;
 mod transactions;
