@@ -39,7 +39,7 @@ THIRD=$((RECORDS / 3))    # production pauses after v-THIRD until the coordinato
 NODES_DIR="$(dirname "$(dirname "$SPATE_LOG")")"   # with-spate-cluster.sh: NODES_DIR/nodeN/spate.log
 WORK="$(mktemp -d)"
 PIDS=()
-declare -A WPID=()
+declare -A WPID=() AT_KILL=()
 cleanup() {
   touch "$WORK/stop" "$WORK/killed" 2>/dev/null || true
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
@@ -92,9 +92,14 @@ leader_of() { # DESCRIBE PARTITION
     if (pp == p) { print l; exit } }' <<<"$1"
 }
 describe_topic() { tool kafka-topics --bootstrap-server "$B" --describe --topic "$1" || true; }
-counts() { # accepted per member
-  local w sep=""
-  for w in w1 w2 w3; do printf '%s%s: %s' "$sep" "$w" "$(grep -c '^accepted' "$WORK/$w.out" || true)"; sep=", "; done
+counts() { # accepted per member [and since the kill]
+  local w sep="" n
+  for w in w1 w2 w3; do
+    n="$(grep -c '^accepted' "$WORK/$w.out" || true)"
+    printf '%s%s: %s' "$sep" "$w" "$n"
+    [[ -n "${AT_KILL[$w]:-}" ]] && printf ' (%s after the kill)' "$((n - AT_KILL[$w]))"
+    sep=", "
+  done
 }
 accepted() { cat "$WORK"/w1.out "$WORK"/w2.out "$WORK"/w3.out 2>/dev/null | awk '$1=="accepted"{print $2}'; }
 naccepted() { accepted | sort -u | wc -l; }
@@ -205,6 +210,7 @@ group_coord="$(shares --describe --group "$GROUP" --state | awk -v g="$GROUP" '$
 also=""
 [[ "$data_leader" == "$coord" ]] && also+="; it also leads $TOPIC 0 (the share-partition's leader)"
 [[ "$group_coord" == "$coord" ]] && also+="; it also coordinates the group"
+for w in w1 w2 w3; do AT_KILL[$w]="$(grep -c '^accepted' "$WORK/$w.out" || true)"; done
 kill -9 "$pid"
 touch "$WORK/killed"
 T_KILL=$SECONDS

@@ -198,6 +198,10 @@ pub struct MetadataImage {
     /// name: `""` is the cluster-wide default, `"3"` broker 3.
     #[serde(default)]
     pub(crate) broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Share group configs (Kafka's `kafka-configs --entity-type groups`), by group id: every
+    /// node serves share-partitions of any group, so every node needs them.
+    #[serde(default)]
+    pub(crate) group_configs: BTreeMap<String, BTreeMap<String, String>>,
     /// Brokers removed by decommissioning: they may not register again until re-admitted
     /// (`ReadmitBroker`, which adding a node proposes).
     #[serde(default)]
@@ -437,6 +441,15 @@ pub enum MetadataCommand {
         /// Keys to remove.
         remove: Vec<String>,
     },
+    /// Set and remove one share group's configs (values validated by the proposer).
+    AlterGroupConfigs {
+        /// The group id.
+        group: String,
+        /// Keys to set.
+        set: BTreeMap<String, String>,
+        /// Keys to remove.
+        remove: Vec<String>,
+    },
     /// Set and remove one entity's client quotas (already validated).
     AlterClientQuotas {
         /// Who the quotas are for.
@@ -543,6 +556,8 @@ pub enum CommandOutcome {
     BrokerReadmitted,
     /// Broker configs changed.
     BrokerConfigsAltered,
+    /// A group's configs changed.
+    GroupConfigsAltered,
     /// Client quotas changed.
     ClientQuotasAltered,
     /// SCRAM credentials changed (or already as asked).
@@ -865,6 +880,7 @@ impl MetadataImage {
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
             broker_configs: BTreeMap::new(),
+            group_configs: BTreeMap::new(),
             retired: BTreeSet::new(),
             cluster_id: None,
             client_quotas: QuotaTable::default(),
@@ -941,6 +957,11 @@ impl MetadataImage {
     /// Dynamic broker configs by resource (`""` cluster default, `"<id>"` one broker).
     pub fn broker_configs(&self) -> &BTreeMap<String, BTreeMap<String, String>> {
         &self.broker_configs
+    }
+
+    /// Share group configs by group id.
+    pub fn group_configs(&self) -> &BTreeMap<String, BTreeMap<String, String>> {
+        &self.group_configs
     }
 
     /// The dynamic value of broker config `key` for `broker`: its own, else the cluster
@@ -1111,6 +1132,9 @@ impl MetadataImage {
                 set,
                 remove,
             } => self.alter_broker_configs(resource, set, remove),
+            MetadataCommand::AlterGroupConfigs { group, set, remove } => {
+                self.alter_group_configs(group, set, remove)
+            }
             MetadataCommand::AlterClientQuotas {
                 entity,
                 set,

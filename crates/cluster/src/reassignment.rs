@@ -335,6 +335,36 @@ impl MetadataImage {
         }
         Ok(CommandOutcome::BrokerConfigsAltered)
     }
+
+    pub(crate) fn alter_group_configs(
+        &mut self,
+        group: &str,
+        set: &BTreeMap<String, String>,
+        remove: &[String],
+    ) -> CommandResult {
+        if group.is_empty() {
+            return Err(CommandError::InvalidRequest {
+                reason: "the group id is empty".into(),
+            });
+        }
+        validate_config_keys(set.keys().chain(remove.iter()))?;
+        if let Some(key) = remove.iter().find(|k| set.contains_key(k.as_str())) {
+            return Err(CommandError::InvalidConfig {
+                reason: format!("key {key:?} is both set and removed"),
+            });
+        }
+        let configs = self.group_configs.entry(group.to_owned()).or_default();
+        for key in remove {
+            configs.remove(key);
+        }
+        for (k, v) in set {
+            configs.insert(k.clone(), v.clone());
+        }
+        if configs.is_empty() {
+            self.group_configs.remove(group);
+        }
+        Ok(CommandOutcome::GroupConfigsAltered)
+    }
 }
 
 fn bump_if(epoch: i32, changed: bool) -> i32 {

@@ -619,6 +619,40 @@ impl Cluster {
         })
     }
 
+    /// Sets and removes one share group's configs through the quorum, and waits until this
+    /// node applied them (a describe right after reads them). Runs on the blocking pool.
+    pub(crate) fn set_group_configs(
+        &self,
+        group: &str,
+        set: BTreeMap<String, String>,
+        remove: Vec<String>,
+    ) -> Result<(), TopicError> {
+        let cmd = MetadataCommand::AlterGroupConfigs {
+            group: group.to_owned(),
+            set: set.clone(),
+            remove: remove.clone(),
+        };
+        tokio::runtime::Handle::current().block_on(async {
+            self.propose(cmd).await.map_err(|e| {
+                TopicError::new(
+                    ResponseError::try_from_code(e.kafka_error_code())
+                        .unwrap_or(ResponseError::UnknownServerError),
+                    e.to_string(),
+                )
+            })?;
+            self.wait_reconciled(RECONCILE_WAIT_MAX, |image| {
+                let now = image.group_configs().get(group);
+                set.iter()
+                    .all(|(k, v)| now.and_then(|c| c.get(k)) == Some(v))
+                    && remove
+                        .iter()
+                        .all(|k| now.is_none_or(|c| !c.contains_key(k)))
+            })
+            .await;
+            Ok(())
+        })
+    }
+
     /// Sets and removes one entity's client quotas through the quorum; waits for the commit
     /// (runs on the blocking pool). Every node applies them from its metadata image.
     pub(crate) fn alter_client_quotas(

@@ -635,6 +635,13 @@ async fn reconcile_loop(cluster: std::sync::Weak<Cluster>) {
                 }
             }
         }
+        // Applied with every image (not only those changing topics), before it counts as
+        // applied: a describe after an alter waits for that.
+        cluster
+            .local
+            .shares
+            .group_configs()
+            .replace_all(image.group_configs());
         cluster.reconciled.send_replace(Some(image.clone()));
         cluster
             .local

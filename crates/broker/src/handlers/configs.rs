@@ -315,16 +315,10 @@ pub(crate) fn cluster_broker_entries(
     Ok(entries)
 }
 
-/// A share group's configs: those it sets, and the defaults of the rest. Share groups are
-/// served by standalone brokers only, so a cluster has no group configs.
+/// A share group's configs: those it sets, and the defaults of the rest. In a cluster they
+/// are the metadata's, which every node applies.
 fn group_entries(b: &Broker, group: &str) -> Result<Vec<Entry>, (ResponseError, String)> {
     use crate::share::group_configs::DEFINITIONS;
-    if crate::handlers::share_groups::clustered(b) {
-        return Err((
-            ResponseError::InvalidRequest,
-            "group configs are not replicated across a cluster yet: set them per broker with --group-share-* flags".to_string(),
-        ));
-    }
     let set = b.shares.group_configs().get(group);
     let base = b.shares.settings();
     Ok(DEFINITIONS
@@ -357,12 +351,6 @@ fn alter_group_configs(
     validate_only: bool,
 ) -> Result<(), TopicError> {
     use crate::share::group_configs::ChangeError;
-    if crate::handlers::share_groups::clustered(b) {
-        return Err(TopicError::new(
-            ResponseError::InvalidRequest,
-            "group configs are not replicated across a cluster yet: set them per broker with --group-share-* flags",
-        ));
-    }
     let mut changes = Vec::new();
     for c in &r.configs {
         let key = c.name.to_string();
@@ -391,13 +379,36 @@ fn alter_group_configs(
             }
         }
     }
+    let refused = |e| match e {
+        ChangeError::Invalid(m) => TopicError::new(ResponseError::InvalidConfig, m),
+        ChangeError::Storage(m) => TopicError::new(ResponseError::KafkaStorageError, m),
+    };
+    let group = r.resource_name.as_str();
+    let Some(c) = b.cluster.get() else {
+        return b
+            .shares
+            .group_configs()
+            .change(group, &changes, validate_only)
+            .map_err(refused);
+    };
+    // A cluster's group configs are in its metadata: checked here, then proposed.
     b.shares
         .group_configs()
-        .change(r.resource_name.as_str(), &changes, validate_only)
-        .map_err(|e| match e {
-            ChangeError::Invalid(m) => TopicError::new(ResponseError::InvalidConfig, m),
-            ChangeError::Storage(m) => TopicError::new(ResponseError::KafkaStorageError, m),
-        })
+        .change(group, &changes, true)
+        .map_err(refused)?;
+    if validate_only {
+        return Ok(());
+    }
+    let set = changes
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_ref()?.trim().to_string())))
+        .collect();
+    let remove = changes
+        .iter()
+        .filter(|(_, v)| v.is_none())
+        .map(|(k, _)| k.clone())
+        .collect();
+    c.set_group_configs(group, set, remove)
 }
 
 /// Answers DescribeConfigs.

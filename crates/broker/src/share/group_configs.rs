@@ -178,6 +178,15 @@ impl GroupConfigs {
         Ok(())
     }
 
+    /// Cluster mode: the configs are those of the cluster's metadata (`values`), which
+    /// every node applies; nothing is kept in the data dir.
+    pub fn replace_all(&self, values: &BTreeMap<String, BTreeMap<String, String>>) {
+        let mut held = self.values.lock();
+        if *held != *values {
+            *held = values.clone();
+        }
+    }
+
     /// `base` with `group`'s configs applied.
     pub fn settings_for(&self, group: &str, base: &ShareSettings) -> ShareSettings {
         let mut s = *base;

@@ -510,7 +510,7 @@ async fn read_committed_share_groups_stop_at_the_lso_and_never_see_aborted_recor
 }
 
 /// IncrementalAlterConfigs of group `group`'s configs: the resource's error code.
-fn alter_group_configs(raw: &mut Raw, group: &str, set: &[(&str, Option<&str>)]) -> i16 {
+pub(crate) fn alter_group_configs(raw: &mut Raw, group: &str, set: &[(&str, Option<&str>)]) -> i16 {
     use kafka_protocol::messages::incremental_alter_configs_request::{
         AlterConfigsResource, AlterableConfig,
     };
@@ -534,7 +534,7 @@ fn alter_group_configs(raw: &mut Raw, group: &str, set: &[(&str, Option<&str>)])
 }
 
 /// DescribeConfigs of group `group`: (name, value, source) of each config.
-fn describe_group_configs(raw: &mut Raw, group: &str) -> Vec<(String, String, i8)> {
+pub(crate) fn describe_group_configs(raw: &mut Raw, group: &str) -> Vec<(String, String, i8)> {
     describe_configs(raw, 32, group)
 }
 

@@ -1,7 +1,8 @@
 //! KIP-932 share groups on a three-node cluster: membership on the group's coordinator,
 //! ShareFetch and ShareAcknowledge on the data partition's leader, the durable state with the
 //! share coordinator leading the key's `__share_group_state` partition. Both the share
-//! coordinator's node and then the data leader's are killed with kill -9 mid-run.
+//! coordinator's node and then the data leader's are killed with kill -9 mid-run; the group
+//! starts at the earliest through a group config set on one node and applied by all.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use uuid::Uuid;
 
 use crate::cluster::{create_replicated, ThreeNodes};
 use crate::harness::{producer, Raw};
+use crate::share_groups::{alter_group_configs, describe_group_configs};
 
 const ACCEPT: i8 = 1;
 const UNKNOWN_MEMBER_ID: i16 = 25;
@@ -304,12 +306,8 @@ async fn share_groups_in_a_cluster_survive_kill_9_of_the_share_coordinator_and_o
         .expect("a group with its three roles on three nodes");
     let gc = coordinator_of(&c, leader, &group);
     let (gc_addr, leader_addr) = (c.node(gc).addr.clone(), c.node(leader).addr.clone());
-    let mut a = Member::join(&gc_addr, &leader_addr, &group, "member-a", "shq");
-    // The first fetch takes the share-partition on at the log end (latest), creating the
-    // state topic.
-    let (ranges, _, error) = a.fetch(100, &[]);
-    assert!(ranges.is_empty());
-    assert_eq!(error, 0, "the first share fetch");
+    // Records produced before the group exists; the group starts at the earliest, a group
+    // config set through one node and seen by every other (the cluster's metadata).
     let p = producer(&bootstrap, &[("acks", "all")]);
     for i in 0..200 {
         p.send(
@@ -321,6 +319,22 @@ async fn share_groups_in_a_cluster_survive_kill_9_of_the_share_coordinator_and_o
         .await
         .expect("produce");
     }
+    let elsewhere = (1..=3).find(|id| *id != leader).expect("another node");
+    let set = alter_group_configs(
+        &mut Raw::connect(&c.node(elsewhere).addr.clone()),
+        &group,
+        &[("share.auto.offset.reset", Some("earliest"))],
+    );
+    assert_eq!(set, 0, "kafka-configs --alter --entity-type groups");
+    for id in 1..=3 {
+        let seen = describe_group_configs(&mut Raw::connect(&c.node(id).addr.clone()), &group);
+        assert!(
+            seen.iter()
+                .any(|(k, v, _)| k == "share.auto.offset.reset" && v == "earliest"),
+            "node {id} does not show the group config: {seen:?}"
+        );
+    }
+    let mut a = Member::join(&gc_addr, &leader_addr, &group, "member-a", "shq");
     let mut accepted = BTreeMap::new();
     let addrs = |c: &mut ThreeNodes| -> BTreeMap<u64, String> {
         c.running()
