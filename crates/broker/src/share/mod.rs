@@ -631,7 +631,27 @@ impl ShareService {
             ResponseError::FencedLeaderEpoch => ResponseError::NotLeaderOrFollower,
             e => e,
         })?;
+        let resumed_epoch = stored.as_ref().map(|s| s.state_epoch);
         let (part, fresh) = self.resume_or_start(key, &log, epoch, stored);
+        if let (None, Some(state_epoch)) = (fresh, resumed_epoch) {
+            // The read fenced older leaders in the coordinator's memory only; a write at this
+            // leader epoch keeps them fenced if the coordinator moves before the next change.
+            route
+                .write(
+                    key.clone(),
+                    StateWrite {
+                        state_epoch,
+                        leader_epoch: epoch,
+                        start_offset: -1,
+                        batches: Vec::new(),
+                    },
+                )
+                .await
+                .map_err(|e| match e {
+                    ResponseError::FencedLeaderEpoch => ResponseError::NotLeaderOrFollower,
+                    e => e,
+                })?;
+        }
         if let Some((state_epoch, start)) = fresh {
             route
                 .initialize(key.clone(), state_epoch, start)
@@ -1075,6 +1095,13 @@ impl ShareService {
             };
             self.apply_events(&mut st, topics, &id, events);
         }
+        if self.clustered() {
+            // Share-partitions of partitions this node no longer leads (or leads at a newer
+            // epoch, to be taken on again) are the new leader's: their lanes end with them.
+            st.partitions.retain(|k, t| {
+                data_partition(topics, k).is_ok_and(|p| p.leader_epoch() == t.leader_epoch)
+            });
+        }
         let keys: Vec<SpKey> = st.partitions.keys().cloned().collect();
         let mut expired = 0;
         for k in keys {
@@ -1089,7 +1116,8 @@ impl ShareService {
     }
 }
 
-/// The topics that exist now, as the share assignor sees them (internal topics excluded).
+/// The topics that exist now, as the share assignor sees them (internal topics excluded). In a
+/// cluster every node holds every topic (with replicas of the partitions assigned to it).
 fn topics_view(topics: &TopicRegistry) -> TopicsView {
     topics
         .list()

@@ -81,6 +81,8 @@ struct Member {
     epoch: i32,
     session: i32,
     topic_id: Uuid,
+    /// The topic subscribed to.
+    topic: String,
 }
 
 impl Member {
@@ -101,7 +103,8 @@ impl Member {
         self.session = 0;
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let r = self.heartbeat(Some(&["shq"]));
+            let topic = self.topic.clone();
+            let r = self.heartbeat(Some(&[topic.as_str()]));
             if r.error_code == 0 {
                 self.epoch = r.member_epoch;
                 return;
@@ -121,6 +124,7 @@ impl Member {
             epoch: 0,
             session: 0,
             topic_id: Uuid::nil(),
+            topic: topic.into(),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut subscribe = Some([topic]);
@@ -396,5 +400,69 @@ async fn share_groups_in_a_cluster_survive_kill_9_of_the_share_coordinator_and_o
         accepted.keys().copied().collect::<Vec<_>>(),
         (0..200).collect::<Vec<_>>(),
         "every record accepted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_coordinator_without_a_replica_of_the_topic_assigns_it_and_its_leader_serves_it() {
+    use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+    let mut c = ThreeNodes::start(&[]);
+    let bootstrap = c.bootstrap();
+    let created = crate::harness::admin(&bootstrap)
+        .create_topics(
+            &[NewTopic::new("solo", 1, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await
+        .expect("create_topics");
+    assert!(created[0].is_ok(), "{created:?}");
+    // One replica: the two other nodes know the topic from the metadata only.
+    let leader = leader_of(&c, 1, "solo", 0);
+    let coordinator = |g: &str| {
+        leader_of(
+            &c,
+            leader,
+            "__consumer_offsets",
+            crate::cluster::offsets_partition_of(g),
+        )
+    };
+    let group = (0..100)
+        .map(|i| format!("solo-{i}"))
+        .find(|g| coordinator(g) != leader)
+        .expect("a group coordinated off the topic's only replica");
+    let gc = coordinator(&group);
+    let set = alter_group_configs(
+        &mut Raw::connect(&c.node(gc).addr.clone()),
+        &group,
+        &[("share.auto.offset.reset", Some("earliest"))],
+    );
+    assert_eq!(set, 0);
+    let p = producer(&bootstrap, &[]);
+    for i in 0..20 {
+        p.send(
+            FutureRecord::<(), _>::to("solo")
+                .partition(0)
+                .payload(&format!("v-{i}")),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("produce");
+    }
+    let addrs: BTreeMap<u64, String> = (1..=3).map(|id| (id, c.node(id).addr.clone())).collect();
+    let (gc_addr, leader_addr) = (addrs[&gc].clone(), addrs[&leader].clone());
+    // The group's coordinator holds no replica of the data: the leader checks membership
+    // with it (ShareGroupDescribe) before serving the member.
+    let mut m = Member::join(&gc_addr, &leader_addr, &group, "solo-member", "solo");
+    let mut accepted = BTreeMap::new();
+    consume(
+        &mut m,
+        &mut accepted,
+        20,
+        "one replica elsewhere",
+        &coordinator_finder(&c, leader, &group, addrs),
+    );
+    assert_eq!(
+        accepted.iter().map(|(o, n)| (*o, *n)).collect::<Vec<_>>(),
+        (0..20).map(|o| (o, 1)).collect::<Vec<_>>()
     );
 }
