@@ -696,28 +696,48 @@ impl Cluster {
     /// Proposes `__transaction_state` (transaction.state.log.num.partitions partitions,
     /// replicated like the offsets topic, no retention), once at a time.
     fn create_txn_topic(&self, image: &MetadataImage) {
+        let settings = self.local.txns.settings();
+        self.create_on_first_use(
+            image,
+            spate_txn::TXN_LOG,
+            settings.partitions.max(1),
+            settings.segment_bytes,
+            |c| &c.creating_txn_topic,
+        );
+    }
+
+    /// Proposes internal topic `name` (`partitions` partitions, replicated like the offsets
+    /// topic, compacted, no retention) once enough brokers are up, one proposal at a time
+    /// (`creating` is its flag); Kafka creates these on first use too.
+    pub(crate) fn create_on_first_use(
+        &self,
+        image: &MetadataImage,
+        name: &'static str,
+        partitions: i32,
+        segment_bytes: u64,
+        creating: fn(&Cluster) -> &AtomicBool,
+    ) {
         let rf = self.offsets_replication_factor();
         if image.live_brokers().count() < rf {
             return;
         }
-        let settings = self.local.txns.settings();
         let cmd = match spate_cluster::controller::create_topic_command(
             image,
-            spate_txn::TXN_LOG,
+            name,
             uuid::Uuid::new_v4(),
-            settings.partitions.max(1),
+            partitions,
             rf as i16,
-            crate::groups::offsets_topic_config(settings.segment_bytes)
+            crate::groups::offsets_topic_config(segment_bytes)
                 .overrides()
                 .clone(),
         ) {
             Ok(cmd) => cmd,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot place {} yet", spate_txn::TXN_LOG);
+                tracing::warn!(topic = name, error = %e, "cannot place an internal topic yet");
                 return;
             }
         };
-        if self.creating_txn_topic.swap(true, Ordering::SeqCst) {
+        if creating(self).swap(true, Ordering::SeqCst) {
             return;
         }
         let Some(c) = self.me.upgrade() else {
@@ -726,15 +746,15 @@ impl Cluster {
         tokio::spawn(async move {
             match c.propose(cmd).await {
                 Ok(_) => tracing::info!(
+                    topic = name,
                     replication_factor = rf,
-                    "created the replicated transaction state topic {}",
-                    spate_txn::TXN_LOG
+                    "created a replicated internal topic"
                 ),
                 Err(e) => {
-                    tracing::info!(error = %e, "creating {} did not go through; retried on the next request", spate_txn::TXN_LOG)
+                    tracing::info!(topic = name, error = %e, "creating an internal topic did not go through; retried on the next request")
                 }
             }
-            c.creating_txn_topic.store(false, Ordering::SeqCst);
+            creating(&c).store(false, Ordering::SeqCst);
         });
     }
 }

@@ -72,45 +72,13 @@ impl Cluster {
     /// Proposes `__share_group_state` ([`CLUSTER_PARTITIONS`] partitions, replicated like
     /// the offsets topic, compacted), once at a time.
     fn create_share_state_topic(&self, image: &spate_cluster::metadata::MetadataImage) {
-        use std::sync::atomic::Ordering;
-        let rf = self.offsets_replication_factor();
-        if image.live_brokers().count() < rf {
-            return;
-        }
-        let cmd = match spate_cluster::controller::create_topic_command(
+        self.create_on_first_use(
             image,
             SHARE_STATE_LOG,
-            uuid::Uuid::new_v4(),
             CLUSTER_PARTITIONS,
-            rf as i16,
-            crate::groups::offsets_topic_config(self.local.offsets_segment_bytes)
-                .overrides()
-                .clone(),
-        ) {
-            Ok(cmd) => cmd,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot place {SHARE_STATE_LOG} yet");
-                return;
-            }
-        };
-        if self.creating_share_topic.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let Some(c) = self.me.upgrade() else {
-            return;
-        };
-        tokio::spawn(async move {
-            match c.propose(cmd).await {
-                Ok(_) => tracing::info!(
-                    replication_factor = rf,
-                    "created the replicated share-group state topic {SHARE_STATE_LOG}"
-                ),
-                Err(e) => {
-                    tracing::info!(error = %e, "creating {SHARE_STATE_LOG} did not go through; retried on the next request")
-                }
-            }
-            c.creating_share_topic.store(false, Ordering::SeqCst);
-        });
+            self.local.offsets_segment_bytes,
+            |c| &c.creating_share_topic,
+        );
     }
 }
 
@@ -149,6 +117,32 @@ fn code(e: i16) -> Result<(), ResponseError> {
 
 fn group(key: &SpKey) -> StrBytes {
     StrBytes::from_string(key.0.clone())
+}
+
+/// A share-group state request (`$req`) about the one share-partition `$key`: one topic
+/// entry (`$data`) holding `$partition`.
+macro_rules! one_partition {
+    ($req:ty, $data:ty, $key:expr, $partition:expr) => {{
+        let mut t = <$data>::default();
+        t.topic_id = $key.1;
+        t.partitions = vec![$partition];
+        let mut req = <$req>::default();
+        req.group_id = group(&$key);
+        req.topics = vec![t];
+        req
+    }};
+}
+
+/// The one partition result of the answer to a [`one_partition!`] request.
+macro_rules! only_result {
+    ($resp:expr) => {
+        $resp
+            .results
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .next()
+            .ok_or(ResponseError::UnknownServerError)
+    };
 }
 
 impl ClusterStates {
@@ -212,21 +206,12 @@ impl StateRoute for Arc<ClusterStates> {
                             let mut p = PartitionData::default();
                             p.partition = key.2;
                             p.leader_epoch = leader_epoch;
-                            let mut t = ReadStateData::default();
-                            t.topic_id = key.1;
-                            t.partitions = vec![p];
-                            let mut req = ReadShareGroupStateRequest::default();
-                            req.group_id = group(&key);
-                            req.topics = vec![t];
+                            let req =
+                                one_partition!(ReadShareGroupStateRequest, ReadStateData, key, p);
                             let resp: ReadShareGroupStateResponse =
                                 call(&c, &me.peers, &addr, ApiKey::ReadShareGroupState, &req)
                                     .await?;
-                            let p = resp
-                                .results
-                                .into_iter()
-                                .flat_map(|t| t.partitions)
-                                .next()
-                                .ok_or(ResponseError::UnknownServerError)?;
+                            let p = only_result!(resp)?;
                             code(p.error_code)?;
                             if p.start_offset < 0 && p.state_batches.is_empty() {
                                 return Ok(None);
@@ -286,12 +271,12 @@ impl StateRoute for Arc<ClusterStates> {
                             p.partition = key.2;
                             p.state_epoch = state_epoch;
                             p.start_offset = start_offset;
-                            let mut t = InitializeStateData::default();
-                            t.topic_id = key.1;
-                            t.partitions = vec![p];
-                            let mut req = InitializeShareGroupStateRequest::default();
-                            req.group_id = group(&key);
-                            req.topics = vec![t];
+                            let req = one_partition!(
+                                InitializeShareGroupStateRequest,
+                                InitializeStateData,
+                                key,
+                                p
+                            );
                             let resp: InitializeShareGroupStateResponse = call(
                                 &c,
                                 &me.peers,
@@ -300,12 +285,7 @@ impl StateRoute for Arc<ClusterStates> {
                                 &req,
                             )
                             .await?;
-                            let p = resp
-                                .results
-                                .into_iter()
-                                .flat_map(|t| t.partitions)
-                                .next()
-                                .ok_or(ResponseError::UnknownServerError)?;
+                            let p = only_result!(resp)?;
                             code(p.error_code)
                         }
                     }
@@ -356,21 +336,12 @@ impl StateRoute for Arc<ClusterStates> {
                                     out
                                 })
                                 .collect();
-                            let mut t = WriteStateData::default();
-                            t.topic_id = key.1;
-                            t.partitions = vec![p];
-                            let mut req = WriteShareGroupStateRequest::default();
-                            req.group_id = group(&key);
-                            req.topics = vec![t];
+                            let req =
+                                one_partition!(WriteShareGroupStateRequest, WriteStateData, key, p);
                             let resp: WriteShareGroupStateResponse =
                                 call(&c, &me.peers, &addr, ApiKey::WriteShareGroupState, &req)
                                     .await?;
-                            let p = resp
-                                .results
-                                .into_iter()
-                                .flat_map(|t| t.partitions)
-                                .next()
-                                .ok_or(ResponseError::UnknownServerError)?;
+                            let p = only_result!(resp)?;
                             code(p.error_code)
                         }
                     }
@@ -401,21 +372,16 @@ impl StateRoute for Arc<ClusterStates> {
                             };
                             let mut p = PartitionData::default();
                             p.partition = key.2;
-                            let mut t = DeleteStateData::default();
-                            t.topic_id = key.1;
-                            t.partitions = vec![p];
-                            let mut req = DeleteShareGroupStateRequest::default();
-                            req.group_id = group(&key);
-                            req.topics = vec![t];
+                            let req = one_partition!(
+                                DeleteShareGroupStateRequest,
+                                DeleteStateData,
+                                key,
+                                p
+                            );
                             let resp: DeleteShareGroupStateResponse =
                                 call(&c, &me.peers, &addr, ApiKey::DeleteShareGroupState, &req)
                                     .await?;
-                            let p = resp
-                                .results
-                                .into_iter()
-                                .flat_map(|t| t.partitions)
-                                .next()
-                                .ok_or(ResponseError::UnknownServerError)?;
+                            let p = only_result!(resp)?;
                             code(p.error_code)
                         }
                     }
