@@ -356,6 +356,28 @@ impl Topology {
         }
     }
 
+    /// The share coordinator of a share-partition: the leader of its `__share_group_state`
+    /// partition (standalone: this broker).
+    pub fn share_coordinator(
+        &self,
+        b: &Broker,
+        key: &crate::share::SpKey,
+    ) -> Option<(i32, String, i32)> {
+        match self {
+            Topology::Standalone => Some((
+                b.config.node_id,
+                b.config.advertised_host.clone(),
+                b.config.advertised_port,
+            )),
+            Topology::Cluster(c) => {
+                let id = c.share_coordinator(key)?;
+                let image = c.image();
+                let reg = image.broker(id)?;
+                Some((reg.id, reg.kafka_host.clone(), i32::from(reg.kafka_port)))
+            }
+        }
+    }
+
     /// The node that coordinates transactional id `txn_id`: the leader of its
     /// `__transaction_state` partition.
     pub fn txn_coordinator(&self, b: &Broker, txn_id: &str) -> Option<(i32, String, i32)> {

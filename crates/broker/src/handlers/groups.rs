@@ -18,6 +18,7 @@ use crate::Broker;
 
 const KEY_GROUP: i8 = 0;
 const KEY_TRANSACTION: i8 = 1;
+const KEY_SHARE: i8 = 2;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -27,8 +28,23 @@ fn code(e: Option<ResponseError>) -> i16 {
     e.map_or(0, |e| e.code())
 }
 
-/// Answers FindCoordinator for groups (key type 0) and transactional ids (key type 1): the
-/// node holding the key's partition of `__consumer_offsets` or `__transaction_state`.
+/// A share coordinator key, `group:topicId:partition` (the topic id in Kafka's base64 text),
+/// as the share-partition it names.
+fn share_key(key: &str) -> Option<crate::share::SpKey> {
+    use base64::Engine;
+    let mut parts = key.rsplitn(3, ':');
+    let partition: i32 = parts.next()?.parse().ok().filter(|p: &i32| *p >= 0)?;
+    let topic = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(parts.next()?)
+        .ok()?;
+    let group = parts.next().filter(|g| !g.is_empty())?;
+    let topic = uuid::Uuid::from_slice(&topic).ok()?;
+    Some((group.to_string(), topic, partition))
+}
+
+/// Answers FindCoordinator for groups (key type 0), transactional ids (key type 1) and
+/// share-partitions (key type 2, `group:topicId:partition`): the node holding the key's
+/// partition of `__consumer_offsets`, `__transaction_state` or `__share_group_state`.
 pub fn find_coordinator(
     b: &Broker,
     version: i16,
@@ -47,6 +63,9 @@ pub fn find_coordinator(
             let found = match req.key_type {
                 KEY_GROUP => Some(b.topology().group_coordinator(b, c.key.as_str())),
                 KEY_TRANSACTION => Some(b.topology().txn_coordinator(b, c.key.as_str())),
+                KEY_SHARE => {
+                    share_key(c.key.as_str()).map(|k| b.topology().share_coordinator(b, &k))
+                }
                 _ => None,
             };
             if c.key.is_empty() && req.key_type == KEY_TRANSACTION {
@@ -54,6 +73,13 @@ pub fn find_coordinator(
                 c.port = -1;
                 c.error_code = ResponseError::InvalidRequest.code();
                 c.error_message = msg("an empty transactional id has no coordinator");
+            } else if req.key_type == KEY_SHARE && found.is_none() {
+                c.node_id = (-1).into();
+                c.port = -1;
+                c.error_code = ResponseError::InvalidRequest.code();
+                c.error_message = msg(
+                    "a share coordinator key is group:topicId:partition (the topic id in base64)",
+                );
             } else if let Some(found) = found {
                 match found {
                     Some((id, host, port)) => {
@@ -71,7 +97,8 @@ pub fn find_coordinator(
                 c.node_id = (-1).into();
                 c.port = -1;
                 c.error_code = ResponseError::InvalidRequest.code();
-                c.error_message = msg("only group and transaction coordinators are available");
+                c.error_message =
+                    msg("only group, transaction and share coordinators are available");
             }
             c
         })
@@ -450,4 +477,24 @@ pub fn delete(b: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
         resp.results.push(r);
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine;
+
+    #[test]
+    fn share_coordinator_keys_are_group_topic_id_and_partition() {
+        let id = uuid::Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+        let text = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.as_bytes());
+        assert_eq!(
+            super::share_key(&format!("a:b:{text}:7")),
+            Some(("a:b".to_string(), id, 7)),
+            "a group id may hold colons"
+        );
+        assert_eq!(super::share_key(&format!("g:{text}:-1")), None);
+        assert_eq!(super::share_key(&format!(":{text}:0")), None);
+        assert_eq!(super::share_key("g:not-base64!:0"), None);
+        assert_eq!(super::share_key("g:0"), None);
+    }
 }

@@ -358,6 +358,19 @@ async fn share_groups_in_a_cluster_survive_kill_9_of_the_share_coordinator_and_o
     // new one, which rebuilt the state from its replica of the state partition.
     let state = state_partition_of(&group, topic_id, 0);
     let share_coordinator = leader_of(&c, leader, "__share_group_state", state);
+    // FindCoordinator with key type 2 (share) names the same node, from any node.
+    {
+        use base64::Engine;
+        let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(topic_id.as_bytes());
+        let mut r = FindCoordinatorRequest::default();
+        r.key_type = 2;
+        r.coordinator_keys = vec![s(&format!("{group}:{id}:0"))];
+        let resp: FindCoordinatorResponse =
+            Raw::connect(&gc_addr).call(ApiKey::FindCoordinator, 6, &r);
+        let found = &resp.coordinators[0];
+        assert_eq!(found.error_code, 0, "{:?}", found.error_message);
+        assert_eq!(i64::from(found.node_id.0), share_coordinator as i64);
+    }
     c.node(share_coordinator).kill9();
     let live = addrs(&mut c);
     consume(
