@@ -16,7 +16,9 @@
 #   4. every record is accepted (nothing lost), none twice (acceptances are printed only after
 #      commitSync confirms them), the held records came back with a delivery count of 2+,
 #      kafka-share-groups --describe shows the start offset past every record and --list shows
-#      the group.
+#      the group;
+#   5. the Empty group's offsets are reset to the earliest (--reset-offsets), then deleted
+#      (--delete-offsets), then the group itself (--delete).
 #   scripts/share-groups-cluster-e2e.sh     (target/debug/spate; SPATE_BIN overrides)
 # RECORDS (default 3000, at least 600) sets how many records are produced.
 set -euo pipefail
@@ -289,3 +291,17 @@ done
 pass "kafka-share-groups --describe: the start offset of $TOPIC 0 is $RECORDS, past every record"
 shares --list | grep -qx "$GROUP" || fail "kafka-share-groups --list does not show $GROUP"
 pass "kafka-share-groups --list shows $GROUP"
+# The group is Empty now: its offsets are reset and deleted, then the group, through whichever
+# node coordinates it (the share coordinators hold the state).
+shares --reset-offsets --group "$GROUP" --topic "$TOPIC" --to-earliest --execute >/dev/null \
+  || fail "kafka-share-groups --reset-offsets --to-earliest"
+so="$(start_offset)"
+[[ "$so" == 0 ]] || fail "the start offset of $TOPIC 0 is '$so' after --reset-offsets --to-earliest, not 0"
+pass "kafka-share-groups --reset-offsets --to-earliest: the start offset of $TOPIC 0 is 0"
+shares --delete-offsets --group "$GROUP" --topic "$TOPIC" >/dev/null || fail "kafka-share-groups --delete-offsets"
+so="$(start_offset)"
+[[ "$so" == "-" || -z "$so" ]] || fail "$TOPIC 0 still has a start offset ('$so') after --delete-offsets"
+pass "kafka-share-groups --delete-offsets forgot the share-partition state of $TOPIC"
+shares --delete --group "$GROUP" >/dev/null || fail "kafka-share-groups --delete"
+shares --list | grep -qx "$GROUP" && fail "$GROUP is still listed after --delete"
+pass "kafka-share-groups --delete removed the Empty group"

@@ -72,5 +72,8 @@ scripts/security-e2e.sh
 scripts/security-cluster-e2e.sh
 # Share groups (KIP-932) with Kafka's console share consumer and KafkaShareConsumer members, one killed with kill -9 while holding locks.
 scripts/share-groups-e2e.sh
+# The same on a 3-node cluster, the share coordinator's node killed (kill -9) mid-run, then
+# kafka-share-groups --reset-offsets, --delete-offsets and --delete.
+scripts/share-groups-cluster-e2e.sh
 # The container images built offline (podman, from the debug binaries above) and run as the chart runs them.
 SPATE_IMAGE_PROFILE=debug SPATE_IMAGE_NO_CARGO=1 scripts/image-e2e.sh
