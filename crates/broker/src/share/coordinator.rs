@@ -473,6 +473,58 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_coordinator_answers_only_for_the_state_partitions_it_took_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let topics = registry(dir.path());
+        let state = topics
+            .create(
+                super::super::SHARE_STATE_LOG,
+                3,
+                crate::groups::offsets_topic_config(1 << 20),
+                false,
+            )
+            .unwrap()
+            .unwrap();
+        let index = super::super::state_partition_for(&key(0), 3);
+        let other = (index + 1) % 3;
+        let part = |i: usize| state.partition(i as i32).unwrap();
+        let c = ShareCoordinator::clustered();
+        assert!(!c.owns(&key(0)), "nothing is held before a take-over");
+        assert_eq!(
+            err(c.initialize(&topics, &key(0), 0, 5, 1)),
+            Some(ResponseError::CoordinatorNotAvailable)
+        );
+        c.take_over(other, 3, part(other), 0).unwrap();
+        assert!(!c.owns(&key(0)));
+        assert_eq!(
+            err(c.initialize(&topics, &key(0), 0, 5, 1)),
+            Some(ResponseError::NotCoordinator),
+            "another partition's key"
+        );
+        c.take_over(index, 3, part(index), 0).unwrap();
+        assert!(c.owns(&key(0)));
+        c.initialize(&topics, &key(0), 0, 5, 1).unwrap();
+        c.write(
+            &topics,
+            &key(0),
+            &write(2, 0, -1, vec![batch(5, 6, 2, 1)]),
+            2,
+        )
+        .unwrap();
+        // Stepping down forgets the states: the new leader of the partition has them.
+        c.step_down(index);
+        assert!(!c.owns(&key(0)));
+        assert_eq!(c.read(&key(0), 2), Ok(None));
+        // Another node taking the partition over rebuilds them from the log, with the
+        // leader epoch of the last write fencing older leaders.
+        let next = ShareCoordinator::clustered();
+        next.take_over(index, 3, part(index), 1).unwrap();
+        let s = next.read(&key(0), 2).unwrap().unwrap();
+        assert_eq!((s.start_offset, s.state_batches.len()), (5, 1));
+        assert_eq!(next.read(&key(0), 1), Err(ResponseError::FencedLeaderEpoch));
+    }
+
+    #[test]
     fn bad_writes_change_nothing_and_a_delete_survives_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let topics = registry(dir.path());
