@@ -56,8 +56,8 @@ pub(crate) fn cluster_keys(b: &Broker, group: &str, topics: Option<&[uuid::Uuid]
         .collect()
 }
 
-/// A topic's id and partition count, from the cluster's metadata in a cluster (a node holds
-/// replicas of some topics only) and from this broker's topics otherwise.
+/// A topic's id and partition count: from the cluster's metadata in a cluster (what this
+/// node's topics follow), from this broker's topics otherwise.
 fn topic_named(b: &Broker, name: &str) -> Option<(uuid::Uuid, i32)> {
     match b.cluster.get() {
         Some(c) => c
