@@ -28,6 +28,9 @@ PROBE="$ROOT/scripts/share/share_cluster_probe.py"
 # A short lock so the killed member's records come back quickly; every node inherits it.
 if [[ -z "${SPATE_NODE_PIDS:-}" ]]; then
   export SPATE_GROUP_SHARE_RECORD_LOCK_DURATION_MS=5000
+  # The killed member leaves the group when its session times out: 10 s rather than 45, so
+  # the group is Empty soon after the others close and its offsets can be reset.
+  export SPATE_GROUP_SHARE_SESSION_TIMEOUT_MS=10000
   exec "$ROOT/scripts/with-spate-cluster.sh" -- "$0" "$@"
 fi
 "$KAFKA_KIT/fetch.sh" >/dev/null
@@ -291,8 +294,15 @@ done
 pass "kafka-share-groups --describe: the start offset of $TOPIC 0 is $RECORDS, past every record"
 shares --list | grep -qx "$GROUP" || fail "kafka-share-groups --list does not show $GROUP"
 pass "kafka-share-groups --list shows $GROUP"
-# The group is Empty now: its offsets are reset and deleted, then the group, through whichever
-# node coordinates it (the share coordinators hold the state).
+# Once the group is Empty (the killed member's session has timed out), its offsets are reset
+# and deleted, then the group, through whichever node coordinates it (the share coordinators
+# hold the state).
+deadline=$((SECONDS + 60))
+until [[ "$(members)" == 0 ]]; do
+  (( SECONDS < deadline )) || fail "$GROUP still has $(members) member(s) 60 s after the others closed"
+  sleep 1
+done
+pass "$GROUP is Empty: the killed member's session timed out"
 shares --reset-offsets --group "$GROUP" --topic "$TOPIC" --to-earliest --execute >/dev/null \
   || fail "kafka-share-groups --reset-offsets --to-earliest"
 so="$(start_offset)"
