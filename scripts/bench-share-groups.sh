@@ -20,10 +20,13 @@
 # share groups start at the latest offset by default: ShareBench sets the group config
 # share.auto.offset.reset=earliest (Admin incrementalAlterConfigs); spate gets
 # SPATE_SHARE_AUTO_OFFSET_RESET=earliest. Lock duration and every other setting: defaults.
+# BROKERS may also name spate-cluster: three release spate nodes (scripts/with-spate-cluster.sh),
+# the topic at replication factor 3 and the group starting at the earliest through its group
+# config; "broker CPU" is then the three nodes' together.
 #   scripts/bench-share-groups.sh
 # Env: MEMBERS ("1 4 16"), RECORDS (200000), SIZE (256), RATE (1000 records/s), LAT_SECONDS
-# (20), BROKERS ("spate kafka"), OUT (target/bench-share-groups/<date>), SPATE_BIN (default:
-# built here with cargo build --release -p spate-server).
+# (20), BROKERS ("spate kafka"; or with spate-cluster), OUT (target/bench-share-groups/<date>),
+# SPATE_BIN (default: built here with cargo build --release -p spate-server).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KAFKA_KIT="$ROOT/scripts/kafka"
@@ -31,6 +34,8 @@ MEMBERS="${MEMBERS:-1 4 16}" RECORDS="${RECORDS:-200000}" SIZE="${SIZE:-256}" RA
 LAT_SECONDS="${LAT_SECONDS:-20}" BROKERS="${BROKERS:-spate kafka}"
 OUT="${OUT:-$ROOT/target/bench-share-groups/$(date -u +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT"
+RESULTS="$OUT/results.txt"
+LOAD="$OUT/load.txt"
 if [[ -z "${SPATE_BIN:-}" ]]; then
   cargo build --release -q -p spate-server --manifest-path "$ROOT/Cargo.toml"
   SPATE_BIN="$ROOT/target/release/spate"
@@ -38,8 +43,7 @@ fi
 "$KAFKA_KIT/fetch.sh" >/dev/null
 TCK="$(getconf CLK_TCK)"
 WORK="$(mktemp -d)"
-RESULTS="$OUT/results.txt"; : > "$RESULTS"
-LOAD="$OUT/load.txt"; : > "$LOAD"
+if [[ -z "${BENCH_CLUSTER_INNER:-}" ]]; then : > "$RESULTS"; : > "$LOAD"; fi
 SPATE_PID="" KAFKA_DIR=""
 cleanup() {
   if [[ -n "$SPATE_PID" ]]; then kill "$SPATE_PID" 2>/dev/null || true; wait "$SPATE_PID" 2>/dev/null || true; fi
@@ -49,23 +53,37 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# run BROKER BOOTSTRAP PID: the member counts, one ShareBench JVM each (bounded by timeout).
+# run BROKER BOOTSTRAP PIDS [REPLICAS]: the member counts, one ShareBench JVM each (bounded by
+# timeout). PIDS: the broker's pid, or a cluster's, comma-separated.
 run() {
-  local broker="$1" bootstrap="$2" pid="$3" m
+  local broker="$1" bootstrap="$2" pid="$3" replicas="${4:-1}" m p
   for m in $MEMBERS; do
     echo "== $broker, $m member(s): $(uptime)" | tee -a "$LOAD"
     KAFKA_TOOL_HEAP_OPTS="-Xmx1g" timeout 600 "$KAFKA_KIT/tool.sh" class "$ROOT/scripts/share/ShareBench.java" \
-      "$bootstrap" "$pid" "$m" "$RECORDS" "$SIZE" "$RATE" "$LAT_SECONDS" "$broker" \
+      "$bootstrap" "$pid" "$m" "$RECORDS" "$SIZE" "$RATE" "$LAT_SECONDS" "$broker" "$replicas" \
       > "$OUT/$broker-m$m.out" 2> "$OUT/$broker-m$m.err" \
       || echo "ShareBench failed for $broker, $m member(s) (exit $?); see $OUT/$broker-m$m.err" >&2
     sed "s/^RESULT /broker=$broker /" "$OUT/$broker-m$m.out" | grep '^broker=' | tee -a "$RESULTS" || true
-    kill -0 "$pid" 2>/dev/null || { echo "$broker (pid $pid) is gone" >&2; return 1; }
+    for p in ${pid//,/ }; do
+      kill -0 "$p" 2>/dev/null || { echo "$broker (pid $p) is gone" >&2; return 1; }
+    done
   done
   echo "== $broker done: $(uptime)" | tee -a "$LOAD"
 }
 
+# Inside scripts/with-spate-cluster.sh (see spate-cluster below): the runs, then back.
+if [[ -n "${BENCH_CLUSTER_INNER:-}" ]]; then
+  run spate-cluster "$SPATE_BOOTSTRAP" "$(tr ' ' '\n' <<<"$SPATE_NODE_PIDS" | cut -d= -f2 | paste -sd,)" 3
+  exit 0
+fi
+
 for broker in $BROKERS; do
   case "$broker" in
+    spate-cluster)
+      SPATE_BIN="$SPATE_BIN" BENCH_CLUSTER_INNER=1 OUT="$OUT" MEMBERS="$MEMBERS" RECORDS="$RECORDS" \
+        SIZE="$SIZE" RATE="$RATE" LAT_SECONDS="$LAT_SECONDS" \
+        "$ROOT/scripts/with-spate-cluster.sh" -- "$0"
+      ;;
     spate)
       SPATE_SHARE_AUTO_OFFSET_RESET=earliest "$SPATE_BIN" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
         --data-dir "$WORK/spate" > "$WORK/spate.stdout" 2> "$OUT/spate.log" &
@@ -121,7 +139,7 @@ def cell(b, m):
 print("| broker | members | records/s | broker CPU µs/record | latency p50 ms | p99 ms | max ms | notes |")
 print("|---|---|---|---|---|---|---|---|")
 ms = sorted({m for _, m in rows})
-for b in ("spate", "kafka"):
+for b in ("spate", "spate-cluster", "kafka"):
     for m in ms:
         r = cell(b, m)
         if not r: continue

@@ -2,7 +2,9 @@
 // KafkaProducer and M KafkaShareConsumer threads in one JVM, on one partition. Run in Java's
 // source-file mode on the Kafka kit's classpath:
 //   scripts/kafka/tool.sh class scripts/share/ShareBench.java BOOTSTRAP BROKER_PID MEMBERS \
-//     RECORDS SIZE RATE LAT_SECONDS TAG
+//     RECORDS SIZE RATE LAT_SECONDS TAG [REPLICAS]
+// (BROKER_PID may be several pids, comma-separated; REPLICAS, 1 by default, is the topic's
+// replication factor.)
 // Two phases, each on its own fresh one-partition topic and share group:
 //   throughput: RECORDS records of SIZE bytes are produced first (the pre-fill); then MEMBERS
 //     consumers read them. Acknowledgement is explicit (share.acknowledgement.mode=explicit,
@@ -33,30 +35,37 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 public class ShareBench {
     static String bootstrap, brokerPid, tag;
+    static short replicas;
     static int members, size;
 
     public static void main(String[] args) throws Exception {
         bootstrap = args[0]; brokerPid = args[1]; members = Integer.parseInt(args[2]);
         int records = Integer.parseInt(args[3]); size = Integer.parseInt(args[4]);
         int rate = Integer.parseInt(args[5]); int latSeconds = Integer.parseInt(args[6]); tag = args[7];
+        replicas = args.length > 8 ? Short.parseShort(args[8]) : 1;
         throughput(records);
         latency(rate, latSeconds);
         System.exit(0);
     }
 
+    // BROKER_PID may list several pids (a cluster's nodes, comma-separated): their ticks add up.
     static long cpuTicks() {
-        try {
-            String s = Files.readString(Path.of("/proc/" + brokerPid + "/stat"));
-            String[] f = s.substring(s.lastIndexOf(')') + 2).split(" ");
-            return Long.parseLong(f[11]) + Long.parseLong(f[12]); // utime, stime (fields 14, 15)
-        } catch (Exception e) { return -1; }
+        long total = 0;
+        for (String pid : brokerPid.split(",")) {
+            try {
+                String s = Files.readString(Path.of("/proc/" + pid + "/stat"));
+                String[] f = s.substring(s.lastIndexOf(')') + 2).split(" ");
+                total += Long.parseLong(f[11]) + Long.parseLong(f[12]); // utime, stime (fields 14, 15)
+            } catch (Exception e) { return -1; }
+        }
+        return total;
     }
 
     static void setup(String topic, String group) throws Exception {
         Properties p = new Properties();
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         try (Admin a = Admin.create(p)) {
-            a.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get(60, TimeUnit.SECONDS);
+            a.createTopics(List.of(new NewTopic(topic, 1, replicas))).all().get(60, TimeUnit.SECONDS);
             // Kafka: a share group starts at the latest offset unless its group config says
             // earliest. (spate: SPATE_SHARE_AUTO_OFFSET_RESET=earliest; the config is tried too.)
             try {
