@@ -260,9 +260,13 @@ impl LivenessTracker {
         now_ms: u64,
         session_timeout_ms: u64,
     ) -> bool {
+        // A broker known down is not fresh whatever its last heartbeat: unfencing it would
+        // undo the fence on the next pass, and the two would alternate until the session
+        // timeout ran out.
         self.brokers.get(&broker).is_some_and(|s| {
-            s.changed_ms
-                .is_some_and(|c| now_ms.saturating_sub(c) <= session_timeout_ms)
+            !s.down
+                && s.changed_ms
+                    .is_some_and(|c| now_ms.saturating_sub(c) <= session_timeout_ms)
         })
     }
 }
@@ -751,6 +755,40 @@ pub(crate) mod tests {
         heartbeat(&mut image, 3, 100_002);
         tracker.observe(&image, 100_002);
         assert!(!tracker.is_expired(3, 100_003, TIMEOUT));
+    }
+
+    #[test]
+    fn a_broker_fenced_as_down_is_not_unfenced_by_its_last_heartbeat() {
+        let mut image = image_with_brokers(&[1, 2, 3]);
+        let mut tracker = LivenessTracker::new();
+        tracker.observe(&image, 0);
+        for id in [1, 2, 3] {
+            heartbeat(&mut image, id, 5_000);
+        }
+        tracker.observe(&image, 5_000);
+        // Killed right after that heartbeat: its port refuses from t=5_100, and it is fenced.
+        assert!(tracker.mark_down(3, 100, 5_200));
+        let fence = reconcile(&image, &tracker, 5_200, TIMEOUT, PassOptions::default());
+        assert_eq!(fence.len(), 1);
+        image.apply(&fence[0]).unwrap();
+        // The next passes, within the session timeout of that heartbeat, leave it fenced.
+        // Before, its heartbeat still counted as fresh: each pass unfenced it and the one
+        // after fenced it again, every 500 ms until the session timeout ran out.
+        for now in [5_700, 6_200, 5_000 + TIMEOUT] {
+            assert!(!tracker.heartbeat_is_fresh(3, now, TIMEOUT));
+            assert_eq!(
+                reconcile(&image, &tracker, now, TIMEOUT, PassOptions::default()),
+                vec![],
+                "at {now}"
+            );
+        }
+        // A new heartbeat of the same registration unfences it.
+        heartbeat(&mut image, 3, 7_000);
+        tracker.observe(&image, 7_000);
+        assert!(matches!(
+            reconcile(&image, &tracker, 7_000, TIMEOUT, PassOptions::default())[..],
+            [MetadataCommand::UnfenceBroker { broker_id: 3, .. }]
+        ));
     }
 
     #[test]
