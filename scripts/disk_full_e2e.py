@@ -173,6 +173,13 @@ def main():
     ])
     for f in fs.values():
         f.result(30)
+    # The searchable topic's index is opened in the background after the topic is created; it
+    # must exist before the disk fills for "search answers while full" to mean anything (the
+    # fill takes a fraction of a second on the 64 MiB tmpfs).
+    deadline = time.time() + 30
+    while search_count()[0] != 200 and time.time() < deadline:
+        time.sleep(0.1)
+    check(search_count()[0] == 200, f"the search index of {SEARCH_TOPIC} answers before the fill")
     check(health().get("status") == "ok", f"healthy before filling: {health()}")
 
     # 1. Fill until refused: the error is KAFKA_STORAGE_ERROR, which librdkafka retries.
