@@ -317,22 +317,7 @@ impl MetadataImage {
                 reason: format!("broker resource {resource:?} is neither \"\" nor a broker id"),
             });
         }
-        validate_config_keys(set.keys().chain(remove.iter()))?;
-        if let Some(key) = remove.iter().find(|k| set.contains_key(k.as_str())) {
-            return Err(CommandError::InvalidConfig {
-                reason: format!("key {key:?} is both set and removed"),
-            });
-        }
-        let configs = self.broker_configs.entry(resource.to_owned()).or_default();
-        for key in remove {
-            configs.remove(key);
-        }
-        for (k, v) in set {
-            configs.insert(k.clone(), v.clone());
-        }
-        if configs.is_empty() {
-            self.broker_configs.remove(resource);
-        }
+        alter_configs(&mut self.broker_configs, resource, set, remove)?;
         Ok(CommandOutcome::BrokerConfigsAltered)
     }
 
@@ -347,24 +332,36 @@ impl MetadataImage {
                 reason: "the group id is empty".into(),
             });
         }
-        validate_config_keys(set.keys().chain(remove.iter()))?;
-        if let Some(key) = remove.iter().find(|k| set.contains_key(k.as_str())) {
-            return Err(CommandError::InvalidConfig {
-                reason: format!("key {key:?} is both set and removed"),
-            });
-        }
-        let configs = self.group_configs.entry(group.to_owned()).or_default();
-        for key in remove {
-            configs.remove(key);
-        }
-        for (k, v) in set {
-            configs.insert(k.clone(), v.clone());
-        }
-        if configs.is_empty() {
-            self.group_configs.remove(group);
-        }
+        alter_configs(&mut self.group_configs, group, set, remove)?;
         Ok(CommandOutcome::GroupConfigsAltered)
     }
+}
+
+/// Sets and removes keys of one entry of a config table (broker or group configs): keys are
+/// checked, none both set and removed, and an entry left empty goes.
+fn alter_configs(
+    table: &mut BTreeMap<String, BTreeMap<String, String>>,
+    name: &str,
+    set: &BTreeMap<String, String>,
+    remove: &[String],
+) -> Result<(), CommandError> {
+    validate_config_keys(set.keys().chain(remove.iter()))?;
+    if let Some(key) = remove.iter().find(|k| set.contains_key(k.as_str())) {
+        return Err(CommandError::InvalidConfig {
+            reason: format!("key {key:?} is both set and removed"),
+        });
+    }
+    let configs = table.entry(name.to_owned()).or_default();
+    for key in remove {
+        configs.remove(key);
+    }
+    for (k, v) in set {
+        configs.insert(k.clone(), v.clone());
+    }
+    if configs.is_empty() {
+        table.remove(name);
+    }
+    Ok(())
 }
 
 fn bump_if(epoch: i32, changed: bool) -> i32 {
