@@ -41,6 +41,12 @@ fn refusal(e: &ProposeError) -> Refusal {
     (e.kafka_error_code(), e.to_string())
 }
 
+/// The Kafka error a refused proposal answers with (UNKNOWN_SERVER_ERROR for a code this
+/// broker does not know).
+fn response_error(e: &ProposeError) -> ResponseError {
+    ResponseError::try_from_code(e.kafka_error_code()).unwrap_or(ResponseError::UnknownServerError)
+}
+
 /// Metadata from the image, auto-creating requested topics when allowed.
 pub async fn metadata(b: Arc<Broker>, version: i16, req: MetadataRequest) -> MetadataResponse {
     let Some(cluster) = b.cluster().cloned() else {
@@ -578,13 +584,9 @@ impl Cluster {
         let wanted = config.clone();
         let name = topic.name.clone();
         handle.block_on(async {
-            self.propose(cmd).await.map_err(|e| {
-                TopicError::new(
-                    ResponseError::try_from_code(e.kafka_error_code())
-                        .unwrap_or(ResponseError::UnknownServerError),
-                    e.to_string(),
-                )
-            })?;
+            self.propose(cmd)
+                .await
+                .map_err(|e| TopicError::new(response_error(&e), e.to_string()))?;
             self.wait_reconciled(RECONCILE_WAIT_MAX, |image| {
                 image
                     .topic(&name)
@@ -609,13 +611,10 @@ impl Cluster {
             remove,
         };
         tokio::runtime::Handle::current().block_on(async {
-            self.propose(cmd).await.map(|_| ()).map_err(|e| {
-                TopicError::new(
-                    ResponseError::try_from_code(e.kafka_error_code())
-                        .unwrap_or(ResponseError::UnknownServerError),
-                    e.to_string(),
-                )
-            })
+            self.propose(cmd)
+                .await
+                .map(|_| ())
+                .map_err(|e| TopicError::new(response_error(&e), e.to_string()))
         })
     }
 
@@ -633,13 +632,9 @@ impl Cluster {
             remove: remove.clone(),
         };
         tokio::runtime::Handle::current().block_on(async {
-            self.propose(cmd).await.map_err(|e| {
-                TopicError::new(
-                    ResponseError::try_from_code(e.kafka_error_code())
-                        .unwrap_or(ResponseError::UnknownServerError),
-                    e.to_string(),
-                )
-            })?;
+            self.propose(cmd)
+                .await
+                .map_err(|e| TopicError::new(response_error(&e), e.to_string()))?;
             self.wait_reconciled(RECONCILE_WAIT_MAX, |image| {
                 let now = image.group_configs().get(group);
                 set.iter()
@@ -670,13 +665,10 @@ impl Cluster {
                 .collect(),
         };
         tokio::runtime::Handle::current().block_on(async {
-            self.propose(cmd).await.map(|_| ()).map_err(|e| {
-                (
-                    ResponseError::try_from_code(e.kafka_error_code())
-                        .unwrap_or(ResponseError::UnknownServerError),
-                    e.to_string(),
-                )
-            })
+            self.propose(cmd)
+                .await
+                .map(|_| ())
+                .map_err(|e| (response_error(&e), e.to_string()))
         })
     }
 
