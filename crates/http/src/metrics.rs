@@ -901,12 +901,12 @@ type Family = (
     fn(&spate_search::service::PartitionStats) -> f64,
 );
 
-/// Searchable topics: indexed records, indexing lag, index size per partition, commit and
-/// query latency.
+/// Searchable topics: indexed records and indexing lag per partition, index size per topic,
+/// commit and query latency.
 pub fn render_search(s: &spate_search::SearchService) -> String {
     let mut w = Writer::default();
     let stats = s.stats();
-    let families: [Family; 10] = [
+    let families: [Family; 9] = [
         (
             "spate_search_indexed_records_total",
             "counter",
@@ -924,12 +924,6 @@ pub fn render_search(s: &spate_search::SearchService) -> String {
             "gauge",
             "Age of a partition's oldest record below the high watermark that is not searchable yet (0 when none; sampled every 100 ms); search.max.lag.ms slows producers past it.",
             |p| p.lag_seconds,
-        ),
-        (
-            "spate_search_index_size_bytes",
-            "gauge",
-            "Bytes a partition's search index takes on disk.",
-            |p| p.size_bytes as f64,
         ),
         (
             "spate_search_undecodable_batches_total",
@@ -978,6 +972,18 @@ pub fn render_search(s: &spate_search::SearchService) -> String {
                 value(p),
             );
         }
+    }
+    w.family(
+        "spate_search_index_size_bytes",
+        "gauge",
+        "Bytes a topic's search index takes on this node's disk (one index holds every partition of the topic on the node).",
+    );
+    for (topic, bytes) in s.index_sizes() {
+        w.sample(
+            "spate_search_index_size_bytes",
+            &[("topic", &topic)],
+            bytes as f64,
+        );
     }
     w.family(
         "spate_search_commit_latency_seconds",

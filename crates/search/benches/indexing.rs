@@ -17,7 +17,7 @@ use spate_broker::search_config::{
     SearchSettings, ValueFormat, DEFAULT_MAX_FIELDS, DEFAULT_TIME_FIELD,
 };
 use spate_search::document;
-use spate_search::index::PartitionIndex;
+use spate_search::index::TopicIndex;
 use spate_search::record::LogRecord;
 
 fn cpu_seconds() -> f64 {
@@ -68,8 +68,7 @@ fn main() {
         max_fields: DEFAULT_MAX_FIELDS,
         time_field: DEFAULT_TIME_FIELD.into(),
     };
-    let opened =
-        PartitionIndex::open(dir.path(), "bench", 0, &settings, memory, false).expect("open");
+    let opened = TopicIndex::open(dir.path(), "bench", &settings, memory, false).expect("open");
     let index = opened.index;
     let mut writer = index.new_writer().expect("writer");
     let (c0, t0) = (cpu_seconds(), Instant::now());
@@ -87,7 +86,9 @@ fn main() {
         built += b.elapsed();
         index.add(&writer, doc).expect("add");
     }
-    index.commit(&mut writer, count as i64).expect("commit");
+    index
+        .commit(&mut writer, [(0, count as i64)].into())
+        .expect("commit");
     writer.wait_merging_threads().expect("merges");
     let (cpu, wall) = (cpu_seconds() - c0, t0.elapsed().as_secs_f64());
     let mb = bytes as f64 / 1e6;

@@ -1,4 +1,4 @@
-//! Where a partition index keeps its files: tantivy's memory-mapped directory without its
+//! Where a topic index keeps its files: tantivy's memory-mapped directory without its
 //! fsyncs. A commit makes documents searchable; making them durable would cost an fsync of
 //! every file of every commit (tens of milliseconds each, per partition, several times a
 //! second), and the index is derived data: the log is its source. So commits are not synced,
@@ -18,7 +18,7 @@ use tantivy::directory::{
 };
 use tantivy::Directory;
 
-/// A partition index's directory: reads through tantivy's mmap directory, writes without
+/// A topic index's directory: reads through tantivy's mmap directory, writes without
 /// fsync.
 #[derive(Debug, Clone)]
 pub struct IndexDirectory {

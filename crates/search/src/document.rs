@@ -8,15 +8,18 @@ use crate::dates::parse_date;
 use crate::record::{encode_stored, lossy, read_value, values_at, LogRecord, ValueDecoder};
 use crate::schema::IndexSchema;
 
-/// What indexing a document left out under dynamic mapping, for the metrics.
+/// What building a document found: what dynamic mapping left out (for the metrics), and
+/// the document's event time.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Skipped {
+pub struct Built {
     /// Values of new fields past `search.max.fields`.
     pub unmapped: u64,
     /// Values that did not fit their field's type.
     pub conflicts: u64,
     /// Schema'd values that could not be decoded (indexed as text).
     pub undecodable: u64,
+    /// The event time (epoch ms): the time field's value, else the record's timestamp.
+    pub event_ms: i64,
 }
 
 /// Builds the document of one record. Values that are not UTF-8 are indexed as far as they
@@ -38,8 +41,8 @@ pub fn build_counted(
     decoder: Option<&dyn ValueDecoder>,
     partition: i32,
     r: &LogRecord,
-) -> (TantivyDocument, Skipped) {
-    let mut skipped = Skipped::default();
+) -> (TantivyDocument, Built) {
+    let mut skipped = Built::default();
     let mut doc = TantivyDocument::default();
     doc.add_i64(schema.offset, r.offset);
     doc.add_i64(schema.partition, partition as i64);
@@ -98,6 +101,7 @@ pub fn build_counted(
         }
     }
     doc.add_date(schema.event_time, DateTime::from_timestamp_millis(event_ms));
+    skipped.event_ms = event_ms;
     if let Some(f) = schema.stored_record {
         doc.add_bytes(f, &encode_stored(r));
     }

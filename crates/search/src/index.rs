@@ -1,15 +1,22 @@
-//! One partition's index on disk (`<data>/search/<topic id>/<partition>/`). Its progress, the
-//! offset after the last record it holds, travels in each commit's payload, so a commit makes
-//! documents and progress durable together: after a crash the indexer resumes exactly where
-//! the last commit ended, with no record missing or indexed twice.
+//! One topic's index on this node (`<data>/search/<topic id>/`): the documents of every
+//! partition of the topic this node holds a replica of, in one tantivy index with one writer.
+//! A writer per partition did not scale: with hundreds of partitions each commit made a
+//! segment per partition, writers were opened and closed in turn for a few records each, and
+//! freshness fell to tens of seconds. Each partition's progress, the offset after the last
+//! record it holds, travels in each commit's payload, so a commit makes documents and progress
+//! durable together: after a crash indexing resumes exactly where the last commit ended, with
+//! no record missing or indexed twice. A [`PartitionIndex`] is one partition's view of it.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
+use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use spate_broker::search_config::SearchSettings;
 use tantivy::indexer::IndexWriterOptions;
-use tantivy::query::RangeQuery;
+use tantivy::query::{BooleanQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::schema::IndexRecordOption;
 use tantivy::{
     Directory, Index, IndexReader, IndexSettings, IndexWriter, ReloadPolicy, TantivyDocument, Term,
 };
@@ -25,21 +32,23 @@ pub const MIN_WRITER_MEMORY_BYTES: usize = 15_000_000;
 /// What each commit records beside the documents.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Progress {
-    /// Offset of the next record to index.
-    pub next_offset: i64,
+    /// Per partition, the offset of the next record to index.
+    pub partitions: BTreeMap<i32, i64>,
     /// The settings the index was built under; another fingerprint means rebuild.
     pub fingerprint: String,
     /// The dynamic mapping of the documents committed (path -> type).
     #[serde(default)]
-    pub mapping: std::collections::BTreeMap<String, String>,
+    pub mapping: BTreeMap<String, String>,
+    /// Per partition, bounds of its documents' event times (epoch ms), for pruning.
+    #[serde(default)]
+    pub spans: BTreeMap<i32, (i64, i64)>,
 }
 
-/// A partition index: the searchable side (reader, schema) shared with queries.
-pub struct PartitionIndex {
+/// A topic's index on this node: the searchable side (reader, schema) shared with queries,
+/// and each partition's committed progress.
+pub struct TopicIndex {
     /// Topic name (for `_index` in hits).
     pub topic: String,
-    /// Partition.
-    pub partition: i32,
     /// The settings it was built under.
     pub settings: SearchSettings,
     /// Fields.
@@ -48,23 +57,62 @@ pub struct PartitionIndex {
     pub dir: PathBuf,
     index: Index,
     reader: IndexReader,
-    /// Offset after the last committed (searchable) record.
-    committed_offset: AtomicI64,
+    /// Per partition, the offset after the last committed (searchable) record.
+    committed: RwLock<BTreeMap<i32, i64>>,
+    /// Per partition, bounds of the event times of the documents it has had: only ever
+    /// widened (retention and cuts leave them wide), so a search that prunes a partition by
+    /// them never misses a document. A partition with none has no documents.
+    spans: RwLock<BTreeMap<i32, (i64, i64)>>,
     /// Indexing memory of each writer made for it.
     writer_memory_bytes: usize,
     /// Woken at each commit (for `refresh=wait_for`).
-    committed: tokio::sync::Notify,
+    committed_notify: tokio::sync::Notify,
     /// Reads values in the schema registry's wire format (`search.value.format` schema or
     /// auto), when a registry runs in this process.
-    pub decoder: Option<std::sync::Arc<dyn ValueDecoder>>,
+    pub decoder: Option<Arc<dyn ValueDecoder>>,
+}
+
+/// One partition of a [`TopicIndex`]: what a search of that partition reads.
+pub struct PartitionIndex {
+    /// Topic name.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The topic's index it is part of.
+    pub index: Arc<TopicIndex>,
+}
+
+impl std::ops::Deref for PartitionIndex {
+    type Target = TopicIndex;
+
+    fn deref(&self) -> &TopicIndex {
+        &self.index
+    }
+}
+
+impl PartitionIndex {
+    /// Offset after the last searchable record of this partition (-1 before its first
+    /// commit).
+    pub fn committed_offset(&self) -> i64 {
+        self.index.committed_offset_of(self.partition)
+    }
+
+    /// Waits until the record at `offset` of this partition is searchable, at most `limit`;
+    /// answers whether it is.
+    pub async fn wait_searchable(&self, offset: i64, limit: std::time::Duration) -> bool {
+        self.index
+            .wait_searchable(self.partition, offset, limit)
+            .await
+    }
 }
 
 /// How an index was opened.
 pub struct Opened {
     /// The index.
-    pub index: PartitionIndex,
-    /// Where indexing resumes; `None` for a new index (start at the log start).
-    pub resume_at: Option<i64>,
+    pub index: TopicIndex,
+    /// Where indexing of each partition resumes (partitions not named start at the log
+    /// start).
+    pub progress: BTreeMap<i32, i64>,
     /// Why it was rebuilt, if it was.
     pub rebuilt: Option<String>,
 }
@@ -97,26 +145,41 @@ fn torn(index: &Index) -> Option<String> {
     reader.err().map(|e| e.to_string())
 }
 
-fn progress_of(index: &Index) -> Option<Progress> {
-    let metas = index.load_metas().ok()?;
-    serde_json::from_str(metas.payload.as_deref()?).ok()
+/// The progress of an index's last commit: `Ok(None)` when it has none.
+fn progress_of(index: &Index) -> Result<Option<Progress>, String> {
+    let metas = index.load_metas().map_err(|e| e.to_string())?;
+    match metas.payload.as_deref() {
+        None => Ok(None),
+        Some(p) => serde_json::from_str(p)
+            .map(Some)
+            .map_err(|e| format!("reading the last commit's progress: {e}")),
+    }
 }
 
-impl PartitionIndex {
+impl TopicIndex {
     /// A value read the way the topic's format says, schema'd values decoded with the
     /// registry's decoder: `Err` (why) for one that should have decoded and did not.
     pub fn read_value(&self, v: &[u8]) -> Result<Option<serde_json::Value>, String> {
         crate::record::read_value(v, self.settings.format, self.decoder.as_deref())
     }
 
-    /// [`PartitionIndex::read_value`], a value that did not decode read as text (`None`).
+    /// [`TopicIndex::read_value`], a value that did not decode read as text (`None`).
     pub fn parse_value(&self, v: &[u8]) -> Option<serde_json::Value> {
         self.read_value(v).unwrap_or(None)
     }
 
-    /// The `_source` of a hit on record `r` of this partition.
+    /// The `_source` of a hit on record `r`.
     pub fn source(&self, r: &LogRecord) -> serde_json::Value {
         crate::record::source_decoded(r, self.settings.format, self.decoder.as_deref())
+    }
+
+    /// Partition `p`'s view of this index.
+    pub fn partition(self: &Arc<Self>, p: i32) -> PartitionIndex {
+        PartitionIndex {
+            topic: self.topic.clone(),
+            partition: p,
+            index: self.clone(),
+        }
     }
 
     /// Opens the index in `dir`, or creates it; an index that cannot be opened, has another
@@ -128,27 +191,19 @@ impl PartitionIndex {
     pub fn open(
         dir: &Path,
         topic: &str,
-        partition: i32,
         settings: &SearchSettings,
         writer_memory_bytes: usize,
         verify: bool,
     ) -> Result<Opened, SearchError> {
-        Self::open_on(
-            dir,
-            topic,
-            partition,
-            settings,
-            writer_memory_bytes,
-            verify,
-            &|d| Ok(Box::new(IndexDirectory::open(d)?)),
-        )
+        Self::open_on(dir, topic, settings, writer_memory_bytes, verify, &|d| {
+            Ok(Box::new(IndexDirectory::open(d)?))
+        })
     }
 
-    /// [`PartitionIndex::open`] with the files behind `directory` (tests put faults there).
+    /// [`TopicIndex::open`] with the files behind `directory` (tests put faults there).
     pub(crate) fn open_on(
         dir: &Path,
         topic: &str,
-        partition: i32,
         settings: &SearchSettings,
         writer_memory_bytes: usize,
         verify: bool,
@@ -168,16 +223,20 @@ impl PartitionIndex {
                     rebuilt = Some(format!("it is damaged after an unclean stop ({why})"))
                 }
                 Ok(index) => match progress_of(&index) {
-                    Some(p) if p.fingerprint == fingerprint => existing = Some((index, p)),
-                    Some(_) => rebuilt = Some("the topic's search settings changed".into()),
-                    None if index
-                        .searchable_segment_metas()
-                        .map(|m| m.is_empty())
-                        .unwrap_or(false) =>
+                    Ok(Some(p)) if p.fingerprint == fingerprint => existing = Some((index, p)),
+                    Ok(Some(_)) => rebuilt = Some("the topic's search settings changed".into()),
+                    Ok(None)
+                        if index
+                            .searchable_segment_metas()
+                            .map(|m| m.is_empty())
+                            .unwrap_or(false) =>
                     {
                         existing = None
                     }
-                    None => rebuilt = Some("its progress record is missing".into()),
+                    Ok(None) => rebuilt = Some("its progress record is missing".into()),
+                    // Another layout's payload (an index per partition, before an index per
+                    // topic) or a damaged one.
+                    Err(e) => rebuilt = Some(e),
                 },
                 // Damage is rebuilt from the log; a failure to read (too many open files, an
                 // I/O error) is not damage: the index stays, and opening is tried again later.
@@ -200,10 +259,10 @@ impl PartitionIndex {
                 reason: format!("removing {}: {e}", dir.display()),
             })?;
         }
-        let (index, resume_at) = match existing {
+        let (index, progress, spans) = match existing {
             Some((index, p)) => {
                 *schema.dynamic.write() = crate::mapping::TopicMapping::from_stored(&p.mapping);
-                (index, Some(p.next_offset))
+                (index, p.partitions, p.spans)
             }
             None => {
                 std::fs::create_dir_all(dir).map_err(|e| SearchError::Index {
@@ -214,7 +273,7 @@ impl PartitionIndex {
                     schema.schema.clone(),
                     IndexSettings::default(),
                 )?;
-                (index, None)
+                (index, BTreeMap::new(), BTreeMap::new())
             }
         };
         let reader = index
@@ -222,20 +281,20 @@ impl PartitionIndex {
             .reload_policy(ReloadPolicy::Manual)
             .try_into()?;
         Ok(Opened {
-            index: PartitionIndex {
+            index: TopicIndex {
                 topic: topic.to_string(),
-                partition,
                 settings: settings.clone(),
                 schema,
                 dir: dir.to_path_buf(),
                 index,
                 reader,
-                committed_offset: AtomicI64::new(resume_at.unwrap_or(-1)),
+                committed: RwLock::new(progress.clone()),
+                spans: RwLock::new(spans),
                 writer_memory_bytes,
-                committed: tokio::sync::Notify::new(),
+                committed_notify: tokio::sync::Notify::new(),
                 decoder: None,
             },
-            resume_at,
+            progress,
             rebuilt,
         })
     }
@@ -250,17 +309,44 @@ impl PartitionIndex {
         &self.index
     }
 
-    /// Offset after the last searchable record (-1 before the first commit).
-    pub fn committed_offset(&self) -> i64 {
-        self.committed_offset.load(Ordering::Acquire)
+    /// Offset after the last searchable record of partition `p` (-1 before its first
+    /// commit).
+    pub fn committed_offset_of(&self, p: i32) -> i64 {
+        self.committed.read().get(&p).copied().unwrap_or(-1)
     }
 
-    /// Commits what `writer` holds with `next_offset` as progress and makes it searchable.
-    pub fn commit(&self, writer: &mut IndexWriter, next_offset: i64) -> Result<(), SearchError> {
+    /// Widens partition `p`'s event time bounds to hold `lo..=hi` (before the documents
+    /// are committed, so a search never sees a document outside them).
+    pub fn widen_span(&self, p: i32, (lo, hi): (i64, i64)) {
+        let mut spans = self.spans.write();
+        let span = spans.entry(p).or_insert((lo, hi));
+        *span = (span.0.min(lo), span.1.max(hi));
+    }
+
+    /// Partition `p`'s event time bounds; `None` when it has had no documents.
+    pub fn span(&self, p: i32) -> Option<(i64, i64)> {
+        self.spans.read().get(&p).copied()
+    }
+
+    /// Partitions with committed progress.
+    pub fn committed_partitions(&self) -> Vec<i32> {
+        self.committed.read().keys().copied().collect()
+    }
+
+    /// Commits what `writer` holds with `progress` (per partition, the offset of the next
+    /// record to index) and makes it searchable.
+    pub fn commit(
+        &self,
+        writer: &mut IndexWriter,
+        progress: BTreeMap<i32, i64>,
+    ) -> Result<(), SearchError> {
+        // A partition gone from the progress had its documents deleted with this commit.
+        self.spans.write().retain(|p, _| progress.contains_key(p));
         let payload = serde_json::to_string(&Progress {
-            next_offset,
+            partitions: progress.clone(),
             fingerprint: self.settings.fingerprint(),
             mapping: self.schema.dynamic.read().to_stored(),
+            spans: self.spans.read().clone(),
         })
         .map_err(|e| SearchError::Index {
             reason: e.to_string(),
@@ -269,31 +355,31 @@ impl PartitionIndex {
         prepared.set_payload(&payload);
         prepared.commit()?;
         self.reader.reload()?;
-        self.committed_offset.store(next_offset, Ordering::Release);
-        self.committed.notify_waiters();
+        *self.committed.write() = progress;
+        self.committed_notify.notify_waiters();
         Ok(())
     }
 
-    /// Waits until the record at `offset` is searchable, at most `limit`; answers whether it
-    /// is.
-    pub async fn wait_searchable(&self, offset: i64, limit: std::time::Duration) -> bool {
+    /// Waits until the record at `offset` of partition `p` is searchable, at most `limit`;
+    /// answers whether it is.
+    pub async fn wait_searchable(&self, p: i32, offset: i64, limit: std::time::Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            let woken = self.committed.notified();
+            let woken = self.committed_notify.notified();
             tokio::pin!(woken);
             // Registered before the check, so a commit in between still wakes it.
             woken.as_mut().enable();
-            if self.committed_offset() > offset {
+            if self.committed_offset_of(p) > offset {
                 return true;
             }
             if tokio::time::timeout_at(deadline, woken).await.is_err() {
-                return self.committed_offset() > offset;
+                return self.committed_offset_of(p) > offset;
             }
         }
     }
 
     /// A writer for the indexer: one indexing thread and one merge thread (tantivy's default
-    /// of four merge threads per writer does not scale to many partitions).
+    /// of four merge threads per writer does not scale to many topics).
     pub fn new_writer(&self) -> Result<IndexWriter, SearchError> {
         let options = IndexWriterOptions::builder()
             .memory_budget_per_thread(self.writer_memory_bytes.max(MIN_WRITER_MEMORY_BYTES))
@@ -303,47 +389,71 @@ impl PartitionIndex {
         Ok(self.index.writer_with_options(options)?)
     }
 
-    /// After a writer failed and was rolled back: the progress of the last commit on disk
-    /// (`None`: nothing committed), from which indexing must go on, made the searchable state
-    /// again. It is read back from the disk rather than trusted from
-    /// [`PartitionIndex::committed_offset`]: a commit that failed after writing its metadata
-    /// did commit.
-    pub fn reload_progress(&self) -> Result<Option<i64>, SearchError> {
-        let metas = self.index.load_metas()?;
-        let progress = match metas.payload.as_deref() {
-            Some(p) => Some(
-                serde_json::from_str::<Progress>(p)
-                    .map_err(|e| SearchError::Index {
-                        reason: format!("reading the last commit's progress: {e}"),
-                    })?
-                    .next_offset,
-            ),
-            None => None,
-        };
+    /// After a writer failed and was rolled back: the progress of the last commit on disk,
+    /// from which indexing must go on, made the searchable state again. It is read back from
+    /// the disk rather than trusted from memory: a commit that failed after writing its
+    /// metadata did commit.
+    pub fn reload_progress(&self) -> Result<BTreeMap<i32, i64>, SearchError> {
+        let progress = progress_of(&self.index)
+            .map_err(|reason| SearchError::Index { reason })?
+            .map(|p| p.partitions)
+            .unwrap_or_default();
         self.reader.reload()?;
-        self.committed_offset
-            .store(progress.unwrap_or(-1), Ordering::Release);
-        self.committed.notify_waiters();
+        *self.committed.write() = progress.clone();
+        self.committed_notify.notify_waiters();
         Ok(progress)
     }
 
-    /// Queues the deletion of every document with an offset below `offset` (retention).
-    pub fn delete_below(&self, writer: &IndexWriter, offset: i64) -> Result<(), SearchError> {
+    /// Partition `p`'s documents whose offset lies in `offsets`.
+    fn of_partition(&self, p: i32, offsets: Option<RangeQuery>) -> Box<dyn Query> {
+        let partition: Box<dyn Query> = Box::new(TermQuery::new(
+            Term::from_field_i64(self.schema.partition, i64::from(p)),
+            IndexRecordOption::Basic,
+        ));
+        match offsets {
+            None => partition,
+            Some(r) => Box::new(BooleanQuery::new(vec![
+                (Occur::Must, partition),
+                (Occur::Must, Box::new(r)),
+            ])),
+        }
+    }
+
+    /// Queues the deletion of every document of partition `p` with an offset below `offset`
+    /// (retention).
+    pub fn delete_below(
+        &self,
+        writer: &IndexWriter,
+        p: i32,
+        offset: i64,
+    ) -> Result<(), SearchError> {
         let q = RangeQuery::new(
             std::ops::Bound::Unbounded,
             std::ops::Bound::Excluded(Term::from_field_i64(self.schema.offset, offset)),
         );
-        writer.delete_query(Box::new(q))?;
+        writer.delete_query(self.of_partition(p, Some(q)))?;
         Ok(())
     }
 
-    /// Queues the deletion of every document at or above `offset` (a truncated log).
-    pub fn delete_from(&self, writer: &IndexWriter, offset: i64) -> Result<(), SearchError> {
+    /// Queues the deletion of every document of partition `p` at or above `offset` (a
+    /// truncated log).
+    pub fn delete_from(
+        &self,
+        writer: &IndexWriter,
+        p: i32,
+        offset: i64,
+    ) -> Result<(), SearchError> {
         let q = RangeQuery::new(
             std::ops::Bound::Included(Term::from_field_i64(self.schema.offset, offset)),
             std::ops::Bound::Unbounded,
         );
-        writer.delete_query(Box::new(q))?;
+        writer.delete_query(self.of_partition(p, Some(q)))?;
+        Ok(())
+    }
+
+    /// Queues the deletion of every document of partition `p` (its replica left this node).
+    pub fn delete_partition(&self, writer: &IndexWriter, p: i32) -> Result<(), SearchError> {
+        writer.delete_query(self.of_partition(p, None))?;
         Ok(())
     }
 
@@ -366,7 +476,6 @@ impl PartitionIndex {
             .unwrap_or(0)
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,10 +501,9 @@ mod tests {
             format: spate_broker::search_config::ValueFormat::Schema,
             ..settings()
         };
-        let mut opened = PartitionIndex::open(
+        let mut opened = TopicIndex::open(
             &dir.path().join("p0"),
             "t",
-            0,
             &settings,
             MIN_WRITER_MEMORY_BYTES,
             false,
@@ -442,7 +550,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let at = dir.path().join("p0");
         let open = |verify| {
-            PartitionIndex::open(&at, "t", 0, &settings(), MIN_WRITER_MEMORY_BYTES, verify).unwrap()
+            TopicIndex::open(&at, "t", &settings(), MIN_WRITER_MEMORY_BYTES, verify).unwrap()
         };
         let opened = open(false);
         let mut w = opened.index.new_writer().unwrap();
@@ -459,7 +567,10 @@ mod tests {
             let doc = crate::document::build(&opened.index.schema, &settings(), 0, &r);
             opened.index.add(&w, doc).unwrap();
         }
-        opened.index.commit(&mut w, 50).unwrap();
+        opened
+            .index
+            .commit(&mut w, BTreeMap::from([(0, 50)]))
+            .unwrap();
         drop(w);
         drop(opened);
         // What an OS crash can leave of unsynced writes: a file of the last commit with other
@@ -486,7 +597,10 @@ mod tests {
             "{:?}",
             reopened.rebuilt
         );
-        assert_eq!(reopened.resume_at, None, "indexed again from the log start");
+        assert!(
+            reopened.progress.is_empty(),
+            "indexed again from the log start"
+        );
     }
 
     #[test]
@@ -497,7 +611,7 @@ mod tests {
         // or EIO): an error, and nothing deleted.
         std::fs::create_dir_all(at.join("meta.json")).unwrap();
         std::fs::write(at.join("keep"), b"x").unwrap();
-        let err = PartitionIndex::open(&at, "t", 0, &settings(), MIN_WRITER_MEMORY_BYTES, false)
+        let err = TopicIndex::open(&at, "t", &settings(), MIN_WRITER_MEMORY_BYTES, false)
             .err()
             .expect("an error");
         assert!(err.to_string().contains("opening"), "{err}");
@@ -506,9 +620,9 @@ mod tests {
         std::fs::remove_dir_all(&at).unwrap();
         std::fs::create_dir_all(&at).unwrap();
         std::fs::write(at.join("meta.json"), b"{not json").unwrap();
-        let opened = PartitionIndex::open(&at, "t", 0, &settings(), MIN_WRITER_MEMORY_BYTES, false)
+        let opened = TopicIndex::open(&at, "t", &settings(), MIN_WRITER_MEMORY_BYTES, false)
             .expect("rebuilt");
         assert!(opened.rebuilt.is_some());
-        assert_eq!(opened.resume_at, None);
+        assert!(opened.progress.is_empty());
     }
 }

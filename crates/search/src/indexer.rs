@@ -1,22 +1,26 @@
-//! The background indexer of one searchable partition: it reads the log from the index's
-//! progress up to the high watermark (never above it, never on the produce path), adds the
-//! records to the index and commits at least every `commit_interval`. Its steps run on the
-//! shared [`IndexingPool`] and it holds an index writer only while it has something to write
-//! (see [`crate::pool`]). Under overload it falls behind (the lag metrics show it); producers
-//! never wait for it. When the index's writer fails (a full disk, an I/O error) everything
-//! since the last commit is dropped and indexing goes on from that commit's progress once the
-//! writer works again: progress never passes a record that is not committed.
+//! The background indexer of one topic's index on this node: for each partition of the topic
+//! this node holds, it reads the log from that partition's progress up to its high watermark
+//! (never above it, never on the produce path), adds the records to the topic's index and
+//! commits every partition's progress at once, at least every `commit_interval`. Its steps run
+//! on the shared [`IndexingPool`] and it holds an index writer only while it has something to
+//! write (see [`crate::pool`]). Under overload it falls behind (the lag metrics show it);
+//! producers never wait for it. When the index's writer fails (a full disk, an I/O error)
+//! everything since the last commit is dropped and indexing goes on from that commit's
+//! progress once the writer works again: progress never passes a record that is not
+//! committed.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use spate_broker::Partition;
 use tantivy::IndexWriter;
 
 use crate::document;
 use crate::error::SearchError;
-use crate::index::PartitionIndex;
+use crate::index::TopicIndex;
 use crate::metrics::{IndexMetrics, SearchMetrics};
 use crate::pool::{IndexingPool, Waiting, WriterSlot};
 use crate::record::decode_batches;
@@ -26,7 +30,7 @@ use crate::record::decode_batches;
 pub struct IndexerSettings {
     /// Longest time indexed records wait for a commit (the freshness bound's main part).
     pub commit_interval: Duration,
-    /// Bytes of log read per step.
+    /// Bytes of log read per partition per step.
     pub read_bytes: usize,
     /// Longest sleep between looks at the log when nothing happens (retention, stop).
     pub idle_poll: Duration,
@@ -57,10 +61,21 @@ const FAILURE_PAUSE: Duration = Duration::from_millis(500);
 /// Longest wait for a writer slot before looking again (a release may be missed).
 const SLOT_RECHECK: Duration = Duration::from_millis(50);
 
+/// One partition an indexer indexes: its log, and its figures.
+#[derive(Clone)]
+pub struct Feed {
+    /// The partition's log.
+    pub partition: Arc<Partition>,
+    /// Its figures.
+    pub metrics: Arc<IndexMetrics>,
+}
+
 /// A running indexer; dropping it does not stop it, [`Indexer::stop`] does.
 pub struct Indexer {
     stop: Arc<Stop>,
     done: std::sync::mpsc::Receiver<()>,
+    /// A new set of partitions to index, taken at the next turn.
+    feeds: Arc<Mutex<Option<Vec<Feed>>>>,
 }
 
 /// The stop request of an indexer: a flag, and a wake-up for an indexer waiting for records
@@ -85,42 +100,50 @@ impl Stop {
 }
 
 impl Indexer {
-    /// Starts indexing `partition` into `index` from `resume_at` (the log start when `None`),
-    /// its steps on `pool`, its waits on `runtime`.
-    #[allow(clippy::too_many_arguments)]
+    /// Starts indexing `feeds` into `index`, each partition from its committed progress (its
+    /// log start when it has none), its steps on `pool`, its waits on `runtime`.
     pub fn start(
-        partition: Arc<Partition>,
-        index: Arc<PartitionIndex>,
-        resume_at: Option<i64>,
+        index: Arc<TopicIndex>,
+        feeds: Vec<Feed>,
         settings: IndexerSettings,
-        metrics: Arc<IndexMetrics>,
         shared: Arc<SearchMetrics>,
         pool: Arc<IndexingPool>,
         runtime: &tokio::runtime::Handle,
     ) -> Self {
         let stop = Arc::new(Stop::default());
         let (done_tx, done) = std::sync::mpsc::channel();
+        let wanted = Arc::new(Mutex::new(Some(feeds)));
         let run = Run {
-            partition,
             index,
             writer: None,
             pool: pool.clone(),
-            next: resume_at,
-            applied_start: i64::MIN,
-            uncommitted_cut: None,
-            lost_cut: None,
+            cursors: BTreeMap::new(),
+            wanted: wanted.clone(),
+            to_remove: BTreeSet::new(),
+            removing: BTreeSet::new(),
             failed: false,
             settings,
-            metrics,
             shared,
             dirty: false,
             last_commit: Instant::now(),
             last_write: Instant::now(),
             indexed_last_step: false,
-            schema_wait: None,
+            moved: Arc::new(tokio::sync::Notify::new()),
+            runtime: runtime.clone(),
         };
         runtime.spawn(drive(run, stop.clone(), pool, done_tx));
-        Self { stop, done }
+        Self {
+            stop,
+            done,
+            feeds: wanted,
+        }
+    }
+
+    /// The partitions to index from now on (a replica came to this node or left it); a
+    /// partition left out has its documents deleted.
+    pub fn set_feeds(&self, feeds: Vec<Feed>) {
+        *self.feeds.lock() = Some(feeds);
+        self.stop.wake.notify_one();
     }
 
     /// Stops the indexer and waits for it (it finishes its current step and commits first).
@@ -166,13 +189,15 @@ async fn drive(
     pool: Arc<IndexingPool>,
     _done: std::sync::mpsc::Sender<()>,
 ) {
-    let mut hw_watch = run.partition.watch_high_watermark();
+    let moved = run.moved.clone();
     let mut failures = 0u32;
     // Counted as waiting for a writer slot from a turn that found none to one that found one.
     let mut waiting: Option<Waiting> = None;
     loop {
-        // Moves of the high watermark from here on wake the wait below.
-        hw_watch.borrow_and_update();
+        // Moves of a high watermark from here on wake the wait below.
+        let high_watermark_moved = moved.notified();
+        tokio::pin!(high_watermark_moved);
+        high_watermark_moved.as_mut().enable();
         let stopping = stop.requested();
         let Some((back, turn)) = pool
             .run(move || {
@@ -189,7 +214,10 @@ async fn drive(
             waiting = None;
         }
         match turn {
-            Turn::Stopped => return,
+            Turn::Stopped => {
+                run.stop_watching();
+                return;
+            }
             Turn::More => failures = 0,
             Turn::NoWriter => {
                 let slots = pool.writers.clone();
@@ -204,7 +232,7 @@ async fn drive(
             Turn::Failed(e) => {
                 failures += 1;
                 if failures == 1 || failures % 60 == 0 {
-                    tracing::warn!(topic = %run.index.topic, partition = run.index.partition, error = %e, "search indexing step failed; retrying from the last commit");
+                    tracing::warn!(topic = %run.index.topic, error = %e, "search indexing step failed; retrying from the last commit");
                 }
                 stop.pause(FAILURE_PAUSE).await;
             }
@@ -225,7 +253,7 @@ async fn drive(
                 } else if !stop.requested() {
                     let _ = tokio::time::timeout(wait, async {
                         tokio::select! {
-                            _ = hw_watch.changed() => {}
+                            _ = high_watermark_moved => {}
                             _ = stop.wake.notified() => {}
                         }
                     })
@@ -242,22 +270,45 @@ struct OpenWriter {
     _slot: WriterSlot,
 }
 
-struct Run {
-    partition: Arc<Partition>,
-    index: Arc<PartitionIndex>,
-    /// Held only while there is something to write.
-    writer: Option<OpenWriter>,
-    pool: Arc<IndexingPool>,
+/// Where indexing of one partition stands.
+struct Cursor {
+    feed: Feed,
+    /// The offset of the next record to index (`None`: the log start).
     next: Option<i64>,
     applied_start: i64,
     /// The lowest log cut whose deletions are queued but not committed yet.
     uncommitted_cut: Option<i64>,
     /// A cut not applied yet: taken from the partition, or dropped by a failure.
     lost_cut: Option<i64>,
+    /// The offset of a schema'd value whose schema id the registry does not know yet, and
+    /// since when indexing waits for it (see [`SCHEMA_ID_WAIT`]).
+    schema_wait: Option<(i64, Instant)>,
+    /// Wakes the indexer when the high watermark moves.
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Cursor {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+struct Run {
+    index: Arc<TopicIndex>,
+    /// Held only while there is something to write.
+    writer: Option<OpenWriter>,
+    pool: Arc<IndexingPool>,
+    /// The partitions indexed, by number.
+    cursors: BTreeMap<i32, Cursor>,
+    /// A new set of partitions, from [`Indexer::set_feeds`].
+    wanted: Arc<Mutex<Option<Vec<Feed>>>>,
+    /// Partitions whose documents are to be deleted (the replica left this node).
+    to_remove: BTreeSet<i32>,
+    /// Partitions whose deletion is queued in the writer but not committed yet.
+    removing: BTreeSet<i32>,
     /// The last step failed: the writer is recovered before the next one.
     failed: bool,
     settings: IndexerSettings,
-    metrics: Arc<IndexMetrics>,
     shared: Arc<SearchMetrics>,
     dirty: bool,
     last_commit: Instant,
@@ -265,43 +316,16 @@ struct Run {
     last_write: Instant,
     /// The last step indexed at least one record.
     indexed_last_step: bool,
-    /// The offset of a schema'd value whose schema id the registry does not know yet, and
-    /// since when indexing waits for it (see [`SCHEMA_ID_WAIT`]).
-    schema_wait: Option<(i64, Instant)>,
+    /// Woken by every partition's high watermark moves.
+    moved: Arc<tokio::sync::Notify>,
+    /// Where the high watermark watchers run.
+    runtime: tokio::runtime::Handle,
 }
 
 /// How long indexing under `search.value.format=schema` waits for a schema id the registry
 /// does not know yet (a node whose copy of `_schemas` lags the topic's records) before the
 /// value is indexed as text, as a value that cannot be decoded is.
 const SCHEMA_ID_WAIT: Duration = Duration::from_secs(30);
-
-impl Run {
-    /// Whether `r` is a schema'd value whose schema id the registry does not know yet, to be
-    /// indexed once it does (or as text after [`SCHEMA_ID_WAIT`]).
-    fn waits_for_schema(&mut self, r: &crate::record::LogRecord) -> bool {
-        if self.index.settings.format != spate_broker::search_config::ValueFormat::Schema {
-            return false;
-        }
-        let (Some(decoder), Some(v)) = (self.index.decoder.as_deref(), r.value.as_deref()) else {
-            return false;
-        };
-        if !crate::record::has_schema_header(v) || !decoder.awaits_schema(v) {
-            self.schema_wait = None;
-            return false;
-        }
-        let since = match self.schema_wait {
-            Some((offset, since)) if offset == r.offset => since,
-            _ => {
-                tracing::info!(topic = %self.index.topic, partition = self.index.partition, offset = r.offset, "a schema id the registry does not know yet: indexing waits for it");
-                self.metrics.schema_id_waits.inc();
-                let now = Instant::now();
-                self.schema_wait = Some((r.offset, now));
-                now
-            }
-        };
-        since.elapsed() < SCHEMA_ID_WAIT
-    }
-}
 
 /// The lower of two optional cuts.
 fn min_cut(a: Option<i64>, b: Option<i64>) -> Option<i64> {
@@ -318,15 +342,247 @@ enum Step {
     NoWriter,
 }
 
+impl Cursor {
+    fn new(
+        feed: Feed,
+        next: Option<i64>,
+        moved: &Arc<tokio::sync::Notify>,
+        runtime: &tokio::runtime::Handle,
+    ) -> Self {
+        let mut hw = feed.partition.watch_high_watermark();
+        let moved = moved.clone();
+        let watcher = runtime.spawn(async move {
+            while hw.changed().await.is_ok() {
+                moved.notify_one();
+            }
+        });
+        Self {
+            feed,
+            next,
+            applied_start: i64::MIN,
+            uncommitted_cut: None,
+            lost_cut: None,
+            schema_wait: None,
+            watcher,
+        }
+    }
+
+    fn partition(&self) -> i32 {
+        self.feed.partition.index
+    }
+
+    /// Whether this partition has something to write: records, a retention or a cut.
+    fn has_work(&mut self) -> bool {
+        let p = &self.feed.partition;
+        let (hw, start, end) = (p.high_watermark(), p.log_start_offset(), p.log_end_offset());
+        self.lost_cut = min_cut(self.lost_cut, p.take_lowest_cut());
+        let next = self.next.unwrap_or(start);
+        let retention =
+            start > self.applied_start && (self.applied_start != i64::MIN || next > start);
+        let work = next < hw || next > end || retention || self.lost_cut.is_some_and(|c| c < next);
+        if !work {
+            self.applied_start = self.applied_start.max(start);
+            self.feed.metrics.lag_records.set(0.max(hw - next));
+        }
+        work
+    }
+
+    /// Whether `r` is a schema'd value whose schema id the registry does not know yet, to be
+    /// indexed once it does (or as text after [`SCHEMA_ID_WAIT`]).
+    fn waits_for_schema(&mut self, index: &TopicIndex, r: &crate::record::LogRecord) -> bool {
+        if index.settings.format != spate_broker::search_config::ValueFormat::Schema {
+            return false;
+        }
+        let (Some(decoder), Some(v)) = (index.decoder.as_deref(), r.value.as_deref()) else {
+            return false;
+        };
+        if !crate::record::has_schema_header(v) || !decoder.awaits_schema(v) {
+            self.schema_wait = None;
+            return false;
+        }
+        let since = match self.schema_wait {
+            Some((offset, since)) if offset == r.offset => since,
+            _ => {
+                tracing::info!(topic = %index.topic, partition = self.partition(), offset = r.offset, "a schema id the registry does not know yet: indexing waits for it");
+                self.feed.metrics.schema_id_waits.inc();
+                let now = Instant::now();
+                self.schema_wait = Some((r.offset, now));
+                now
+            }
+        };
+        since.elapsed() < SCHEMA_ID_WAIT
+    }
+
+    /// One step of this partition with `writer`: its cuts and retention queued, then up to a
+    /// read's worth of records added. Answers whether it wrote anything (`dirty`) and whether
+    /// more records wait.
+    fn step(
+        &mut self,
+        index: &TopicIndex,
+        writer: &IndexWriter,
+        read_bytes: usize,
+    ) -> Result<(bool, bool), SearchError> {
+        let p = self.partition();
+        // Normal priority while the partition's lock may be held (the reads below).
+        let boost = crate::priority::Boost::new();
+        let part = self.feed.partition.clone();
+        let hw = part.high_watermark();
+        let start = part.log_start_offset();
+        let end = part.log_end_offset();
+        self.lost_cut = min_cut(self.lost_cut, part.take_lowest_cut());
+        let mut dirty = false;
+        let mut next = self.next.unwrap_or(start);
+        if let Some(cut) = self.lost_cut.take() {
+            if cut < next {
+                // The log lost records this index holds, and may have new ones at their
+                // offsets already: drop everything from the cut and index again from there.
+                index.delete_from(writer, p, cut)?;
+                self.uncommitted_cut = min_cut(self.uncommitted_cut, Some(cut));
+                next = cut.max(start);
+                dirty = true;
+            }
+        }
+        if start > self.applied_start {
+            // Retention removed segments: their records leave the index too.
+            let retention = self.applied_start != i64::MIN || next > start;
+            if retention {
+                index.delete_below(writer, p, start)?;
+                dirty = true;
+            }
+            self.applied_start = start;
+        }
+        if next < start {
+            next = start;
+            dirty = true;
+        }
+        if next > end {
+            // The log was cut below what was indexed (a replica's divergent tail).
+            index.delete_from(writer, p, end)?;
+            self.uncommitted_cut = min_cut(self.uncommitted_cut, Some(end));
+            next = end;
+            dirty = true;
+        }
+        self.next = Some(next);
+        let mut more = false;
+        let mut added = 0u64;
+        if next < hw {
+            let read = part
+                .read(next, read_bytes, true)
+                .map_err(|e| SearchError::Index {
+                    reason: format!("reading partition {p} at offset {next}: {e}"),
+                })?;
+            drop(boost);
+            let decoded = decode_batches(&read.records, next);
+            for (base, reason) in &decoded.undecodable {
+                self.feed.metrics.undecodable_batches.inc();
+                tracing::warn!(topic = %index.topic, partition = p, base_offset = base, reason = %reason, "batch cannot be decoded; its records are not searchable");
+            }
+            let mut stopped = None;
+            let mut span: Option<(i64, i64)> = None;
+            for r in decoded.records.iter().filter(|r| r.offset < hw) {
+                if self.waits_for_schema(index, r) {
+                    stopped = Some(r.offset);
+                    break;
+                }
+                let (doc, skipped) = document::build_counted(
+                    &index.schema,
+                    &index.settings,
+                    index.decoder.as_deref(),
+                    p,
+                    r,
+                );
+                let at = skipped.event_ms;
+                span = Some(span.map_or((at, at), |(lo, hi)| (lo.min(at), hi.max(at))));
+                let m = &self.feed.metrics;
+                m.undecodable_values.add(skipped.undecodable);
+                m.unmapped_fields.add(skipped.unmapped);
+                m.mapping_conflicts.add(skipped.conflicts);
+                index.add(writer, doc)?;
+                added += 1;
+            }
+            if let Some(span) = span {
+                // Before the commit that makes them searchable: a search never sees a document
+                // outside its partition's bounds.
+                index.widen_span(p, span);
+            }
+            self.feed.metrics.indexed_records.add(added);
+            if let Some(n) = stopped.or(decoded.next_offset) {
+                let reached = n.min(hw).max(next);
+                dirty |= reached > next;
+                next = reached;
+                self.next = Some(next);
+                more = stopped.is_none() && next < hw;
+            }
+        } else {
+            drop(boost);
+        }
+        self.feed.metrics.lag_records.set((hw - next).max(0));
+        Ok((dirty || added > 0, more))
+    }
+}
+
 impl Run {
+    /// Stops the high watermark watchers (the cursors' tasks).
+    fn stop_watching(&mut self) {
+        self.cursors.clear();
+    }
+
+    /// Takes a new set of partitions from [`Indexer::set_feeds`], if one came.
+    fn apply_feeds(&mut self) {
+        let Some(feeds) = self.wanted.lock().take() else {
+            return;
+        };
+        let committed: BTreeSet<i32> = self.index.committed_partitions().into_iter().collect();
+        let wanted: BTreeSet<i32> = feeds.iter().map(|f| f.partition.index).collect();
+        let gone: Vec<i32> = self
+            .cursors
+            .keys()
+            .copied()
+            .filter(|p| !wanted.contains(p))
+            .collect();
+        for p in gone {
+            self.cursors.remove(&p);
+            self.to_remove.insert(p);
+        }
+        // Stored for a partition this node no longer holds (it left while the node was down).
+        for p in committed.difference(&wanted) {
+            if !self.removing.contains(p) {
+                self.to_remove.insert(*p);
+            }
+        }
+        for feed in feeds {
+            let p = feed.partition.index;
+            if let Some(c) = self.cursors.get_mut(&p) {
+                c.feed.metrics = feed.metrics;
+                continue;
+            }
+            // A partition whose documents are still being deleted starts from its log start
+            // once they are (the deletion is queued before its first records).
+            let deleting = self.to_remove.contains(&p) || self.removing.contains(&p);
+            let next = if deleting {
+                None
+            } else {
+                Some(self.index.committed_offset_of(p)).filter(|o| *o >= 0)
+            };
+            let cursor = Cursor::new(feed, next, &self.moved, &self.runtime);
+            self.cursors.insert(p, cursor);
+        }
+    }
+
+    /// Each indexed partition's progress, as a commit records it.
+    fn progress(&self) -> BTreeMap<i32, i64> {
+        self.cursors
+            .iter()
+            .filter_map(|(p, c)| c.next.map(|n| (*p, n)))
+            .collect()
+    }
+
     /// One turn on a pool thread.
     fn turn(&mut self, stopping: bool) -> Turn {
         if stopping {
             if self.dirty && !self.failed {
-                if let Some(next) = self.next {
-                    if let Err(e) = self.commit(next) {
-                        tracing::error!(topic = %self.index.topic, partition = self.index.partition, error = %e, "search index: the last commit failed; indexing resumes from the one before");
-                    }
+                if let Err(e) = self.commit() {
+                    tracing::error!(topic = %self.index.topic, error = %e, "search index: the last commit failed; indexing resumes from the one before");
                 }
             }
             self.writer = None;
@@ -338,12 +594,13 @@ impl Run {
             }
             self.failed = false;
         }
+        self.apply_feeds();
         match self.step() {
             Ok(Step::More) => Turn::More,
             Ok(Step::NoWriter) => Turn::NoWriter,
             Ok(Step::CaughtUp) => {
                 // Everything written is committed: the writer goes back when another
-                // partition waits for one, or once unused a while.
+                // index waits for one, or once unused a while.
                 let idle = self.last_write.elapsed() >= self.settings.writer_idle;
                 if !self.dirty && (idle || self.pool.writers.contended()) {
                     self.writer = None;
@@ -357,32 +614,33 @@ impl Run {
         }
     }
 
-    fn writer(&mut self) -> Result<&mut IndexWriter, SearchError> {
-        self.last_write = Instant::now();
-        self.writer
-            .as_mut()
-            .map(|w| &mut w.writer)
-            .ok_or_else(|| SearchError::Index {
-                reason: "no index writer".into(),
-            })
-    }
-
-    fn commit(&mut self, next: i64) -> Result<(), SearchError> {
+    fn commit(&mut self) -> Result<(), SearchError> {
         let started = Instant::now();
+        let progress = self.progress();
         let index = self.index.clone();
-        index.commit(self.writer()?, next)?;
+        let writer =
+            self.writer
+                .as_mut()
+                .map(|w| &mut w.writer)
+                .ok_or_else(|| SearchError::Index {
+                    reason: "no index writer".into(),
+                })?;
+        index.commit(writer, progress)?;
         self.shared
             .commit_latency_us
             .observe(started.elapsed().as_micros() as u64);
         self.dirty = false;
-        self.uncommitted_cut = None;
+        self.removing.clear();
+        for c in self.cursors.values_mut() {
+            c.uncommitted_cut = None;
+        }
         self.last_commit = Instant::now();
         Ok(())
     }
 
     /// Drops what the writer held since the last commit and goes back to that commit's
-    /// progress; deletions queued since (retention, log cuts) are queued again by the next
-    /// step.
+    /// progress; deletions queued since (retention, log cuts, partitions gone) are queued
+    /// again by the next step.
     fn recover(&mut self) -> Result<(), SearchError> {
         if let Some(w) = self.writer.as_mut() {
             // tantivy's rollback makes a new writer from the old one's directory lock. When
@@ -393,131 +651,68 @@ impl Run {
             }
         }
         let committed = self.index.reload_progress()?;
-        self.metrics.writer_recoveries.inc();
-        tracing::info!(topic = %self.index.topic, partition = self.index.partition, resume_at = ?committed, "search index writer recovered; indexing again from the last commit");
-        self.next = committed;
+        self.to_remove.append(&mut self.removing);
+        for (p, c) in self.cursors.iter_mut() {
+            c.feed.metrics.writer_recoveries.inc();
+            c.next = if self.to_remove.contains(p) {
+                None
+            } else {
+                committed.get(p).copied()
+            };
+            c.applied_start = i64::MIN;
+            c.lost_cut = min_cut(c.lost_cut, c.uncommitted_cut.take());
+        }
+        tracing::info!(topic = %self.index.topic, "search index writer recovered; indexing again from the last commit");
         self.dirty = false;
-        self.applied_start = i64::MIN;
-        self.lost_cut = min_cut(self.lost_cut, self.uncommitted_cut.take());
         self.last_commit = Instant::now();
         Ok(())
     }
 
-    /// One step; the caller waits when it answers `CaughtUp`.
+    /// One step over every partition; the caller waits when it answers `CaughtUp`.
     fn step(&mut self) -> Result<Step, SearchError> {
-        // Normal priority while the partition's lock may be held (the reads below).
-        let mut boost = Some(crate::priority::Boost::new());
-        let hw = self.partition.high_watermark();
-        let start = self.partition.log_start_offset();
-        let end = self.partition.log_end_offset();
-        self.lost_cut = min_cut(self.lost_cut, self.partition.take_lowest_cut());
-        let mut next = self.next.unwrap_or(start);
-        // Retention removed segments: their records leave the index too.
-        let retention =
-            start > self.applied_start && (self.applied_start != i64::MIN || next > start);
-        let work = self.dirty
-            || next < hw
-            || next > end
-            || retention
-            || self.lost_cut.is_some_and(|c| c < next);
+        let dirty = self.dirty;
+        let mut work = dirty || !self.to_remove.is_empty();
+        for c in self.cursors.values_mut() {
+            // Every cursor looks (each takes its partition's cuts), not only the first.
+            work |= c.has_work();
+        }
+        self.indexed_last_step = false;
         if !work {
-            drop(boost);
-            self.applied_start = self.applied_start.max(start);
-            self.indexed_last_step = false;
-            self.metrics.lag_records.set(0.max(hw - next));
             return Ok(Step::CaughtUp);
         }
         if self.writer.is_none() {
-            drop(boost.take());
             let Some(slot) = self.pool.writers.try_take() else {
                 return Ok(Step::NoWriter);
             };
-            // Made outside the boost: tantivy's threads inherit the indexing priority.
+            // tantivy's threads inherit the indexing priority of the thread making them.
             let writer = self.index.new_writer()?;
             self.writer = Some(OpenWriter {
                 writer,
                 _slot: slot,
             });
-            boost = Some(crate::priority::Boost::new());
         }
+        self.last_write = Instant::now();
         let index = self.index.clone();
-        if let Some(cut) = self.lost_cut.take() {
-            if cut < next {
-                // The log lost records this index holds, and may have new ones at their
-                // offsets already: drop everything from the cut and index again from there.
-                index.delete_from(self.writer()?, cut)?;
-                self.uncommitted_cut = min_cut(self.uncommitted_cut, Some(cut));
-                next = cut.max(start);
-                self.dirty = true;
-            }
-        }
-        if start > self.applied_start {
-            if retention {
-                index.delete_below(self.writer()?, start)?;
-                self.dirty = true;
-            }
-            self.applied_start = start;
-        }
-        if next < start {
-            next = start;
+        let Some(open) = self.writer.as_ref() else {
+            return Ok(Step::NoWriter);
+        };
+        let writer = &open.writer;
+        // Removals first: a partition that came back is indexed again after its old
+        // documents are gone.
+        for p in std::mem::take(&mut self.to_remove) {
+            index.delete_partition(writer, p)?;
+            self.removing.insert(p);
             self.dirty = true;
         }
-        if next > end {
-            // The log was cut below what was indexed (a replica's divergent tail).
-            index.delete_from(self.writer()?, end)?;
-            self.uncommitted_cut = min_cut(self.uncommitted_cut, Some(end));
-            next = end;
-            self.dirty = true;
-        }
-        self.next = Some(next);
-        self.indexed_last_step = false;
         let mut more = false;
-        if next < hw {
-            let read = self
-                .partition
-                .read(next, self.settings.read_bytes, true)
-                .map_err(|e| SearchError::Index {
-                    reason: format!("reading offset {next}: {e}"),
-                })?;
-            boost = None;
-            let decoded = decode_batches(&read.records, next);
-            for (base, reason) in &decoded.undecodable {
-                self.metrics.undecodable_batches.inc();
-                tracing::warn!(topic = %self.index.topic, partition = self.index.partition, base_offset = base, reason = %reason, "batch cannot be decoded; its records are not searchable");
-            }
-            let mut added = 0u64;
-            let mut stopped = None;
-            for r in decoded.records.iter().filter(|r| r.offset < hw) {
-                if self.waits_for_schema(r) {
-                    stopped = Some(r.offset);
-                    break;
-                }
-                let (doc, skipped) = document::build_counted(
-                    &self.index.schema,
-                    &self.index.settings,
-                    self.index.decoder.as_deref(),
-                    self.index.partition,
-                    r,
-                );
-                self.metrics.undecodable_values.add(skipped.undecodable);
-                self.metrics.unmapped_fields.add(skipped.unmapped);
-                self.metrics.mapping_conflicts.add(skipped.conflicts);
-                index.add(self.writer()?, doc)?;
-                added += 1;
-            }
-            self.metrics.indexed_records.add(added);
-            self.indexed_last_step = added > 0;
-            if let Some(n) = stopped.or(decoded.next_offset) {
-                let reached = n.min(hw).max(next);
-                self.dirty |= reached > next;
-                next = reached;
-                self.next = Some(next);
-                more = stopped.is_none() && next < hw;
-            }
+        for c in self.cursors.values_mut() {
+            let before = c.feed.metrics.indexed_records.get();
+            let (wrote, pending) = c.step(&index, writer, self.settings.read_bytes)?;
+            self.dirty |= wrote;
+            self.indexed_last_step |= c.feed.metrics.indexed_records.get() > before;
+            more |= pending;
         }
-        drop(boost);
-        self.metrics.lag_records.set((hw - next).max(0));
-        // Caught up while another partition waits for a writer: commit now and let it go
+        // Caught up while another index waits for a writer: commit now and let it go
         // rather than hold it until the commit interval is over.
         let hand_over = !more && self.pool.writers.contended();
         // Far behind, a commit every interval makes nothing fresh but costs a small segment
@@ -529,7 +724,7 @@ impl Run {
             self.settings.commit_interval
         };
         if self.dirty && (hand_over || self.last_commit.elapsed() >= interval) {
-            self.commit(next)?;
+            self.commit()?;
         }
         Ok(if more { Step::More } else { Step::CaughtUp })
     }
@@ -549,8 +744,7 @@ mod tests {
     /// An indexer of `index` for partition `p` on a one-thread pool, with short intervals.
     fn start(
         p: &Arc<Partition>,
-        index: &Arc<PartitionIndex>,
-        resume_at: Option<i64>,
+        index: &Arc<TopicIndex>,
     ) -> (Indexer, Arc<IndexMetrics>, Arc<IndexingPool>) {
         let metrics = Arc::new(IndexMetrics::default());
         let pool = IndexingPool::start(
@@ -562,9 +756,11 @@ mod tests {
         )
         .unwrap();
         let indexer = Indexer::start(
-            p.clone(),
             index.clone(),
-            resume_at,
+            vec![Feed {
+                partition: p.clone(),
+                metrics: metrics.clone(),
+            }],
             IndexerSettings {
                 commit_interval: Duration::from_millis(20),
                 read_bytes: 1 << 20,
@@ -572,7 +768,6 @@ mod tests {
                 step_delay: Duration::from_millis(5),
                 writer_idle: Duration::from_secs(5),
             },
-            metrics.clone(),
             Arc::new(SearchMetrics::default()),
             pool.clone(),
             &tokio::runtime::Handle::current(),
@@ -602,10 +797,9 @@ mod tests {
         let settings = crate::testing::json_settings();
         let full = Arc::new(AtomicBool::new(false));
         let disk = full.clone();
-        let opened = PartitionIndex::open_on(
+        let opened = TopicIndex::open_on(
             &dir.path().join("index"),
             "full",
-            0,
             &settings,
             MIN_WRITER_MEMORY_BYTES,
             false,
@@ -613,10 +807,10 @@ mod tests {
         )
         .unwrap();
         let index = Arc::new(opened.index);
-        let (indexer, metrics, pool) = start(&p, &index, opened.resume_at);
+        let (indexer, metrics, pool) = start(&p, &index);
         append(&p, &["a1", "a2", "a3"]);
         until("the first records are committed", || {
-            index.committed_offset() == 3
+            index.committed_offset_of(0) == 3
         })
         .await;
 
@@ -628,7 +822,7 @@ mod tests {
         })
         .await;
         assert_eq!(
-            index.committed_offset(),
+            index.committed_offset_of(0),
             3,
             "progress passed records that were never committed"
         );
@@ -636,10 +830,98 @@ mod tests {
         // Space is back: every record is searchable, each once.
         full.store(false, Ordering::SeqCst);
         until("the records written meanwhile are committed", || {
-            index.committed_offset() == 6
+            index.committed_offset_of(0) == 6
         })
         .await;
         assert_eq!(index.searcher().num_docs(), 6, "records lost or repeated");
+        tokio::task::spawn_blocking(move || indexer.stop())
+            .await
+            .unwrap();
+        pool.close();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn partitions_share_one_index_and_a_replica_that_leaves_takes_its_documents_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker(&dir);
+        let topic = broker
+            .topics
+            .create("moves", 2, TopicConfig::default(), false)
+            .unwrap()
+            .unwrap();
+        let (p0, p1) = (topic.partition(0).unwrap(), topic.partition(1).unwrap());
+        let at = dir.path().join("index");
+        let settings = crate::testing::json_settings();
+        let open =
+            || TopicIndex::open(&at, "moves", &settings, MIN_WRITER_MEMORY_BYTES, false).unwrap();
+        let pool = IndexingPool::start(
+            crate::pool::PoolSettings {
+                threads: 1,
+                max_open_writers: 1,
+            },
+            || {},
+        )
+        .unwrap();
+        let feed = |p: &Arc<Partition>| Feed {
+            partition: p.clone(),
+            metrics: Arc::default(),
+        };
+        let quick = IndexerSettings {
+            commit_interval: Duration::from_millis(20),
+            read_bytes: 1 << 20,
+            idle_poll: Duration::from_millis(20),
+            step_delay: Duration::from_millis(5),
+            writer_idle: Duration::from_secs(5),
+        };
+        let start = |index: &Arc<TopicIndex>, feeds: Vec<Feed>| {
+            Indexer::start(
+                index.clone(),
+                feeds,
+                quick,
+                Arc::new(SearchMetrics::default()),
+                pool.clone(),
+                &tokio::runtime::Handle::current(),
+            )
+        };
+        let index = Arc::new(open().index);
+        let indexer = start(&index, vec![feed(&p0), feed(&p1)]);
+        append(&p0, &["a", "b", "c"]);
+        append(&p1, &["x", "y"]);
+        until("both partitions are committed in one index", || {
+            index.committed_offset_of(0) == 3 && index.committed_offset_of(1) == 2
+        })
+        .await;
+        assert_eq!(index.searcher().num_docs(), 5);
+
+        // Partition 1's replica leaves this node: its documents and progress go.
+        indexer.set_feeds(vec![feed(&p0)]);
+        until("partition 1's documents are deleted", || {
+            index.committed_partitions() == [0] && index.searcher().num_docs() == 3
+        })
+        .await;
+        assert_eq!(index.span(1), None, "a partition gone keeps no time bounds");
+        // It comes back: indexed again from its log start, each record once.
+        indexer.set_feeds(vec![feed(&p0), feed(&p1)]);
+        until("partition 1 is indexed again", || {
+            index.committed_offset_of(1) == 2 && index.searcher().num_docs() == 5
+        })
+        .await;
+        tokio::task::spawn_blocking(move || indexer.stop())
+            .await
+            .unwrap();
+        drop(index);
+
+        // After a restart each partition resumes from its own committed progress...
+        let reopened = open();
+        assert_eq!(reopened.progress, BTreeMap::from([(0, 3), (1, 2)]));
+        // ...and a partition whose replica left while the node was down is dropped.
+        let index = Arc::new(reopened.index);
+        let indexer = start(&index, vec![feed(&p0)]);
+        until(
+            "the departed partition's documents are deleted at start",
+            || index.committed_partitions() == [0] && index.searcher().num_docs() == 3,
+        )
+        .await;
         tokio::task::spawn_blocking(move || indexer.stop())
             .await
             .unwrap();
@@ -676,10 +958,9 @@ mod tests {
             format: ValueFormat::Schema,
             ..crate::testing::json_settings()
         };
-        let mut opened = PartitionIndex::open(
+        let mut opened = TopicIndex::open(
             &dir.path().join("index"),
             "late",
-            0,
             &settings,
             MIN_WRITER_MEMORY_BYTES,
             false,
@@ -690,7 +971,7 @@ mod tests {
             known: known.clone(),
         }));
         let index = Arc::new(opened.index);
-        let (indexer, metrics, pool) = start(&p, &index, opened.resume_at);
+        let (indexer, metrics, pool) = start(&p, &index);
         append(
             &p,
             &[
@@ -700,7 +981,7 @@ mod tests {
             ],
         );
         until("indexing stops at the unknown id", || {
-            metrics.schema_id_waits.get() == 1 && index.committed_offset() == 1
+            metrics.schema_id_waits.get() == 1 && index.committed_offset_of(0) == 1
         })
         .await;
         // Waiting, not indexing the values as text: nothing past the unknown id is searchable.
@@ -711,7 +992,7 @@ mod tests {
         // The registry learns the id: both values are indexed by field, none as text.
         known.store(true, Ordering::SeqCst);
         until("the values are indexed once their schema is known", || {
-            index.committed_offset() == 3
+            index.committed_offset_of(0) == 3
         })
         .await;
         assert_eq!(index.searcher().num_docs(), 3);

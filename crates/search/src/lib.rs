@@ -1,5 +1,5 @@
-//! Searchable topics: a background indexer per searchable partition that tails the log into
-//! a tantivy index (never on the produce path, never past the high watermark), and the
+//! Searchable topics: a background indexer per searchable topic that tails each partition's
+//! log into the topic's tantivy index on this node (never on the produce path, never past the high watermark), and the
 //! Elasticsearch query DSL subset answered over HTTP by `spate-http`.
 //!
 //! * [`record`]: decoding stored batches (every codec) and the `_source` of a hit.
@@ -8,9 +8,10 @@
 //! * [`dsl`]: the query DSL, parsed and compiled to tantivy queries (pure).
 //! * [`request`]: the rest of a search request (from/size, sort, search_after, _source,
 //!   highlight, aggregations).
-//! * [`index`]: one partition's index on disk, with its progress in the commit payload.
+//! * [`index`]: one topic's index on disk, with each partition's progress in the commit
+//!   payload.
 //! * [`directory`]: the index files, written without fsync (the log is their source).
-//! * [`indexer`]: the background task that keeps an index up to date with its partition.
+//! * [`indexer`]: the background task that keeps an index up to date with its partitions.
 //! * [`pool`]: the threads every indexer takes its steps on, and the bound on open writers.
 //! * [`service`]: every searchable partition of the broker, and searches across them.
 //! * [`zone`]: date_histogram's `time_zone` and local calendar units.

@@ -1,9 +1,9 @@
-//! The indexing pool: every searchable partition's indexer takes its steps on a few shared
-//! threads, and the index writers open at once are bounded. A tantivy writer is three threads
-//! (its indexing worker, its segment updater and one merge thread) and its indexing memory,
-//! so a writer per partition would not scale to a thousand partitions; here a partition holds
-//! one only while it has something to write, and gives it back once its work is committed and
-//! another partition waits for one, or once it has been idle a while.
+//! The indexing pool: every topic index's indexer takes its steps on a few shared threads,
+//! and the index writers open at once are bounded. A tantivy writer is three threads (its
+//! indexing worker, its segment updater and one merge thread) and its indexing memory, so a
+//! writer per index would not scale to many searchable topics; here an index holds one only
+//! while it has something to write, and gives it back once its work is committed and another
+//! index waits for one, or once it has been idle a while.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,4 +1,4 @@
-//! The tantivy schema of a searchable partition and the names queries use for its fields.
+//! The tantivy schema of a searchable topic's index and the names queries use for its fields.
 
 use std::sync::Arc;
 
@@ -51,7 +51,7 @@ pub struct Resolved {
     pub path: Option<String>,
 }
 
-/// The fields of a partition index.
+/// The fields of a topic index.
 #[derive(Debug, Clone)]
 pub struct IndexSchema {
     /// The tantivy schema.

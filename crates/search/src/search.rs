@@ -1,5 +1,5 @@
-//! Running a [`SearchRequest`] over partition indexes: each partition is searched on its own
-//! (like an Elasticsearch shard), then hits are merged by their sort values with partition and
+//! Running a [`SearchRequest`] over partitions: the partitions of one topic index are
+//! searched in one pass (each is like an Elasticsearch shard), then hits are merged by their sort values with partition and
 //! offset breaking ties, aggregations merged from their intermediate results, and `_source`
 //! read back from the log (or the index, under `search.store.value`).
 
@@ -24,7 +24,7 @@ use tantivy::{DocAddress, Order, Searcher, TantivyDocument, Term};
 
 use crate::dsl::{compile, Bound, Limits, Query};
 use crate::error::SearchError;
-use crate::index::PartitionIndex;
+use crate::index::{PartitionIndex, TopicIndex};
 use crate::record::{decode_batches, decode_stored, kafka_meta, lossy, values_at, LogRecord};
 use crate::request::{filter_source, Direction, SearchRequest, SortKey, MAX_SORT_KEYS};
 use crate::schema::{FieldRole, IndexSchema};
@@ -83,11 +83,7 @@ fn sort_field(schema: &IndexSchema, name: &str) -> Result<Option<String>, Search
 /// key are ordered by partition, offset, then topic (the hit's `sort` array carries them after
 /// the keys' values), so paging over several topics skips nothing. A missing value sorts
 /// after every value, in either direction, as Elasticsearch's default `missing: _last`.
-fn after_query(
-    req: &SearchRequest,
-    topic: &str,
-    partition: i32,
-) -> Result<Option<Query>, SearchError> {
+fn after_query(req: &SearchRequest, topic: &str) -> Result<Option<Query>, SearchError> {
     let Some(after) = &req.search_after else {
         return Ok(None);
     };
@@ -188,23 +184,26 @@ fn after_query(
         after.get(n).and_then(Value::as_i64),
         after.get(n + 1).and_then(Value::as_i64),
     ) {
-        let p = p as i32;
-        let partition_after = if asc { partition > p } else { partition < p };
-        if partition_after {
-            should.push(all(equal_on_all()));
-        } else if partition == p {
-            // Same partition and offset in a later topic is still after.
-            let topic_after = after.get(n + 2).and_then(Value::as_str).is_some_and(|t| {
-                if asc {
-                    topic > t
-                } else {
-                    topic < t
-                }
-            });
-            let mut must = equal_on_all();
-            must.push(range("offset", Value::from(o), asc, topic_after));
-            should.push(all(must));
-        }
+        // A later partition...
+        let mut must = equal_on_all();
+        must.push(range("partition", Value::from(p), asc, false));
+        should.push(all(must));
+        // ...or the same one at a later offset; the same partition and offset in a later
+        // topic is still after.
+        let topic_after = after.get(n + 2).and_then(Value::as_str).is_some_and(|t| {
+            if asc {
+                topic > t
+            } else {
+                topic < t
+            }
+        });
+        let mut must = equal_on_all();
+        must.push(Query::Term {
+            field: "partition".into(),
+            value: Value::from(p),
+        });
+        must.push(range("offset", Value::from(o), asc, topic_after));
+        should.push(all(must));
     }
     Ok(Some(any(should)))
 }
@@ -1797,16 +1796,83 @@ fn aggregation_error(e: tantivy::TantivyError) -> SearchError {
     }
 }
 
-fn search_one(
-    t: &Target,
-    ti: usize,
+/// Targets that are partitions of one topic index, searched in one pass.
+struct Group {
+    index: Arc<TopicIndex>,
+    /// Each partition's place in the targets.
+    members: std::collections::BTreeMap<i32, usize>,
+    /// The members searched: those the query's time range does not rule out.
+    searched: std::collections::BTreeMap<i32, usize>,
+}
+
+/// The targets grouped by the topic index they are part of, in order of first appearance.
+fn groups(targets: &[Target]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        match groups
+            .iter_mut()
+            .find(|g| Arc::ptr_eq(&g.index, &t.index.index))
+        {
+            Some(g) => {
+                g.members.insert(t.index.partition, i);
+            }
+            None => groups.push(Group {
+                index: t.index.index.clone(),
+                members: std::collections::BTreeMap::from([(t.index.partition, i)]),
+                searched: std::collections::BTreeMap::new(),
+            }),
+        }
+    }
+    for g in &mut groups {
+        g.searched = g.members.clone();
+    }
+    groups
+}
+
+/// The partitions `searcher`'s documents belong to.
+fn partitions_in(searcher: &Searcher, field: tantivy::schema::Field) -> Option<Vec<i64>> {
+    let mut found = std::collections::BTreeSet::new();
+    for segment in searcher.segment_readers() {
+        let inverted = segment.inverted_index(field).ok()?;
+        let mut terms = inverted.terms().stream().ok()?;
+        while terms.advance() {
+            let bytes: [u8; 8] = terms.key().try_into().ok()?;
+            found.insert(tantivy::u64_to_i64(u64::from_be_bytes(bytes)));
+        }
+    }
+    Some(found.into_iter().collect())
+}
+
+/// `query` limited to the group's partitions, unless the index holds no others. Members
+/// left out of the search by time need no filter: the query's time range rules their
+/// documents out already.
+fn only_members(query: Box<dyn TQuery>, g: &Group, searcher: &Searcher) -> Box<dyn TQuery> {
+    let field = g.index.schema.partition;
+    let all_members = partitions_in(searcher, field)
+        .is_some_and(|held| held.iter().all(|p| g.members.contains_key(&(*p as i32))));
+    if all_members {
+        return query;
+    }
+    let terms = g
+        .members
+        .keys()
+        .map(|p| Term::from_field_i64(field, i64::from(*p)));
+    Box::new(tantivy::query::BooleanQuery::intersection(vec![
+        query,
+        Box::new(tantivy::query::TermSetQuery::new(terms)),
+    ]))
+}
+
+/// Searches the partitions of one topic index (`g`) in one pass over it.
+fn search_group(
+    g: &Group,
     req: &SearchRequest,
     limits: &Limits,
     now_ms: i64,
     count_only: bool,
 ) -> Result<PartResult, SearchError> {
-    let schema = &t.index.schema;
-    let searcher = t.index.searcher();
+    let schema = &g.index.schema;
+    let searcher = g.index.searcher();
     let mut query = compile(&req.query, schema, limits, now_ms)?;
     let sort_name = match &req.sort.key {
         SortKey::Score => None,
@@ -1836,13 +1902,14 @@ fn search_one(
         })
         .collect::<Result<_, SearchError>>()?;
     if let (Some(_), SortKey::Field(_)) = (&req.search_after, &req.sort.key) {
-        if let Some(after) = after_query(req, &t.index.topic, t.index.partition)? {
+        if let Some(after) = after_query(req, &g.index.topic)? {
             let narrowed = compile(&after, schema, limits, now_ms)?;
             query = Box::new(tantivy::query::BooleanQuery::intersection(vec![
                 query, narrowed,
             ]));
         }
     }
+    let query = only_members(query, g, &searcher);
     let window = if count_only { 0 } else { req.from + req.size };
     let by_score_desc =
         sort_name.is_none() && req.sort.direction == Direction::Desc && then.is_empty();
@@ -1859,22 +1926,29 @@ fn search_one(
         }
         _ => None,
     };
-    let offset_of = |address: DocAddress| {
+    let column_of = |name: &str, address: DocAddress| {
         searcher
             .segment_reader(address.segment_ord)
             .fast_fields()
-            .i64("offset")
+            .i64(name)
             .ok()
             .and_then(|c| c.first(address.doc_id))
             .unwrap_or(-1)
     };
-    let by_score = |score: f32, address: DocAddress| Candidate {
-        key: OwnedValue::F64(f64::from(score)),
-        then: Vec::new(),
-        partition: t.index.partition,
-        offset: offset_of(address),
-        score: Some(score),
-        target: ti,
+    // A hit's partition, and its place in the targets.
+    let member = |address: DocAddress| {
+        let p = column_of("partition", address) as i32;
+        g.searched.get(&p).map(|ti| (p, *ti))
+    };
+    let by_score = |score: f32, address: DocAddress| {
+        member(address).map(|(partition, target)| Candidate {
+            key: OwnedValue::F64(f64::from(score)),
+            then: Vec::new(),
+            partition,
+            offset: column_of("offset", address),
+            score: Some(score),
+            target,
+        })
     };
     let mut hits = Vec::new();
     let mut aggs = None;
@@ -1888,7 +1962,7 @@ fn search_one(
         if window > 0 && total > 0 {
             let top = TopDocs::with_limit(window).order_by_score();
             for (score, address) in searcher.search(&*query, &top)? {
-                hits.push(by_score(score, address));
+                hits.extend(by_score(score, address));
             }
         }
     } else {
@@ -1903,7 +1977,7 @@ fn search_one(
                 .then(|| pass.add_collector(TopDocs::with_limit(window).order_by_score()));
             fruits = searcher.search(&*query, &pass).map_err(aggregation_error)?;
             for (score, address) in top.map(|h| h.extract(&mut fruits)).unwrap_or_default() {
-                hits.push(by_score(score, address));
+                hits.extend(by_score(score, address));
             }
         } else {
             let order = match req.sort.direction {
@@ -1923,7 +1997,10 @@ fn search_one(
             };
             fruits = searcher.search(&*query, &pass).map_err(aggregation_error)?;
             let found = top.map(|extract| extract(&mut fruits)).unwrap_or_default();
-            for (mut keys, offset) in found {
+            for (mut keys, offset, address) in found {
+                let Some((partition, target)) = member(address) else {
+                    continue;
+                };
                 // Keys of columns this index lacks were left out of the sort: put back as
                 // missing, in place.
                 let mut mapped = keys.drain(..).collect::<std::collections::VecDeque<_>>();
@@ -1942,10 +2019,10 @@ fn search_one(
                 hits.push(Candidate {
                     key,
                     then: then_values,
-                    partition: t.index.partition,
+                    partition,
                     offset: offset.unwrap_or(-1),
                     score,
-                    target: ti,
+                    target,
                 });
             }
         }
@@ -1958,8 +2035,13 @@ fn search_one(
 /// The sort keys and offset of one hit, from [`add_sorted_top`]'s collector.
 type SortedHit = (Vec<OwnedValue>, Option<i64>);
 
-/// Takes the fruit of [`add_sorted_top`]'s collector out of a search's fruits.
-type SortedTop = Box<dyn FnOnce(&mut tantivy::collector::MultiFruit) -> Vec<SortedHit>>;
+/// Takes the fruit of [`add_sorted_top`]'s collector out of a search's fruits: each hit's
+/// sort keys, offset and address.
+type SortedTop = Box<
+    dyn FnOnce(
+        &mut tantivy::collector::MultiFruit,
+    ) -> Vec<(Vec<OwnedValue>, Option<i64>, DocAddress)>,
+>;
 
 /// Adds to `pass` a collector of the top `window` hits by `sorter`, giving back how to take
 /// its hits out of the fruits, each flattened by `flatten`.
@@ -1974,7 +2056,10 @@ fn add_sorter<S: SortKeyComputer + Send + 'static>(
         handle
             .extract(fruits)
             .into_iter()
-            .map(|(k, _)| flatten(k))
+            .map(|(k, address)| {
+                let (keys, offset) = flatten(k);
+                (keys, offset, address)
+            })
             .collect()
     })
 }
@@ -2032,10 +2117,16 @@ fn fetch_record(
     cache: &mut std::collections::HashMap<usize, Vec<LogRecord>>,
 ) -> Option<LogRecord> {
     if let Some(f) = t.index.schema.stored_record {
-        let exact = TermQuery::new(
-            Term::from_field_i64(t.index.schema.offset, offset),
-            IndexRecordOption::Basic,
-        );
+        let term = |field, v: i64| -> Box<dyn TQuery> {
+            Box::new(TermQuery::new(
+                Term::from_field_i64(field, v),
+                IndexRecordOption::Basic,
+            ))
+        };
+        let exact = tantivy::query::BooleanQuery::intersection(vec![
+            term(t.index.schema.offset, offset),
+            term(t.index.schema.partition, i64::from(t.index.partition)),
+        ]);
         let (_, address) = *searcher
             .search(&exact, &TopDocs::with_limit(1).order_by_score())
             .ok()?
@@ -2405,23 +2496,30 @@ pub fn partial(
 ) -> Result<Partial, SearchError> {
     // Partitions whose records all lie outside the query's time range are not searched
     // (Elasticsearch's skipped shards); one always is, so aggregations keep their shape.
-    let mut skip: Vec<bool> = targets
-        .iter()
-        .map(|t| {
-            time_bounds(&req.query, &t.index.schema.time_field, now_ms).is_some_and(|range| {
-                time_span(&t.index.searcher()).is_none_or(|span| !overlaps(span, range))
-            })
-        })
-        .collect();
-    if !skip.is_empty() && skip.iter().all(|s| *s) {
-        skip[0] = false;
+    let mut groups = groups(targets);
+    let mut skipped = 0;
+    let mut first = None;
+    for g in &mut groups {
+        let Some(range) = time_bounds(&req.query, &g.index.schema.time_field, now_ms) else {
+            continue;
+        };
+        let index = g.index.clone();
+        let before = g.members.len();
+        first = first.or_else(|| g.members.iter().next().map(|(p, t)| (*p, *t)));
+        g.searched
+            .retain(|p, _| index.span(*p).is_some_and(|span| overlaps(span, range)));
+        skipped += before - g.searched.len();
     }
-    let skipped = skip.iter().filter(|s| **s).count();
-    let parts = targets
+    if groups.iter().all(|g| g.searched.is_empty()) {
+        if let (Some(g), Some((p, t))) = (groups.first_mut(), first) {
+            g.searched.insert(p, t);
+            skipped -= 1;
+        }
+    }
+    let parts = groups
         .iter()
-        .enumerate()
-        .filter(|(i, _)| !skip[*i])
-        .map(|(i, t)| search_one(t, i, req, limits, now_ms, count_only))
+        .filter(|g| !g.searched.is_empty())
+        .map(|g| search_group(g, req, limits, now_ms, count_only))
         .collect::<Result<Vec<_>, _>>()?;
     let total: usize = parts.iter().map(|p| p.total).sum();
     if count_only {
@@ -2558,30 +2656,6 @@ fn time_bounds(query: &Query, time_field: &str, now_ms: i64) -> Option<(i64, i64
     }
     walk(query, time_field, now_ms, &mut narrow);
     range
-}
-
-/// The earliest and latest time (epoch ms) of the records a partition's index holds; `None`
-/// when it holds none.
-fn time_span(searcher: &Searcher) -> Option<(i64, i64)> {
-    let mut span: Option<(i64, i64)> = None;
-    for segment in searcher.segment_readers() {
-        if segment.num_docs() == 0 {
-            continue;
-        }
-        let Ok(column) = segment.fast_fields().date("event_time") else {
-            // Unknown: the partition is searched.
-            return Some((i64::MIN, i64::MAX));
-        };
-        let (lo, hi) = (
-            column.min_value().into_timestamp_millis(),
-            column.max_value().into_timestamp_millis(),
-        );
-        span = Some(match span {
-            Some((a, b)) => (a.min(lo), b.max(hi)),
-            None => (lo, hi),
-        });
-    }
-    span
 }
 
 fn overlaps((a, b): (i64, i64), (lo, hi): (i64, i64)) -> bool {
@@ -2880,10 +2954,9 @@ pub fn count(
     limits: &Limits,
     now_ms: i64,
 ) -> Result<usize, SearchError> {
-    targets
+    groups(targets)
         .iter()
-        .enumerate()
-        .map(|(i, t)| search_one(t, i, req, limits, now_ms, true).map(|p| p.total))
+        .map(|g| search_group(g, req, limits, now_ms, true).map(|p| p.total))
         .sum()
 }
 
@@ -3093,6 +3166,57 @@ mod tests {
             ["d1", "d3", "d5", "d0", "d2", "d4"],
             "{v}"
         );
+    }
+
+    #[test]
+    fn one_partition_of_a_topic_index_answers_only_its_own_hits_counts_and_buckets() {
+        let dir = tempfile::tempdir().unwrap();
+        let targets = six_docs(&dir);
+        assert!(
+            Arc::ptr_eq(&targets[0].index.index, &targets[1].index.index),
+            "both partitions share the topic's index"
+        );
+        // Partition 1 alone (as a node asked for the partitions it leads): d1, d3, d5.
+        let only_1 = &targets[1..];
+        let body = json!({"size": 10, "sort": [{"n": "asc"}],
+            "aggs": {"by_service": {"terms": {"field": "service.keyword"}}}});
+        let v = search(only_1, body.clone());
+        assert_eq!(v["hits"]["total"]["value"], 3, "{v}");
+        assert_eq!(source_ids(&v["hits"]), ["d5", "d3", "d1"], "{v}");
+        let buckets = &v["aggregations"]["by_service"]["buckets"];
+        assert_eq!(buckets.as_array().map(Vec::len), Some(1), "{v}");
+        assert_eq!(buckets[0]["key"], "b", "{v}");
+        assert_eq!(buckets[0]["doc_count"], 3, "{v}");
+        for hit in v["hits"]["hits"].as_array().unwrap() {
+            assert!(hit["_id"].as_str().unwrap().starts_with("1-"), "{hit}");
+        }
+        // By score, and a count: the other partition's documents never show.
+        let v = search(only_1, json!({"query": {"match": {"service": "a"}}}));
+        assert_eq!(v["hits"]["total"]["value"], 0, "{v}");
+        let req = crate::request::parse_request(Some(&json!({}))).unwrap();
+        assert_eq!(count(only_1, &req, &Limits::default(), 0).unwrap(), 3);
+        // Both partitions: every document once.
+        let v = search(&targets, body);
+        assert_eq!(v["hits"]["total"]["value"], 6, "{v}");
+    }
+
+    #[test]
+    fn a_time_range_prunes_the_partitions_of_a_topic_index_whose_documents_lie_outside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // Partition 0 holds 2023, partition 1 holds 2024, in one index.
+        let at = |t: &str| json!({"@timestamp": t}).to_string();
+        let (old, new) = (at("2023-06-01T00:00:00Z"), at("2024-06-01T00:00:00Z"));
+        let targets = crate::testing::indexed(&dir, "years", &[&[old.as_str()], &[new.as_str()]]);
+        let in_2024 = json!({"query": {"range": {"@timestamp": {
+            "gte": "2024-01-01T00:00:00Z", "lte": "2024-12-31T23:59:59Z"}}}});
+        let req = crate::request::parse_request(Some(&in_2024)).unwrap();
+        let p = partial(&targets, &req, &Limits::default(), 0, false).unwrap();
+        assert_eq!((p.total, p.skipped, p.shards), (1, 1, 2));
+        // A range neither holds: one partition is still searched (the answer's shape).
+        let none = json!({"query": {"range": {"@timestamp": {"gte": "2030-01-01"}}}});
+        let req = crate::request::parse_request(Some(&none)).unwrap();
+        let p = partial(&targets, &req, &Limits::default(), 0, false).unwrap();
+        assert_eq!((p.total, p.skipped), (0, 1));
     }
 
     #[test]

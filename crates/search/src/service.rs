@@ -3,7 +3,7 @@
 //! or stops indexers; searches resolve topic expressions (`t1,t2`, `logs-*`) to partition
 //! indexes and run on the blocking pool under a time limit.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,8 +16,8 @@ use uuid::Uuid;
 
 use crate::dsl::Limits;
 use crate::error::SearchError;
-use crate::index::PartitionIndex;
-use crate::indexer::{Indexer, IndexerSettings};
+use crate::index::{PartitionIndex, TopicIndex};
+use crate::indexer::{Feed, Indexer, IndexerSettings};
 use crate::mapping::TopicMapping;
 use crate::metrics::{IndexMetrics, SearchMetrics};
 use crate::pool::{IndexingPool, PoolSettings};
@@ -96,22 +96,40 @@ impl SearchConfig {
     }
 }
 
-/// One searchable partition.
+/// One searchable topic's index on this node, and its partitions here.
 struct Entry {
     topic: String,
     fingerprint: String,
-    index: Arc<PartitionIndex>,
-    partition: Arc<Partition>,
-    metrics: Arc<IndexMetrics>,
+    index: Arc<TopicIndex>,
+    partitions: BTreeMap<i32, Part>,
     indexer: Option<Indexer>,
 }
 
-/// A partition that should have an indexer: topic name, settings fingerprint, partition,
-/// settings.
+/// One partition of a searchable topic on this node.
+struct Part {
+    partition: Arc<Partition>,
+    metrics: Arc<IndexMetrics>,
+    view: Arc<PartitionIndex>,
+}
+
+impl Entry {
+    fn feeds(&self) -> Vec<Feed> {
+        self.partitions
+            .values()
+            .map(|p| Feed {
+                partition: p.partition.clone(),
+                metrics: p.metrics.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A topic that should have an index: its name, settings fingerprint, partitions on this
+/// node and settings.
 type Wanted = (
     String,
     String,
-    Arc<Partition>,
+    Vec<Arc<Partition>>,
     spate_broker::search_config::SearchSettings,
 );
 
@@ -128,8 +146,6 @@ pub struct PartitionStats {
     pub lag_records: i64,
     /// Seconds the index has been behind.
     pub lag_seconds: f64,
-    /// Bytes on disk.
-    pub size_bytes: u64,
     /// Batches that could not be decoded.
     pub undecodable_batches: u64,
     /// Schema'd values that could not be decoded (indexed as text).
@@ -197,7 +213,7 @@ pub struct PlannedPartition {
 pub struct SearchService {
     broker: Arc<Broker>,
     config: SearchConfig,
-    entries: Mutex<HashMap<(Uuid, i32), Entry>>,
+    entries: Mutex<HashMap<Uuid, Entry>>,
     /// Broker-wide search metrics.
     pub metrics: Arc<SearchMetrics>,
     limits: Limits,
@@ -324,15 +340,17 @@ impl SearchService {
         let now = now_ms();
         let mut worst: HashMap<String, i64> = HashMap::new();
         for e in self.entries.lock().values() {
-            let searchable = e
-                .index
-                .committed_offset()
-                .max(e.partition.log_start_offset());
-            let age = e
-                .metrics
-                .observe(e.partition.high_watermark(), searchable, now);
-            let w = worst.entry(e.topic.clone()).or_default();
-            *w = (*w).max(age);
+            for (p, part) in &e.partitions {
+                let searchable = e
+                    .index
+                    .committed_offset_of(*p)
+                    .max(part.partition.log_start_offset());
+                let age = part
+                    .metrics
+                    .observe(part.partition.high_watermark(), searchable, now);
+                let w = worst.entry(e.topic.clone()).or_default();
+                *w = (*w).max(age);
+            }
         }
         let mut throttles = HashMap::new();
         for (topic, age) in worst {
@@ -380,11 +398,8 @@ impl SearchService {
         }
     }
 
-    fn dir_of(&self, id: &Uuid, partition: i32) -> PathBuf {
-        self.config
-            .root
-            .join(id.simple().to_string())
-            .join(partition.to_string())
+    fn dir_of(&self, id: &Uuid) -> PathBuf {
+        self.config.root.join(id.simple().to_string())
     }
 
     /// Removes indexes of topics that no longer exist (deleted while the broker was down).
@@ -405,26 +420,29 @@ impl SearchService {
         }
     }
 
-    /// Brings the indexers in line with the topics: one per partition of each searchable
-    /// topic, rebuilt when the settings change, removed with the topic or the setting.
+    /// Brings the indexers in line with the topics: one index per searchable topic with a
+    /// replica here, indexing each partition this node holds; rebuilt when the settings
+    /// change, removed with the topic or the setting.
     pub fn reconcile(&self) {
-        let mut wanted: HashMap<(Uuid, i32), Wanted> = HashMap::new();
+        let mut wanted: HashMap<Uuid, Wanted> = HashMap::new();
         for t in self.broker.topics.list() {
             let settings = t.with_config(|c| c.search());
             if !settings.enabled {
                 continue;
             }
-            for p in t.partitions() {
-                wanted.insert(
-                    (t.id, p.index),
-                    (t.name.clone(), settings.fingerprint(), p, settings.clone()),
-                );
+            let partitions = t.partitions();
+            if partitions.is_empty() {
+                continue;
             }
+            wanted.insert(
+                t.id,
+                (t.name.clone(), settings.fingerprint(), partitions, settings),
+            );
         }
         let mut gone = Vec::new();
         {
             let mut entries = self.entries.lock();
-            let stale: Vec<(Uuid, i32)> = entries
+            let stale: Vec<Uuid> = entries
                 .iter()
                 .filter(|(k, e)| wanted.get(*k).is_none_or(|w| w.1 != e.fingerprint))
                 .map(|(k, _)| *k)
@@ -434,19 +452,44 @@ impl SearchService {
                     gone.push((k, e));
                 }
             }
+            // Replicas that came to this node or left it: the indexer takes the new set.
+            for (id, e) in entries.iter_mut() {
+                let Some((_, _, partitions, _)) = wanted.get(id) else {
+                    continue;
+                };
+                let same = partitions.len() == e.partitions.len()
+                    && partitions.iter().all(|p| {
+                        e.partitions
+                            .get(&p.index)
+                            .is_some_and(|x| Arc::ptr_eq(&x.partition, p))
+                    });
+                if same {
+                    continue;
+                }
+                e.partitions = partitions
+                    .iter()
+                    .map(|p| {
+                        let metrics = e
+                            .partitions
+                            .get(&p.index)
+                            .map(|x| x.metrics.clone())
+                            .unwrap_or_default();
+                        (p.index, part(&e.index, p, metrics))
+                    })
+                    .collect();
+                if let Some(i) = &e.indexer {
+                    i.set_feeds(e.feeds());
+                }
+            }
         }
-        for ((id, p), mut e) in gone {
+        for (id, mut e) in gone {
             if let Some(i) = e.indexer.take() {
                 i.stop();
             }
-            if !wanted.contains_key(&(id, p)) {
-                let dir = self.dir_of(&id, p);
+            if !wanted.contains_key(&id) {
+                let dir = self.dir_of(&id);
                 drop(e);
                 let _ = std::fs::remove_dir_all(&dir);
-                if let Some(parent) = dir.parent() {
-                    // The topic's directory goes once its last partition has.
-                    let _ = std::fs::remove_dir(parent);
-                }
             }
         }
         let missing: Vec<_> = {
@@ -456,68 +499,54 @@ impl SearchService {
                 .filter(|(k, _)| !entries.contains_key(k))
                 .collect()
         };
-        for ((id, p), (topic, fingerprint, partition, settings)) in missing {
+        for (id, (topic, fingerprint, partitions, settings)) in missing {
             if self.stopping.load(Ordering::SeqCst) {
                 return;
             }
-            let dir = self.dir_of(&id, p);
-            let opened = match PartitionIndex::open(
+            let dir = self.dir_of(&id);
+            let opened = match TopicIndex::open(
                 &dir,
                 &topic,
-                p,
                 &settings,
                 self.config.writer_memory_bytes,
                 self.verify,
             ) {
                 Ok(o) => o,
                 Err(e) => {
-                    tracing::error!(%topic, partition = p, error = %e, "cannot open search index");
+                    tracing::error!(%topic, error = %e, "cannot open search index");
                     continue;
                 }
             };
             if let Some(why) = &opened.rebuilt {
-                tracing::warn!(%topic, partition = p, "search index rebuilt from the log: {why}");
+                tracing::warn!(%topic, "search index rebuilt from the log: {why}");
             }
             let mut opened = opened;
-            let end = partition.log_end_offset();
-            if let Some(at) = opened.resume_at.filter(|at| *at > end) {
-                // The log lost its tail since the last commit (an OS crash before an fsync):
-                // drop those documents now, before producers can refill the offsets.
-                tracing::warn!(%topic, partition = p, indexed_to = at, log_end = end, "search index was ahead of its log; dropping the documents past the log end");
-                let cut = opened.index.new_writer().and_then(|mut w| {
-                    opened.index.delete_from(&w, end)?;
-                    opened.index.commit(&mut w, end)
-                });
-                if let Err(e) = cut {
-                    tracing::error!(%topic, partition = p, error = %e, "cannot drop documents past the log end; retrying");
-                    continue;
-                }
-                opened.resume_at = Some(end);
+            if let Err(e) = cut_to_logs(&opened.index, &mut opened.progress, &partitions) {
+                tracing::error!(%topic, error = %e, "cannot drop documents past the log end; retrying");
+                continue;
             }
             opened.index.decoder = self.config.value_decoder.as_ref().map(|d| d.0.clone());
             let index = Arc::new(opened.index);
-            let metrics = Arc::new(IndexMetrics::default());
-            let indexer = Indexer::start(
-                partition.clone(),
-                index.clone(),
-                opened.resume_at,
+            let parts: BTreeMap<i32, Part> = partitions
+                .iter()
+                .map(|p| (p.index, part(&index, p, Arc::default())))
+                .collect();
+            let mut entry = Entry {
+                topic,
+                fingerprint,
+                index: index.clone(),
+                partitions: parts,
+                indexer: None,
+            };
+            entry.indexer = Some(Indexer::start(
+                index,
+                entry.feeds(),
                 self.config.indexer,
-                metrics.clone(),
                 self.metrics.clone(),
                 self.pool.clone(),
                 &self.runtime,
-            );
-            self.entries.lock().insert(
-                (id, p),
-                Entry {
-                    topic,
-                    fingerprint,
-                    index,
-                    partition,
-                    metrics,
-                    indexer: Some(indexer),
-                },
-            );
+            ));
+            self.entries.lock().insert(id, entry);
         }
     }
 
@@ -527,22 +556,42 @@ impl SearchService {
             .entries
             .lock()
             .values()
-            .map(|e| PartitionStats {
-                topic: e.topic.clone(),
-                partition: e.index.partition,
-                indexed_records: e.metrics.indexed_records.get(),
-                lag_records: e.metrics.lag_records.get(),
-                lag_seconds: e.metrics.lag_seconds(),
-                size_bytes: e.index.size_bytes(),
-                undecodable_batches: e.metrics.undecodable_batches.get(),
-                undecodable_values: e.metrics.undecodable_values.get(),
-                schema_id_waits: e.metrics.schema_id_waits.get(),
-                unmapped_fields: e.metrics.unmapped_fields.get(),
-                mapping_conflicts: e.metrics.mapping_conflicts.get(),
-                writer_recoveries: e.metrics.writer_recoveries.get(),
+            .flat_map(|e| {
+                e.partitions.iter().map(|(p, part)| {
+                    let m = &part.metrics;
+                    PartitionStats {
+                        topic: e.topic.clone(),
+                        partition: *p,
+                        indexed_records: m.indexed_records.get(),
+                        lag_records: m.lag_records.get(),
+                        lag_seconds: m.lag_seconds(),
+                        undecodable_batches: m.undecodable_batches.get(),
+                        undecodable_values: m.undecodable_values.get(),
+                        schema_id_waits: m.schema_id_waits.get(),
+                        unmapped_fields: m.unmapped_fields.get(),
+                        mapping_conflicts: m.mapping_conflicts.get(),
+                        writer_recoveries: m.writer_recoveries.get(),
+                    }
+                })
             })
             .collect();
         v.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        v
+    }
+
+    /// Bytes each searchable topic's index takes on this node's disk, by topic name.
+    pub fn index_sizes(&self) -> Vec<(String, u64)> {
+        let indexes: Vec<Arc<TopicIndex>> = self
+            .entries
+            .lock()
+            .values()
+            .map(|e| e.index.clone())
+            .collect();
+        let mut v: Vec<(String, u64)> = indexes
+            .iter()
+            .map(|i| (i.topic.clone(), i.size_bytes()))
+            .collect();
+        v.sort();
         v
     }
 
@@ -605,11 +654,8 @@ impl SearchService {
                 // Declared fields win; then what this node's partitions mapped from the
                 // documents (each partition maps on its own; the first type seen stays).
                 let mut m = TopicMapping::declared(&t.with_config(|c| c.search()));
-                let entries = self.entries.lock();
-                for p in 0..t.partition_count() {
-                    if let Some(e) = entries.get(&(t.id, p)) {
-                        m.merge(&e.index.schema.dynamic.read());
-                    }
+                if let Some(e) = self.entries.lock().get(&t.id) {
+                    m.merge(&e.index.schema.dynamic.read());
                 }
                 (t.name.clone(), m)
             })
@@ -635,7 +681,11 @@ impl SearchService {
     ) -> Result<Vec<PlannedPartition>, SearchError> {
         let topics = self.resolve(expr)?;
         let entries = self.entries.lock();
-        let indexed = |t: &Topic, p: i32| entries.contains_key(&(t.id, p));
+        let indexed = |t: &Topic, p: i32| {
+            entries
+                .get(&t.id)
+                .is_some_and(|e| e.partitions.contains_key(&p))
+        };
         let Some(cluster) = self.broker.cluster() else {
             // A partition whose index is not open yet is still planned, with no source: the
             // answer counts it as a failed shard instead of leaving it out unseen.
@@ -746,11 +796,16 @@ impl SearchService {
             }
             loop {
                 // An index opens within a reconcile pass of the topic's creation.
-                let index = self.entries.lock().get(&(t.id, p)).map(|e| e.index.clone());
+                let index = self
+                    .entries
+                    .lock()
+                    .get(&t.id)
+                    .filter(|e| e.partitions.contains_key(&p))
+                    .map(|e| e.index.clone());
                 let left = deadline.saturating_duration_since(Instant::now());
                 match index {
                     Some(i) => {
-                        if !i.wait_searchable(offset, left).await {
+                        if !i.wait_searchable(p, offset, left).await {
                             return false;
                         }
                         break;
@@ -796,11 +851,12 @@ impl SearchService {
                     .broker
                     .topics
                     .get(&topic)
-                    .and_then(|t| entries.get(&(t.id, p)));
+                    .and_then(|t| entries.get(&t.id))
+                    .and_then(|e| e.partitions.get(&p));
                 match entry {
-                    Some(e) => targets.push(Target {
-                        index: e.index.clone(),
-                        partition: e.partition.clone(),
+                    Some(part) => targets.push(Target {
+                        index: part.view.clone(),
+                        partition: part.partition.clone(),
                     }),
                     None => missing.push((topic, p)),
                 }
@@ -871,6 +927,45 @@ impl SearchService {
         })?;
         parse_request(Some(&v))
     }
+}
+
+/// Partition `p` of `index` on this node.
+fn part(index: &Arc<TopicIndex>, p: &Arc<Partition>, metrics: Arc<IndexMetrics>) -> Part {
+    Part {
+        partition: p.clone(),
+        metrics,
+        view: Arc::new(index.partition(p.index)),
+    }
+}
+
+/// Drops the documents of each partition that the index holds past its log's end (the log
+/// lost its tail since the last commit: an OS crash before an fsync), before producers can
+/// refill those offsets, and commits the lowered progress.
+fn cut_to_logs(
+    index: &TopicIndex,
+    progress: &mut BTreeMap<i32, i64>,
+    partitions: &[Arc<Partition>],
+) -> Result<(), SearchError> {
+    let ahead: Vec<(i32, i64, i64)> = partitions
+        .iter()
+        .filter_map(|p| {
+            let end = p.log_end_offset();
+            progress
+                .get(&p.index)
+                .filter(|at| **at > end)
+                .map(|at| (p.index, *at, end))
+        })
+        .collect();
+    if ahead.is_empty() {
+        return Ok(());
+    }
+    let mut writer = index.new_writer()?;
+    for &(p, at, end) in &ahead {
+        tracing::warn!(topic = %index.topic, partition = p, indexed_to = at, log_end = end, "search index was ahead of its log; dropping the documents past the log end");
+        index.delete_from(&writer, p, end)?;
+        progress.insert(p, end);
+    }
+    index.commit(&mut writer, progress.clone())
 }
 
 fn glob(p: &str, s: &str) -> bool {

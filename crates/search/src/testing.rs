@@ -131,34 +131,40 @@ pub fn indexed(
         .unwrap()
         .unwrap();
     let settings = json_settings();
-    partitions
+    let index = Arc::new(
+        crate::index::TopicIndex::open(
+            &dir.path().join(format!("index-{name}")),
+            name,
+            &settings,
+            crate::index::MIN_WRITER_MEMORY_BYTES,
+            false,
+        )
+        .unwrap()
+        .index,
+    );
+    let mut writer = index.new_writer().unwrap();
+    let mut progress = std::collections::BTreeMap::new();
+    let targets = partitions
         .iter()
         .enumerate()
         .map(|(i, values)| {
             let p = topic.partition(i as i32).unwrap();
             append(&p, values);
-            let index = crate::index::PartitionIndex::open(
-                &dir.path().join(format!("index-{name}-{i}")),
-                name,
-                i as i32,
-                &settings,
-                crate::index::MIN_WRITER_MEMORY_BYTES,
-                false,
-            )
-            .unwrap()
-            .index;
-            let mut writer = index.new_writer().unwrap();
             let read = p.read(0, 1 << 20, true).unwrap();
             let records = crate::record::decode_batches(&read.records, 0).records;
             for r in &records {
-                let doc = crate::document::build(&index.schema, &settings, i as i32, r);
+                let (doc, built) =
+                    crate::document::build_counted(&index.schema, &settings, None, i as i32, r);
+                index.widen_span(i as i32, (built.event_ms, built.event_ms));
                 index.add(&writer, doc).unwrap();
             }
-            index.commit(&mut writer, records.len() as i64).unwrap();
+            progress.insert(i as i32, records.len() as i64);
             crate::search::Target {
-                index: Arc::new(index),
+                index: Arc::new(index.partition(i as i32)),
                 partition: p,
             }
         })
-        .collect()
+        .collect();
+    index.commit(&mut writer, progress).unwrap();
+    targets
 }

@@ -268,13 +268,14 @@ pub struct Args {
     )]
     pub search_indexer_memory_bytes: usize,
 
-    /// Threads that index every searchable partition (0: one per core, at most 8).
+    /// Threads that index every searchable topic (0: one per core, at most 8).
     #[arg(long, env = "SPATE_SEARCH_INDEXER_THREADS", default_value_t = 0)]
     pub search_indexer_threads: usize,
 
-    /// Search index writers open at once over every partition (1-256); a partition holds one
-    /// only while it has records to index. Each is three threads and up to
-    /// --search-indexer-memory-bytes of memory.
+    /// Search index writers open at once over every searchable topic (1-256); a topic's
+    /// index (one per topic per node, for all its partitions here) holds one only while it
+    /// has records to index. Each is three threads and up to --search-indexer-memory-bytes
+    /// of memory.
     #[arg(long, env = "SPATE_SEARCH_MAX_OPEN_WRITERS", default_value_t = 16)]
     pub search_max_open_writers: usize,
 
