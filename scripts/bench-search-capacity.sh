@@ -62,7 +62,11 @@ if [[ "$ONLY" != capacity ]]; then
     create "fresh$parts" "$parts" true
     sleep 2
     echo "freshness, $parts partitions, $rate records/s ($FRESH_SHARE of capacity):"
+    t0=$(ticks); s0=$(date +%s.%N)
     python3 "$ROOT/scripts/search_freshness.py" "$SPATE_BOOTSTRAP" "$SPATE_HTTP" "fresh$parts" "$parts" "$rate" "$FRESH_SECONDS" corpus
+    t1=$(ticks); s1=$(date +%s.%N)
+    # What the broker took meanwhile (produce, indexing and the polls), of the 2 cores here.
+    python3 -c "import sys; t0, t1, hz, s0, s1 = map(float, sys.argv[1:]); print(f\"broker CPU: {(t1 - t0) / hz / (s1 - s0):.2f} cores\")" "$t0" "$t1" "$hz" "$s0" "$s1"
   done
 fi
 '

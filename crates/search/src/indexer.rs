@@ -128,8 +128,6 @@ impl Indexer {
             last_commit: Instant::now(),
             last_write: Instant::now(),
             indexed_last_step: false,
-            moved: Arc::new(tokio::sync::Notify::new()),
-            runtime: runtime.clone(),
         };
         runtime.spawn(drive(run, stop.clone(), pool, done_tx));
         Self {
@@ -189,15 +187,14 @@ async fn drive(
     pool: Arc<IndexingPool>,
     _done: std::sync::mpsc::Sender<()>,
 ) {
-    let moved = run.moved.clone();
     let mut failures = 0u32;
     // Counted as waiting for a writer slot from a turn that found none to one that found one.
     let mut waiting: Option<Waiting> = None;
     loop {
         // Moves of a high watermark from here on wake the wait below.
-        let high_watermark_moved = moved.notified();
-        tokio::pin!(high_watermark_moved);
-        high_watermark_moved.as_mut().enable();
+        for c in run.cursors.values_mut() {
+            c.hw.borrow_and_update();
+        }
         let stopping = stop.requested();
         let Some((back, turn)) = pool
             .run(move || {
@@ -214,10 +211,7 @@ async fn drive(
             waiting = None;
         }
         match turn {
-            Turn::Stopped => {
-                run.stop_watching();
-                return;
-            }
+            Turn::Stopped => return,
             Turn::More => failures = 0,
             Turn::NoWriter => {
                 let slots = pool.writers.clone();
@@ -251,9 +245,31 @@ async fn drive(
                     // appending thread, per indexer, per produce request.
                     stop.pause(wait.min(run.settings.step_delay)).await;
                 } else if !stop.requested() {
+                    // Idle: woken by the first partition whose high watermark moves. Only
+                    // here: a watch per partition while records flow would wake a task on
+                    // every append.
+                    let moves: Vec<_> = run
+                        .cursors
+                        .values_mut()
+                        .map(|c| {
+                            Box::pin(async move {
+                                // A partition gone (its watch closed) wakes nothing.
+                                if c.hw.changed().await.is_err() {
+                                    std::future::pending::<()>().await
+                                }
+                            })
+                        })
+                        .collect();
+                    let any_moved = async {
+                        if moves.is_empty() {
+                            std::future::pending::<()>().await
+                        } else {
+                            let _ = futures::future::select_all(moves).await;
+                        }
+                    };
                     let _ = tokio::time::timeout(wait, async {
                         tokio::select! {
-                            _ = high_watermark_moved => {}
+                            _ = any_moved => {}
                             _ = stop.wake.notified() => {}
                         }
                     })
@@ -283,14 +299,8 @@ struct Cursor {
     /// The offset of a schema'd value whose schema id the registry does not know yet, and
     /// since when indexing waits for it (see [`SCHEMA_ID_WAIT`]).
     schema_wait: Option<(i64, Instant)>,
-    /// Wakes the indexer when the high watermark moves.
-    watcher: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Cursor {
-    fn drop(&mut self) {
-        self.watcher.abort();
-    }
+    /// The partition's high watermark, watched while the indexer is idle.
+    hw: tokio::sync::watch::Receiver<i64>,
 }
 
 struct Run {
@@ -316,10 +326,6 @@ struct Run {
     last_write: Instant,
     /// The last step indexed at least one record.
     indexed_last_step: bool,
-    /// Woken by every partition's high watermark moves.
-    moved: Arc<tokio::sync::Notify>,
-    /// Where the high watermark watchers run.
-    runtime: tokio::runtime::Handle,
 }
 
 /// How long indexing under `search.value.format=schema` waits for a schema id the registry
@@ -343,19 +349,8 @@ enum Step {
 }
 
 impl Cursor {
-    fn new(
-        feed: Feed,
-        next: Option<i64>,
-        moved: &Arc<tokio::sync::Notify>,
-        runtime: &tokio::runtime::Handle,
-    ) -> Self {
-        let mut hw = feed.partition.watch_high_watermark();
-        let moved = moved.clone();
-        let watcher = runtime.spawn(async move {
-            while hw.changed().await.is_ok() {
-                moved.notify_one();
-            }
-        });
+    fn new(feed: Feed, next: Option<i64>) -> Self {
+        let hw = feed.partition.watch_high_watermark();
         Self {
             feed,
             next,
@@ -363,7 +358,7 @@ impl Cursor {
             uncommitted_cut: None,
             lost_cut: None,
             schema_wait: None,
-            watcher,
+            hw,
         }
     }
 
@@ -522,11 +517,6 @@ impl Cursor {
 }
 
 impl Run {
-    /// Stops the high watermark watchers (the cursors' tasks).
-    fn stop_watching(&mut self) {
-        self.cursors.clear();
-    }
-
     /// Takes a new set of partitions from [`Indexer::set_feeds`], if one came.
     fn apply_feeds(&mut self) {
         let Some(feeds) = self.wanted.lock().take() else {
@@ -564,7 +554,7 @@ impl Run {
             } else {
                 Some(self.index.committed_offset_of(p)).filter(|o| *o >= 0)
             };
-            let cursor = Cursor::new(feed, next, &self.moved, &self.runtime);
+            let cursor = Cursor::new(feed, next);
             self.cursors.insert(p, cursor);
         }
     }
