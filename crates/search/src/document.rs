@@ -5,6 +5,7 @@ use spate_broker::search_config::{FieldKind, SearchSettings};
 use tantivy::{DateTime, TantivyDocument};
 
 use crate::dates::parse_date;
+use crate::mapping::TopicMapping;
 use crate::record::{encode_stored, lossy, read_value, values_at, LogRecord, ValueDecoder};
 use crate::schema::IndexSchema;
 
@@ -31,12 +32,19 @@ pub fn build(
     partition: i32,
     r: &LogRecord,
 ) -> TantivyDocument {
-    build_counted(schema, settings, None, partition, r).0
+    // Maps into a copy published after: callers of this convenience index one at a time.
+    let mut mapping = TopicMapping::clone(&schema.dynamic.load());
+    let doc = build_counted(schema, &mut mapping, settings, None, partition, r).0;
+    schema.dynamic.store(std::sync::Arc::new(mapping));
+    doc
 }
 
-/// [`build`] with the schema registry's decoder, also saying what dynamic mapping left out.
+/// [`build`] with the schema registry's decoder, mapping new fields in `mapping` (the
+/// indexer's own copy, published to queries after each step), also saying what dynamic
+/// mapping left out.
 pub fn build_counted(
     schema: &IndexSchema,
+    mapping: &mut TopicMapping,
     settings: &SearchSettings,
     decoder: Option<&dyn ValueDecoder>,
     partition: i32,
@@ -76,11 +84,7 @@ pub fn build_counted(
             if !schema.json.is_empty() {
                 add_json_fields(&mut doc, schema, &json, r.timestamp);
             }
-            let indexed =
-                schema
-                    .dynamic
-                    .write()
-                    .index_document(&json, schema.max_fields, r.timestamp);
+            let indexed = mapping.index_document(&json, schema.max_fields, r.timestamp);
             if let Some(exact) = &indexed.exact {
                 doc.add_field_value(schema.doc_kw, exact);
             }

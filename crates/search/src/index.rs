@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 use spate_broker::search_config::SearchSettings;
 use tantivy::indexer::IndexWriterOptions;
@@ -57,12 +57,15 @@ pub struct TopicIndex {
     pub dir: PathBuf,
     index: Index,
     reader: IndexReader,
-    /// Per partition, the offset after the last committed (searchable) record.
-    committed: RwLock<BTreeMap<i32, i64>>,
+    /// Per partition, the offset after the last committed (searchable) record. This and the
+    /// spans are swapped whole by the indexer, never locked: its threads run at idle
+    /// priority, and a reader (the lag sampler on the runtime, searches) must never wait
+    /// behind one.
+    committed: ArcSwap<BTreeMap<i32, i64>>,
     /// Per partition, bounds of the event times of the documents it has had: only ever
     /// widened (retention and cuts leave them wide), so a search that prunes a partition by
     /// them never misses a document. A partition with none has no documents.
-    spans: RwLock<BTreeMap<i32, (i64, i64)>>,
+    spans: ArcSwap<BTreeMap<i32, (i64, i64)>>,
     /// Indexing memory of each writer made for it.
     writer_memory_bytes: usize,
     /// Woken at each commit (for `refresh=wait_for`).
@@ -261,7 +264,11 @@ impl TopicIndex {
         }
         let (index, progress, spans) = match existing {
             Some((index, p)) => {
-                *schema.dynamic.write() = crate::mapping::TopicMapping::from_stored(&p.mapping);
+                schema
+                    .dynamic
+                    .store(Arc::new(crate::mapping::TopicMapping::from_stored(
+                        &p.mapping,
+                    )));
                 (index, p.partitions, p.spans)
             }
             None => {
@@ -288,8 +295,8 @@ impl TopicIndex {
                 dir: dir.to_path_buf(),
                 index,
                 reader,
-                committed: RwLock::new(progress.clone()),
-                spans: RwLock::new(spans),
+                committed: ArcSwap::from_pointee(progress.clone()),
+                spans: ArcSwap::from_pointee(spans),
                 writer_memory_bytes,
                 committed_notify: tokio::sync::Notify::new(),
                 decoder: None,
@@ -312,25 +319,32 @@ impl TopicIndex {
     /// Offset after the last searchable record of partition `p` (-1 before its first
     /// commit).
     pub fn committed_offset_of(&self, p: i32) -> i64 {
-        self.committed.read().get(&p).copied().unwrap_or(-1)
+        self.committed.load().get(&p).copied().unwrap_or(-1)
     }
 
-    /// Widens partition `p`'s event time bounds to hold `lo..=hi` (before the documents
-    /// are committed, so a search never sees a document outside them).
-    pub fn widen_span(&self, p: i32, (lo, hi): (i64, i64)) {
-        let mut spans = self.spans.write();
-        let span = spans.entry(p).or_insert((lo, hi));
-        *span = (span.0.min(lo), span.1.max(hi));
+    /// Widens each partition's event time bounds to hold the given ones (before the
+    /// documents are committed, so a search never sees a document outside them). One writer:
+    /// the topic's indexer.
+    pub fn widen_spans(&self, widen: &BTreeMap<i32, (i64, i64)>) {
+        if widen.is_empty() {
+            return;
+        }
+        let mut spans = BTreeMap::clone(&self.spans.load());
+        for (p, (lo, hi)) in widen {
+            let span = spans.entry(*p).or_insert((*lo, *hi));
+            *span = (span.0.min(*lo), span.1.max(*hi));
+        }
+        self.spans.store(Arc::new(spans));
     }
 
     /// Partition `p`'s event time bounds; `None` when it has had no documents.
     pub fn span(&self, p: i32) -> Option<(i64, i64)> {
-        self.spans.read().get(&p).copied()
+        self.spans.load().get(&p).copied()
     }
 
     /// Partitions with committed progress.
     pub fn committed_partitions(&self) -> Vec<i32> {
-        self.committed.read().keys().copied().collect()
+        self.committed.load().keys().copied().collect()
     }
 
     /// Commits what `writer` holds with `progress` (per partition, the offset of the next
@@ -341,12 +355,13 @@ impl TopicIndex {
         progress: BTreeMap<i32, i64>,
     ) -> Result<(), SearchError> {
         // A partition gone from the progress had its documents deleted with this commit.
-        self.spans.write().retain(|p, _| progress.contains_key(p));
+        let mut spans = BTreeMap::clone(&self.spans.load());
+        spans.retain(|p, _| progress.contains_key(p));
         let payload = serde_json::to_string(&Progress {
             partitions: progress.clone(),
             fingerprint: self.settings.fingerprint(),
-            mapping: self.schema.dynamic.read().to_stored(),
-            spans: self.spans.read().clone(),
+            mapping: self.schema.dynamic.load().to_stored(),
+            spans: spans.clone(),
         })
         .map_err(|e| SearchError::Index {
             reason: e.to_string(),
@@ -354,8 +369,9 @@ impl TopicIndex {
         let mut prepared = writer.prepare_commit()?;
         prepared.set_payload(&payload);
         prepared.commit()?;
+        self.spans.store(Arc::new(spans));
         self.reader.reload()?;
-        *self.committed.write() = progress;
+        self.committed.store(Arc::new(progress));
         self.committed_notify.notify_waiters();
         Ok(())
     }
@@ -399,7 +415,7 @@ impl TopicIndex {
             .map(|p| p.partitions)
             .unwrap_or_default();
         self.reader.reload()?;
-        *self.committed.write() = progress.clone();
+        self.committed.store(Arc::new(progress.clone()));
         self.committed_notify.notify_waiters();
         Ok(progress)
     }
@@ -518,9 +534,11 @@ mod tests {
             value: Some(bytes::Bytes::copy_from_slice(value)),
             headers: Vec::new(),
         };
-        let build = |r: &LogRecord| {
+        let mut mapping = crate::mapping::TopicMapping::default();
+        let mut build = |r: &LogRecord| {
             crate::document::build_counted(
                 &index.schema,
+                &mut mapping,
                 &index.settings,
                 index.decoder.as_deref(),
                 0,
@@ -530,7 +548,6 @@ mod tests {
         };
         let good = record(b"\0\0\0\0\x01{\"user\": {\"name\": \"ann\"}, \"n\": 3}");
         assert_eq!(build(&good).undecodable, 0);
-        assert!(index.schema.dynamic.read().fields.contains_key("user.name"));
         assert_eq!(
             index.source(&good),
             serde_json::json!({"user": {"name": "ann"}, "n": 3})
@@ -543,6 +560,7 @@ mod tests {
         ] {
             assert_eq!(build(&record(bad)).undecodable, 1, "{bad:?}");
         }
+        assert!(mapping.fields.contains_key("user.name"));
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! (never above it, never on the produce path), adds the records to the topic's index and
 //! commits every partition's progress at once, at least every `commit_interval`. Its steps run
 //! on the shared [`IndexingPool`] and it holds an index writer only while it has something to
-//! write (see [`crate::pool`]). Under overload it falls behind (the lag metrics show it);
+//! write (see [`crate::pool`]). The pool's threads (and tantivy's, which they start) run at
+//! idle priority, so they never touch a partition: each turn's log reads are made before it on
+//! the runtime, at normal priority ([`Look`]); an idle thread holding a partition's lock would
+//! keep producers waiting while it gets no CPU. Under overload it falls behind (the lag metrics show it);
 //! producers never wait for it. When the index's writer fails (a full disk, an I/O error)
 //! everything since the last commit is dropped and indexing goes on from that commit's
 //! progress once the writer works again: progress never passes a record that is not
@@ -21,6 +24,7 @@ use tantivy::IndexWriter;
 use crate::document;
 use crate::error::SearchError;
 use crate::index::TopicIndex;
+use crate::mapping::TopicMapping;
 use crate::metrics::{IndexMetrics, SearchMetrics};
 use crate::pool::{IndexingPool, Waiting, WriterSlot};
 use crate::record::decode_batches;
@@ -55,6 +59,9 @@ impl Default for IndexerSettings {
 
 /// The commit interval while an index is behind its log by more than a step's read.
 const BEHIND_COMMIT_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Most log bytes read for one turn over all partitions (what a turn holds in memory).
+const TURN_READ_BYTES: usize = 8 << 20;
 
 /// Pause after a failed step before the next try (never a hot loop).
 const FAILURE_PAUSE: Duration = Duration::from_millis(500);
@@ -113,7 +120,12 @@ impl Indexer {
         let stop = Arc::new(Stop::default());
         let (done_tx, done) = std::sync::mpsc::channel();
         let wanted = Arc::new(Mutex::new(Some(feeds)));
+        let mapping = TopicMapping::clone(&index.schema.dynamic.load());
         let run = Run {
+            published_fields: mapping.fields.len(),
+            mapping,
+            spans: BTreeMap::new(),
+            rotate: 0,
             index,
             writer: None,
             pool: pool.clone(),
@@ -191,11 +203,18 @@ async fn drive(
     // Counted as waiting for a writer slot from a turn that found none to one that found one.
     let mut waiting: Option<Waiting> = None;
     loop {
+        let stopping = stop.requested();
+        if !stopping && !run.failed {
+            run.apply_feeds();
+        }
         // Moves of a high watermark from here on wake the wait below.
         for c in run.cursors.values_mut() {
             c.hw.borrow_and_update();
         }
-        let stopping = stop.requested();
+        if !stopping && !run.failed {
+            // At normal priority, on the runtime: the turn's threads never read a partition.
+            run.look();
+        }
         let Some((back, turn)) = pool
             .run(move || {
                 let turn = run.turn(stopping);
@@ -286,6 +305,15 @@ struct OpenWriter {
     _slot: WriterSlot,
 }
 
+/// What a partition showed before a turn: its offsets, and the records the turn indexes.
+struct Look {
+    hw: i64,
+    start: i64,
+    end: i64,
+    /// Records read from the offset given (whole batches), or why they could not be.
+    read: Option<(i64, Result<bytes::Bytes, String>)>,
+}
+
 /// Where indexing of one partition stands.
 struct Cursor {
     feed: Feed,
@@ -301,10 +329,21 @@ struct Cursor {
     schema_wait: Option<(i64, Instant)>,
     /// The partition's high watermark, watched while the indexer is idle.
     hw: tokio::sync::watch::Receiver<i64>,
+    /// What the partition showed before this turn (none for one added since).
+    look: Option<Look>,
 }
 
 struct Run {
     index: Arc<TopicIndex>,
+    /// The topic's dynamic mapping as this indexer extends it; published to queries whole.
+    mapping: TopicMapping,
+    /// Fields of the mapping last published.
+    published_fields: usize,
+    /// Event time bounds of the documents added this turn, published before they commit.
+    spans: BTreeMap<i32, (i64, i64)>,
+    /// Which partition reads first in the next turn's look (each gets its turn at the
+    /// read budget).
+    rotate: usize,
     /// Held only while there is something to write.
     writer: Option<OpenWriter>,
     pool: Arc<IndexingPool>,
@@ -359,6 +398,7 @@ impl Cursor {
             lost_cut: None,
             schema_wait: None,
             hw,
+            look: None,
         }
     }
 
@@ -366,11 +406,48 @@ impl Cursor {
         self.feed.partition.index
     }
 
-    /// Whether this partition has something to write: records, a retention or a cut.
-    fn has_work(&mut self) -> bool {
+    /// Looks at the partition (on the runtime, at normal priority): its offsets, the cuts it
+    /// made, and up to `read_bytes` of records (at most `budget`, which it lowers) from where
+    /// this turn will index.
+    fn look(&mut self, read_bytes: usize, budget: &mut usize) {
         let p = &self.feed.partition;
         let (hw, start, end) = (p.high_watermark(), p.log_start_offset(), p.log_end_offset());
         self.lost_cut = min_cut(self.lost_cut, p.take_lowest_cut());
+        let from = self.planned_next(start, end);
+        let read = (from < hw && *budget > 0).then(|| {
+            let read = p
+                .read(from, read_bytes.min(*budget), true)
+                .map(|r| r.records)
+                .map_err(|e| format!("reading partition {} at offset {from}: {e}", p.index));
+            if let Ok(b) = &read {
+                *budget = budget.saturating_sub(b.len().max(1));
+            }
+            (from, read)
+        });
+        self.look = Some(Look {
+            hw,
+            start,
+            end,
+            read,
+        });
+    }
+
+    /// Where this turn indexes from: the progress, moved to a cut below it and into the
+    /// log's bounds.
+    fn planned_next(&self, start: i64, end: i64) -> i64 {
+        let mut next = self.next.unwrap_or(start);
+        if let Some(cut) = self.lost_cut.filter(|c| *c < next) {
+            next = cut.max(start);
+        }
+        next.clamp(start, end.max(start))
+    }
+
+    /// Whether this partition has something to write: records, a retention or a cut.
+    fn has_work(&mut self) -> bool {
+        let Some(look) = &self.look else {
+            return false;
+        };
+        let (hw, start, end) = (look.hw, look.start, look.end);
         let next = self.next.unwrap_or(start);
         let retention =
             start > self.applied_start && (self.applied_start != i64::MIN || next > start);
@@ -408,23 +485,23 @@ impl Cursor {
         since.elapsed() < SCHEMA_ID_WAIT
     }
 
-    /// One step of this partition with `writer`: its cuts and retention queued, then up to a
-    /// read's worth of records added. Answers whether it wrote anything (`dirty`) and whether
-    /// more records wait.
+    /// One step of this partition with `writer`, from what its look saw: its cuts and
+    /// retention queued, then the records read added (their event time bounds in `spans`,
+    /// new fields in `mapping`). Answers whether it wrote anything (`dirty`) and whether more
+    /// records wait.
     fn step(
         &mut self,
         index: &TopicIndex,
         writer: &IndexWriter,
-        read_bytes: usize,
+        mapping: &mut TopicMapping,
+        spans: &mut BTreeMap<i32, (i64, i64)>,
     ) -> Result<(bool, bool), SearchError> {
         let p = self.partition();
-        // Normal priority while the partition's lock may be held (the reads below).
-        let boost = crate::priority::Boost::new();
-        let part = self.feed.partition.clone();
-        let hw = part.high_watermark();
-        let start = part.log_start_offset();
-        let end = part.log_end_offset();
-        self.lost_cut = min_cut(self.lost_cut, part.take_lowest_cut());
+        let Some(look) = self.look.take() else {
+            // Added since the last look: its turn comes next.
+            return Ok((false, true));
+        };
+        let (hw, start, end) = (look.hw, look.start, look.end);
         let mut dirty = false;
         let mut next = self.next.unwrap_or(start);
         if let Some(cut) = self.lost_cut.take() {
@@ -460,20 +537,24 @@ impl Cursor {
         self.next = Some(next);
         let mut more = false;
         let mut added = 0u64;
-        if next < hw {
-            let read = part
-                .read(next, read_bytes, true)
-                .map_err(|e| SearchError::Index {
-                    reason: format!("reading partition {p} at offset {next}: {e}"),
-                })?;
-            drop(boost);
-            let decoded = decode_batches(&read.records, next);
+        let records = match look.read {
+            // Read from where this step stands (the look planned the same cuts and bounds).
+            Some((from, read)) if from == next => Some(read),
+            _ => None,
+        };
+        if next < hw && records.is_none() {
+            // Nothing read for it this turn (the turn's read budget was spent): next turn.
+            more = true;
+        }
+        if let Some(read) = records {
+            let read = read.map_err(|reason| SearchError::Index { reason })?;
+            let decoded = decode_batches(&read, next);
             for (base, reason) in &decoded.undecodable {
                 self.feed.metrics.undecodable_batches.inc();
                 tracing::warn!(topic = %index.topic, partition = p, base_offset = base, reason = %reason, "batch cannot be decoded; its records are not searchable");
             }
             let mut stopped = None;
-            let mut span: Option<(i64, i64)> = None;
+            let mut span: Option<(i64, i64)> = spans.get(&p).copied();
             for r in decoded.records.iter().filter(|r| r.offset < hw) {
                 if self.waits_for_schema(index, r) {
                     stopped = Some(r.offset);
@@ -481,6 +562,7 @@ impl Cursor {
                 }
                 let (doc, skipped) = document::build_counted(
                     &index.schema,
+                    mapping,
                     &index.settings,
                     index.decoder.as_deref(),
                     p,
@@ -496,9 +578,7 @@ impl Cursor {
                 added += 1;
             }
             if let Some(span) = span {
-                // Before the commit that makes them searchable: a search never sees a document
-                // outside its partition's bounds.
-                index.widen_span(p, span);
+                spans.insert(p, span);
             }
             self.feed.metrics.indexed_records.add(added);
             if let Some(n) = stopped.or(decoded.next_offset) {
@@ -508,8 +588,6 @@ impl Cursor {
                 self.next = Some(next);
                 more = stopped.is_none() && next < hw;
             }
-        } else {
-            drop(boost);
         }
         self.feed.metrics.lag_records.set((hw - next).max(0));
         Ok((dirty || added > 0, more))
@@ -559,6 +637,37 @@ impl Run {
         }
     }
 
+    /// Looks at every partition before a turn (see [`Cursor::look`]), the first to read
+    /// moving round at each turn so that all get their share of the read budget.
+    fn look(&mut self) {
+        let keys: Vec<i32> = self.cursors.keys().copied().collect();
+        if keys.is_empty() {
+            return;
+        }
+        let mut budget = TURN_READ_BYTES.max(self.settings.read_bytes);
+        let first = self.rotate % keys.len();
+        self.rotate = self.rotate.wrapping_add(1);
+        for k in keys[first..].iter().chain(&keys[..first]) {
+            if let Some(c) = self.cursors.get_mut(k) {
+                c.look(self.settings.read_bytes, &mut budget);
+            }
+        }
+    }
+
+    /// Makes what this turn mapped visible before its documents can be: new fields to
+    /// queries, event time bounds to pruning.
+    fn publish(&mut self) {
+        if self.mapping.fields.len() != self.published_fields {
+            self.published_fields = self.mapping.fields.len();
+            self.index
+                .schema
+                .dynamic
+                .store(Arc::new(self.mapping.clone()));
+        }
+        self.index.widen_spans(&self.spans);
+        self.spans.clear();
+    }
+
     /// Each indexed partition's progress, as a commit records it.
     fn progress(&self) -> BTreeMap<i32, i64> {
         self.cursors
@@ -583,8 +692,9 @@ impl Run {
                 return Turn::Failed(e);
             }
             self.failed = false;
+            // The looks were made from the progress before the failure: look again.
+            return Turn::More;
         }
-        self.apply_feeds();
         match self.step() {
             Ok(Step::More) => Turn::More,
             Ok(Step::NoWriter) => Turn::NoWriter,
@@ -643,6 +753,7 @@ impl Run {
         let committed = self.index.reload_progress()?;
         self.to_remove.append(&mut self.removing);
         for (p, c) in self.cursors.iter_mut() {
+            c.look = None;
             c.feed.metrics.writer_recoveries.inc();
             c.next = if self.to_remove.contains(p) {
                 None
@@ -697,11 +808,12 @@ impl Run {
         let mut more = false;
         for c in self.cursors.values_mut() {
             let before = c.feed.metrics.indexed_records.get();
-            let (wrote, pending) = c.step(&index, writer, self.settings.read_bytes)?;
+            let (wrote, pending) = c.step(&index, writer, &mut self.mapping, &mut self.spans)?;
             self.dirty |= wrote;
             self.indexed_last_step |= c.feed.metrics.indexed_records.get() > before;
             more |= pending;
         }
+        self.publish();
         // Caught up while another index waits for a writer: commit now and let it go
         // rather than hold it until the commit interval is over.
         let hand_over = !more && self.pool.writers.contended();
@@ -987,7 +1099,7 @@ mod tests {
         .await;
         assert_eq!(index.searcher().num_docs(), 3);
         assert_eq!(metrics.undecodable_values.get(), 1);
-        assert!(index.schema.dynamic.read().fields.contains_key("user"));
+        assert!(index.schema.dynamic.load().fields.contains_key("user"));
         tokio::task::spawn_blocking(move || indexer.stop())
             .await
             .unwrap();

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use parking_lot::RwLock;
 use spate_broker::search_config::{FieldKind, SearchSettings};
 use tantivy::schema::{
     DateOptions, DateTimePrecision, Field, IndexRecordOption, JsonObjectOptions, NumericOptions,
@@ -86,8 +85,10 @@ pub struct IndexSchema {
     pub event_time: Field,
     /// The document field that is its time (`search.time.field`), held in `event_time`.
     pub time_field: String,
-    /// The type each JSON path got from its first value, shared with queries.
-    pub dynamic: Arc<RwLock<TopicMapping>>,
+    /// The type each JSON path got from its first value, shared with queries: published
+    /// whole by the indexer (a swap, no lock a query could wait on behind an indexing thread
+    /// at idle priority).
+    pub dynamic: Arc<arc_swap::ArcSwap<TopicMapping>>,
     /// `search.max.fields`.
     pub max_fields: usize,
 }
@@ -173,7 +174,7 @@ impl IndexSchema {
             doc,
             doc_kw,
             event_time,
-            dynamic: Arc::new(RwLock::new(TopicMapping::default())),
+            dynamic: Arc::new(arc_swap::ArcSwap::from_pointee(TopicMapping::default())),
             max_fields: settings.max_fields,
             time_field: settings.time_field.clone(),
         }
@@ -236,7 +237,7 @@ impl IndexSchema {
         }
         // A field the documents brought (dynamic mapping); `.keyword` of a text field is its
         // exact form.
-        let mapping = self.dynamic.read();
+        let mapping = self.dynamic.load();
         let (path, f) = match mapping.fields.get(name) {
             Some(f) => (name, *f),
             None => match (keyword, mapping.fields.get(path)) {
@@ -290,7 +291,7 @@ impl IndexSchema {
                     path: None,
                 }),
         );
-        let mapping = self.dynamic.read();
+        let mapping = self.dynamic.load();
         v.extend(
             mapping
                 .fields

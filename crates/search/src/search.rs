@@ -757,7 +757,7 @@ fn map_aggs_at(
                     .as_ref()
                     .and_then(|r| r.path.as_ref())
                     .is_some_and(|p| {
-                        schema.dynamic.read().fields.get(p).map(|f| f.ty)
+                        schema.dynamic.load().fields.get(p).map(|f| f.ty)
                             == Some(crate::mapping::EsType::Boolean)
                     });
                 if boolean {

@@ -655,7 +655,7 @@ impl SearchService {
                 // documents (each partition maps on its own; the first type seen stays).
                 let mut m = TopicMapping::declared(&t.with_config(|c| c.search()));
                 if let Some(e) = self.entries.lock().get(&t.id) {
-                    m.merge(&e.index.schema.dynamic.read());
+                    m.merge(&e.index.schema.dynamic.load());
                 }
                 (t.name.clone(), m)
             })

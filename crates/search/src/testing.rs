@@ -144,6 +144,8 @@ pub fn indexed(
     );
     let mut writer = index.new_writer().unwrap();
     let mut progress = std::collections::BTreeMap::new();
+    let mut spans = std::collections::BTreeMap::new();
+    let mut mapping = crate::mapping::TopicMapping::default();
     let targets = partitions
         .iter()
         .enumerate()
@@ -153,9 +155,17 @@ pub fn indexed(
             let read = p.read(0, 1 << 20, true).unwrap();
             let records = crate::record::decode_batches(&read.records, 0).records;
             for r in &records {
-                let (doc, built) =
-                    crate::document::build_counted(&index.schema, &settings, None, i as i32, r);
-                index.widen_span(i as i32, (built.event_ms, built.event_ms));
+                let (doc, built) = crate::document::build_counted(
+                    &index.schema,
+                    &mut mapping,
+                    &settings,
+                    None,
+                    i as i32,
+                    r,
+                );
+                let at = built.event_ms;
+                let span = spans.entry(i as i32).or_insert((at, at));
+                *span = (span.0.min(at), span.1.max(at));
                 index.add(&writer, doc).unwrap();
             }
             progress.insert(i as i32, records.len() as i64);
@@ -165,6 +175,8 @@ pub fn indexed(
             }
         })
         .collect();
+    index.schema.dynamic.store(Arc::new(mapping));
+    index.widen_spans(&spans);
     index.commit(&mut writer, progress).unwrap();
     targets
 }

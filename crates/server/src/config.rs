@@ -286,7 +286,8 @@ pub struct Args {
 
     /// Run search indexing threads under SCHED_IDLE (Linux): they get only CPU time that
     /// producers and consumers leave idle, so under overload the index lags and producers do
-    /// not slow down. `false` nices them by --search-indexer-nice instead.
+    /// not slow down (also as a user without CAP_SYS_NICE: they never hold a lock producers
+    /// wait on). `false` nices them by --search-indexer-nice instead.
     #[arg(long, env = "SPATE_SEARCH_INDEXER_IDLE", default_value_t = true, action = clap::ArgAction::Set)]
     pub search_indexer_idle: bool,
 
