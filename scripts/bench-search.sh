@@ -11,6 +11,8 @@
 #   3. Match-query latency over QUERY_RECORDS (10 M) records of 100 B text.
 # Env: BENCH_RECORDS (5000000 per produce run), ROUNDS (2), QUERY_RECORDS (10000000),
 #      FRESH_SECONDS (20), ONLY=standalone|cluster|query, SPATE_BIN (default: builds release).
+# The issue's overhead bar is for a broker without CAP_SYS_NICE: as root, run it as nobody with
+# SPATE_BIN=scripts/spate-as-nobody.sh (after a release build).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RECORDS="${BENCH_RECORDS:-5000000}"
