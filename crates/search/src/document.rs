@@ -84,7 +84,13 @@ pub fn build_counted(
             if !schema.json.is_empty() {
                 add_json_fields(&mut doc, schema, &json, r.timestamp);
             }
-            let indexed = mapping.index_document(&json, schema.max_fields, r.timestamp);
+            if let Some(ms) = crate::record::values_at(&json, &schema.time_field)
+                .first()
+                .and_then(|t| parse_date(t, r.timestamp))
+            {
+                event_ms = ms;
+            }
+            let indexed = mapping.index_document(json, schema.max_fields, r.timestamp);
             if let Some(exact) = &indexed.exact {
                 doc.add_field_value(schema.doc_kw, exact);
             }
@@ -96,12 +102,6 @@ pub fn build_counted(
             }
             skipped.unmapped = indexed.unmapped;
             skipped.conflicts = indexed.conflicts;
-            if let Some(ms) = crate::record::values_at(&json, &schema.time_field)
-                .first()
-                .and_then(|t| parse_date(t, r.timestamp))
-            {
-                event_ms = ms;
-            }
         }
     }
     doc.add_date(schema.event_time, DateTime::from_timestamp_millis(event_ms));

@@ -71,6 +71,13 @@ pub struct TopicMapping {
     pub fields: BTreeMap<String, FieldMapping>,
 }
 
+/// A document's leaves by dotted path: exact forms and text.
+#[derive(Default)]
+struct Flat {
+    exact: Vec<(String, OwnedValue)>,
+    text: Vec<(String, OwnedValue)>,
+}
+
 /// What one document adds to the index under dynamic mapping.
 #[derive(Debug, Default)]
 pub struct Indexed {
@@ -132,124 +139,136 @@ impl TopicMapping {
     /// Maps and converts a JSON document for indexing: each leaf path keeps the type its
     /// first value gave it; new paths are added while the mapping has fewer than
     /// `max_fields`. `record_ms` anchors `now` in date strings.
-    pub fn index_document(&mut self, doc: &Value, max_fields: usize, record_ms: i64) -> Indexed {
+    pub fn index_document(&mut self, doc: Value, max_fields: usize, record_ms: i64) -> Indexed {
         let mut out = Indexed::default();
         if let Value::Object(_) = doc {
-            let (exact, text) = self.typed("", doc, max_fields, record_ms, &mut out);
-            out.exact = exact;
-            out.text = text;
+            // Flat objects keyed by dotted path: the fields are indexed with dots expanded, so
+            // `{"a.b": 1}` is `{"a": {"b": 1}}` to tantivy, and a flat object costs no nested
+            // vectors and no key copies per level.
+            let mut flat = Flat::default();
+            let mut path = String::new();
+            self.walk(&mut path, doc, max_fields, record_ms, &mut out, &mut flat);
+            let obj =
+                |v: Vec<(String, OwnedValue)>| (!v.is_empty()).then_some(OwnedValue::Object(v));
+            out.exact = obj(flat.exact);
+            out.text = obj(flat.text);
         }
         out
     }
 
-    fn typed(
+    /// Adds the leaves of `v` (at `path`, a buffer the walk extends and cuts back) to `flat`.
+    fn walk(
         &mut self,
-        path: &str,
-        v: &Value,
+        path: &mut String,
+        v: Value,
         max: usize,
         now: i64,
         out: &mut Indexed,
-    ) -> (Option<OwnedValue>, Option<OwnedValue>) {
+        flat: &mut Flat,
+    ) {
         match v {
-            Value::Null => (None, None),
+            Value::Null => {}
             Value::Object(m) => {
-                let (mut exact, mut text) = (Vec::new(), Vec::new());
                 for (k, child) in m {
                     if k.is_empty() {
                         continue;
                     }
-                    let p = if path.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{path}.{k}")
-                    };
-                    let (e, t) = self.typed(&p, child, max, now, out);
-                    if let Some(e) = e {
-                        exact.push((k.clone(), e));
+                    let len = path.len();
+                    if len > 0 {
+                        path.push('.');
                     }
-                    if let Some(t) = t {
-                        text.push((k.clone(), t));
-                    }
+                    path.push_str(&k);
+                    self.walk(path, child, max, now, out, flat);
+                    path.truncate(len);
                 }
-                let obj =
-                    |v: Vec<(String, OwnedValue)>| (!v.is_empty()).then_some(OwnedValue::Object(v));
-                (obj(exact), obj(text))
             }
             Value::Array(items) => {
-                let (mut exact, mut text) = (Vec::new(), Vec::new());
                 for item in items {
-                    let (e, t) = self.typed(path, item, max, now, out);
-                    exact.extend(e);
-                    text.extend(t);
+                    self.walk(path, item, max, now, out, flat);
                 }
-                let arr = |v: Vec<OwnedValue>| (!v.is_empty()).then_some(OwnedValue::Array(v));
-                (arr(exact), arr(text))
             }
             leaf => {
-                let f = match self.fields.get(path) {
-                    Some(f) => *f,
-                    None if self.fields.len() >= max => {
-                        out.unmapped += 1;
-                        return (None, None);
-                    }
-                    None => match infer(path, leaf) {
-                        Some(f) => {
-                            self.fields.insert(path.to_string(), f);
-                            f
-                        }
-                        None => return (None, None),
-                    },
-                };
-                let as_text = || match leaf {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                let converted = match f.ty {
-                    EsType::Text => {
-                        let s = as_text();
-                        let exact =
-                            (s.len() <= KEYWORD_IGNORE_ABOVE).then(|| OwnedValue::Str(s.clone()));
-                        Some((exact, Some(OwnedValue::Str(s))))
-                    }
-                    EsType::Keyword => Some((Some(OwnedValue::Str(as_text())), None)),
-                    EsType::Boolean => match leaf {
-                        Value::Bool(b) => Some((Some(OwnedValue::Str(b.to_string())), None)),
-                        Value::String(s) if s == "true" || s == "false" => {
-                            Some((Some(OwnedValue::Str(s.clone())), None))
-                        }
-                        _ => None,
-                    },
-                    EsType::Long | EsType::Integer | EsType::Double => {
-                        let n = match leaf {
-                            Value::Number(n) => n.as_f64(),
-                            Value::String(s) => s.trim().parse::<f64>().ok(),
-                            _ => None,
-                        };
-                        n.filter(|n| n.is_finite())
-                            .map(|n| (Some(OwnedValue::F64(n)), None))
-                    }
-                    EsType::Date => parse_date(leaf, now).map(|ms| {
-                        (
-                            Some(OwnedValue::Date(DateTime::from_timestamp_millis(ms))),
-                            None,
-                        )
-                    }),
-                };
-                match converted {
-                    Some(pair) => {
-                        // A value with an exact form is found by `exists` in its column; only
-                        // one without (text longer than the keyword limit) is named for it.
-                        // Naming every path took a third of the indexing time.
-                        if pair.0.is_none() {
-                            out.paths.push(path.to_string());
-                        }
-                        pair
-                    }
-                    None => {
-                        out.conflicts += 1;
-                        (None, None)
-                    }
+                let (exact, text) = self.typed(path, leaf, max, now, out);
+                if let Some(e) = exact {
+                    flat.exact.push((path.clone(), e));
                 }
+                if let Some(t) = text {
+                    flat.text.push((path.clone(), t));
+                }
+            }
+        }
+    }
+
+    /// One leaf's exact and text forms under the type its path has (mapped now if new).
+    fn typed(
+        &mut self,
+        path: &str,
+        leaf: Value,
+        max: usize,
+        now: i64,
+        out: &mut Indexed,
+    ) -> (Option<OwnedValue>, Option<OwnedValue>) {
+        let f = match self.fields.get(path) {
+            Some(f) => *f,
+            None if self.fields.len() >= max => {
+                out.unmapped += 1;
+                return (None, None);
+            }
+            None => match infer(path, &leaf) {
+                Some(f) => {
+                    self.fields.insert(path.to_string(), f);
+                    f
+                }
+                None => return (None, None),
+            },
+        };
+        let as_text = |leaf: Value| match leaf {
+            Value::String(s) => s,
+            other => other.to_string(),
+        };
+        let converted = match f.ty {
+            EsType::Text => {
+                let s = as_text(leaf);
+                let exact = (s.len() <= KEYWORD_IGNORE_ABOVE).then(|| OwnedValue::Str(s.clone()));
+                Some((exact, Some(OwnedValue::Str(s))))
+            }
+            EsType::Keyword => Some((Some(OwnedValue::Str(as_text(leaf))), None)),
+            EsType::Boolean => match leaf {
+                Value::Bool(b) => Some((Some(OwnedValue::Str(b.to_string())), None)),
+                Value::String(s) if s == "true" || s == "false" => {
+                    Some((Some(OwnedValue::Str(s)), None))
+                }
+                _ => None,
+            },
+            EsType::Long | EsType::Integer | EsType::Double => {
+                let n = match &leaf {
+                    Value::Number(n) => n.as_f64(),
+                    Value::String(s) => s.trim().parse::<f64>().ok(),
+                    _ => None,
+                };
+                n.filter(|n| n.is_finite())
+                    .map(|n| (Some(OwnedValue::F64(n)), None))
+            }
+            EsType::Date => parse_date(&leaf, now).map(|ms| {
+                (
+                    Some(OwnedValue::Date(DateTime::from_timestamp_millis(ms))),
+                    None,
+                )
+            }),
+        };
+        match converted {
+            Some(pair) => {
+                // A value with an exact form is found by `exists` in its column; only one
+                // without (text longer than the keyword limit) is named for it. Naming every
+                // path took a third of the indexing time.
+                if pair.0.is_none() {
+                    out.paths.push(path.to_string());
+                }
+                pair
+            }
+            None => {
+                out.conflicts += 1;
+                (None, None)
             }
         }
     }
@@ -460,7 +479,7 @@ mod tests {
             "day": "2024-05-01",
             "version": "2024",
         });
-        let out = m.index_document(&doc, 1000, 0);
+        let out = m.index_document(doc, 1000, 0);
         let ty = |p: &str| m.fields.get(p).map(|f| (f.ty, f.keyword));
         assert_eq!(ty("@timestamp"), Some((EsType::Date, false)));
         assert_eq!(ty("message"), Some((EsType::Text, true)));
@@ -490,14 +509,14 @@ mod tests {
         // Every value here has an exact form (a column `exists` reads): none is named.
         assert!(out.paths.is_empty(), "{:?}", out.paths);
         let long = "word ".repeat(60);
-        let out = m.index_document(&json!({"message": long}), 1000, 0);
+        let out = m.index_document(json!({"message": long}), 1000, 0);
         assert_eq!(
             out.paths,
             vec!["message".to_string()],
             "text over the keyword limit"
         );
         // A later value of another type is left out of that document, counted; the type stays.
-        let out = m.index_document(&json!({"status": "not a number", "ok": "yes"}), 1000, 0);
+        let out = m.index_document(json!({"status": "not a number", "ok": "yes"}), 1000, 0);
         assert_eq!(out.conflicts, 2);
         assert_eq!(m.fields.get("status").map(|f| f.ty), Some(EsType::Long));
         let stored = m.to_stored();
@@ -507,11 +526,11 @@ mod tests {
     #[test]
     fn fields_past_the_limit_are_not_mapped_and_are_counted() {
         let mut m = TopicMapping::default();
-        let out = m.index_document(&json!({"a": 1, "b": 2, "c": 3}), 2, 0);
+        let out = m.index_document(json!({"a": 1, "b": 2, "c": 3}), 2, 0);
         assert_eq!(m.fields.len(), 2);
         assert_eq!(out.unmapped, 1);
         // Known fields keep being indexed at the limit.
-        let out = m.index_document(&json!({"a": 4, "z": 5}), 2, 0);
+        let out = m.index_document(json!({"a": 4, "z": 5}), 2, 0);
         assert_eq!(out.unmapped, 1);
         assert!(out.exact.is_some(), "a is indexed");
     }

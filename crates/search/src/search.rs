@@ -3169,6 +3169,27 @@ mod tests {
     }
 
     #[test]
+    fn nested_dotted_and_arrayed_fields_are_found_by_the_same_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let docs = [
+            json!({"a": {"b": "x y"}, "list": [{"c": 1}, {"c": 2}]}).to_string(),
+            json!({"a.b": "x z", "list": [{"c": 3}]}).to_string(),
+            json!({"list": [[{"c": 2, "w": "quick brown"}], {"w": "fox"}]}).to_string(),
+        ];
+        let values: Vec<&str> = docs.iter().map(String::as_str).collect();
+        let targets = crate::testing::indexed(&dir, "paths", &[&values]);
+        let total =
+            |q: Value| search(&targets, json!({"query": q}))["hits"]["total"]["value"].clone();
+        assert_eq!(total(json!({"match": {"a.b": "x"}})), 2);
+        assert_eq!(total(json!({"term": {"a.b.keyword": "x z"}})), 1);
+        assert_eq!(total(json!({"term": {"list.c": 2}})), 2);
+        assert_eq!(total(json!({"range": {"list.c": {"gte": 3}}})), 1);
+        // Words of one value stay adjacent; values of an array are not one phrase.
+        assert_eq!(total(json!({"match_phrase": {"list.w": "quick brown"}})), 1);
+        assert_eq!(total(json!({"match_phrase": {"list.w": "brown fox"}})), 0);
+    }
+
+    #[test]
     fn one_partition_of_a_topic_index_answers_only_its_own_hits_counts_and_buckets() {
         let dir = tempfile::tempdir().unwrap();
         let targets = six_docs(&dir);
