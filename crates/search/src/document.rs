@@ -51,7 +51,10 @@ pub fn build_counted(
     r: &LogRecord,
 ) -> (TantivyDocument, Built) {
     let mut skipped = Built::default();
-    let mut doc = TantivyDocument::default();
+    // Room for the value's strings twice (text and exact forms), their paths and the fixed
+    // fields: growing the document's buffer on the way moved every byte again.
+    let value_len = r.value.as_ref().map_or(0, |v| v.len());
+    let mut doc = TantivyDocument::with_capacity(3 * value_len + 512);
     doc.add_i64(schema.offset, r.offset);
     doc.add_i64(schema.partition, partition as i64);
     doc.add_date(
