@@ -843,26 +843,23 @@ mod tests {
     use crate::index::MIN_WRITER_MEMORY_BYTES;
     use crate::testing::{append, broker, FullDisk};
 
-    /// An indexer of `index` for partition `p` on a one-thread pool, with short intervals.
-    fn start(
-        p: &Arc<Partition>,
-        index: &Arc<TopicIndex>,
-    ) -> (Indexer, Arc<IndexMetrics>, Arc<IndexingPool>) {
-        let metrics = Arc::new(IndexMetrics::default());
-        let pool = IndexingPool::start(
+    /// A one-thread pool with one writer slot.
+    fn one_thread_pool() -> Arc<IndexingPool> {
+        IndexingPool::start(
             crate::pool::PoolSettings {
                 threads: 1,
                 max_open_writers: 1,
             },
             || {},
         )
-        .unwrap();
-        let indexer = Indexer::start(
+        .unwrap()
+    }
+
+    /// An indexer of `index` for `feeds` on `pool`, with short intervals.
+    fn start_on(pool: &Arc<IndexingPool>, index: &Arc<TopicIndex>, feeds: Vec<Feed>) -> Indexer {
+        Indexer::start(
             index.clone(),
-            vec![Feed {
-                partition: p.clone(),
-                metrics: metrics.clone(),
-            }],
+            feeds,
             IndexerSettings {
                 commit_interval: Duration::from_millis(20),
                 read_bytes: 1 << 20,
@@ -873,8 +870,21 @@ mod tests {
             Arc::new(SearchMetrics::default()),
             pool.clone(),
             &tokio::runtime::Handle::current(),
-        );
-        (indexer, metrics, pool)
+        )
+    }
+
+    /// An indexer of `index` for partition `p` on a one-thread pool.
+    fn start(
+        p: &Arc<Partition>,
+        index: &Arc<TopicIndex>,
+    ) -> (Indexer, Arc<IndexMetrics>, Arc<IndexingPool>) {
+        let metrics = Arc::new(IndexMetrics::default());
+        let pool = one_thread_pool();
+        let feed = Feed {
+            partition: p.clone(),
+            metrics: metrics.clone(),
+        };
+        (start_on(&pool, index, vec![feed]), metrics, pool)
     }
 
     async fn until(what: &str, mut ok: impl FnMut() -> bool) {
@@ -956,35 +966,12 @@ mod tests {
         let settings = crate::testing::json_settings();
         let open =
             || TopicIndex::open(&at, "moves", &settings, MIN_WRITER_MEMORY_BYTES, false).unwrap();
-        let pool = IndexingPool::start(
-            crate::pool::PoolSettings {
-                threads: 1,
-                max_open_writers: 1,
-            },
-            || {},
-        )
-        .unwrap();
+        let pool = one_thread_pool();
         let feed = |p: &Arc<Partition>| Feed {
             partition: p.clone(),
             metrics: Arc::default(),
         };
-        let quick = IndexerSettings {
-            commit_interval: Duration::from_millis(20),
-            read_bytes: 1 << 20,
-            idle_poll: Duration::from_millis(20),
-            step_delay: Duration::from_millis(5),
-            writer_idle: Duration::from_secs(5),
-        };
-        let start = |index: &Arc<TopicIndex>, feeds: Vec<Feed>| {
-            Indexer::start(
-                index.clone(),
-                feeds,
-                quick,
-                Arc::new(SearchMetrics::default()),
-                pool.clone(),
-                &tokio::runtime::Handle::current(),
-            )
-        };
+        let start = |index: &Arc<TopicIndex>, feeds| start_on(&pool, index, feeds);
         let index = Arc::new(open().index);
         let indexer = start(&index, vec![feed(&p0), feed(&p1)]);
         append(&p0, &["a", "b", "c"]);
