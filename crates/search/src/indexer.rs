@@ -414,6 +414,24 @@ impl Cursor {
         let (hw, start, end) = (p.high_watermark(), p.log_start_offset(), p.log_end_offset());
         self.lost_cut = min_cut(self.lost_cut, p.take_lowest_cut());
         let from = self.planned_next(start, end);
+        // Records read for a turn that did not take them (it found no writer slot) are
+        // taken as they are, not read again at every look while the turn waits.
+        if let Some(Look {
+            read: Some((at, Ok(records))),
+            ..
+        }) = self.look.take()
+        {
+            if at == from && from < hw {
+                *budget = budget.saturating_sub(records.len().max(1));
+                self.look = Some(Look {
+                    hw,
+                    start,
+                    end,
+                    read: Some((from, Ok(records))),
+                });
+                return;
+            }
+        }
         let read = (from < hw && *budget > 0).then(|| {
             let read = p
                 .read(from, read_bytes.min(*budget), true)
